@@ -1,0 +1,63 @@
+/*
+ * cli.h — shared pieces of the `strata` command's subcommands.
+ *
+ * Exit codes of every subcommand: 0 ok, 1 the job failed while running,
+ * 2 usage error or invalid job file (nothing was started).
+ */
+#ifndef ST_CLI_H
+#define ST_CLI_H
+
+#include <stdio.h>
+
+#include "lang/job.h"
+#include "runtime/topo.h"
+
+enum { ST_EXIT_OK = 0, ST_EXIT_FAILED = 1, ST_EXIT_USAGE = 2 };
+
+/* Options common to the commands that take a job file. */
+typedef struct st_cli_opts {
+	const char *job_path;
+	const char **sets;        /* --set values, in order */
+	int n_sets;
+	const char *metrics_path; /* --metrics FILE */
+	const char *topology;     /* --topology FILE.xml */
+	int verbose;
+	int quiet;                /* no progress line */
+	int no_pin;               /* --no-pin: do not pin threads */
+	int dot;                  /* plan --dot */
+} st_cli_opts_t;
+
+/* Parses the arguments after the subcommand name. Returns 0, or prints a
+ * usage message and returns ST_EXIT_USAGE. `allowed` lists the long options
+ * the command accepts (e.g. "set,metrics,quiet"). Frees nothing: the
+ * strings point into argv; sets is heap-allocated and freed by the caller. */
+int st_cli_parse(int argc, char **argv, const char *cmd, const char *allowed,
+		 st_cli_opts_t *o);
+
+/* Loads the job and prints every diagnostic. Returns ST_EXIT_OK and *job, or
+ * ST_EXIT_USAGE. */
+int st_cli_load_job(const st_cli_opts_t *o, int check_paths, st_job_t **job);
+
+/* The five stages in pipeline order with their settings from the job. */
+#define ST_CLI_NSTAGES 5
+extern const char *const st_cli_stage_names[ST_CLI_NSTAGES];
+const st_stage_cfg_t *st_cli_stage_cfg(const st_job_t *job, int i);
+
+/* Places every stage on the topology; reqs has ST_CLI_NSTAGES entries
+ * (st_place_req_t). With detect_data_disk, a read stage on "auto" is placed
+ * near the disk holding the first train file when the topology has it.
+ * Returns ST_OK or an error (message logged). */
+int st_cli_place(const st_topo_t *topo, const st_job_t *job, void *reqs,
+		 int detect_data_disk);
+
+int st_cmd_run(int argc, char **argv);
+int st_cmd_check(int argc, char **argv);
+int st_cmd_plan(int argc, char **argv);
+int st_cmd_gen(int argc, char **argv);
+int st_cmd_help(int argc, char **argv);
+
+/* Prints the help of one command to f; returns 0, or -1 if unknown. */
+int st_cli_help_for(const char *cmd, FILE *f);
+void st_cli_usage(FILE *f);
+
+#endif

@@ -1,0 +1,521 @@
+/*
+ * cmd_run.c — `strata run`, `strata check` and `strata plan`.
+ *
+ * run: load and validate the job (nothing starts on an error), generate its
+ * synthetic data if declared and absent, place the stage threads on this
+ * machine's topology, run the training graph read -> pull -> train -> push ->
+ * dump with a progress reporter, then score the eval source through the same
+ * stages with batches marked eval.
+ *
+ * Threads: the main thread runs the graph; one signal thread ("st-signal")
+ * turns SIGINT/SIGTERM into st_graph_cancel so ^C stops the job cleanly and
+ * every batch is still freed exactly once.
+ */
+#include "cli.h"
+#include "lang/lang.h"
+#include "ops/gen/gen.h"
+#include "ops/read/read.h"
+#include "ops/train/lr.h"
+#include "runtime/err.h"
+#include "runtime/graph.h"
+#include "runtime/metrics.h"
+#include "runtime/topo.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* mkdir -p; returns 0 or -errno. */
+static int mkdir_p(const char *path)
+{
+	char buf[4096];
+	size_t n = strlen(path);
+	if (n == 0 || n >= sizeof buf)
+		return -ENAMETOOLONG;
+	memcpy(buf, path, n + 1);
+	for (char *p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = 0;
+		if (mkdir(buf, 0777) < 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(buf, 0777) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+static int mkdir_parent(const char *file)
+{
+	const char *slash = strrchr(file, '/');
+	if (!slash || slash == file)
+		return 0;
+	char buf[4096];
+	size_t n = (size_t)(slash - file);
+	if (n >= sizeof buf)
+		return -ENAMETOOLONG;
+	memcpy(buf, file, n);
+	buf[n] = 0;
+	return mkdir_p(buf);
+}
+
+/* ---- signal thread ------------------------------------------------------ */
+
+static struct {
+	pthread_t thread;
+	st_graph_t *volatile graph;
+	pthread_mutex_t lock;
+	volatile int done, interrupted;
+} sig = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static void *signal_main(void *arg)
+{
+	sigset_t *set = arg;
+	pthread_setname_np(pthread_self(), "st-signal");
+	for (;;) {
+		int s = 0;
+		if (sigwait(set, &s) != 0)
+			continue;
+		pthread_mutex_lock(&sig.lock);
+		int done = sig.done;
+		if (!done && (s == SIGINT || s == SIGTERM)) {
+			sig.interrupted = 1;
+			if (sig.graph)
+				st_graph_cancel(sig.graph, s == SIGINT ? "interrupted (SIGINT)"
+								      : "terminated (SIGTERM)");
+		}
+		pthread_mutex_unlock(&sig.lock);
+		if (done)
+			return NULL;
+	}
+}
+
+/* Blocks the signals in every thread created from now on and starts the
+ * thread that waits for them. */
+static void signals_start(void)
+{
+	static sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGUSR1);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	if (pthread_create(&sig.thread, NULL, signal_main, &set) != 0)
+		st_die("cannot start the signal thread");
+}
+
+static void signals_set_graph(st_graph_t *g)
+{
+	pthread_mutex_lock(&sig.lock);
+	sig.graph = g;
+	int cancel = g && sig.interrupted;
+	pthread_mutex_unlock(&sig.lock);
+	if (cancel)
+		st_graph_cancel(g, "interrupted");
+}
+
+static void signals_stop(void)
+{
+	pthread_mutex_lock(&sig.lock);
+	sig.done = 1;
+	sig.graph = NULL;
+	pthread_mutex_unlock(&sig.lock);
+	pthread_kill(sig.thread, SIGUSR1);
+	pthread_join(sig.thread, NULL);
+}
+
+/* ---- data generation ---------------------------------------------------- */
+
+static void gen_progress(int64_t done, int64_t total, void *arg)
+{
+	int tty = *(int *)arg;
+	if (tty)
+		fprintf(stderr, "\rstrata: generating data: %5.1f%% (%lld / %lld rows)",
+			total ? 100.0 * (double)done / (double)total : 100.0,
+			(long long)done, (long long)total);
+}
+
+static int file_exists(const char *path)
+{
+	struct stat sb;
+	return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* Generates the job's synthetic data when declared and not all present.
+ * The generator renames each file into place only when complete, so a file
+ * that exists is whole. */
+static int maybe_generate(st_job_t *job, int tty)
+{
+	if (!job->gen.enabled)
+		return 0;
+	char path[4096];
+	int have = 1;
+	for (int i = 0; i < job->gen.files && have; i++) {
+		snprintf(path, sizeof path, "%s/train-%05d.tsv", job->gen.dir, i);
+		have = file_exists(path);
+	}
+	if (have && job->gen.eval_rows > 0) {
+		snprintf(path, sizeof path, "%s/eval.tsv", job->gen.dir);
+		have = file_exists(path);
+	}
+	if (have)
+		return 0;
+	st_info("generating %lld train + %lld eval rows of synthetic data in %s (seed %llu)",
+		(long long)job->gen.rows, (long long)job->gen.eval_rows, job->gen.dir,
+		(unsigned long long)job->gen.seed);
+	st_gen_opts_t go = {
+		.dir = job->gen.dir,
+		.rows = job->gen.rows,
+		.eval_rows = job->gen.eval_rows,
+		.files = job->gen.files,
+		.seed = job->gen.seed,
+		.zipf = job->gen.zipf,
+		.vocab = job->gen.vocab,
+		.threads = 0,
+	};
+	double t0 = now_s();
+	int rc = st_gen_write(&go, gen_progress, &tty);
+	if (tty)
+		fprintf(stderr, "\n");
+	if (rc < 0) {
+		st_error("generating data in %s failed: %s", job->gen.dir, st_strerror(rc));
+		return rc;
+	}
+	st_info("generated data in %.1f s", now_s() - t0);
+	if ((rc = st_job_expand_paths(&job->train)) < 0)
+		return rc;
+	if (job->has_eval && (rc = st_job_expand_paths(&job->eval)) < 0)
+		return rc;
+	return 0;
+}
+
+/* ---- the pipeline ------------------------------------------------------- */
+
+typedef struct run_ctx {
+	st_job_t *job;
+	st_metrics_t *metrics;
+	st_lr_t *model;
+	st_place_req_t place[ST_CLI_NSTAGES];
+	int pin;
+} run_ctx_t;
+
+/* Builds read -> pull -> train -> push -> dump over `reader`. states may be
+ * NULL (plan only). */
+static int build_graph(st_graph_t **out, const st_job_t *job,
+		       const st_place_req_t *place, int pin, void *read_state,
+		       void *model)
+{
+	const st_stage_ops_t *ops[ST_CLI_NSTAGES] = {
+		&st_read_stage_ops, &st_lr_pull_ops, &st_lr_train_ops,
+		&st_lr_push_ops, &st_lr_dump_ops,
+	};
+	st_graph_t *g = NULL;
+	int rc = st_graph_create(&g);
+	if (rc < 0)
+		return rc;
+	for (int i = 0; i < ST_CLI_NSTAGES; i++) {
+		const st_stage_cfg_t *c = st_cli_stage_cfg(job, i);
+		st_stage_desc_t d;
+		memset(&d, 0, sizeof d);
+		d.name = st_cli_stage_names[i];
+		d.ops = ops[i];
+		d.state = i == 0 ? read_state : model;
+		d.n_threads = c->threads;
+		d.queue_cap = c->queue;
+		for (int t = 0; t < ST_MAX_STAGE_THREADS; t++)
+			d.cpus[t] = (pin && t < c->threads && t < 64) ? place[i].cpus[t] : -1;
+		if ((rc = st_graph_add_stage(g, &d)) < 0) {
+			st_graph_destroy(g);
+			return rc;
+		}
+	}
+	*out = g;
+	return 0;
+}
+
+/* Runs one pass (training or eval) of the graph over `src`. Returns 0 or
+ * the error (message printed). */
+static int run_pass(run_ctx_t *rc_, const st_source_t *src, int epochs, int eval,
+		    const char *metrics_path, int progress, double *secs,
+		    st_read_stats_t *rstats)
+{
+	st_read_stage_t *rs = NULL;
+	st_graph_t *g = NULL;
+	st_progress_t *pr = NULL;
+	int rc = st_read_stage_create(&rs, src, (uint32_t)rc_->job->batch_size, epochs, eval);
+	if (rc < 0) {
+		st_error("cannot start the read stage: %s", st_strerror(rc));
+		return rc;
+	}
+	rc = build_graph(&g, rc_->job, rc_->place, rc_->pin, rs, rc_->model);
+	if (rc < 0)
+		goto out;
+	if (progress || metrics_path) {
+		rc = st_progress_start(&pr, g, rc_->metrics, rc_->job->progress_secs,
+				       metrics_path, progress);
+		if (rc < 0) {
+			st_error("cannot write metrics to %s: %s", metrics_path, st_strerror(rc));
+			goto out;
+		}
+	}
+	signals_set_graph(g);
+	double t0 = now_s();
+	rc = st_graph_run(g);
+	*secs = now_s() - t0;
+	signals_set_graph(NULL);
+	st_progress_stop(pr);
+	st_read_stage_totals(rs, rstats);
+	if (rc < 0)
+		fprintf(stderr, "strata: error: %s\n",
+			st_graph_error(g) ? st_graph_error(g) : st_strerror(rc));
+out:
+	st_graph_destroy(g);
+	st_read_stage_destroy(rs);
+	return rc;
+}
+
+static void print_count(FILE *f, uint64_t n)
+{
+	if (n >= 1000000)
+		fprintf(f, "%.1fM", (double)n / 1e6);
+	else if (n >= 10000)
+		fprintf(f, "%.1fk", (double)n / 1e3);
+	else
+		fprintf(f, "%llu", (unsigned long long)n);
+}
+
+/* The runtime implements the lr model and the async policy for now; other
+ * names are validated by lang/ and arrive with later issues. */
+static int check_implemented(const st_job_t *job)
+{
+	if (strcmp(job->model.type, "lr") != 0) {
+		fprintf(stderr,
+			"%s: model '%s' is valid but not implemented in this version; "
+			"use st.model.lr{} (the neural presets arrive with the CPU training core)\n",
+			job->file, job->model.type);
+		return ST_EXIT_USAGE;
+	}
+	if (strcmp(job->model.optimizer, "adagrad") != 0) {
+		fprintf(stderr,
+			"%s: optimizer '%s' is valid but not implemented in this version; "
+			"use st.optim.adagrad{}\n", job->file, job->model.optimizer);
+		return ST_EXIT_USAGE;
+	}
+	if (strcmp(job->sync.name, "async") != 0) {
+		if (job->train_stage.threads > 1) {
+			fprintf(stderr,
+				"%s: sync policy '%s' is valid but not implemented in this version; "
+				"with stages.train.workers > 1 only st.sync.async{} runs\n",
+				job->file, job->sync.name);
+			return ST_EXIT_USAGE;
+		}
+		/* With one worker every policy reduces to applying each gradient
+		 * in order, which is what the async path does. */
+		st_warn("sync policy '%s' with one train worker runs as plain sequential updates",
+			job->sync.name);
+	}
+	return ST_EXIT_OK;
+}
+
+int st_cmd_run(int argc, char **argv)
+{
+	st_cli_opts_t o;
+	int ec = st_cli_parse(argc, argv, "run", "job,set,metrics,verbose,quiet,no-pin", &o);
+	if (ec) {
+		free(o.sets);
+		return ec;
+	}
+	st_job_t *job = NULL;
+	if ((ec = st_cli_load_job(&o, 1, &job)) != ST_EXIT_OK) {
+		free(o.sets);
+		return ec;
+	}
+	if ((ec = check_implemented(job)) != ST_EXIT_OK)
+		goto done;
+	if (o.verbose)
+		st_job_dump(job, stderr);
+
+	int tty = !o.quiet && isatty(2);
+	run_ctx_t rc_;
+	memset(&rc_, 0, sizeof rc_);
+	rc_.job = job;
+	rc_.pin = !o.no_pin;
+	st_topo_t *topo = NULL;
+	const char *metrics_path = o.metrics_path ? o.metrics_path : job->metrics_path;
+
+	signals_start();
+	ec = ST_EXIT_FAILED;
+	if (maybe_generate(job, tty) < 0)
+		goto stop;
+	if (job->out_dir && mkdir_p(job->out_dir) < 0) {
+		st_error("cannot create output directory %s: %s", job->out_dir, strerror(errno));
+		goto stop;
+	}
+	if (metrics_path && mkdir_parent(metrics_path) < 0) {
+		st_error("cannot create the folder of %s: %s", metrics_path, strerror(errno));
+		goto stop;
+	}
+	if (st_topo_load(&topo, NULL) < 0 || st_cli_place(topo, job, rc_.place, 1) < 0) {
+		st_warn("topology unavailable: stage threads are not pinned");
+		rc_.pin = 0;
+	}
+	if (st_metrics_create(&rc_.metrics) < 0 || st_lr_create(&rc_.model, job, rc_.metrics) < 0) {
+		st_error("cannot create the model: out of memory");
+		goto stop;
+	}
+
+	st_info("%s: training on %d file%s (%s), %d epoch%s, batch %d, minibatch %d, "
+		"%d read / %d train threads",
+		job->name, job->train.n_paths, job->train.n_paths == 1 ? "" : "s",
+		job->train.format, job->epochs, job->epochs == 1 ? "" : "s",
+		job->batch_size, job->minibatch, job->read.threads, job->train_stage.threads);
+	double secs = 0;
+	st_read_stats_t rs = { 0 };
+	if (run_pass(&rc_, &job->train, job->epochs, 0, metrics_path, tty, &secs, &rs) < 0)
+		goto stop;
+
+	double auc = 0, ll = 0;
+	uint64_t n = 0;
+	st_lr_progress(rc_.model, &auc, &ll, &n);
+	printf("%s: trained ", job->name);
+	print_count(stdout, n);
+	printf(" examples in %.2f s (", secs);
+	print_count(stdout, (uint64_t)((double)n / (secs > 0 ? secs : 1)));
+	printf(" ex/s)\n");
+	printf("  progressive  auc %.4f  logloss %.4f\n", auc, ll);
+	printf("  read         %llu rows, %llu bad records, %.1f MB\n",
+	       (unsigned long long)rs.rows, (unsigned long long)rs.bad, (double)rs.bytes / 1e6);
+	fflush(stdout);
+
+	if (job->has_eval) {
+		st_lr_reset_eval(rc_.model);
+		st_read_stats_t es = { 0 };
+		if (run_pass(&rc_, &job->eval, 1, 1, NULL, 0, &secs, &es) < 0)
+			goto stop;
+		double calib = 0;
+		if (st_lr_eval_result(rc_.model, &auc, &ll, &calib, &n) == 0)
+			printf("  eval         auc %.4f  logloss %.4f  calibration %.3f  (%llu examples)\n",
+			       auc, ll, calib, (unsigned long long)n);
+	}
+	ec = ST_EXIT_OK;
+stop:
+	signals_stop();
+	if (sig.interrupted && ec == ST_EXIT_FAILED)
+		fprintf(stderr, "strata: stopped by signal; no batch was left behind\n");
+	st_lr_destroy(rc_.model);
+	st_metrics_destroy(rc_.metrics);
+	st_topo_destroy(topo);
+done:
+	st_job_free(job);
+	free(o.sets);
+	return ec;
+}
+
+int st_cmd_check(int argc, char **argv)
+{
+	st_cli_opts_t o;
+	int ec = st_cli_parse(argc, argv, "check", "job,set,verbose", &o);
+	if (ec) {
+		free(o.sets);
+		return ec;
+	}
+	st_job_t *job = NULL;
+	ec = st_cli_load_job(&o, 1, &job);
+	if (ec == ST_EXIT_OK) {
+		if (o.verbose)
+			st_job_dump(job, stdout);
+		printf("%s: ok (job '%s')\n", o.job_path, job->name);
+	}
+	st_job_free(job);
+	free(o.sets);
+	return ec;
+}
+
+static void print_dot(const st_job_t *job, const st_place_req_t *place)
+{
+	printf("digraph \"%s\" {\n  rankdir=LR;\n  node [shape=box];\n", job->name);
+	for (int i = 0; i < ST_CLI_NSTAGES; i++) {
+		const st_stage_cfg_t *c = st_cli_stage_cfg(job, i);
+		printf("  %s [label=\"%s\\n%d thread%s\\npackage %d%s%s\"];\n",
+		       st_cli_stage_names[i], st_cli_stage_names[i], c->threads,
+		       c->threads == 1 ? "" : "s", place[i].package,
+		       place[i].device[0] ? "\\nnear " : "", place[i].device);
+		if (i > 0)
+			printf("  %s -> %s [label=\"queue %d\"];\n", st_cli_stage_names[i - 1],
+			       st_cli_stage_names[i], c->queue);
+	}
+	printf("}\n");
+}
+
+int st_cmd_plan(int argc, char **argv)
+{
+	st_cli_opts_t o;
+	int ec = st_cli_parse(argc, argv, "plan", "job,set,topology,dot,verbose", &o);
+	if (ec) {
+		free(o.sets);
+		return ec;
+	}
+	st_job_t *job = NULL;
+	st_topo_t *topo = NULL;
+	st_graph_t *g = NULL;
+	st_place_req_t place[ST_CLI_NSTAGES];
+	if ((ec = st_cli_load_job(&o, 0, &job)) != ST_EXIT_OK)
+		goto out;
+	ec = ST_EXIT_USAGE;
+	int rc = st_topo_load(&topo, o.topology);
+	if (rc < 0) {
+		fprintf(stderr, "strata plan: cannot load topology %s: %s\n",
+			o.topology ? o.topology : "of this machine", st_strerror(rc));
+		goto out;
+	}
+	if (st_cli_place(topo, job, place, o.topology == NULL) < 0) {
+		fprintf(stderr, "strata plan: placement failed (see above)\n");
+		goto out;
+	}
+	if (o.dot) {
+		print_dot(job, place);
+		ec = ST_EXIT_OK;
+		goto out;
+	}
+	printf("job %s (%s)\n\n", job->name, job->file);
+	printf("topology%s%s: %d package%s, %d cores\n", o.topology ? " " : "",
+	       o.topology ? o.topology : " (this machine)", st_topo_npackages(topo),
+	       st_topo_npackages(topo) == 1 ? "" : "s", st_topo_ncores(topo));
+	if (o.verbose)
+		st_topo_print(topo, stdout);
+	if (build_graph(&g, job, place, 1, NULL, NULL) < 0) {
+		fprintf(stderr, "strata plan: cannot compile the graph\n");
+		goto out;
+	}
+	printf("\ngraph:\n");
+	st_graph_print(g, stdout);
+	printf("\nplacement:\n");
+	for (int i = 0; i < ST_CLI_NSTAGES; i++) {
+		printf("  %-6s package %d%s%s%s  cpus", st_cli_stage_names[i], place[i].package,
+		       place[i].device[0] ? "  near " : "", place[i].device,
+		       place[i].near && strcmp(place[i].near, "auto") ? "" : "");
+		for (int t = 0; t < place[i].n_threads && t < 64; t++)
+			printf(" %d", place[i].cpus[t]);
+		printf("\n");
+	}
+	ec = ST_EXIT_OK;
+out:
+	st_graph_destroy(g);
+	st_topo_destroy(topo);
+	st_job_free(job);
+	free(o.sets);
+	return ec;
+}

@@ -1,0 +1,223 @@
+/*
+ * job.c — the job IR's own functions: freeing, sync parameter lookup, path
+ * expansion and a printable dump. Plain C; no Lua here, so cli/ and ops/ can
+ * use the IR without a Lua state.
+ *
+ * Invariant: every string and array a st_job_t points to was allocated with
+ * malloc by lang/ and is owned by the job; st_job_free releases all of it.
+ */
+#include "lang/job.h"
+#include "lang/lang.h"
+#include "lang/lang_internal.h"
+#include "runtime/err.h"
+
+#include <glob.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void free_strv(char **v, int n)
+{
+	if (!v)
+		return;
+	for (int i = 0; i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
+static void source_fini(st_source_t *s)
+{
+	free(s->format);
+	free_strv(s->paths, s->n_paths);
+	free_strv(s->globs, s->n_globs);
+	free(s->col_kind);
+}
+
+void st_job_free(st_job_t *job)
+{
+	if (!job)
+		return;
+	free(job->name);
+	free(job->file);
+	source_fini(&job->train);
+	source_fini(&job->eval);
+	free(job->model.type);
+	free(job->model.optimizer);
+	free(job->model.dense_transform);
+	st_stage_cfg_t *stages[] = { &job->read, &job->pull, &job->train_stage, &job->push, &job->dump };
+	for (size_t i = 0; i < sizeof(stages) / sizeof(stages[0]); i++)
+		free(stages[i]->near);
+	free(job->ssd_path);
+	free(job->sync.name);
+	free_strv(job->sync.keys, job->sync.n_params);
+	free_strv(job->sync.strs, job->sync.n_params);
+	free(job->sync.vals);
+	free(job->out_dir);
+	free(job->metrics_path);
+	free(job->gen.dir);
+	free(job);
+}
+
+double st_job_sync_param(const st_job_t *job, const char *key, double def)
+{
+	for (int i = 0; i < job->sync.n_params; i++)
+		if (job->sync.keys[i] && !strcmp(job->sync.keys[i], key))
+			return job->sync.vals[i];
+	return def;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int st__job_expand(st_source_t *src, int log)
+{
+	int cap = 16, n = 0;
+	char **paths = st_xcalloc((size_t)cap, sizeof(char *));
+	for (int i = 0; i < src->n_globs; i++) {
+		glob_t g;
+		memset(&g, 0, sizeof(g));
+		if (glob(src->globs[i], 0, NULL, &g) == 0) {
+			for (size_t k = 0; k < g.gl_pathc; k++) {
+				if (n == cap) {
+					cap *= 2;
+					char **np = realloc(paths, (size_t)cap * sizeof(char *));
+					if (!np)
+						st_die("out of memory expanding data paths");
+					paths = np;
+				}
+				paths[n++] = st_xstrdup(g.gl_pathv[k]);
+			}
+		}
+		globfree(&g);
+	}
+	if (n == 0) {
+		free(paths);
+		if (log) {
+			for (int i = 0; i < src->n_globs; i++)
+				st_error("data path '%s' matches no file", src->globs[i]);
+		}
+		return ST_ENOENT;
+	}
+	/* Several globs may match the same file; read it once. */
+	qsort(paths, (size_t)n, sizeof(char *), cmp_str);
+	int w = 0;
+	for (int i = 0; i < n; i++) {
+		if (w > 0 && !strcmp(paths[w - 1], paths[i]))
+			free(paths[i]);
+		else
+			paths[w++] = paths[i];
+	}
+	free_strv(src->paths, src->n_paths);
+	src->paths = paths;
+	src->n_paths = w;
+	return ST_OK;
+}
+
+int st_job_expand_paths(st_source_t *src)
+{
+	return st__job_expand(src, 1);
+}
+
+/* Prints a string field, or (none) for NULL, quoted so that spaces show. */
+static void put_str(FILE *f, const char *key, const char *v)
+{
+	if (v)
+		fprintf(f, "%s = \"%s\"\n", key, v);
+	else
+		fprintf(f, "%s = (none)\n", key);
+}
+
+static void dump_source(FILE *f, const char *pre, const st_source_t *s)
+{
+	static const char *const kinds[] = { "ignore", "label", "dense", "cat" };
+	char k[64];
+	snprintf(k, sizeof(k), "%s.format", pre);
+	put_str(f, k, s->format);
+	for (int i = 0; i < s->n_globs; i++)
+		fprintf(f, "%s.globs[%d] = \"%s\"\n", pre, i + 1, s->globs[i]);
+	for (int i = 0; i < s->n_paths; i++)
+		fprintf(f, "%s.paths[%d] = \"%s\"\n", pre, i + 1, s->paths[i]);
+	fprintf(f, "%s.on_bad_record = %s\n", pre, s->on_bad == ST_BAD_FAIL ? "fail" : "skip");
+	fprintf(f, "%s.max_report = %d\n", pre, s->max_report);
+	fprintf(f, "%s.limit = %" PRId64 "\n", pre, s->limit);
+	if (s->format && !strcmp(s->format, "csv")) {
+		fprintf(f, "%s.sep = \"%c\"\n", pre, s->sep);
+		fprintf(f, "%s.header = %s\n", pre, s->header ? "true" : "false");
+		for (int i = 0; i < s->n_cols; i++)
+			fprintf(f, "%s.columns[%d] = %s\n", pre, i + 1,
+				s->col_kind[i] < 4 ? kinds[s->col_kind[i]] : "?");
+	}
+	fprintf(f, "%s.n_dense = %d\n", pre, s->n_dense);
+	fprintf(f, "%s.n_slots = %d\n", pre, s->n_slots);
+}
+
+static void dump_stage(FILE *f, const char *name, const st_stage_cfg_t *c)
+{
+	fprintf(f, "stages.%s.%s = %d\n", name, strcmp(name, "train") ? "threads" : "workers",
+		c->threads);
+	fprintf(f, "stages.%s.queue = %d\n", name, c->queue);
+	char k[64];
+	snprintf(k, sizeof(k), "stages.%s.near", name);
+	put_str(f, k, c->near);
+}
+
+int st_job_dump(const st_job_t *job, FILE *f)
+{
+	put_str(f, "name", job->name);
+	put_str(f, "file", job->file);
+	fprintf(f, "seed = %" PRIu64 "\n", job->seed);
+	fprintf(f, "epochs = %d\n", job->epochs);
+	dump_source(f, "data.train", &job->train);
+	if (job->has_eval)
+		dump_source(f, "data.eval", &job->eval);
+	else
+		fprintf(f, "data.eval = (none)\n");
+	if (job->gen.enabled) {
+		put_str(f, "data.generate.dir", job->gen.dir);
+		fprintf(f, "data.generate.rows = %" PRId64 "\n", job->gen.rows);
+		fprintf(f, "data.generate.eval_rows = %" PRId64 "\n", job->gen.eval_rows);
+		fprintf(f, "data.generate.files = %d\n", job->gen.files);
+		fprintf(f, "data.generate.zipf = %g\n", job->gen.zipf);
+		fprintf(f, "data.generate.vocab = %" PRIu64 "\n", job->gen.vocab);
+		fprintf(f, "data.generate.seed = %" PRIu64 "\n", job->gen.seed);
+	} else {
+		fprintf(f, "data.generate = (none)\n");
+	}
+	const st_model_cfg_t *m = &job->model;
+	put_str(f, "model.type", m->type);
+	fprintf(f, "model.emb_dim = %d\n", m->emb_dim);
+	fprintf(f, "model.hidden = {");
+	for (int i = 0; i < m->n_hidden; i++)
+		fprintf(f, "%s%d", i ? ", " : "", m->hidden[i]);
+	fprintf(f, "}\n");
+	put_str(f, "model.optimizer", m->optimizer);
+	fprintf(f, "model.optimizer.lr = %g\n", m->lr);
+	fprintf(f, "model.optimizer.lr_dense = %g\n", m->lr_dense);
+	fprintf(f, "model.optimizer.init_accum = %g\n", m->init_accum);
+	fprintf(f, "model.l2 = %g\n", m->l2);
+	put_str(f, "model.dense_transform", m->dense_transform);
+	fprintf(f, "stages.read.batch_size = %d\n", job->batch_size);
+	fprintf(f, "stages.train.minibatch = %d\n", job->minibatch);
+	dump_stage(f, "read", &job->read);
+	dump_stage(f, "pull", &job->pull);
+	dump_stage(f, "train", &job->train_stage);
+	dump_stage(f, "push", &job->push);
+	dump_stage(f, "dump", &job->dump);
+	fprintf(f, "storage.mem = %" PRIu64 "\n", job->mem_bytes);
+	put_str(f, "storage.ssd.path", job->ssd_path);
+	fprintf(f, "storage.ssd.budget = %" PRIu64 "\n", job->ssd_bytes);
+	put_str(f, "sync", job->sync.name);
+	for (int i = 0; i < job->sync.n_params; i++) {
+		if (job->sync.strs[i])
+			fprintf(f, "sync.%s = \"%s\"\n", job->sync.keys[i], job->sync.strs[i]);
+		else
+			fprintf(f, "sync.%s = %g\n", job->sync.keys[i], job->sync.vals[i]);
+	}
+	put_str(f, "output.dir", job->out_dir);
+	put_str(f, "output.metrics", job->metrics_path);
+	fprintf(f, "output.progress = %g\n", job->progress_secs);
+	return ferror(f) ? ST_EIO : ST_OK;
+}

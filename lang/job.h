@@ -1,0 +1,118 @@
+/*
+ * job.h — the job IR: a validated, plain-C description of one job file.
+ *
+ * lang/ builds it from the Lua table returned by the job file (after every
+ * check passed and every --set override was applied); cli/ and ops/ read it.
+ * All strings and arrays are owned by the job and freed by st_job_free.
+ */
+#ifndef ST_JOB_H
+#define ST_JOB_H
+
+#include <stdint.h>
+
+enum st_bad_policy { ST_BAD_SKIP = 0, ST_BAD_FAIL = 1 };
+enum st_col_kind { ST_COL_IGNORE = 0, ST_COL_LABEL, ST_COL_DENSE, ST_COL_CAT };
+
+/* One data source (train or eval). */
+typedef struct st_source {
+	char *format;          /* "criteo" | "libsvm" | "csv" */
+	char **paths;          /* files matched by the job's globs, sorted; n_paths >= 1 */
+	int n_paths;
+	char **globs;          /* the job's path patterns, as written (n_globs >= 1);
+				  st_job_expand_paths re-runs them. Until the files exist
+				  (data.generate makes them, or check_paths was 0),
+				  paths holds these patterns themselves. */
+	int n_globs;
+	int on_bad;            /* enum st_bad_policy */
+	int max_report;        /* bad records reported in full (default 5) */
+	int64_t limit;         /* read at most this many rows; -1 = all */
+	/* CSV schema (format == "csv"): one entry per column */
+	char sep;              /* field separator, default ',' */
+	int header;            /* 1: first line is a header and is skipped */
+	int n_cols;
+	uint8_t *col_kind;     /* enum st_col_kind per column */
+	/* Derived shape: dense features and categorical slots per example.
+	 * criteo: 13 / 26; libsvm: 0 / n_slots (job's `slots`, default 1); csv: from schema. */
+	int n_dense;
+	int n_slots;
+} st_source_t;
+
+/* Settings of one pipeline stage. */
+typedef struct st_stage_cfg {
+	int threads;           /* >= 1 */
+	int queue;             /* input queue capacity, >= 1 */
+	char *near;            /* placement hint: NULL/"auto", a device class
+			          ("disk", "gpu", "net"), or an OS device name */
+} st_stage_cfg_t;
+
+typedef struct st_model_cfg {
+	char *type;            /* "lr" now; "dnn", "wdl", "deepfm", "dlrm" validated names */
+	int emb_dim;           /* embedding dimension (lr: 1) */
+	int n_hidden;
+	int hidden[16];        /* MLP layer sizes */
+	char *optimizer;       /* "adagrad" | "sgd" | "adam" | "ftrl" */
+	double lr;             /* sparse learning rate, > 0 */
+	double lr_dense;       /* dense learning rate, > 0 */
+	double l2;             /* >= 0 */
+	double init_accum;     /* AdaGrad initial accumulator, > 0 */
+	char *dense_transform; /* "log1p" (default) | "none" */
+} st_model_cfg_t;
+
+/* Sync policy: a name plus numeric parameters kept as key/value pairs. */
+typedef struct st_sync_cfg {
+	char *name;            /* "allreduce", "async", "hop_bs", "bsp", "hop_bw",
+				  "gba", "kstep", "shadow", "hybrid" */
+	int n_params;
+	char **keys;
+	double *vals;          /* numeric value of each key */
+	char **strs;           /* string value of each key, or NULL */
+} st_sync_cfg_t;
+
+typedef struct st_job {
+	char *name;
+	char *file;            /* path of the job file */
+	uint64_t seed;
+	int epochs;            /* passes over the train source, >= 1 */
+
+	st_source_t train;
+	int has_eval;
+	st_source_t eval;
+
+	st_model_cfg_t model;
+
+	int batch_size;        /* examples per batch, >= 1 */
+	int minibatch;         /* examples per optimizer step, >= 1, <= batch_size */
+	/* Stage settings. The train stage is `train_stage` because `train` is
+	 * the train data source above (its threads = the job's `workers`). */
+	st_stage_cfg_t read, pull, train_stage, push, dump;
+
+	uint64_t mem_bytes;    /* host-tier budget; 0 = unlimited */
+	char *ssd_path;        /* NULL: no SSD tier */
+	uint64_t ssd_bytes;
+
+	st_sync_cfg_t sync;
+
+	char *out_dir;         /* output directory (checkpoints, exports); NULL = none */
+	char *metrics_path;    /* JSON-lines metrics file; NULL = none */
+	double progress_secs;  /* seconds between progress lines (default 1) */
+
+	/* Synthetic data: if non-NULL, `strata run` generates the train (and eval)
+	 * data with these settings when the files are absent. */
+	struct {
+		int enabled;
+		char *dir;
+		int64_t rows, eval_rows;
+		int files;
+		uint64_t seed;
+		double zipf;
+		uint64_t vocab;
+	} gen;
+} st_job_t;
+
+/* Frees everything the job owns, and the job. Safe on NULL. */
+void st_job_free(st_job_t *job);
+
+/* Looks up a numeric sync parameter; returns def when absent. */
+double st_job_sync_param(const st_job_t *job, const char *key, double def);
+
+#endif

@@ -1,0 +1,95 @@
+/*
+ * gen.h — synthetic Criteo-like click data with a known ground truth.
+ *
+ * Every row is a pure function of (seed, row index): a counter-based RNG keyed
+ * by both drives it, so rows can be produced in any order, by any number of
+ * threads, and the output is byte-identical. Train rows are indices
+ * 0 .. rows-1; eval rows are ST_GEN_EVAL_BASE + 0 .. eval_rows-1 (a disjoint
+ * stream from the same distribution, independent of `rows`).
+ *
+ * Model of a row:
+ *   - 26 categorical slots: value index v ~ Zipf(zipf) over [0, vocab)
+ *     (Hörmann's rejection-inversion: no tables, so vocab may be 1e9); the
+ *     printed value is 8 lowercase hex digits of hash(seed, slot, v); each
+ *     (slot, v) has a hidden weight N(0, sigma_slot) from hash(seed, slot, v).
+ *     Some slots carry signal, some are noise; each slot is missing (empty
+ *     field) with a small per-slot probability.
+ *   - 13 integer fields I1..I13: log-normal counts driven by a per-row latent,
+ *     sometimes missing, I2 sometimes negative (as in Criteo); they add a
+ *     hidden linear term on log1p(max(x, 0)).
+ *   - label ~ Bernoulli(sigmoid(b0 + sum of weights + dense term)), with b0
+ *     calibrated (on a fixed sample) so the positive rate is about 0.25.
+ */
+#ifndef ST_GEN_H
+#define ST_GEN_H
+
+#include <stdint.h>
+
+#include "runtime/batch.h"
+
+#define ST_GEN_N_DENSE 13
+#define ST_GEN_N_CAT 26
+#define ST_GEN_EVAL_BASE (UINT64_C(1) << 62)
+
+typedef struct st_gen_opts {
+	const char *dir;     /* output directory (st_gen_write only) */
+	int64_t rows;        /* train rows */
+	int64_t eval_rows;   /* eval rows (eval.tsv), 0 = none */
+	int files;           /* train files, >= 1 */
+	uint64_t seed;
+	double zipf;         /* Zipf exponent, > 0 (1.1 is Criteo-like) */
+	uint64_t vocab;      /* distinct values per slot, >= 1 */
+	int threads;         /* writer threads; <= 0: one per online CPU */
+} st_gen_opts_t;
+
+/* One generated row, before it is printed. */
+typedef struct st_gen_row {
+	int label;                        /* 0 or 1 */
+	double logit;                     /* true logit: the Bayes-optimal score */
+	uint32_t dense_missing;           /* bit j set: I(j+1) is an empty field */
+	int64_t dense[ST_GEN_N_DENSE];    /* 0 where missing */
+	uint32_t cat_missing;             /* bit s set: C(s+1) is an empty field */
+	uint32_t cat[ST_GEN_N_CAT];       /* printed as %08x */
+	uint64_t cat_idx[ST_GEN_N_CAT];   /* Zipf value index (0 = most frequent) */
+} st_gen_row_t;
+
+typedef struct st_gen st_gen_t;
+
+/* Validates opts and calibrates b0 (a few ms). Returns ST_OK and *out, or
+ * ST_EINVAL (logged) / ST_ENOMEM. Caller destroys. The object is immutable
+ * after creation: every function below is thread-safe on it. opts->dir is
+ * not copied and not used by the object. */
+int st_gen_create(st_gen_t **out, const st_gen_opts_t *o);
+void st_gen_destroy(st_gen_t *g);
+
+/* Fills *r with row `row` (see the index spaces above). Thread-safe. */
+void st_gen_row(const st_gen_t *g, uint64_t row, st_gen_row_t *r);
+
+/* Formats row r as one Criteo TSV line (label, 13 ints, 26 hex values, 40
+ * tab-separated fields, '\n'-terminated) into buf, which must hold at least
+ * ST_GEN_MAX_LINE bytes. Returns the length written. */
+#define ST_GEN_MAX_LINE 640
+int st_gen_format(const st_gen_row_t *r, char *buf);
+
+/* Appends rows first_row .. first_row+n-1 to batch b (b->n + n <= b->cap,
+ * b->n_dense == 13, b->n_slots == 26): labels, dense values as floats (missing
+ * = 0), and one key per present slot made by st_read_key(slot, hex, 8) on the
+ * same 8 hex digits the files contain (key_val 1). Returns ST_OK, ST_EINVAL
+ * (shape), or ST_ENOMEM (key growth). Thread-safe on g; b is the caller's. */
+int st_gen_fill_batch(const st_gen_t *g, uint64_t first_row, st_batch_t *b,
+		      uint32_t n);
+
+/* Writes o->dir/train-00000.tsv .. train-<files-1>.tsv (rows split evenly
+ * and in order across files) and o->dir/eval.tsv when eval_rows > 0. Creates
+ * dir (and parents). Each file is written under a hidden temporary name and
+ * renamed when complete, so an interrupted or failed run never leaves a file
+ * that looks complete. Output is byte-identical for the same opts whatever
+ * o->threads is. progress (may be NULL) is called from one writer thread at a
+ * time, in order, with no lock held, after each chunk is written; rows_total
+ * counts train and eval rows. Returns ST_OK, ST_EINVAL, ST_ENOMEM, or ST_EIO
+ * with the path and reason logged. Not reentrant on the same dir. */
+int st_gen_write(const st_gen_opts_t *o,
+		 void (*progress)(int64_t rows_done, int64_t rows_total, void *arg),
+		 void *arg);
+
+#endif

@@ -1,0 +1,90 @@
+/*
+ * batch.c — allocation of columnar batches (see batch.h for the layout).
+ */
+#include "batch.h"
+#include "err.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int st_batch_create(st_batch_t **out, uint32_t cap, uint32_t n_dense,
+		    uint32_t n_slots, uint32_t key_cap)
+{
+	st_batch_t *b = calloc(1, sizeof *b);
+	if (!b)
+		return ST_ENOMEM;
+	b->cap = cap;
+	b->n_dense = n_dense;
+	b->n_slots = n_slots;
+	if (key_cap == 0)
+		key_cap = 64;
+	b->key_cap = key_cap;
+	b->labels = malloc(sizeof(float) * (cap ? cap : 1));
+	b->dense = calloc((size_t)cap * n_dense + 1, sizeof(float));
+	b->row_off = calloc((size_t)cap + 1, sizeof(uint32_t));
+	b->keys = malloc(sizeof(uint64_t) * key_cap);
+	b->key_slot = malloc(sizeof(uint16_t) * key_cap);
+	b->key_val = malloc(sizeof(float) * key_cap);
+	b->pred = calloc((size_t)cap + 1, sizeof(float));
+	if (!b->labels || !b->dense || !b->row_off || !b->keys || !b->key_slot ||
+	    !b->key_val || !b->pred) {
+		st_batch_destroy(b);
+		return ST_ENOMEM;
+	}
+	*out = b;
+	return ST_OK;
+}
+
+void st_batch_destroy(st_batch_t *b)
+{
+	if (!b)
+		return;
+	free(b->labels);
+	free(b->dense);
+	free(b->row_off);
+	free(b->keys);
+	free(b->key_slot);
+	free(b->key_val);
+	free(b->uniq);
+	free(b->key_idx);
+	free(b->rows);
+	free(b->pred);
+	free(b->aux);
+	free(b);
+}
+
+void st_batch_clear(st_batch_t *b)
+{
+	b->n = 0;
+	b->row_off[0] = 0;
+	b->n_uniq = 0;
+	b->eval = 0;
+}
+
+int st_batch_reserve_keys(st_batch_t *b, uint32_t extra)
+{
+	uint64_t need = (uint64_t)b->row_off[b->n] + extra;
+	if (need <= b->key_cap)
+		return ST_OK;
+	if (need > UINT32_MAX)
+		return ST_ENOMEM;
+	uint64_t nc = b->key_cap ? b->key_cap : 64;
+	while (nc < need)
+		nc *= 2;
+	if (nc > UINT32_MAX)
+		nc = UINT32_MAX;
+	uint64_t *k = realloc(b->keys, sizeof(uint64_t) * nc);
+	if (!k)
+		return ST_ENOMEM;
+	b->keys = k;
+	uint16_t *s = realloc(b->key_slot, sizeof(uint16_t) * nc);
+	if (!s)
+		return ST_ENOMEM;
+	b->key_slot = s;
+	float *v = realloc(b->key_val, sizeof(float) * nc);
+	if (!v)
+		return ST_ENOMEM;
+	b->key_val = v;
+	b->key_cap = (uint32_t)nc;
+	return ST_OK;
+}

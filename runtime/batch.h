@@ -1,0 +1,80 @@
+/*
+ * batch.h — the columnar batch that flows through the pipeline.
+ *
+ * A batch holds up to `cap` examples. Readers append rows; later stages add
+ * derived columns (unique keys, predictions). Layout:
+ *
+ *   labels   [n]                 float, 0 or 1 (or any real target)
+ *   dense    [n * n_dense]       float, row-major; a missing value is 0
+ *   row_off  [n + 1]             CSR offsets of each example's sparse keys
+ *   keys     [row_off[n]]        64-bit keys (xxh3 of slot and raw value)
+ *   key_slot [row_off[n]]        slot (field) index of each key
+ *   key_val  [row_off[n]]        value of each key (1 for categorical)
+ *
+ * Design note (see docs/design-notes.md): DESIGN.md says "sparse keys per slot
+ * in CSR form". Readers append whole rows, so strata keeps one example-major
+ * CSR with the slot of every key beside it. Per-slot pooling iterates an
+ * example's keys and adds each into its slot's accumulator, which gives the
+ * same result with one pass and no second transpose.
+ *
+ * Ownership: st_batch_create allocates, st_batch_destroy frees. A batch pushed
+ * into a queue belongs to the consumer. Not thread-safe: one stage thread owns
+ * a batch at a time.
+ */
+#ifndef ST_BATCH_H
+#define ST_BATCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct st_batch {
+	uint64_t seq;      /* 0-based batch number assigned by the read stage */
+	uint32_t n, cap;   /* examples held / capacity */
+	uint32_t n_dense;  /* dense features per example */
+	uint32_t n_slots;  /* categorical slots (fields) */
+	float *labels;
+	float *dense;
+	uint32_t *row_off;
+	uint64_t *keys;
+	uint16_t *key_slot;
+	float *key_val;
+	uint32_t key_cap;  /* capacity of keys/key_slot/key_val */
+
+	/* pull-sparse: unique keys of the batch and, per key occurrence, its index
+	 * into uniq (PERSIA's unique-ID + index layout). */
+	uint64_t *uniq;
+	uint32_t *key_idx;
+	uint32_t n_uniq;
+	void *rows;        /* store-specific handles for uniq[], set by pull */
+
+	/* train: prediction for each example (probability) */
+	float *pred;
+
+	/* Opaque per-stage scratch that later stages may attach; freed with
+	 * free() by st_batch_destroy when non-NULL. */
+	void *aux;
+	int eval;          /* nonzero: examples are scored, not trained on */
+} st_batch_t;
+
+/* Allocates a batch for cap examples with n_dense dense features and room for
+ * key_cap sparse keys (grown on demand by st_batch_reserve_keys). Returns
+ * ST_OK and *out, or ST_ENOMEM. The caller owns the batch. */
+int st_batch_create(st_batch_t **out, uint32_t cap, uint32_t n_dense,
+		    uint32_t n_slots, uint32_t key_cap);
+
+/* Frees the batch and every column (NULL is a no-op). */
+void st_batch_destroy(st_batch_t *b);
+
+/* Empties the batch for reuse (keeps its memory). */
+void st_batch_clear(st_batch_t *b);
+
+/* Ensures room for `extra` more keys after row_off[n]. ST_OK or ST_ENOMEM. */
+int st_batch_reserve_keys(st_batch_t *b, uint32_t extra);
+
+/* Total key occurrences in the batch. */
+static inline uint32_t st_batch_nkeys(const st_batch_t *b)
+{
+	return b->row_off[b->n];
+}
+
+#endif

@@ -1,0 +1,460 @@
+/*
+ * metrics.c — named job metrics and the progress reporter.
+ *
+ * Metrics: a fixed table of ST_METRICS_MAX (name, value) pairs under one
+ * mutex. Ops update a handful of values per batch, so a mutex is cheap
+ * enough and keeps set/add/get exact (a double cannot be added atomically
+ * without a CAS loop, which would buy nothing here). Entries are never
+ * removed, so registration order is stable.
+ *
+ * Progress: one thread, "st-progress-0", wakes every interval on a condition
+ * variable with a CLOCK_MONOTONIC deadline (so st_progress_stop is immediate,
+ * never a sleep away), takes a snapshot of the metrics and the graph's stage
+ * stats, and
+ *   - on a terminal, rewrites one status line with '\r' (ended with a newline
+ *     by st_progress_stop);
+ *   - with a JSON path, appends one JSON object per line; non-finite numbers
+ *     are written as null, since JSON has no NaN or Inf.
+ * Rates are per interval (delta over delta); the final record, written by
+ * st_progress_stop on the caller's thread after the reporter thread was
+ * joined, gives whole-run averages and "final":true.
+ *
+ * Locks: st_progress.mu (stop flag) and st_metrics.mu are never held
+ * together: the reporter drops mu before it snapshots the metrics.
+ */
+#include "metrics.h"
+
+#include "err.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NAME_MAX_LEN 64
+
+struct metric {
+	char name[NAME_MAX_LEN];
+	double v;
+};
+
+struct st_metrics {
+	pthread_mutex_t mu;
+	int n;
+	int overflow_logged;
+	struct metric m[ST_METRICS_MAX];
+};
+
+int st_metrics_create(st_metrics_t **out)
+{
+	st_metrics_t *m = calloc(1, sizeof *m);
+	*out = NULL;
+	if (!m)
+		return ST_ENOMEM;
+	pthread_mutex_init(&m->mu, NULL);
+	*out = m;
+	return ST_OK;
+}
+
+void st_metrics_destroy(st_metrics_t *m)
+{
+	if (!m)
+		return;
+	pthread_mutex_destroy(&m->mu);
+	free(m);
+}
+
+/* Index of name, creating it when create is set; -1 if absent or full.
+ * Called with mu held. */
+static int find_locked(st_metrics_t *m, const char *name, int create)
+{
+	for (int i = 0; i < m->n; i++)
+		if (!strcmp(m->m[i].name, name))
+			return i;
+	if (!create)
+		return -1;
+	if (m->n == ST_METRICS_MAX) {
+		if (!m->overflow_logged) {
+			m->overflow_logged = 1;
+			st_warn("metrics: more than %d names; \"%s\" and later new names are ignored",
+				ST_METRICS_MAX, name);
+		}
+		return -1;
+	}
+	snprintf(m->m[m->n].name, NAME_MAX_LEN, "%s", name);
+	m->m[m->n].v = 0.0;
+	return m->n++;
+}
+
+void st_metrics_set(st_metrics_t *m, const char *name, double v)
+{
+	pthread_mutex_lock(&m->mu);
+	int i = find_locked(m, name, 1);
+	if (i >= 0)
+		m->m[i].v = v;
+	pthread_mutex_unlock(&m->mu);
+}
+
+void st_metrics_add(st_metrics_t *m, const char *name, double dv)
+{
+	pthread_mutex_lock(&m->mu);
+	int i = find_locked(m, name, 1);
+	if (i >= 0)
+		m->m[i].v += dv;
+	pthread_mutex_unlock(&m->mu);
+}
+
+double st_metrics_get(const st_metrics_t *cm, const char *name, double def)
+{
+	st_metrics_t *m = (st_metrics_t *)cm; /* the lock is not part of the value */
+	pthread_mutex_lock(&m->mu);
+	int i = find_locked(m, name, 0);
+	double v = i >= 0 ? m->m[i].v : def;
+	pthread_mutex_unlock(&m->mu);
+	return v;
+}
+
+void st_metrics_foreach(const st_metrics_t *cm,
+			void (*fn)(const char *name, double v, void *arg), void *arg)
+{
+	/* Copy first: fn is a callback and must not run under our lock. */
+	st_metrics_t *m = (st_metrics_t *)cm;
+	struct metric copy[ST_METRICS_MAX];
+	pthread_mutex_lock(&m->mu);
+	int n = m->n;
+	memcpy(copy, m->m, sizeof copy[0] * (size_t)n);
+	pthread_mutex_unlock(&m->mu);
+	for (int i = 0; i < n; i++)
+		fn(copy[i].name, copy[i].v, arg);
+}
+
+/* ------------------------------------------------------------------ */
+/* Progress reporter                                                   */
+
+struct st_progress {
+	st_graph_t *g;
+	st_metrics_t *m;
+	double interval_s;
+	FILE *json;
+	int tty;
+	int nstages;
+	pthread_t tid;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int stop;
+	uint64_t t0_ns;
+	/* previous snapshot, for per-interval rates */
+	uint64_t prev_ns;
+	double prev_examples;
+	uint64_t *prev_busy;
+};
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* A growable text buffer; on allocation failure it just stops growing (a
+ * truncated progress line is better than a failed job). */
+struct sbuf {
+	char *p;
+	size_t len, cap;
+};
+
+static void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(struct sbuf *b, const char *fmt, ...)
+{
+	for (;;) {
+		va_list ap;
+		va_start(ap, fmt);
+		size_t room = b->cap - b->len;
+		int n = vsnprintf(b->p ? b->p + b->len : NULL, room, fmt, ap);
+		va_end(ap);
+		if (n < 0)
+			return;
+		if ((size_t)n < room) {
+			b->len += (size_t)n;
+			return;
+		}
+		size_t cap = b->cap ? b->cap * 2 : 512;
+		while (cap - b->len <= (size_t)n)
+			cap *= 2;
+		char *p = realloc(b->p, cap);
+		if (!p)
+			return;
+		b->p = p;
+		b->cap = cap;
+	}
+}
+
+static void sb_num(struct sbuf *b, double v)
+{
+	if (!isfinite(v))
+		sb_printf(b, "null");
+	else if (v == floor(v) && fabs(v) < 9.0e15)
+		sb_printf(b, "%.0f", v);
+	else
+		sb_printf(b, "%.6g", v);
+}
+
+static void sb_str(struct sbuf *b, const char *s)
+{
+	sb_printf(b, "\"");
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c == '"' || c == '\\')
+			sb_printf(b, "\\%c", c);
+		else if (c < 0x20)
+			sb_printf(b, "\\u%04x", c);
+		else
+			sb_printf(b, "%c", c);
+	}
+	sb_printf(b, "\"");
+}
+
+/* "1.20M", "250k", "12" */
+static void human(char *out, size_t n, double v)
+{
+	if (!isfinite(v))
+		snprintf(out, n, "-");
+	else if (v >= 1e9)
+		snprintf(out, n, "%.2fG", v / 1e9);
+	else if (v >= 1e6)
+		snprintf(out, n, "%.2fM", v / 1e6);
+	else if (v >= 1e4)
+		snprintf(out, n, "%.0fk", v / 1e3);
+	else if (v >= 1e3)
+		snprintf(out, n, "%.1fk", v / 1e3);
+	else
+		snprintf(out, n, "%.0f", v);
+}
+
+struct json_metrics_arg {
+	struct sbuf *b;
+	int first;
+};
+
+static void json_metric(const char *name, double v, void *arg)
+{
+	struct json_metrics_arg *a = arg;
+	if (!a->first)
+		sb_printf(a->b, ",");
+	a->first = 0;
+	sb_str(a->b, name);
+	sb_printf(a->b, ":");
+	sb_num(a->b, v);
+}
+
+static void tty_metric(const char *name, double v, void *arg)
+{
+	static const char *known[] = { "examples", "loss", "auc", "bad_records" };
+	for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+		if (!strcmp(name, known[i]))
+			return;
+	sb_printf(arg, "  %s %.4g", name, v);
+}
+
+/* Takes a snapshot and emits it. final: whole-run rates, "final":true and a
+ * newline after the terminal line. Runs on the reporter thread, or on the
+ * stopping thread once the reporter is joined, never both at once. */
+static void report(st_progress_t *p, int final)
+{
+	uint64_t now = mono_ns();
+	double t = (double)(now - p->t0_ns) / 1e9;
+	double ex = st_metrics_get(p->m, "examples", 0.0);
+	uint64_t base_ns = final ? p->t0_ns : p->prev_ns;
+	double dt = (double)(now - base_ns) / 1e9;
+	double dex = ex - (final ? 0.0 : p->prev_examples);
+	double rate = dt > 0 ? dex / dt : NAN;
+	double loss = st_metrics_get(p->m, "loss", NAN);
+	double auc = st_metrics_get(p->m, "auc", NAN);
+
+	st_stage_stats_t *ss = NULL;
+	double *busy = NULL;
+	if (p->nstages > 0) {
+		ss = calloc((size_t)p->nstages, sizeof *ss);
+		busy = calloc((size_t)p->nstages, sizeof *busy);
+		if (!ss || !busy) {
+			free(ss);
+			free(busy);
+			return;
+		}
+	}
+	for (int i = 0; i < p->nstages; i++) {
+		st_graph_stage_stats(p->g, i, &ss[i]);
+		uint64_t db = ss[i].busy_ns - (final ? 0 : p->prev_busy[i]);
+		busy[i] = dt > 0 ? 100.0 * (double)db / (dt * 1e9 * ss[i].n_threads) : NAN;
+		p->prev_busy[i] = ss[i].busy_ns;
+	}
+	p->prev_ns = now;
+	p->prev_examples = ex;
+
+	if (p->tty) {
+		struct sbuf b = { 0 };
+		char hex[16], hrate[16];
+		human(hex, sizeof hex, ex);
+		human(hrate, sizeof hrate, rate);
+		sb_printf(&b, "\r%7.1fs  %s ex  %s ex/s", t, hex, hrate);
+		if (isfinite(loss))
+			sb_printf(&b, "  loss %.4f", loss);
+		if (isfinite(auc))
+			sb_printf(&b, "  auc %.4f", auc);
+		st_metrics_foreach(p->m, tty_metric, &b);
+		if (p->nstages > 0) {
+			sb_printf(&b, " |");
+			for (int i = 0; i < p->nstages; i++)
+				sb_printf(&b, " %s %.0f%%", ss[i].name,
+					  isfinite(busy[i]) ? busy[i] : 0.0);
+			if (p->nstages > 1) {
+				sb_printf(&b, " | q");
+				for (int i = 1; i < p->nstages; i++)
+					sb_printf(&b, " %d/%d", ss[i].queue_depth,
+						  ss[i].queue_cap);
+			}
+		}
+		/* Erase what a longer previous line left behind. */
+		sb_printf(&b, "\033[K%s", final ? "\n" : "");
+		if (b.p) {
+			ssize_t w = write(2, b.p, b.len);
+			(void)w;
+		}
+		free(b.p);
+	}
+
+	if (p->json) {
+		struct sbuf b = { 0 };
+		sb_printf(&b, "{\"t\":");
+		sb_num(&b, t);
+		sb_printf(&b, ",\"examples\":");
+		sb_num(&b, ex);
+		sb_printf(&b, ",\"ex_per_s\":");
+		sb_num(&b, rate);
+		sb_printf(&b, ",\"metrics\":{");
+		struct json_metrics_arg a = { &b, 1 };
+		st_metrics_foreach(p->m, json_metric, &a);
+		sb_printf(&b, "},\"stages\":[");
+		for (int i = 0; i < p->nstages; i++) {
+			sb_printf(&b, "%s{\"name\":", i ? "," : "");
+			sb_str(&b, ss[i].name);
+			sb_printf(&b, ",\"threads\":%d,\"items\":%llu,\"busy_pct\":",
+				  ss[i].n_threads, (unsigned long long)ss[i].items);
+			sb_num(&b, busy[i]);
+			sb_printf(&b, ",\"wait_s\":");
+			sb_num(&b, (double)ss[i].wait_ns / 1e9);
+			sb_printf(&b, ",\"queue_depth\":%d,\"queue_cap\":%d}",
+				  ss[i].queue_depth, ss[i].queue_cap);
+		}
+		sb_printf(&b, "]%s}\n", final ? ",\"final\":true" : "");
+		if (b.p) {
+			fwrite(b.p, 1, b.len, p->json);
+			/* Readers (strata report, tail -f) see whole lines. */
+			fflush(p->json);
+		}
+		free(b.p);
+	}
+	free(ss);
+	free(busy);
+}
+
+static void *progress_main(void *arg)
+{
+	st_progress_t *p = arg;
+	pthread_setname_np(pthread_self(), "st-progress-0");
+	uint64_t step = (uint64_t)(p->interval_s * 1e9);
+	uint64_t next = p->t0_ns + step;
+	pthread_mutex_lock(&p->mu);
+	while (!p->stop) {
+		struct timespec dl = { .tv_sec = (time_t)(next / 1000000000u),
+				       .tv_nsec = (long)(next % 1000000000u) };
+		int rc = pthread_cond_timedwait(&p->cv, &p->mu, &dl);
+		if (p->stop)
+			break;
+		if (rc != ETIMEDOUT)
+			continue;  /* spurious wakeup: keep the same deadline */
+		pthread_mutex_unlock(&p->mu);
+		report(p, 0);
+		pthread_mutex_lock(&p->mu);
+		/* Fixed ticks that never drift; skip ticks missed while slow. */
+		uint64_t now = mono_ns();
+		do
+			next += step;
+		while (next <= now);
+	}
+	pthread_mutex_unlock(&p->mu);
+	return NULL;
+}
+
+int st_progress_start(st_progress_t **out, st_graph_t *g, st_metrics_t *m,
+		      double interval_s, const char *json_path, int tty)
+{
+	*out = NULL;
+	if (!m || !(interval_s > 0) || interval_s > 1e6)
+		return ST_EINVAL;
+	st_progress_t *p = calloc(1, sizeof *p);
+	if (!p)
+		return ST_ENOMEM;
+	p->g = g;
+	p->m = m;
+	p->interval_s = interval_s;
+	p->tty = tty;
+	p->nstages = g ? st_graph_nstages(g) : 0;
+	p->prev_busy = calloc((size_t)p->nstages + 1, sizeof *p->prev_busy);
+	if (!p->prev_busy) {
+		free(p);
+		return ST_ENOMEM;
+	}
+	if (json_path) {
+		p->json = fopen(json_path, "w");
+		if (!p->json) {
+			int e = errno;
+			st_error("metrics: cannot open %s for writing: %s", json_path,
+				 strerror(e));
+			free(p->prev_busy);
+			free(p);
+			return ST_EIO;
+		}
+	}
+	pthread_mutex_init(&p->mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&p->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	p->t0_ns = p->prev_ns = mono_ns();
+	int rc = pthread_create(&p->tid, NULL, progress_main, p);
+	if (rc != 0) {
+		if (p->json)
+			fclose(p->json);
+		pthread_cond_destroy(&p->cv);
+		pthread_mutex_destroy(&p->mu);
+		free(p->prev_busy);
+		free(p);
+		return -rc;
+	}
+	*out = p;
+	return ST_OK;
+}
+
+void st_progress_stop(st_progress_t *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->mu);
+	p->stop = 1;
+	pthread_cond_signal(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+	pthread_join(p->tid, NULL);
+	report(p, 1);
+	if (p->json && fclose(p->json) != 0)
+		st_warn("metrics: error closing the metrics file: %s", strerror(errno));
+	pthread_cond_destroy(&p->cv);
+	pthread_mutex_destroy(&p->mu);
+	free(p->prev_busy);
+	free(p);
+}

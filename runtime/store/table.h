@@ -1,0 +1,79 @@
+/*
+ * table.h — the host-tier embedding table: uint64 key -> row of floats.
+ *
+ * A sharded concurrent hash table. A key's shard comes from a hash of the key;
+ * each shard has its own mutex, an open-addressing index key -> row number,
+ * and a slab of rows in fixed-size chunks that never move, so a row pointer
+ * stays valid for the table's life. A row is
+ *
+ *   float emb[dim] | float state[state_dim] | uint32 last_step | uint32 freq
+ *
+ * New rows are initialized from (seed, key) only — emb uniform in
+ * [-init_scale, init_scale), state = state_init — so their values never
+ * depend on thread timing or insertion order.
+ *
+ * Library-grade: includes nothing but the C library (and err.h codes).
+ * Thread-safety: every function is thread-safe except create/destroy. The
+ * table guards its index; the floats of a row are the caller's to
+ * synchronize (Hogwild callers use relaxed atomics on them).
+ */
+#ifndef ST_TABLE_H
+#define ST_TABLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct st_table st_table_t;
+
+typedef struct st_table_opts {
+	uint32_t dim;         /* embedding floats per row, >= 1 */
+	uint32_t state_dim;   /* optimizer-state floats per row, >= 0 */
+	uint64_t seed;        /* initialization seed */
+	float init_scale;     /* emb ~ U[-init_scale, init_scale); 0 = zeros */
+	float state_init;     /* initial value of every state float */
+	uint32_t n_shards;    /* power of two; 0 = 64 */
+} st_table_opts_t;
+
+/* Per-row metadata, right after the floats of a row. */
+typedef struct st_table_meta {
+	uint32_t last_step;   /* step of the last get_or_create */
+	uint32_t freq;        /* number of get_or_create calls (saturating) */
+} st_table_meta_t;
+
+/* Creates an empty table. ST_OK and *out; ST_EINVAL for bad opts; ST_ENOMEM.
+ * The caller destroys it. */
+int st_table_create(st_table_t **out, const st_table_opts_t *o);
+
+/* Frees the table and every row (NULL-safe). No other call may run. */
+void st_table_destroy(st_table_t *t);
+
+/* Finds the row of key, creating and initializing it when absent; records
+ * step in last_step and counts freq. *row points to the row's first float and
+ * stays valid until st_table_destroy. Returns 1 if the row was created, 0 if
+ * it existed, ST_ENOMEM. Thread-safe; for one key exactly one concurrent
+ * caller gets 1. */
+int st_table_get_or_create(st_table_t *t, uint64_t key, uint32_t step, float **row);
+
+/* The row of key, or NULL if absent. Does not touch metadata. Thread-safe. */
+float *st_table_find(st_table_t *t, uint64_t key);
+
+/* Metadata of a row returned by this table (reads/writes with __atomic). */
+st_table_meta_t *st_table_meta(const st_table_t *t, float *row);
+
+/* Number of rows. Thread-safe (may lag concurrent inserts). */
+uint64_t st_table_size(const st_table_t *t);
+
+/* Floats per row (dim + state_dim). */
+uint32_t st_table_row_floats(const st_table_t *t);
+
+/* Memory per row, including metadata, index slots and chunk slack at the
+ * table's current fill (bytes of all allocations / rows; row stride when
+ * empty). Thread-safe, approximate under concurrent inserts. */
+size_t st_table_row_bytes(const st_table_t *t);
+
+/* Calls fn(key, row, arg) for every row, shard by shard with that shard's
+ * lock held: fn must not call back into the table. Order is unspecified. */
+void st_table_foreach(st_table_t *t, void (*fn)(uint64_t key, float *row, void *arg),
+		      void *arg);
+
+#endif

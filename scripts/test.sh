@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Runs strata's test suite: every unit and end-to-end test on a plain build,
+# again under AddressSanitizer + UndefinedBehaviorSanitizer, the concurrency
+# tests under ThreadSanitizer, and each reader fuzzer for a bounded number of
+# runs. Ends with one line "N passed, N failed[, N skipped]".
+#
+#   scripts/test.sh           everything (what CI runs)
+#   scripts/test.sh --quick   the plain build only
+#
+# Build folders: build/ (plain), build-asan/, build-tsan/, build-fuzz/.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+jobs=$(nproc 2>/dev/null || echo 2)
+logs=()
+status=0
+broken=0   # builds or setups that failed count as one failed test each
+
+setup() { # dir, meson args...
+  local dir=$1; shift
+  if [ -f "$dir/build.ninja" ]; then
+    meson setup --reconfigure "$dir" "$@" >"$dir.setup.log" 2>&1
+  else
+    meson setup "$dir" "$@" >"$dir.setup.log" 2>&1
+  fi || { cat "$dir.setup.log"; echo "test.sh: meson setup $dir failed"; status=1; broken=$((broken+1)); return 1; }
+}
+
+run_suite() { # name, dir, meson test args...
+  local name=$1 dir=$2; shift 2
+  echo "== $name"
+  if ! ninja -C "$dir" -j "$jobs" >"$dir.ninja.log" 2>&1; then
+    tail -n 60 "$dir.ninja.log"; echo "test.sh: build of $dir failed"; status=1; broken=$((broken+1)); return 1
+  fi
+  meson test -C "$dir" --print-errorlogs --num-processes "$jobs" "$@" || status=1
+  logs+=("$dir/meson-logs/testlog.json")
+}
+
+setup build -Dbuildtype=debugoptimized && run_suite "unit + e2e (plain build)" build --no-suite fuzz
+if [ $quick -eq 0 ]; then
+  setup build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug &&
+    ASAN_OPTIONS=detect_leaks=1 run_suite "unit + e2e (ASan + UBSan)" build-asan --no-suite fuzz --timeout-multiplier 3
+  setup build-tsan -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debugoptimized &&
+    TSAN_OPTIONS=halt_on_error=1 run_suite "concurrency (ThreadSanitizer)" build-tsan --suite runtime --timeout-multiplier 3
+  if command -v clang >/dev/null; then
+    CC=clang setup build-fuzz -Dfuzz=true -Db_lundef=false -Dtests=true &&
+      run_suite "fuzzers (bounded runs)" build-fuzz --suite fuzz
+  else
+    echo "test.sh: clang not found; fuzzers not run"
+  fi
+fi
+
+BROKEN=$broken python3 - "${logs[@]}" <<'PY'
+import json, os, sys
+p = s = 0
+f = int(os.environ.get("BROKEN", "0"))
+for path in sys.argv[1:]:
+    try:
+        lines = open(path).read().splitlines()
+    except OSError:
+        continue
+    for line in lines:
+        if not line.strip():
+            continue
+        r = json.loads(line).get("result", "")
+        if r in ("OK", "EXPECTEDFAIL"):
+            p += 1
+        elif r == "SKIP":
+            s += 1
+        else:
+            f += 1
+out = f"{p} passed, {f} failed"
+if s:
+    out += f", {s} skipped"
+print(out)
+sys.exit(1 if f else 0)
+PY
+rc=$?
+[ $status -ne 0 ] && rc=1
+exit $rc

@@ -1,0 +1,29 @@
+-- strata — the job language: `local st = require "strata"` (also the
+-- predefined global `st`). A job file returns st.job{...}; see
+-- docs/job-language.md for every field.
+--
+-- Reading a member st does not have (st.daat) is an error naming it, like
+-- reading an undefined global.
+local common = require "strata.common"
+
+local st = {
+	job = common.constructor("job", "job", "st.job"),
+	gen = common.constructor("gen", "gen", "st.gen"),
+	data = require "strata.data",
+	model = require "strata.model",
+	optim = require "strata.optim",
+	sync = require "strata.sync",
+	version = "0.1.0",
+}
+local names = { "job", "gen", "data", "model", "optim", "sync", "version" }
+
+return setmetatable(st, {
+	__index = function(_, k)
+		error("st has no field '" .. tostring(k) .. "'" ..
+			common.did_you_mean(k, names), 2)
+	end,
+	__newindex = function(_, k)
+		error("cannot add '" .. tostring(k) .. "' to st", 2)
+	end,
+	__metatable = false,
+})

@@ -1,0 +1,177 @@
+-- strata.schema — the fields every job table may hold: names, types,
+-- ranges and defaults. validate.lua walks these lists; docs/job-language.md
+-- documents them. Field order is the order errors are reported in.
+--
+-- A field is { name, type, ... } with type one of
+--   int, num, str, bool  scalars (int accepts 2.0 and stores 2)
+--   size                 bytes: integer or "2GiB", "512MiB", "10GB", ...
+--   paths                a glob string or a non-empty list of glob strings
+--   ints                 a list of integers
+--   section              a sub-table checked by its own code in validate.lua
+-- and options: required, default, min (>=), gt (>), max (<=), lt (<),
+-- enum (list of strings), nonempty (strings), char (a one-character string),
+-- maxlen (lists).
+local S = {}
+
+S.formats = { "criteo", "libsvm", "csv" }
+S.models = { "lr", "dnn", "wdl", "deepfm", "dlrm" }
+S.optimizers = { "sgd", "adagrad", "adam", "ftrl" }
+S.policies = { "allreduce", "async", "hop_bs", "bsp", "hop_bw", "gba",
+	"kstep", "shadow", "hybrid" }
+S.stages = { "read", "pull", "train", "push", "dump" }
+S.col_kinds = { "ignore", "label", "dense", "cat" }   -- order = enum st_col_kind
+
+S.job = {
+	{ "name", "str", required = true, nonempty = true },
+	{ "seed", "int", min = 0, default = 42 },
+	{ "epochs", "int", min = 1, default = 1 },
+	{ "data", "section" },
+	{ "model", "section" },
+	{ "stages", "section" },
+	{ "storage", "section" },
+	{ "sync", "section" },
+	{ "output", "section" },
+}
+
+S.data = {
+	{ "train", "section" },
+	{ "eval", "section" },
+	{ "generate", "section" },
+}
+
+local common_source = {
+	{ "path", "paths", required = true },
+	{ "on_bad_record", "str", enum = { "skip", "fail" }, default = "skip" },
+	{ "max_report", "int", min = 0, default = 5 },
+	{ "limit", "int", min = -1, default = -1 },
+}
+local function with(base, extra)
+	local t = {}
+	for _, f in ipairs(base) do t[#t + 1] = f end
+	for _, f in ipairs(extra) do t[#t + 1] = f end
+	return t
+end
+S.source = {
+	criteo = with(common_source, {}),
+	libsvm = with(common_source, {
+		{ "slots", "int", min = 1, default = 1 },
+	}),
+	csv = with(common_source, {
+		{ "sep", "str", char = true, default = "," },
+		{ "header", "bool", default = true },
+		{ "columns", "section" },
+		{ "schema", "section" },
+	}),
+}
+S.csv_schema = {
+	{ "label", "str", required = true, nonempty = true },
+	{ "dense", "section" },
+	{ "cat", "section" },
+	{ "ignore", "section" },
+}
+
+S.gen = {
+	{ "dir", "str", required = true, nonempty = true },
+	{ "rows", "int", min = 1, default = 1000000 },
+	{ "eval_rows", "int", min = 0, default = 0 },
+	{ "files", "int", min = 1, default = 1 },
+	{ "zipf", "num", gt = 0, default = 1.1 },
+	{ "vocab", "int", min = 1, default = 1000000 },
+	{ "seed", "int", min = 0 },          -- default: the job's seed
+}
+
+local model_common = {
+	{ "optimizer", "section" },
+	{ "l2", "num", min = 0, default = 0.0 },
+	{ "dense_transform", "str", enum = { "log1p", "none" }, default = "log1p" },
+}
+local deep = with(model_common, {
+	{ "emb_dim", "int", min = 1, default = 8 },
+	{ "hidden", "ints", min = 1, maxlen = 16, default = { 256, 128 } },
+})
+S.model = {
+	lr = with(model_common, {
+		{ "emb_dim", "int", min = 1, max = 1, default = 1 },
+	}),
+	dnn = deep, wdl = deep, deepfm = deep, dlrm = deep,
+}
+
+local function optim(lr, extra)
+	return with({
+		{ "lr", "num", gt = 0, default = lr },
+		{ "lr_dense", "num", gt = 0 },    -- default: lr
+	}, extra)
+end
+S.optim = {
+	sgd = optim(0.01, {}),
+	adagrad = optim(0.05, {
+		{ "init_accum", "num", gt = 0, default = 0.1 },
+	}),
+	adam = optim(0.001, {
+		{ "beta1", "num", min = 0, lt = 1, default = 0.9 },
+		{ "beta2", "num", min = 0, lt = 1, default = 0.999 },
+		{ "eps", "num", gt = 0, default = 1e-8 },
+	}),
+	ftrl = optim(0.05, {
+		{ "beta", "num", min = 0, default = 1.0 },
+		{ "l1", "num", min = 0, default = 0.0 },
+		{ "l2", "num", min = 0, default = 0.0 },
+	}),
+}
+
+S.stage = {
+	read = {
+		{ "threads", "int", min = 1, default = 1 },
+		{ "queue", "int", min = 1, default = 4 },
+		{ "batch_size", "int", min = 1, default = 8192 },
+		{ "near", "str", nonempty = true },
+	},
+	train = {
+		{ "workers", "int", min = 1, default = 1 },
+		{ "queue", "int", min = 1, default = 4 },
+		{ "minibatch", "int", min = 1 },  -- default 512, clamped to batch_size
+		{ "near", "str", nonempty = true },
+	},
+}
+S.stage.pull = {
+	{ "threads", "int", min = 1, default = 1 },
+	{ "queue", "int", min = 1, default = 4 },
+	{ "near", "str", nonempty = true },
+}
+S.stage.push = S.stage.pull
+S.stage.dump = S.stage.pull
+
+S.storage = {
+	{ "mem", "size", default = 0 },
+	{ "ssd", "section" },
+}
+S.ssd = {
+	{ "path", "str", required = true, nonempty = true },
+	{ "budget", "size", default = 0 },
+}
+
+S.output = {
+	{ "dir", "str", nonempty = true },
+	{ "metrics", "str", nonempty = true },
+	{ "progress", "num", gt = 0, default = 1.0 },
+}
+
+S.sync = {
+	allreduce = {},
+	async = {},
+	hop_bs = { { "b", "int", min = 0, required = true } },
+	bsp = { { "b", "int", min = 1, required = true } },
+	hop_bw = { { "b", "int", min = 0, required = true } },
+	gba = {
+		{ "global_batch", "int", min = 1, required = true },
+		{ "tolerance", "int", min = 0, default = 1 },
+	},
+	kstep = { { "k", "int", min = 1, required = true } },
+	shadow = {
+		{ "algo", "str", enum = { "easgd", "ma", "bmuf" }, default = "easgd" },
+		{ "alpha", "num", gt = 0, max = 1, default = 0.5 },
+	},
+	hybrid = { { "staleness", "int", min = 0, required = true } },
+}
+
+return S

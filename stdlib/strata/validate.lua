@@ -1,0 +1,752 @@
+-- strata.validate — applies --set overrides to the table a job file
+-- returned, checks it against schema.lua, and produces the normalized table
+-- lang/lang.c converts into st_job_t.
+--
+-- Every problem is collected (never just the first) as "location: sentence".
+-- Locations follow one rule, documented in docs/job-language.md:
+--   1. a field under a --set path is located at "--set key.path=value";
+--   2. a table made by a constructor is located at the constructor's call;
+--   3. a plain table, or a field, is located at the first line, at or after
+--      its container's line, where its key appears followed by '=' in the job
+--      source (comments stripped);
+--   4. otherwise it inherits its container's location; the root is the
+--      st.job call (found by scanning when the call was a tail call).
+--
+-- Invariants: the job table is only modified by apply_sets; the normalized
+-- table is plain (no metatables) and fully defaulted.
+local common = require "strata.common"
+local schema = require "strata.schema"
+local core = select(3, ...)
+
+local M = {}
+
+local V = {}
+V.__index = V
+
+local function join(path, key)
+	if path == "" then return key end
+	return path .. "." .. key
+end
+
+local function esc(s)
+	return (s:gsub("[%^%$%(%)%%%.%[%]%*%+%-%?]", "%%%0"))
+end
+
+-- Longest --set path that is `path` or one of its prefixes.
+function V:setloc(path)
+	local p = path
+	while p do
+		local l = self.sets[p]
+		if l then return l end
+		p = p:match("^(.*)%.[^.]*$")
+	end
+	return nil
+end
+
+-- First line >= from whose text (comments removed) has `key =` (not `==`).
+function V:scan(key, from)
+	if not from or type(key) ~= "string" or not key:match("^[%a_][%w_]*$") then
+		return nil
+	end
+	local pat = "%f[%w_]" .. esc(key) .. "%s*=()"
+	for i = from, #self.lines do
+		local s = self.lines[i]:gsub("%-%-.*$", "")
+		local init = 1
+		while true do
+			local a, e = s:find(pat, init)
+			if not a then break end
+			local after = s:match(pat, init)
+			if s:sub(after, after) ~= "=" then return i end
+			init = e + 1
+		end
+	end
+	return nil
+end
+
+function V:child(node, key, tbl)
+	local n = { path = join(node.path, key) }
+	local sl = self:setloc(n.path)
+	if sl then
+		n.loc = sl
+		return n
+	end
+	local tg = type(tbl) == "table" and common.tag(tbl)
+	if tg and tg.where then
+		n.loc = tg.where
+		local f, l = tg.where:match("^(.*):(%d+)$")
+		if f == self.file then n.line = tonumber(l) end
+		return n
+	end
+	local l = self:scan(key, node.line)
+	if l then
+		n.loc, n.line = self.file .. ":" .. l, l
+	else
+		n.loc, n.line = node.loc, node.line
+	end
+	return n
+end
+
+-- Location of field `key` of the table at `node`.
+function V:floc(node, key)
+	local sl = self:setloc(join(node.path, tostring(key)))
+	if sl then return sl end
+	local l = self:scan(key, node.line)
+	if l then return self.file .. ":" .. l end
+	return node.loc
+end
+
+function V:err(loc, fmt, ...)
+	self.errs[#self.errs + 1] = loc .. ": " .. string.format(fmt, ...)
+end
+
+function V:ferr(node, key, fmt, ...)
+	self:err(self:floc(node, key), fmt, ...)
+end
+
+local function show(v)
+	if type(v) == "number" then return tostring(v) end
+	return type(v)
+end
+
+local function quoted_list(list)
+	local q = {}
+	for i, s in ipairs(list) do q[i] = "'" .. s .. "'" end
+	if #q <= 1 then return q[1] or "" end
+	return table.concat(q, ", ", 1, #q - 1) .. " or " .. q[#q]
+end
+
+-- Range checks shared by int and num; returns v or nil after an error.
+function V:range(node, key, path, v, f)
+	if f.min and v < f.min then
+		return self:ferr(node, key, "%s must be >= %s, got %s", path, f.min, v)
+	end
+	if f.gt and v <= f.gt then
+		return self:ferr(node, key, "%s must be > %s, got %s", path, f.gt, v)
+	end
+	if f.max and v > f.max then
+		return self:ferr(node, key, "%s must be <= %s, got %s", path, f.max, v)
+	end
+	if f.lt and v >= f.lt then
+		return self:ferr(node, key, "%s must be < %s, got %s", path, f.lt, v)
+	end
+	return v
+end
+
+local SIZE_UNITS = {
+	[""] = 1, B = 1,
+	K = 1024, M = 1024 ^ 2, G = 1024 ^ 3, T = 1024 ^ 4,
+	KIB = 1024, MIB = 1024 ^ 2, GIB = 1024 ^ 3, TIB = 1024 ^ 4,
+	KB = 1e3, MB = 1e6, GB = 1e9, TB = 1e12,
+}
+
+local check = {}
+
+function check.int(self, node, key, path, v, f)
+	if math.type(v) ~= "integer" then
+		local i = type(v) == "number" and math.tointeger(v)
+		if not i then
+			return self:ferr(node, key, "%s must be an integer, got %s", path, show(v))
+		end
+		v = i
+	end
+	return self:range(node, key, path, v, f)
+end
+
+function check.num(self, node, key, path, v, f)
+	if type(v) ~= "number" or v ~= v then
+		return self:ferr(node, key, "%s must be a number, got %s", path, show(v))
+	end
+	return self:range(node, key, path, v, f)
+end
+
+function check.str(self, node, key, path, v, f)
+	if type(v) ~= "string" then
+		return self:ferr(node, key, "%s must be a string, got %s", path, show(v))
+	end
+	if f.nonempty and v == "" then
+		return self:ferr(node, key, "%s must not be empty", path)
+	end
+	if f.char and #v ~= 1 then
+		return self:ferr(node, key, "%s must be one character, got '%s'", path, v)
+	end
+	if f.enum then
+		for _, e in ipairs(f.enum) do
+			if e == v then return v end
+		end
+		return self:ferr(node, key, "%s must be %s, got '%s'%s", path,
+			quoted_list(f.enum), v, common.did_you_mean(v, f.enum))
+	end
+	return v
+end
+
+function check.bool(self, node, key, path, v)
+	if type(v) ~= "boolean" then
+		return self:ferr(node, key, "%s must be true or false, got %s", path, show(v))
+	end
+	return v
+end
+
+function check.size(self, node, key, path, v, f)
+	if type(v) == "number" then
+		return check.int(self, node, key, path, v, { min = 0 })
+	end
+	if type(v) == "string" then
+		local num, unit = v:match("^%s*(%d+%.?%d*)%s*(%a*)%s*$")
+		local mul = unit and SIZE_UNITS[unit:upper()]
+		if num and mul then
+			local n = math.tointeger(math.floor(tonumber(num) * mul))
+			if n then return n end
+		end
+	end
+	return self:ferr(node, key, "%s must be a size like \"2GiB\", \"512MiB\", " ..
+		"\"10GB\" or a number of bytes, got %s", path,
+		type(v) == "string" and ("'" .. v .. "'") or show(v))
+end
+
+function check.paths(self, node, key, path, v)
+	if type(v) == "string" and v ~= "" then return { v } end
+	if type(v) == "table" and not common.tag(v) and #v >= 1 then
+		local out = {}
+		for i, p in ipairs(v) do
+			if type(p) ~= "string" or p == "" then
+				return self:ferr(node, key, "%s[%d] must be a non-empty string, got %s",
+					path, i, show(p))
+			end
+			out[i] = p
+		end
+		return out
+	end
+	return self:ferr(node, key, "%s must be a glob string or a list of glob " ..
+		"strings, got %s", path, type(v) == "string" and "an empty string" or show(v))
+end
+
+function check.ints(self, node, key, path, v, f)
+	if type(v) ~= "table" or common.tag(v) then
+		return self:ferr(node, key, "%s must be a list of integers, got %s", path, show(v))
+	end
+	if f.maxlen and #v > f.maxlen then
+		return self:ferr(node, key, "%s has %d entries, at most %d allowed",
+			path, #v, f.maxlen)
+	end
+	local out = {}
+	for i = 1, #v do
+		local x = check.int(self, node, key, path .. "[" .. i .. "]", v[i], f)
+		if x == nil then return nil end
+		out[i] = x
+	end
+	return out
+end
+
+local function copy(v)
+	if type(v) ~= "table" then return v end
+	local t = {}
+	for k, x in pairs(v) do t[k] = x end
+	return t
+end
+
+-- Checks the fields of `tbl` (at `node`) against `fields`. `extra` lists
+-- keys allowed besides them (e.g. "format" in a plain source table).
+-- Returns the normalized record (defaults filled; sections left out).
+function V:record(node, tbl, fields, extra)
+	local known, names = {}, {}
+	for _, f in ipairs(fields) do
+		known[f[1]] = f
+		names[#names + 1] = f[1]
+	end
+	for _, k in ipairs(extra or {}) do
+		known[k] = true
+		names[#names + 1] = k
+	end
+	local where = node.path == "" and "job" or node.path
+	local unknown = {}
+	for k in pairs(tbl) do
+		if not known[k] then unknown[#unknown + 1] = k end
+	end
+	table.sort(unknown, function(a, b) return tostring(a) < tostring(b) end)
+	for _, k in ipairs(unknown) do
+		if type(k) == "string" then
+			self:ferr(node, k, "unknown field '%s' in %s%s", k, where,
+				common.did_you_mean(k, names))
+		else
+			self:err(node.loc, "unexpected list entry [%s] in %s (fields are name = value)",
+				tostring(k), where)
+		end
+	end
+	local out = {}
+	for _, f in ipairs(fields) do
+		local k, ty = f[1], f[2]
+		local v = tbl[k]
+		if ty == "section" then
+			-- checked by the caller
+		elseif v == nil then
+			if f.required then
+				self:err(node.loc, "missing required field '%s'", join(node.path, k))
+			end
+			out[k] = copy(f.default)
+		else
+			local r = check[ty](self, node, k, join(node.path, k), v, f)
+			if r == nil then r = copy(f.default) end
+			out[k] = r
+		end
+	end
+	return out
+end
+
+-- Resolves what made table/string `v` at field `key` of `parent`:
+-- a constructor of `kind`, a plain table with `namefield`, or (when
+-- `shorthand`) a bare name string; a plain table without `namefield` is
+-- `default_name` when given. Returns node, name, table, extra-keys.
+function V:kinded(parent, key, v, kind, namefield, known, what, plural, list_always,
+		shorthand, default_name)
+	local path = join(parent.path, key)
+	if shorthand and type(v) == "string" then
+		local node = { path = path, loc = self:floc(parent, key) }
+		for _, n in ipairs(known) do
+			if n == v then return node, v, {}, {} end
+		end
+		self:err(node.loc, "%s", common.unknown(what, v, known, plural, list_always))
+		return nil
+	end
+	local tg = type(v) == "table" and common.tag(v)
+	if type(v) ~= "table" or (tg and tg.kind ~= kind) then
+		local got = tg and ("st." .. (tg.kind == tg.name and tg.kind or
+			(tg.kind .. "." .. tg.name)) .. "{...}") or show(v)
+		self:ferr(parent, key, "%s must be made by st.%s.<name>{...}, got %s",
+			path, kind, got)
+		return nil
+	end
+	local node = self:child(parent, key, v)
+	if tg then return node, tg.name, v, {} end
+	local name = v[namefield]
+	if name == nil and default_name then
+		return node, default_name, v, { namefield }
+	end
+	if name == nil then
+		self:err(node.loc, "missing required field '%s'", join(path, namefield))
+		return nil
+	end
+	if type(name) ~= "string" then
+		self:ferr(node, namefield, "%s must be a string, got %s",
+			join(path, namefield), show(name))
+		return nil
+	end
+	for _, n in ipairs(known) do
+		if n == name then return node, name, v, { namefield } end
+	end
+	self:err(self:floc(node, namefield), "%s",
+		common.unknown(what, name, known, plural, list_always))
+	return nil
+end
+
+-- Normalizes a glob or directory for the "generate makes it" prefix test.
+local function clean(p)
+	p = p:gsub("^%./", "")
+	return p
+end
+
+function V:columns(node, v, src)
+	local kinds = {}
+	for i, k in ipairs(schema.col_kinds) do kinds[k] = i - 1 end
+	local out = {}
+	if type(v.columns) ~= "table" or common.tag(v.columns) or #v.columns == 0 then
+		self:ferr(node, "columns", "%s.columns must be a non-empty list of " ..
+			"'label', 'dense', 'cat' or 'ignore', got %s", node.path, show(v.columns))
+		return nil
+	end
+	for i, c in ipairs(v.columns) do
+		if kinds[c] == nil then
+			self:ferr(node, "columns", "%s.columns[%d] must be 'label', 'dense', " ..
+				"'cat' or 'ignore', got %s%s", node.path, i,
+				type(c) == "string" and ("'" .. c .. "'") or show(c),
+				common.did_you_mean(c, schema.col_kinds))
+			return nil
+		end
+		out[i] = kinds[c]
+	end
+	return out
+end
+
+-- schema = {label=, dense={...}, cat={...}, ignore={...}}: names resolved
+-- against the header line of the first file the source matches.
+function V:schema_columns(node, v, src)
+	local sn = self:child(node, "schema", v.schema)
+	if type(v.schema) ~= "table" or common.tag(v.schema) then
+		self:ferr(node, "schema", "%s.schema must be a table {label=, dense={...}, " ..
+			"cat={...}, ignore={...}}, got %s", node.path, show(v.schema))
+		return nil
+	end
+	if src.header == false then
+		self:ferr(node, "schema", "%s.schema names columns, so %s.header must be true",
+			node.path, node.path)
+		return nil
+	end
+	local s = self:record(sn, v.schema, schema.csv_schema)
+	local want = {}      -- column name -> kind
+	local order = {}
+	local function add(name, kind, where)
+		if type(name) ~= "string" or name == "" then
+			self:err(sn.loc, "%s must name columns with strings, got %s", where, show(name))
+			return
+		end
+		if want[name] then
+			self:err(sn.loc, "%s.schema names column '%s' twice", node.path, name)
+			return
+		end
+		want[name] = kind
+		order[#order + 1] = name
+	end
+	if s.label then add(s.label, 1, sn.path .. ".label") end
+	for _, k in ipairs({ "dense", "cat", "ignore" }) do
+		local list = v.schema[k]
+		if list ~= nil then
+			if type(list) == "string" then list = { list } end
+			if type(list) ~= "table" then
+				self:ferr(sn, k, "%s.%s must be a list of column names, got %s",
+					sn.path, k, show(list))
+			else
+				for _, name in ipairs(list) do
+					add(name, ({ dense = 2, cat = 3, ignore = 0 })[k], sn.path .. "." .. k)
+				end
+			end
+		end
+	end
+	local first
+	for _, g in ipairs(src.path or {}) do
+		local files = core.glob(g)
+		if files[1] then first = files[1]; break end
+	end
+	if not first then
+		self:err(sn.loc, "%s.schema: no file matches %s.path, so the header " ..
+			"cannot be read (use a positional 'columns' list instead)",
+			node.path, node.path)
+		return nil
+	end
+	local header, msg = core.read_header(first, src.sep or ",")
+	if not header then
+		self:err(sn.loc, "%s.schema: cannot read the header of '%s': %s",
+			node.path, first, msg)
+		return nil
+	end
+	local out, seen = {}, {}
+	for i, name in ipairs(header) do
+		local kind = want[name]
+		if kind == nil then
+			self:err(sn.loc, "%s.schema does not say what column '%s' of '%s' is " ..
+				"(list it under ignore)", node.path, name, first)
+			return nil
+		end
+		out[i] = kind
+		seen[name] = true
+	end
+	for _, name in ipairs(order) do
+		if not seen[name] then
+			self:err(sn.loc, "%s.schema names column '%s', which is not in the " ..
+				"header of '%s'%s", node.path, name, first,
+				common.did_you_mean(name, header))
+			return nil
+		end
+	end
+	return out
+end
+
+function V:source(dnode, key, v, gen)
+	local node, fmt, tbl, extra = self:kinded(dnode, key, v, "data", "format",
+		schema.formats, "data format", "formats", false, false)
+	if not node then return nil end
+	local s = self:record(node, tbl, schema.source[fmt], extra)
+	local out = {
+		format = fmt, globs = s.path or {}, generated = false,
+		on_bad = s.on_bad_record == "fail" and 1 or 0,
+		max_report = s.max_report, limit = s.limit,
+		sep = ",", header = false, n_dense = 0, n_slots = 0,
+	}
+	if fmt == "criteo" then
+		out.n_dense, out.n_slots = 13, 26
+	elseif fmt == "libsvm" then
+		out.n_dense, out.n_slots = 0, s.slots
+	else
+		out.sep, out.header = s.sep, s.header
+		local cols
+		if tbl.columns ~= nil and tbl.schema ~= nil then
+			self:err(node.loc, "%s has both 'columns' and 'schema'; give one", node.path)
+		elseif tbl.columns ~= nil then
+			cols = self:columns(node, tbl, s)
+		elseif tbl.schema ~= nil then
+			cols = self:schema_columns(node, tbl, s)
+		else
+			self:err(node.loc, "%s needs 'columns' (a list of 'label', 'dense', " ..
+				"'cat', 'ignore') or 'schema' (column names by kind)", node.path)
+		end
+		if cols then
+			local n = { 0, 0, 0, 0 }
+			for _, c in ipairs(cols) do n[c + 1] = n[c + 1] + 1 end
+			if n[2] ~= 1 then
+				self:err(self:floc(node, tbl.columns and "columns" or "schema"),
+					"%s must have exactly one label column, got %d", node.path, n[2])
+			end
+			out.cols, out.n_dense, out.n_slots = cols, n[3], n[4]
+		end
+	end
+	-- Sources under generate.dir are made by `strata run`, so they need not
+	-- exist yet.
+	for _, g in ipairs(out.globs) do
+		local gdir = gen and gen.dir and clean(gen.dir)
+		local made = gdir and (clean(g):sub(1, #gdir) == gdir)
+		if made then
+			out.generated = true
+		elseif self.check_paths and #core.glob(g) == 0 then
+			self:ferr(node, "path", "%s.path '%s' matches no file", node.path, g)
+		end
+	end
+	return out
+end
+
+function V:model(root, v)
+	if v == nil then v = "lr" end
+	local node, name, tbl, extra = self:kinded(root, "model", v, "model", "type",
+		schema.models, "model type", "models", true, true, "lr")
+	if not node then return nil end
+	local m = self:record(node, tbl, schema.model[name], extra)
+	local out = {
+		type = name, emb_dim = m.emb_dim, hidden = m.hidden or {},
+		l2 = m.l2, dense_transform = m.dense_transform,
+	}
+	local o = tbl.optimizer
+	if o == nil then o = "adagrad" end
+	local onode, oname, otbl, oextra = self:kinded(node, "optimizer", o, "optim",
+		"type", schema.optimizers, "optimizer", "optimizers", true, true, "adagrad")
+	if onode then
+		local p = self:record(onode, otbl, schema.optim[oname], oextra)
+		out.optimizer = oname
+		out.lr = p.lr
+		out.lr_dense = p.lr_dense or p.lr
+		out.init_accum = p.init_accum or 0.1
+		out.optim = p
+	end
+	return out
+end
+
+function V:sync(root, v)
+	if v == nil then v = "async" end
+	local node, name, tbl, extra = self:kinded(root, "sync", v, "sync", "policy",
+		schema.policies, "sync policy", "policies", true, true)
+	if not node then return nil end
+	local fields = schema.sync[name]
+	local p = self:record(node, tbl, fields, extra)
+	local params = {}
+	for _, f in ipairs(fields) do
+		local x = p[f[1]]
+		if x ~= nil then
+			params[#params + 1] = {
+				key = f[1],
+				num = type(x) == "number" and x or 0,
+				str = type(x) == "string" and x or nil,
+			}
+		end
+	end
+	return { name = name, params = params }
+end
+
+-- Checks that `v` at field `key` of `parent` is a plain table; returns its
+-- node or nil (nil also when absent).
+function V:section(parent, key, v)
+	if v == nil then return nil end
+	if type(v) ~= "table" or common.tag(v) then
+		local tg = type(v) == "table" and common.tag(v)
+		self:ferr(parent, key, "%s must be a table, got %s", join(parent.path, key),
+			tg and ("st." .. tg.kind .. "." .. tg.name .. "{...}") or show(v))
+		return nil
+	end
+	return self:child(parent, key, v)
+end
+
+function V:job(job)
+	local root = { path = "" }
+	local tg = common.tag(job)
+	root.loc, root.line = self.job_loc, self.job_line
+	if tg.where then
+		local f, l = tg.where:match("^(.*):(%d+)$")
+		root.loc = tg.where
+		root.line = (f == self.file) and tonumber(l) or nil
+	end
+	local j = self:record(root, job, schema.job)
+	local out = { name = j.name, seed = j.seed, epochs = j.epochs }
+
+	-- data
+	local dnode = self:section(root, "data", job.data)
+	if job.data == nil then
+		self:err(root.loc, "missing required field 'data.train'")
+	elseif dnode then
+		self:record(dnode, job.data, schema.data)
+		local gen
+		if job.data.generate ~= nil then
+			local g = job.data.generate
+			local gtag = type(g) == "table" and common.tag(g)
+			if type(g) ~= "table" or (gtag and gtag.kind ~= "gen") then
+				self:ferr(dnode, "generate", "data.generate must be st.gen{...}, got %s",
+					gtag and ("st." .. gtag.kind .. "." .. gtag.name .. "{...}") or show(g))
+			else
+				local gnode = self:child(dnode, "generate", g)
+				gen = self:record(gnode, g, schema.gen)
+				if gen.seed == nil then gen.seed = j.seed end
+				out.gen = gen
+			end
+		end
+		if job.data.train == nil then
+			self:err(dnode.loc, "missing required field 'data.train'")
+		else
+			out.train = self:source(dnode, "train", job.data.train, gen)
+		end
+		if job.data.eval ~= nil then
+			out.eval = self:source(dnode, "eval", job.data.eval, gen)
+		end
+	end
+
+	out.model = self:model(root, job.model)
+
+	-- stages
+	local stages = {}
+	local snode = self:section(root, "stages", job.stages)
+	local sfields = {}
+	for _, n in ipairs(schema.stages) do sfields[#sfields + 1] = { n, "section" } end
+	if snode then self:record(snode, job.stages, sfields) end
+	local tnode
+	for _, n in ipairs(schema.stages) do
+		local t = snode and job.stages[n]
+		local node = snode and self:section(snode, n, t)
+		local c
+		if node then
+			c = self:record(node, t, schema.stage[n])
+		else
+			c = self:record({ path = "stages." .. n, loc = root.loc }, {}, schema.stage[n])
+		end
+		stages[n] = { threads = c.threads or c.workers, queue = c.queue, near = c.near }
+		if n == "read" then out.batch_size = c.batch_size end
+		if n == "train" then out.minibatch, tnode = c.minibatch, node end
+	end
+	out.stages = stages
+	if out.minibatch == nil then
+		out.minibatch = math.min(512, out.batch_size)
+	elseif out.minibatch > out.batch_size then
+		self:err(self:floc(tnode, "minibatch"),
+			"stages.train.minibatch must be <= stages.read.batch_size (%d), got %d",
+			out.batch_size, out.minibatch)
+	end
+
+	-- storage
+	local stnode = self:section(root, "storage", job.storage)
+	local st = stnode and self:record(stnode, job.storage, schema.storage) or { mem = 0 }
+	out.mem_bytes = st.mem
+	if stnode and job.storage.ssd ~= nil then
+		local ssnode = self:section(stnode, "ssd", job.storage.ssd)
+		if ssnode then
+			local ssd = self:record(ssnode, job.storage.ssd, schema.ssd)
+			out.ssd_path, out.ssd_bytes = ssd.path, ssd.budget
+		end
+	end
+
+	out.sync = self:sync(root, job.sync)
+
+	local onode = self:section(root, "output", job.output)
+	local o = onode and self:record(onode, job.output, schema.output) or { progress = 1.0 }
+	out.out_dir, out.metrics_path, out.progress_secs = o.dir, o.metrics, o.progress
+	return out
+end
+
+-- Finds the line of the st.job call when the constructor could not see it
+-- (a `return st.job{...}` is a tail call): the first "st.job" call in the
+-- source, else the last line starting with `return`, else line 1.
+function V:find_job_line()
+	for i, s in ipairs(self.lines) do
+		if s:gsub("%-%-.*$", ""):find("%f[%w_]st%.job%s*[{(]") then return i end
+	end
+	return self.ret_line or 1
+end
+
+local function split_lines(src)
+	local lines = {}
+	for l in (src .. "\n"):gmatch("([^\n]*)\n") do lines[#lines + 1] = l end
+	return lines
+end
+
+-- Applies "key.path=value" strings to `job`. The value is a Lua expression
+-- evaluated in the sandbox (st is visible); when it does not compile, or is
+-- a bare word/path whose evaluation fails (async, data/x.tsv), it is taken
+-- as a string.
+function V:apply_sets(job, sets)
+	for _, s in ipairs(sets) do
+		local loc = "--set " .. s
+		local key, val = s:match("^%s*([^=]-)%s*=%s*(.-)%s*$")
+		if not key then
+			self:err(loc, "expected key.path=value")
+		elseif (("." .. key):gsub("%.[%a_][%w_]*", "")) ~= "" then
+			self:err(loc, "'%s' is not a field path like stages.read.threads", key)
+		else
+			local value, ok = nil, true
+			local chunk = load("return " .. val, "=" .. loc, "t")
+			if not chunk then
+				value = val
+			else
+				local good, r = pcall(chunk)
+				if good then
+					value = r
+				elseif val:match("^[%w_%.%-/%*%?%[%]~:+]+$") then
+					value = val
+				else
+					self.errs[#self.errs + 1] = tostring(r)
+					ok = false
+				end
+			end
+			if ok then
+				local t, parts = job, {}
+				for p in key:gmatch("[^.]+") do parts[#parts + 1] = p end
+				for i = 1, #parts - 1 do
+					local nx = t[parts[i]]
+					if nx == nil then
+						nx = {}
+						t[parts[i]] = nx
+						self.sets[table.concat(parts, ".", 1, i)] = loc
+					elseif type(nx) ~= "table" then
+						self:err(loc, "cannot set %s: %s is a %s, not a table", key,
+							table.concat(parts, ".", 1, i), type(nx))
+						ok = false
+						break
+					end
+					t = nx
+				end
+				if ok then
+					t[parts[#parts]] = value
+					self.sets[key] = loc
+				end
+			end
+		end
+	end
+end
+
+-- Entry point, called by lang/lang.c with the job file's result.
+-- ctx = { file = chunk short_src, source = text, sets = {..}, check_paths = bool }
+-- Returns normalized, errors (a list of strings; empty when all is well).
+function M.run(result, ctx)
+	local self = setmetatable({
+		errs = {}, sets = {}, file = ctx.file,
+		lines = split_lines(ctx.source or ""),
+		check_paths = ctx.check_paths,
+	}, V)
+	for i = #self.lines, 1, -1 do
+		if self.lines[i]:match("^%s*return%f[%W]") then self.ret_line = i; break end
+	end
+	self.job_line = self:find_job_line()
+	self.job_loc = self.file .. ":" .. self.job_line
+	local tg = type(result) == "table" and common.tag(result)
+	if not tg or tg.kind ~= "job" then
+		self:err(self.file .. ":" .. (self.ret_line or #self.lines),
+			"the job file must return st.job{...}")
+		return nil, self.errs
+	end
+	self:apply_sets(result, ctx.sets or {})
+	local out = self:job(result)
+	if #self.errs > 0 then return nil, self.errs end
+	return out, self.errs
+end
+
+return M

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# End-to-end tests of the `strata` command: exit codes, help, error reports,
+# a run over real Criteo rows, a failing run, and a synthetic job that must
+# learn (progressive and eval AUC >= 0.70). Usage: cli.sh PATH/TO/strata
+# Prints "N passed, N failed" and exits non-zero if anything failed.
+set -u
+strata=$1
+root=${ST_SOURCE_ROOT:?}
+data=${ST_SHARED_DATA:-}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$root"
+pass=0 fail=0
+
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; [ -f "$tmp/out" ] && sed 's/^/     | /' "$tmp/out" | tail -n 20; }
+
+# expect NAME CODE PATTERN -- command...   (PATTERN: grep -E over stdout+stderr, "" = any)
+expect() {
+  local name=$1 code=$2 pat=$3; shift 4
+  "$@" >"$tmp/out" 2>&1
+  local rc=$?
+  if [ "$rc" -ne "$code" ]; then bad "$name (exit $rc, wanted $code)"; return; fi
+  if [ -n "$pat" ] && ! grep -Eq -- "$pat" "$tmp/out"; then bad "$name (no match for /$pat/)"; return; fi
+  ok "$name"
+}
+
+expect "help"            0 "usage: strata COMMAND"     -- "$strata" --help
+expect "version"         0 "^strata [0-9]+\.[0-9]+"    -- "$strata" --version
+expect "help run"        0 "usage: strata run JOB.lua" -- "$strata" help run
+expect "help unknown"    2 "unknown command 'nope'"    -- "$strata" help nope
+expect "no command"      2 "usage: strata COMMAND"     -- "$strata"
+expect "unknown command" 2 "unknown command 'frobnicate'" -- "$strata" frobnicate
+expect "run no job"      2 "missing JOB.lua"           -- "$strata" run
+expect "run bad option"  2 "unknown option '--frob'"   -- "$strata" run --frob jobs/quickstart.lua
+expect "check missing file" 2 "nope.lua"               -- "$strata" check "$tmp/nope.lua"
+expect "check quickstart" 0 "ok \(job 'quickstart'\)"  -- "$strata" check jobs/quickstart.lua
+expect "plan quickstart" 0 "placement:"                -- "$strata" plan jobs/quickstart.lua
+expect "plan 4-socket topology" 0 "topology .*topo-4socket-8gpu.xml: 4 packages" \
+  -- "$strata" plan jobs/quickstart.lua --topology tests/data/topo-4socket-8gpu.xml
+expect "plan dot"        0 "^digraph"                  -- "$strata" plan --dot jobs/quickstart.lua
+
+printf 'local st = require "strata"\nreturn st.job {\n  name = "x",\n  data = { train = st.data.criteo { path = "%s/*.tsv" } },\n  stages = { read = { bach_size = 10 } },\n}\n' "$tmp/none" >"$tmp/bad.lua"
+expect "check reports every error" 2 "unknown field 'bach_size'" -- "$strata" check "$tmp/bad.lua"
+expect "check reports missing data" 2 "matches no file" -- "$strata" check "$tmp/bad.lua"
+expect "run refuses a bad job" 2 "nothing was run" -- "$strata" run "$tmp/bad.lua"
+expect "--set bad value" 2 "batch_size" -- "$strata" check jobs/quickstart.lua --set stages.read.batch_size=0
+expect "gen usage" 2 "--rows and --out are required" -- "$strata" gen --out "$tmp/g"
+expect "gen bad number" 2 "--rows must be a number" -- "$strata" gen --rows abc --out "$tmp/g"
+
+if [ -n "$data" ] && [ -d "$data/criteo" ]; then
+  crit="$data/criteo/Lapis-Hong_Wide-ResDNN/train.csv"
+  expect "run on real Criteo rows" 0 "trained 7200 examples" \
+    -- "$strata" run tests/e2e/jobs/criteo_small.lua --quiet --set "data.train.path=\"$crit\""
+  # A file with a malformed row under on_bad_record = "fail" stops the job
+  # with exit 1 and a message naming the stage, the file and the line.
+  head -n 50 "$crit" >"$tmp/broken.tsv"
+  printf '1\tnot-a-number\n' >>"$tmp/broken.tsv"
+  head -n 50 "$crit" >>"$tmp/broken.tsv"
+  expect "bad record under fail stops the job" 1 "stage read: .*broken.tsv:51" \
+    -- "$strata" run tests/e2e/jobs/criteo_small.lua --quiet \
+       --set "data.train={format=\"criteo\", path=\"$tmp/broken.tsv\", on_bad_record=\"fail\"}"
+  expect "bad record under skip is counted" 0 "1 bad record" \
+    -- "$strata" run tests/e2e/jobs/criteo_small.lua --quiet \
+       --set "data.train={format=\"criteo\", path=\"$tmp/broken.tsv\", on_bad_record=\"skip\"}"
+else
+  echo "skip real-data runs: ST_SHARED_DATA/criteo not found"
+fi
+
+# Synthetic data end to end: generated on first run, learns to AUC >= 0.70.
+g="$tmp/gen"
+"$strata" run tests/e2e/jobs/gen_small.lua --quiet --metrics "$tmp/m.jsonl" \
+  --set "data.generate.dir=\"$g\"" --set "data.train.path=\"$g/train-*.tsv\"" \
+  --set "data.eval.path=\"$g/eval.tsv\"" >"$tmp/out" 2>&1
+rc=$?
+prog=$(sed -n 's/.*progressive  auc \([0-9.]*\).*/\1/p' "$tmp/out")
+eval=$(sed -n 's/.*eval  *auc \([0-9.]*\).*/\1/p' "$tmp/out")
+if [ $rc -eq 0 ] && [ -n "$prog" ] && [ -n "$eval" ] &&
+   awk -v p="$prog" -v e="$eval" 'BEGIN { exit !(p >= 0.70 && e >= 0.70) }'; then
+  ok "synthetic job learns (progressive auc $prog, eval auc $eval)"
+else
+  bad "synthetic job learns (exit $rc, progressive '$prog', eval '$eval')"
+fi
+if [ -s "$tmp/m.jsonl" ] && tail -n 1 "$tmp/m.jsonl" | grep -q '"final":true'; then
+  ok "metrics file has a final record"
+else
+  bad "metrics file has a final record"
+fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,6 @@
+return st.job {
+  name = "format",
+  data = {
+    train = st.data.criteo2 { path = "tests/lua/data/train-*.tsv" },
+  },
+}

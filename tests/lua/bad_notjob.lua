@@ -1,0 +1,2 @@
+-- Returns a plain table, not st.job{...}.
+return { name = "not a job" }

@@ -1,0 +1,4 @@
+return st.job {
+  name = "syntax"
+  data = {},
+}

@@ -1,0 +1,647 @@
+/* test_lang.c — loading job files: the IR a valid job produces (defaults
+ * included), the exact text and location of every kind of diagnostic,
+ * --set overrides, and the sandbox.
+ *
+ * Fixtures are tests/lua/<name>.lua; the test changes into $ST_SOURCE_ROOT so
+ * that job paths, and therefore the locations in messages, are the short
+ * relative ones a user would see ("tests/lua/bad_many.lua:9: ...").
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lang/lang.h"
+#include "runtime/err.h"
+
+static const char *stdlib_dir = "stdlib";
+
+/* Loads `path` with the given --set strings; returns st_job_load's code. */
+static int load(const char *path, const char *const *sets, int n_sets, int check_paths,
+		st_job_t **job, st_diag_t *d)
+{
+	st_load_opts_t o = {
+		.stdlib_dir = stdlib_dir, .sets = sets, .n_sets = n_sets,
+		.check_paths = check_paths,
+	};
+	return st_job_load(path, &o, job, d);
+}
+
+/* Loads a job that must be valid. */
+static st_job_t *load_ok(const char *path, const char *const *sets, int n_sets)
+{
+	st_job_t *job = NULL;
+	st_diag_t d;
+	int rc = load(path, sets, n_sets, 1, &job, &d);
+	for (int i = 0; i < d.n; i++)
+		fprintf(stderr, "unexpected diagnostic: %s\n", d.msg[i]);
+	assert_int_equal(rc, ST_OK);
+	assert_int_equal(d.n, 0);
+	assert_non_null(job);
+	st_diag_free(&d);
+	return job;
+}
+
+/* Loads a job that must fail; fills d. */
+static void load_bad(const char *path, const char *const *sets, int n_sets, st_diag_t *d)
+{
+	st_job_t *job = (st_job_t *)1;
+	int rc = load(path, sets, n_sets, 1, &job, d);
+	assert_int_equal(rc, ST_EJOB);
+	assert_null(job);
+	assert_true(d->n >= 1);
+}
+
+static int has_msg(const st_diag_t *d, const char *msg)
+{
+	for (int i = 0; i < d->n; i++)
+		if (!strcmp(d->msg[i], msg))
+			return 1;
+	return 0;
+}
+
+/* Fails showing every message when `msg` is not among them verbatim. */
+static void expect_msg(const st_diag_t *d, const char *msg)
+{
+	if (has_msg(d, msg))
+		return;
+	fprintf(stderr, "missing diagnostic: %s\ngot %d:\n", msg, d->n);
+	for (int i = 0; i < d->n; i++)
+		fprintf(stderr, "  %s\n", d->msg[i]);
+	fail();
+}
+
+/* The only diagnostic must be `msg`. */
+static void expect_only(const char *path, const char *const *sets, int n_sets, const char *msg)
+{
+	st_diag_t d;
+	load_bad(path, sets, n_sets, &d);
+	expect_msg(&d, msg);
+	assert_int_equal(d.n, 1);
+	st_diag_free(&d);
+}
+
+/* The only diagnostic must start with `prefix`. */
+static void expect_prefix(const char *path, const char *prefix)
+{
+	st_diag_t d;
+	load_bad(path, NULL, 0, &d);
+	if (strncmp(d.msg[0], prefix, strlen(prefix)) != 0) {
+		fprintf(stderr, "expected prefix: %s\ngot: %s\n", prefix, d.msg[0]);
+		fail();
+	}
+	assert_int_equal(d.n, 1);
+	st_diag_free(&d);
+}
+
+/* ---- valid jobs ------------------------------------------------------- */
+
+static void test_lang_valid_job_fields(void **state)
+{
+	(void)state;
+	st_job_t *j = load_ok("tests/lua/good_quickstart.lua", NULL, 0);
+	assert_string_equal(j->name, "quickstart");
+	assert_string_equal(j->file, "tests/lua/good_quickstart.lua");
+	assert_int_equal(j->seed, 42);
+	assert_int_equal(j->epochs, 1);
+
+	assert_string_equal(j->train.format, "criteo");
+	assert_int_equal(j->train.n_globs, 1);
+	assert_string_equal(j->train.globs[0], "tests/lua/data/train-*.tsv");
+	assert_int_equal(j->train.n_paths, 2);      /* expanded and sorted */
+	assert_string_equal(j->train.paths[0], "tests/lua/data/train-00000.tsv");
+	assert_string_equal(j->train.paths[1], "tests/lua/data/train-00001.tsv");
+	assert_int_equal(j->train.on_bad, ST_BAD_SKIP);
+	assert_int_equal(j->train.max_report, 5);
+	assert_int_equal(j->train.limit, -1);
+	assert_int_equal(j->train.n_dense, 13);
+	assert_int_equal(j->train.n_slots, 26);
+	assert_int_equal(j->has_eval, 1);
+	assert_int_equal(j->eval.n_paths, 1);
+	assert_string_equal(j->eval.paths[0], "tests/lua/data/eval.tsv");
+
+	assert_int_equal(j->gen.enabled, 1);
+	assert_string_equal(j->gen.dir, "tests/lua/gen");
+	assert_int_equal(j->gen.rows, 2000000);
+	assert_int_equal(j->gen.eval_rows, 200000);
+	assert_int_equal(j->gen.files, 4);
+	assert_true(j->gen.zipf == 1.1);
+	assert_int_equal(j->gen.vocab, 1000000);
+	assert_int_equal(j->gen.seed, 7);
+
+	assert_string_equal(j->model.type, "lr");
+	assert_int_equal(j->model.emb_dim, 1);
+	assert_int_equal(j->model.n_hidden, 0);
+	assert_string_equal(j->model.optimizer, "adagrad");
+	assert_true(j->model.lr == 0.05);
+	assert_true(j->model.lr_dense == 0.05);
+	assert_true(j->model.init_accum == 0.1);
+	assert_true(j->model.l2 == 0.0);
+	assert_string_equal(j->model.dense_transform, "log1p");
+
+	assert_int_equal(j->batch_size, 8192);
+	assert_int_equal(j->minibatch, 512);
+	assert_int_equal(j->read.threads, 2);
+	assert_int_equal(j->read.queue, 4);
+	assert_string_equal(j->read.near, "auto");
+	assert_int_equal(j->pull.threads, 1);
+	assert_int_equal(j->pull.queue, 4);
+	assert_null(j->pull.near);
+	assert_int_equal(j->train_stage.threads, 1);
+	assert_int_equal(j->train_stage.queue, 2);
+	assert_int_equal(j->push.threads, 1);
+	assert_int_equal(j->dump.queue, 4);
+
+	assert_int_equal(j->mem_bytes, 2ull << 30);
+	assert_null(j->ssd_path);
+	assert_string_equal(j->sync.name, "async");
+	assert_int_equal(j->sync.n_params, 0);
+	assert_string_equal(j->out_dir, "out/quickstart");
+	assert_string_equal(j->metrics_path, "out/quickstart/metrics.jsonl");
+	assert_true(j->progress_secs == 1.0);
+
+	/* the dump prints resolved fields one per line */
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	assert_int_equal(st_job_dump(j, f), ST_OK);
+	fclose(f);
+	assert_non_null(strstr(buf, "\nstages.read.threads = 2\n"));
+	assert_non_null(strstr(buf, "\nstorage.mem = 2147483648\n"));
+	assert_non_null(strstr(buf, "\nsync = \"async\"\n"));
+	free(buf);
+	st_job_free(j);
+}
+
+static void test_lang_defaults(void **state)
+{
+	(void)state;
+	st_job_t *j = load_ok("tests/lua/good_minimal.lua", NULL, 0);
+	assert_string_equal(j->name, "minimal");
+	assert_int_equal(j->seed, 42);
+	assert_int_equal(j->epochs, 1);
+	assert_int_equal(j->train.on_bad, ST_BAD_SKIP);
+	assert_int_equal(j->train.max_report, 5);
+	assert_int_equal(j->train.limit, -1);
+	assert_int_equal(j->has_eval, 0);
+	assert_int_equal(j->gen.enabled, 0);
+	const st_stage_cfg_t *st[] = { &j->read, &j->pull, &j->train_stage, &j->push, &j->dump };
+	for (int i = 0; i < 5; i++) {
+		assert_int_equal(st[i]->threads, 1);
+		assert_int_equal(st[i]->queue, 4);
+		assert_null(st[i]->near);
+	}
+	assert_int_equal(j->batch_size, 8192);
+	assert_int_equal(j->minibatch, 512);
+	assert_string_equal(j->model.type, "lr");
+	assert_int_equal(j->model.emb_dim, 1);
+	assert_string_equal(j->model.optimizer, "adagrad");
+	assert_true(j->model.lr == 0.05);
+	assert_true(j->model.lr_dense == 0.05);
+	assert_true(j->model.init_accum == 0.1);
+	assert_true(j->model.l2 == 0.0);
+	assert_string_equal(j->model.dense_transform, "log1p");
+	assert_int_equal(j->mem_bytes, 0);
+	assert_null(j->ssd_path);
+	assert_int_equal(j->ssd_bytes, 0);
+	assert_string_equal(j->sync.name, "async");
+	assert_true(j->progress_secs == 1.0);
+	assert_null(j->out_dir);
+	assert_null(j->metrics_path);
+	st_job_free(j);
+
+	/* minibatch defaults to 512 but never above an explicit batch_size */
+	const char *sets[] = { "stages.read.batch_size=100" };
+	j = load_ok("tests/lua/good_minimal.lua", sets, 1);
+	assert_int_equal(j->batch_size, 100);
+	assert_int_equal(j->minibatch, 100);
+	st_job_free(j);
+}
+
+static void test_lang_other_constructors(void **state)
+{
+	(void)state;
+	st_job_t *j = load_ok("tests/lua/good_variety.lua", NULL, 0);
+	assert_string_equal(j->name, "variety-job");   /* from helper_mod.lua */
+	assert_int_equal(j->seed, 7);
+	assert_int_equal(j->epochs, 3);
+	assert_string_equal(j->train.format, "libsvm");
+	assert_int_equal(j->train.n_globs, 2);
+	assert_int_equal(j->train.n_paths, 3);      /* two globs, merged and sorted */
+	assert_string_equal(j->train.paths[0], "tests/lua/data/eval.tsv");
+	assert_string_equal(j->train.paths[2], "tests/lua/data/train-00001.tsv");
+	assert_int_equal(j->train.on_bad, ST_BAD_FAIL);
+	assert_int_equal(j->train.max_report, 0);
+	assert_int_equal(j->train.limit, 1000);
+	assert_int_equal(j->train.n_dense, 0);
+	assert_int_equal(j->train.n_slots, 3);
+
+	assert_string_equal(j->eval.format, "csv");
+	assert_int_equal(j->eval.sep, ';');
+	assert_int_equal(j->eval.header, 0);
+	assert_int_equal(j->eval.n_cols, 5);
+	const uint8_t kinds[] = { ST_COL_LABEL, ST_COL_DENSE, ST_COL_CAT, ST_COL_IGNORE, ST_COL_CAT };
+	assert_memory_equal(j->eval.col_kind, kinds, 5);
+	assert_int_equal(j->eval.n_dense, 1);
+	assert_int_equal(j->eval.n_slots, 2);
+
+	assert_string_equal(j->model.type, "dnn");
+	assert_int_equal(j->model.emb_dim, 16);
+	assert_int_equal(j->model.n_hidden, 2);
+	assert_int_equal(j->model.hidden[0], 64);
+	assert_int_equal(j->model.hidden[1], 32);
+	assert_string_equal(j->model.optimizer, "adam");
+	assert_true(j->model.lr == 0.001);
+	assert_true(j->model.lr_dense == 0.01);
+	assert_true(j->model.l2 == 1e-4);
+	assert_string_equal(j->model.dense_transform, "none");
+
+	assert_int_equal(j->batch_size, 100);
+	assert_int_equal(j->minibatch, 100);
+	assert_int_equal(j->train_stage.threads, 4);   /* workers */
+	assert_string_equal(j->train_stage.near, "gpu");
+	assert_int_equal(j->mem_bytes, 512ull << 20);
+	assert_string_equal(j->ssd_path, "/tmp/strata-ssd");
+	assert_int_equal(j->ssd_bytes, 10000000000ull);
+	assert_string_equal(j->sync.name, "shadow");
+	assert_int_equal(j->sync.n_params, 2);
+	assert_string_equal(j->sync.keys[0], "algo");
+	assert_string_equal(j->sync.strs[0], "ma");
+	assert_true(st_job_sync_param(j, "alpha", 0) == 0.25);
+	assert_true(st_job_sync_param(j, "absent", -3) == -3);
+	assert_string_equal(j->out_dir, "out/variety");
+	st_job_free(j);
+}
+
+static void test_lang_csv_schema_names(void **state)
+{
+	(void)state;
+	st_job_t *j = load_ok("tests/lua/good_csv_schema.lua", NULL, 0);
+	/* header: click,price,site,junk,ad */
+	const uint8_t kinds[] = { ST_COL_LABEL, ST_COL_DENSE, ST_COL_CAT, ST_COL_IGNORE, ST_COL_CAT };
+	assert_int_equal(j->train.n_cols, 5);
+	assert_memory_equal(j->train.col_kind, kinds, 5);
+	assert_int_equal(j->train.header, 1);
+	assert_int_equal(j->train.sep, ',');
+	assert_int_equal(j->train.n_dense, 1);
+	assert_int_equal(j->train.n_slots, 2);
+	st_job_free(j);
+
+	const char *sets[] = { "data.train.schema.cat={'site'}" };
+	expect_only("tests/lua/good_csv_schema.lua", sets, 1,
+		    "tests/lua/good_csv_schema.lua:6: data.train.schema does not say what "
+		    "column 'ad' of 'tests/lua/data/named.csv' is (list it under ignore)");
+}
+
+static void test_lang_generate_skips_path_check(void **state)
+{
+	(void)state;
+	/* train and eval point under generate.dir, which does not exist: the
+	 * patterns themselves are kept as paths until the data is generated. */
+	st_job_t *j = load_ok("tests/lua/good_generate.lua", NULL, 0);
+	assert_int_equal(j->train.n_paths, 1);
+	assert_string_equal(j->train.paths[0], "tests/lua/gen-absent/train-*.tsv");
+	assert_string_equal(j->eval.paths[0], "./tests/lua/gen-absent/eval.tsv");
+	assert_int_equal(j->gen.rows, 1000);
+	assert_int_equal(j->gen.files, 2);
+	assert_int_equal(j->gen.seed, 42);      /* defaults to the job's seed */
+	assert_int_equal(st_job_expand_paths(&j->train), ST_ENOENT);
+	assert_string_equal(j->train.paths[0], "tests/lua/gen-absent/train-*.tsv");
+	/* once the files exist, expansion finds them */
+	free(j->train.globs[0]);
+	j->train.globs[0] = strdup("tests/lua/data/train-*.tsv");
+	assert_int_equal(st_job_expand_paths(&j->train), ST_OK);
+	assert_int_equal(j->train.n_paths, 2);
+	assert_string_equal(j->train.paths[1], "tests/lua/data/train-00001.tsv");
+	st_job_free(j);
+
+	/* check_paths = 0 keeps a missing glob as the path */
+	st_job_t *k = NULL;
+	st_diag_t d;
+	const char *sets[] = { "data.train.path='nowhere/*.tsv'" };
+	assert_int_equal(load("tests/lua/good_minimal.lua", sets, 1, 0, &k, &d), ST_OK);
+	assert_string_equal(k->train.paths[0], "nowhere/*.tsv");
+	st_job_free(k);
+}
+
+/* ---- diagnostics ------------------------------------------------------ */
+
+static void test_lang_syntax_error(void **state)
+{
+	(void)state;
+	expect_only("tests/lua/bad_syntax.lua", NULL, 0,
+		    "tests/lua/bad_syntax.lua:3: '}' expected (to close '{' at line 1) near 'data'");
+}
+
+static void test_lang_unknown_field(void **state)
+{
+	(void)state;
+	st_diag_t d;
+	load_bad("tests/lua/bad_many.lua", NULL, 0, &d);
+	expect_msg(&d, "tests/lua/bad_many.lua:9: unknown field 'bach_size' in stages.read "
+		       "(did you mean 'batch_size'?)");
+	expect_msg(&d, "tests/lua/bad_many.lua:15: unknown field 'progres' in output "
+		       "(did you mean 'progress'?)");
+	st_diag_free(&d);
+	/* nothing close: no suggestion */
+	const char *sets[] = { "stages.read.zzz=1" };
+	expect_only("tests/lua/good_minimal.lua", sets, 1,
+		    "--set stages.read.zzz=1: unknown field 'zzz' in stages.read");
+}
+
+static void test_lang_wrong_type(void **state)
+{
+	(void)state;
+	st_diag_t d;
+	load_bad("tests/lua/bad_many.lua", NULL, 0, &d);
+	expect_msg(&d, "tests/lua/bad_many.lua:9: stages.read.threads must be an integer, got string");
+	expect_msg(&d, "tests/lua/bad_many.lua:11: stages.train.workers must be an integer, got 1.5");
+	expect_msg(&d, "tests/lua/bad_many.lua:14: sync.global_batch must be an integer, got string");
+	expect_msg(&d, "tests/lua/bad_many.lua:13: storage.mem must be a size like \"2GiB\", "
+		       "\"512MiB\", \"10GB\" or a number of bytes, got 'lots'");
+	expect_msg(&d, "tests/lua/bad_many.lua:5: data.train.on_bad_record must be 'skip' or "
+		       "'fail', got 'skp' (did you mean 'skip'?)");
+	st_diag_free(&d);
+}
+
+static void test_lang_out_of_range(void **state)
+{
+	(void)state;
+	st_diag_t d;
+	load_bad("tests/lua/bad_many.lua", NULL, 0, &d);
+	expect_msg(&d, "tests/lua/bad_many.lua:9: stages.read.batch_size must be >= 1, got 0");
+	expect_msg(&d, "tests/lua/bad_many.lua:7: model.optimizer.lr must be > 0, got -0.1");
+	expect_msg(&d, "tests/lua/bad_many.lua:10: stages.pull.queue must be >= 1, got 0");
+	st_diag_free(&d);
+	expect_only("tests/lua/bad_minibatch.lua", NULL, 0,
+		    "tests/lua/bad_minibatch.lua:8: stages.train.minibatch must be <= "
+		    "stages.read.batch_size (256), got 512");
+}
+
+static void test_lang_unknown_names(void **state)
+{
+	(void)state;
+	expect_only("tests/lua/bad_format.lua", NULL, 0,
+		    "tests/lua/bad_format.lua:4: unknown data format 'criteo2' (did you mean 'criteo'?)");
+	st_diag_t d;
+	load_bad("tests/lua/bad_plain.lua", NULL, 0, &d);
+	assert_int_equal(d.n, 4);
+	assert_string_equal(d.msg[0], "tests/lua/bad_plain.lua:5: unknown data format 'parquet'; "
+			    "known formats: criteo, libsvm, csv");
+	assert_string_equal(d.msg[1], "tests/lua/bad_plain.lua:6: unknown data format 'criteo2' "
+			    "(did you mean 'criteo'?)");
+	assert_string_equal(d.msg[2], "tests/lua/bad_plain.lua:8: unknown optimizer 'adagrd' "
+			    "(did you mean 'adagrad'?); known optimizers: sgd, adagrad, adam, ftrl");
+	assert_string_equal(d.msg[3], "tests/lua/bad_plain.lua:9: unknown sync policy 'hop' "
+			    "(did you mean 'hop_bs'?); known policies: allreduce, async, hop_bs, "
+			    "bsp, hop_bw, gba, kstep, shadow, hybrid");
+	st_diag_free(&d);
+	load_bad("tests/lua/bad_missing.lua", NULL, 0, &d);
+	expect_msg(&d, "tests/lua/bad_missing.lua:7: unknown model type 'dnnn' (did you mean "
+		       "'dnn'?); known models: lr, dnn, wdl, deepfm, dlrm");
+	expect_msg(&d, "tests/lua/bad_missing.lua:6: unknown sync policy 'asynch' (did you mean "
+		       "'async'?); known policies: allreduce, async, hop_bs, bsp, hop_bw, gba, "
+		       "kstep, shadow, hybrid");
+	st_diag_free(&d);
+}
+
+static void test_lang_missing_required(void **state)
+{
+	(void)state;
+	st_diag_t d;
+	load_bad("tests/lua/bad_missing.lua", NULL, 0, &d);
+	expect_msg(&d, "tests/lua/bad_missing.lua:1: missing required field 'name'");
+	expect_msg(&d, "tests/lua/bad_missing.lua:3: missing required field 'data.train'");
+	expect_msg(&d, "tests/lua/bad_missing.lua:4: data.eval.slots must be >= 1, got 0");
+	assert_int_equal(d.n, 5);
+	st_diag_free(&d);
+}
+
+static void test_lang_path_matches_no_file(void **state)
+{
+	(void)state;
+	st_diag_t d;
+	load_bad("tests/lua/bad_many.lua", NULL, 0, &d);
+	expect_msg(&d, "tests/lua/bad_many.lua:5: data.train.path 'tests/lua/data/nope-*.tsv' "
+		       "matches no file");
+	st_diag_free(&d);
+	/* skipped when check_paths is 0 */
+	st_job_t *j = NULL;
+	assert_int_equal(load("tests/lua/bad_many.lua", NULL, 0, 0, &j, &d), ST_EJOB);
+	assert_false(has_msg(&d, "tests/lua/bad_many.lua:5: data.train.path "
+			     "'tests/lua/data/nope-*.tsv' matches no file"));
+	st_diag_free(&d);
+}
+
+static void test_lang_reports_every_error(void **state)
+{
+	(void)state;
+	st_diag_t d;
+	load_bad("tests/lua/bad_many.lua", NULL, 0, &d);
+	static const char *const want[] = {
+		"tests/lua/bad_many.lua:5: data.train.on_bad_record must be 'skip' or 'fail', got 'skp' (did you mean 'skip'?)",
+		"tests/lua/bad_many.lua:5: data.train.path 'tests/lua/data/nope-*.tsv' matches no file",
+		"tests/lua/bad_many.lua:7: model.optimizer.lr must be > 0, got -0.1",
+		"tests/lua/bad_many.lua:9: unknown field 'bach_size' in stages.read (did you mean 'batch_size'?)",
+		"tests/lua/bad_many.lua:9: stages.read.threads must be an integer, got string",
+		"tests/lua/bad_many.lua:9: stages.read.batch_size must be >= 1, got 0",
+		"tests/lua/bad_many.lua:10: stages.pull.queue must be >= 1, got 0",
+		"tests/lua/bad_many.lua:11: stages.train.workers must be an integer, got 1.5",
+		"tests/lua/bad_many.lua:13: storage.mem must be a size like \"2GiB\", \"512MiB\", \"10GB\" or a number of bytes, got 'lots'",
+		"tests/lua/bad_many.lua:14: sync.global_batch must be an integer, got string",
+		"tests/lua/bad_many.lua:15: unknown field 'progres' in output (did you mean 'progress'?)",
+	};
+	assert_int_equal(d.n, (int)(sizeof(want) / sizeof(want[0])));
+	for (int i = 0; i < d.n; i++)
+		assert_string_equal(d.msg[i], want[i]);
+	st_diag_free(&d);
+}
+
+static void test_lang_not_a_job(void **state)
+{
+	(void)state;
+	expect_only("tests/lua/bad_notjob.lua", NULL, 0,
+		    "tests/lua/bad_notjob.lua:2: the job file must return st.job{...}");
+	st_diag_t d;
+	load_bad("tests/lua/does-not-exist.lua", NULL, 0, &d);
+	assert_string_equal(d.msg[0], "tests/lua/does-not-exist.lua: cannot read the job file: "
+			    "No such file or directory");
+	st_diag_free(&d);
+}
+
+/* ---- --set ------------------------------------------------------------ */
+
+static void test_lang_set_overrides(void **state)
+{
+	(void)state;
+	const char *sets[] = {
+		"stages.read.threads=3",                        /* number */
+		"name=\"other\"",                               /* string expression */
+		"data.train.path=tests/lua/data/eval.tsv",      /* bare path: a string */
+		"stages.pull={threads=2, queue=8}",             /* table */
+		"storage.ssd.path='/tmp/ssd'",                  /* creates storage, ssd */
+		"model.optimizer.lr=0.5",                       /* into a constructor's table */
+	};
+	st_job_t *j = load_ok("tests/lua/good_quickstart.lua", sets, 6);
+	assert_int_equal(j->read.threads, 3);
+	assert_int_equal(j->read.queue, 4);
+	assert_string_equal(j->name, "other");
+	assert_int_equal(j->train.n_paths, 1);
+	assert_string_equal(j->train.paths[0], "tests/lua/data/eval.tsv");
+	assert_int_equal(j->pull.threads, 2);
+	assert_int_equal(j->pull.queue, 8);
+	assert_string_equal(j->ssd_path, "/tmp/ssd");
+	assert_int_equal(j->mem_bytes, 2ull << 30);     /* rest of storage kept */
+	assert_true(j->model.lr == 0.5);
+	assert_true(j->model.init_accum == 0.1);
+	st_job_free(j);
+}
+
+static void test_lang_set_sync(void **state)
+{
+	(void)state;
+	const char *gba[] = { "sync=st.sync.gba{global_batch=4096, tolerance=2}" };
+	st_job_t *j = load_ok("tests/lua/good_quickstart.lua", gba, 1);
+	assert_string_equal(j->sync.name, "gba");
+	assert_true(st_job_sync_param(j, "global_batch", 0) == 4096);
+	assert_true(st_job_sync_param(j, "tolerance", 0) == 2);
+	st_job_free(j);
+
+	const char *shorthand[] = { "sync=allreduce", "sync=async" };  /* applied in order */
+	j = load_ok("tests/lua/good_variety.lua", shorthand, 2);
+	assert_string_equal(j->sync.name, "async");
+	assert_int_equal(j->sync.n_params, 0);
+	st_job_free(j);
+
+	/* the shorthand is a string, so its fields cannot be set one by one */
+	const char *kstep[] = { "sync=kstep", "sync.k=4" };
+	st_diag_t d;
+	load_bad("tests/lua/good_minimal.lua", kstep, 2, &d);
+	assert_int_equal(d.n, 2);
+	assert_string_equal(d.msg[0], "--set sync.k=4: cannot set sync.k: sync is a string, not a table");
+	assert_string_equal(d.msg[1], "--set sync=kstep: missing required field 'sync.k'");
+	st_diag_free(&d);
+	const char *hop[] = { "sync=hop_bs" };
+	expect_only("tests/lua/good_minimal.lua", hop, 1,
+		    "--set sync=hop_bs: missing required field 'sync.b'");
+}
+
+static void test_lang_set_invalid_value(void **state)
+{
+	(void)state;
+	const char *bad_type[] = { "stages.read.threads=two" };
+	expect_only("tests/lua/good_minimal.lua", bad_type, 1,
+		    "--set stages.read.threads=two: stages.read.threads must be an integer, got string");
+	const char *range[] = { "stages.pull.queue=0" };
+	expect_only("tests/lua/good_minimal.lua", range, 1,
+		    "--set stages.pull.queue=0: stages.pull.queue must be >= 1, got 0");
+	const char *no_eq[] = { "stages.read.threads" };
+	expect_only("tests/lua/good_minimal.lua", no_eq, 1,
+		    "--set stages.read.threads: expected key.path=value");
+	const char *bad_key[] = { "stages..read=1" };
+	expect_only("tests/lua/good_minimal.lua", bad_key, 1,
+		    "--set stages..read=1: 'stages..read' is not a field path like stages.read.threads");
+	const char *eval_err[] = { "sync=st.sync.asynch{}" };
+	expect_only("tests/lua/good_minimal.lua", eval_err, 1,
+		    "--set sync=st.sync.asynch{}:1: unknown sync policy 'asynch' (did you mean "
+		    "'async'?); known policies: allreduce, async, hop_bs, bsp, hop_bw, gba, kstep, "
+		    "shadow, hybrid");
+	const char *unknown_policy[] = { "sync=asynch" };
+	expect_only("tests/lua/good_minimal.lua", unknown_policy, 1,
+		    "--set sync=asynch: unknown sync policy 'asynch' (did you mean 'async'?); "
+		    "known policies: allreduce, async, hop_bs, bsp, hop_bw, gba, kstep, shadow, hybrid");
+}
+
+/* ---- sandbox ---------------------------------------------------------- */
+
+static void test_lang_sandbox_blocks_escapes(void **state)
+{
+	(void)state;
+	expect_only("tests/lua/sandbox_execute.lua", NULL, 0,
+		    "tests/lua/sandbox_execute.lua:3: attempt to call a nil value (field 'execute')");
+	expect_only("tests/lua/sandbox_popen.lua", NULL, 0,
+		    "tests/lua/sandbox_popen.lua:3: undefined global 'io'");
+	expect_only("tests/lua/sandbox_loadfile.lua", NULL, 0,
+		    "tests/lua/sandbox_loadfile.lua:3: undefined global 'loadfile'");
+	expect_only("tests/lua/sandbox_dofile.lua", NULL, 0,
+		    "tests/lua/sandbox_dofile.lua:3: undefined global 'dofile'");
+	expect_only("tests/lua/sandbox_package.lua", NULL, 0,
+		    "tests/lua/sandbox_package.lua:3: undefined global 'package'");
+	expect_only("tests/lua/sandbox_load.lua", NULL, 0,
+		    "tests/lua/sandbox_load.lua:3: load: only strings can be loaded in a job file");
+	expect_only("tests/lua/sandbox_bigmem.lua", NULL, 0,
+		    "tests/lua/sandbox_bigmem.lua: not enough memory (a job file may use at most 512 MiB)");
+}
+
+/* Takes the full 10 s time limit: the watchdog is what keeps `strata check`
+ * from hanging on a job that never returns. */
+static void test_lang_sandbox_stops_endless_loop(void **state)
+{
+	(void)state;
+	expect_only("tests/lua/sandbox_loop.lua", NULL, 0,
+		    "tests/lua/sandbox_loop.lua:3: the job file ran for more than 10 s; "
+		    "is there an endless loop?");
+}
+
+static void test_lang_sandbox_strict_globals(void **state)
+{
+	(void)state;
+	expect_only("tests/lua/sandbox_global.lua", NULL, 0,
+		    "tests/lua/sandbox_global.lua:3: undefined global 'undefined_thing'");
+	expect_only("tests/lua/sandbox_assign.lua", NULL, 0,
+		    "tests/lua/sandbox_assign.lua:3: assignment to undeclared global 'leaked'");
+}
+
+static void test_lang_sandbox_require(void **state)
+{
+	(void)state;
+	/* a module in the job's folder loads (good_variety requires helper_mod) */
+	st_job_t *j = load_ok("tests/lua/good_variety.lua", NULL, 0);
+	assert_string_equal(j->name, "variety-job");
+	st_job_free(j);
+	expect_prefix("tests/lua/sandbox_require_outside.lua",
+		      "tests/lua/sandbox_require_outside.lua:3: module '../secret' not allowed");
+	/* only .lua files are searched, so a C module is never found */
+	expect_prefix("tests/lua/sandbox_require_c.lua",
+		      "tests/lua/sandbox_require_c.lua:3: module 'lpeg' not found:");
+}
+
+int main(void)
+{
+	const char *root = getenv("ST_SOURCE_ROOT");
+	if (!root || chdir(root) != 0) {
+		fprintf(stderr, "test_lang: set ST_SOURCE_ROOT to the source tree\n");
+		return 77;
+	}
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_lang_valid_job_fields),
+		cmocka_unit_test(test_lang_defaults),
+		cmocka_unit_test(test_lang_other_constructors),
+		cmocka_unit_test(test_lang_csv_schema_names),
+		cmocka_unit_test(test_lang_generate_skips_path_check),
+		cmocka_unit_test(test_lang_syntax_error),
+		cmocka_unit_test(test_lang_unknown_field),
+		cmocka_unit_test(test_lang_wrong_type),
+		cmocka_unit_test(test_lang_out_of_range),
+		cmocka_unit_test(test_lang_unknown_names),
+		cmocka_unit_test(test_lang_missing_required),
+		cmocka_unit_test(test_lang_path_matches_no_file),
+		cmocka_unit_test(test_lang_reports_every_error),
+		cmocka_unit_test(test_lang_not_a_job),
+		cmocka_unit_test(test_lang_set_overrides),
+		cmocka_unit_test(test_lang_set_sync),
+		cmocka_unit_test(test_lang_set_invalid_value),
+		cmocka_unit_test(test_lang_sandbox_blocks_escapes),
+		cmocka_unit_test(test_lang_sandbox_strict_globals),
+		cmocka_unit_test(test_lang_sandbox_stops_endless_loop),
+		cmocka_unit_test(test_lang_sandbox_require),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,288 @@
+/* test_metrics.c — metric table under concurrency, progress JSON records. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime/err.h"
+#include "runtime/graph.h"
+#include "runtime/metrics.h"
+
+#define THREADS 4
+#define ADDS 20000
+
+struct adder {
+	st_metrics_t *m;
+	pthread_barrier_t *bar;
+	int id;
+};
+
+static void *adder_main(void *arg)
+{
+	struct adder *a = arg;
+	char own[32];
+	snprintf(own, sizeof own, "thread%d", a->id);
+	pthread_barrier_wait(a->bar);
+	for (int i = 0; i < ADDS; i++) {
+		st_metrics_add(a->m, "examples", 2.0);
+		st_metrics_add(a->m, own, 1.0);
+		st_metrics_set(a->m, "last", (double)a->id);
+		(void)st_metrics_get(a->m, "examples", 0.0);
+	}
+	return NULL;
+}
+
+struct collect {
+	char names[ST_METRICS_MAX][64];
+	int n;
+};
+
+static void collect_fn(const char *name, double v, void *arg)
+{
+	struct collect *c = arg;
+	snprintf(c->names[c->n++], 64, "%s", name);
+}
+
+static void test_metrics_concurrent_sums_exact(void **state)
+{
+	(void)state;
+	st_metrics_t *m;
+	assert_int_equal(st_metrics_create(&m), ST_OK);
+	assert_true(st_metrics_get(m, "examples", -1.0) == -1.0);
+	assert_true(isnan(st_metrics_get(m, "loss", NAN)));
+	st_metrics_set(m, "examples", 0.0); /* registered first */
+	pthread_barrier_t bar;
+	pthread_barrier_init(&bar, NULL, THREADS);
+	struct adder a[THREADS];
+	pthread_t t[THREADS];
+	for (int i = 0; i < THREADS; i++) {
+		a[i] = (struct adder){ m, &bar, i };
+		assert_int_equal(pthread_create(&t[i], NULL, adder_main, &a[i]), 0);
+	}
+	for (int i = 0; i < THREADS; i++)
+		pthread_join(t[i], NULL);
+	pthread_barrier_destroy(&bar);
+	assert_true(st_metrics_get(m, "examples", 0) == 2.0 * THREADS * ADDS);
+	for (int i = 0; i < THREADS; i++) {
+		char own[32];
+		snprintf(own, sizeof own, "thread%d", i);
+		assert_true(st_metrics_get(m, own, 0) == (double)ADDS);
+	}
+	double last = st_metrics_get(m, "last", -1);
+	assert_true(last >= 0 && last < THREADS);
+
+	struct collect c = { .n = 0 };
+	st_metrics_foreach(m, collect_fn, &c);
+	assert_int_equal(c.n, THREADS + 2);
+	assert_string_equal(c.names[0], "examples");
+
+	/* Past ST_METRICS_MAX names, new names are dropped, old ones still work. */
+	for (int i = 0; i < ST_METRICS_MAX + 5; i++) {
+		char name[32];
+		snprintf(name, sizeof name, "extra%d", i);
+		st_metrics_set(m, name, i);
+	}
+	assert_true(st_metrics_get(m, "extra0", -1) == 0.0);
+	assert_true(st_metrics_get(m, "extra70", -1) == -1.0);
+	st_metrics_add(m, "examples", 1.0);
+	assert_true(st_metrics_get(m, "examples", 0) == 2.0 * THREADS * ADDS + 1);
+	st_metrics_destroy(m);
+	st_metrics_destroy(NULL);
+}
+
+/* --- a tiny graph for the reporter ------------------------------------ */
+
+struct src {
+	int left;
+	st_metrics_t *m;
+};
+
+static int src_produce(void *state, st_stage_ctx_t *ctx, st_batch_t **out)
+{
+	struct src *s = state;
+	if (s->left-- <= 0)
+		return 0;
+	int rc = st_batch_create(out, 4, 0, 0, 1);
+	if (rc < 0)
+		return st_stage_fail(ctx, rc, "oom");
+	(*out)->n = 4;
+	return 1;
+}
+
+static int sink_process(void *state, st_stage_ctx_t *ctx, st_batch_t *in,
+			st_batch_t **out)
+{
+	struct src *s = state;
+	st_metrics_add(s->m, "examples", in->n);
+	st_batch_destroy(in);
+	return 0;
+}
+
+static const st_stage_ops_t src_ops = { .name = "src", .produce = src_produce };
+static const st_stage_ops_t sink_ops = { .name = "sink", .process = sink_process };
+
+static char *read_file(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	char *buf = calloc(1, 1 << 20);
+	size_t n = fread(buf, 1, (1 << 20) - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+	return buf;
+}
+
+static void test_metrics_progress_writes_final_json(void **state)
+{
+	(void)state;
+	st_metrics_t *m;
+	assert_int_equal(st_metrics_create(&m), ST_OK);
+	struct src s = { .left = 100, .m = m };
+	st_graph_t *g;
+	assert_int_equal(st_graph_create(&g), ST_OK);
+	st_stage_desc_t d = { .name = "read", .ops = &src_ops, .state = &s, .n_threads = 1 };
+	for (int i = 0; i < ST_MAX_STAGE_THREADS; i++)
+		d.cpus[i] = -1;
+	assert_int_equal(st_graph_add_stage(g, &d), ST_OK);
+	d.name = "tr\"ain";  /* a name that needs escaping */
+	d.ops = &sink_ops;
+	d.n_threads = 2;
+	d.queue_cap = 4;
+	assert_int_equal(st_graph_add_stage(g, &d), ST_OK);
+
+	/* loss was never computed (NaN), auc is infinite: both must be null */
+	st_metrics_set(m, "loss", NAN);
+	st_metrics_set(m, "auc", INFINITY);
+	st_metrics_set(m, "bad_records", 3);
+
+	char path[] = "/tmp/st-test-metrics-XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	close(fd);
+	st_progress_t *p;
+	assert_int_equal(st_progress_start(&p, g, m, 0.001, path, 0), ST_OK);
+	assert_int_equal(st_graph_run(g), ST_OK);
+	st_progress_stop(p);
+
+	char *text = read_file(path);
+	unlink(path);
+	/* the last line is the final record */
+	size_t len = strlen(text);
+	assert_true(len > 2 && text[len - 1] == '\n');
+	text[len - 1] = '\0';
+	char *last = strrchr(text, '\n');
+	last = last ? last + 1 : text;
+	assert_true(last[0] == '{' && last[strlen(last) - 1] == '}');
+	assert_non_null(strstr(last, "\"t\":"));
+	assert_non_null(strstr(last, "\"examples\":400,"));
+	assert_non_null(strstr(last, "\"ex_per_s\":"));
+	assert_non_null(strstr(last, "\"metrics\":{\"loss\":null,\"auc\":null,"
+				     "\"bad_records\":3,\"examples\":400}"));
+	assert_non_null(strstr(last, "\"stages\":[{\"name\":\"read\",\"threads\":1,"
+				     "\"items\":100,\"busy_pct\":"));
+	assert_non_null(strstr(last, "{\"name\":\"tr\\\"ain\",\"threads\":2,\"items\":100,"));
+	assert_non_null(strstr(last, "\"queue_depth\":0,\"queue_cap\":4}"));
+	assert_non_null(strstr(last, "\"final\":true}"));
+	/* no record anywhere may contain NaN or Inf */
+	assert_null(strstr(text, "nan"));
+	assert_null(strstr(text, "inf"));
+	/* Every line (interval records too, if any were written) is one object. */
+	for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+		assert_true(line[0] == '{' && line[strlen(line) - 1] == '}');
+		assert_non_null(strstr(line, "\"stages\":["));
+	}
+	free(text);
+	st_graph_destroy(g);
+	st_metrics_destroy(m);
+}
+
+/* On a terminal, the reporter rewrites one line with \r and ends it with a
+ * newline at stop. stderr is redirected to a file to look at it. */
+static void test_metrics_progress_tty_line(void **state)
+{
+	(void)state;
+	st_metrics_t *m;
+	assert_int_equal(st_metrics_create(&m), ST_OK);
+	struct src s = { .left = 10, .m = m };
+	st_graph_t *g;
+	assert_int_equal(st_graph_create(&g), ST_OK);
+	st_stage_desc_t d = { .name = "read", .ops = &src_ops, .state = &s, .n_threads = 1 };
+	for (int i = 0; i < ST_MAX_STAGE_THREADS; i++)
+		d.cpus[i] = -1;
+	assert_int_equal(st_graph_add_stage(g, &d), ST_OK);
+	d.name = "train";
+	d.ops = &sink_ops;
+	d.queue_cap = 3;
+	assert_int_equal(st_graph_add_stage(g, &d), ST_OK);
+	st_metrics_set(m, "loss", 0.5);
+	st_metrics_set(m, "auc", 0.75);
+	st_metrics_set(m, "hit_rate", 0.25);
+
+	char path[] = "/tmp/st-test-tty-XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	int saved = dup(2);
+	assert_true(saved >= 0);
+	dup2(fd, 2);
+	st_progress_t *p;
+	int rc = st_progress_start(&p, g, m, 3600.0, NULL, 1);
+	if (rc == ST_OK) {
+		rc = st_graph_run(g);
+		st_progress_stop(p);
+	}
+	dup2(saved, 2);
+	close(saved);
+	close(fd);
+	assert_int_equal(rc, ST_OK);
+	char *text = read_file(path);
+	unlink(path);
+	assert_true(text[0] == '\r');
+	assert_non_null(strstr(text, "40 ex"));
+	assert_non_null(strstr(text, "ex/s"));
+	assert_non_null(strstr(text, "loss 0.5000"));
+	assert_non_null(strstr(text, "auc 0.7500"));
+	assert_non_null(strstr(text, "hit_rate 0.25"));
+	assert_non_null(strstr(text, "| read "));
+	assert_non_null(strstr(text, " train "));
+	assert_non_null(strstr(text, "| q 0/3"));
+	assert_true(text[strlen(text) - 1] == '\n');
+	free(text);
+	st_graph_destroy(g);
+	st_metrics_destroy(m);
+}
+
+static void test_metrics_progress_bad_path(void **state)
+{
+	(void)state;
+	st_metrics_t *m;
+	assert_int_equal(st_metrics_create(&m), ST_OK);
+	st_progress_t *p = (st_progress_t *)1;
+	assert_int_equal(st_progress_start(&p, NULL, m, 1.0, "/nonexistent/dir/m.json", 0),
+			 ST_EIO);
+	assert_null(p);
+	/* Without a graph or file, stop is immediate even with a long interval. */
+	assert_int_equal(st_progress_start(&p, NULL, m, 3600.0, NULL, 0), ST_OK);
+	st_progress_stop(p);
+	st_progress_stop(NULL);
+	st_metrics_destroy(m);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_metrics_concurrent_sums_exact),
+		cmocka_unit_test(test_metrics_progress_writes_final_json),
+		cmocka_unit_test(test_metrics_progress_tty_line),
+		cmocka_unit_test(test_metrics_progress_bad_path),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

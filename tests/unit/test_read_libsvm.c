@@ -1,0 +1,206 @@
+/*
+ * test_read_libsvm.c — libsvm / libffm lines: the xlearn Criteo libffm
+ * sample (ST_SHARED_DATA) and small hand-written files with -1/+1 labels
+ * and malformed tokens.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ops/read/read.h"
+#include "ops/read/read_internal.h"
+#include "runtime/err.h"
+
+static const char *data_dir;
+static const char *ffm = "criteo_libffm/aksnzhy_xlearn/small_train.txt";
+
+static st_source_t libsvm_src(int n_slots, int on_bad)
+{
+	st_source_t s;
+	memset(&s, 0, sizeof s);
+	s.format = (char *)"libsvm";
+	s.on_bad = on_bad;
+	s.max_report = 5;
+	s.limit = -1;
+	s.n_slots = n_slots;
+	return s;
+}
+
+/* Reads all of a memory buffer; returns the last st_reader_next result. */
+static int read_mem(const st_source_t *src, const char *text, size_t len,
+		    st_batch_t **b, st_read_stats_t *st, char *err, size_t errlen)
+{
+	st_reader_t *r;
+	assert_int_equal(st__reader_open_mem(&r, src, "mem.svm", text, len, 0, 0), 0);
+	assert_int_equal(st_batch_create(b, 64, 0, (uint32_t)src->n_slots, 2), 0);
+	int rc;
+	do {
+		rc = st_reader_next(r, *b, 64);
+	} while (rc > 0);
+	st_reader_stats(r, st);
+	snprintf(err, errlen, "%s", st_reader_error(r));
+	st_reader_close(r);
+	return rc;
+}
+
+static void test_read_libsvm_xlearn_libffm(void **state)
+{
+	(void)state;
+	/* Fields go up to 17 (awk over the file), so 18 slots. */
+	st_source_t src = libsvm_src(18, ST_BAD_FAIL);
+	char path[1024];
+	snprintf(path, sizeof path, "%s/%s", data_dir, ffm);
+	st_reader_t *r;
+	assert_int_equal(st_reader_open(&r, &src, path), 0);
+	st_batch_t *b;
+	assert_int_equal(st_batch_create(&b, 256, 0, 18, 16), 0);
+	int rc;
+	do {
+		rc = st_reader_next(r, b, 256);
+	} while (rc > 0);
+	assert_int_equal(rc, 0);
+	st_read_stats_t st;
+	st_reader_stats(r, &st);
+	st_reader_close(r);
+	assert_int_equal(st.rows, 200);
+	assert_int_equal(st.bad, 0);
+	assert_int_equal(st.bytes, 51274);
+	int pos = 0;
+	for (uint32_t i = 0; i < b->n; i++)
+		pos += b->labels[i] == 1.0f;
+	/* awk '{if($1>0)c++; k+=NF-1} END{print c, k}' -> 48 3508 */
+	assert_int_equal(pos, 48);
+	assert_int_equal(st_batch_nkeys(b), 3508);
+	/* Line 1: "1 0:0:0.3651 2:1163:0.3651 3:8672:0.3651 ..." */
+	assert_true(b->labels[0] == 1.0f);
+	assert_true(b->keys[0] == st_read_key(0, "0", 1));
+	assert_int_equal(b->key_slot[0], 0);
+	assert_true(fabsf(b->key_val[0] - 0.3651f) < 1e-7f);
+	assert_true(b->keys[1] == st_read_key(2, "1163", 4));
+	assert_int_equal(b->key_slot[1], 2);
+	assert_int_equal(b->key_slot[2], 3);
+	for (uint32_t k = 0; k < st_batch_nkeys(b); k++)
+		assert_true(b->key_slot[k] < 18);
+	st_batch_destroy(b);
+
+	/* With only 10 slots the fields >= 10 are bad records. */
+	src = libsvm_src(10, ST_BAD_FAIL);
+	assert_int_equal(st_reader_open(&r, &src, path), 0);
+	assert_int_equal(st_batch_create(&b, 256, 0, 10, 16), 0);
+	assert_int_equal(st_reader_next(r, b, 256), ST_EBADREC);
+	assert_non_null(strstr(st_reader_error(r), "small_train.txt:1: field 10: field 10 is not below the source's 10 slots"));
+	st_reader_close(r);
+	st_batch_destroy(b);
+}
+
+static void test_read_libsvm_pm1_labels_and_values(void **state)
+{
+	(void)state;
+	static const char text[] =
+		"+1 3:1 7:0.5\n"
+		"-1 3:2.5e1\n"
+		"0 1:1\r\n"
+		"1\t4:1   9:-2\n"
+		"  -1\n"
+		"0.7 2:1";
+	st_source_t src = libsvm_src(1, ST_BAD_FAIL);
+	st_batch_t *b;
+	st_read_stats_t st;
+	char err[512];
+	assert_int_equal(read_mem(&src, text, sizeof text - 1, &b, &st, err, sizeof err), 0);
+	assert_int_equal(b->n, 6);
+	static const float labels[6] = { 1, 0, 0, 1, 0, 1 };
+	assert_memory_equal(b->labels, labels, sizeof labels);
+	static const uint32_t off[7] = { 0, 2, 3, 4, 6, 6, 7 };
+	assert_memory_equal(b->row_off, off, sizeof off);
+	assert_true(b->keys[0] == st_read_key(0, "3", 1));
+	assert_true(b->keys[2] == st_read_key(0, "3", 1));
+	assert_true(b->key_val[1] == 0.5f);
+	assert_true(b->key_val[2] == 25.0f);
+	assert_true(b->key_val[5] == -2.0f);
+	assert_true(b->keys[6] == st_read_key(0, "2", 1));
+	st_batch_destroy(b);
+}
+
+static void check_bad(const char *line, const char *msg)
+{
+	char text[256], want[512], err[512];
+	snprintf(text, sizeof text, "1 1:1\n%s\n0 2:1\n", line);
+	st_source_t src = libsvm_src(4, ST_BAD_SKIP);
+	st_batch_t *b;
+	st_read_stats_t st;
+	assert_int_equal(read_mem(&src, text, strlen(text), &b, &st, err, sizeof err), 0);
+	assert_int_equal(b->n, 2);
+	assert_int_equal(st.bad, 1);
+	assert_int_equal(st_batch_nkeys(b), 2);
+	assert_true(b->keys[1] == st_read_key(0, "2", 1));
+	snprintf(want, sizeof want, "mem.svm:2: %s", msg);
+	assert_string_equal(err, want);
+	st_batch_destroy(b);
+	src.on_bad = ST_BAD_FAIL;
+	assert_int_equal(read_mem(&src, text, strlen(text), &b, &st, err, sizeof err), ST_EBADREC);
+	assert_string_equal(err, want);
+	st_batch_destroy(b);
+}
+
+static void test_read_libsvm_bad_records(void **state)
+{
+	(void)state;
+	check_bad("yes 1:1", "field 0: 'yes' is not a label (a number)");
+	check_bad("1 1:1 7", "field 2: '7' is not idx:val or field:idx:val");
+	check_bad("1 1:x", "field 1: '1:x' has a value that is not a number");
+	check_bad("1 :1", "field 1: ':1' has an empty index");
+	check_bad("1 4:1:1", "field 1: field 4 is not below the source's 4 slots");
+	check_bad("1 -1:1:1", "field 1: '-1:1:1' has a field that is not a non-negative integer");
+	check_bad("1 1:1:1:1", "field 1: '1:1:1:1' has more than two ':'");
+	check_bad("1 1:1e99", "field 1: '1:1e99' has a value out of range");
+	check_bad("", "empty line");
+}
+
+/* Many keys on one line grow the batch's key arrays beyond the start size. */
+static void test_read_libsvm_long_line_grows_keys(void **state)
+{
+	(void)state;
+	size_t cap = 200000, o = 0;
+	char *text = malloc(cap);
+	o += (size_t)sprintf(text, "1");
+	for (int i = 0; i < 10000; i++)
+		o += (size_t)sprintf(text + o, " %d:1", i);
+	text[o++] = '\n';
+	st_source_t src = libsvm_src(1, ST_BAD_FAIL);
+	st_batch_t *b;
+	st_read_stats_t st;
+	char err[512];
+	assert_int_equal(read_mem(&src, text, o, &b, &st, err, sizeof err), 0);
+	assert_int_equal(b->n, 1);
+	assert_int_equal(st_batch_nkeys(b), 10000);
+	assert_true(b->keys[9999] == st_read_key(0, "9999", 4));
+	st_batch_destroy(b);
+	free(text);
+}
+
+int main(void)
+{
+	data_dir = getenv("ST_SHARED_DATA");
+	char p[1024];
+	snprintf(p, sizeof p, "%s/%s", data_dir ? data_dir : "", ffm);
+	if (!data_dir || access(p, R_OK) != 0) {
+		printf("skip: ST_SHARED_DATA is not set or lacks %s\n", ffm);
+		return 77;
+	}
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_read_libsvm_xlearn_libffm),
+		cmocka_unit_test(test_read_libsvm_pm1_labels_and_values),
+		cmocka_unit_test(test_read_libsvm_bad_records),
+		cmocka_unit_test(test_read_libsvm_long_line_grows_keys),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
