@@ -17,11 +17,11 @@ return st.job {
     generate = st.gen { dir = "data/quickstart", rows = 2000000, eval_rows = 200000,
                         files = 4, zipf = 1.1, vocab = 1000000, seed = 7 },
   },
-  model = st.model.lr { optimizer = st.optim.adagrad { lr = 0.05, init_accum = 0.1 }, l2 = 0.0 },
+  model = st.model.lr { optimizer = st.optim.adagrad { lr = 0.1, lr_dense = 0.01, init_accum = 1.0 }, l2 = 0.0 },
   stages = {
     read = { threads = 2, queue = 4, batch_size = 8192 },
     pull = { threads = 1, queue = 4 },
-    train = { workers = 1, queue = 2, minibatch = 512 },
+    train = { workers = 1, queue = 2, minibatch = 256 },
     push = { threads = 1, queue = 4 },
     dump = { threads = 1, queue = 4 },
   },

@@ -88,10 +88,12 @@ int st__lines_open(st__lines_t **out, const char *path, char *errbuf,
 	l->path = strdup(path);
 	l->fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (!l->path || l->fd < 0) {
-		rc = l->path ? -errno : ST_ENOMEM;
+		/* read.h promises ST_ENOENT or ST_EIO; the text keeps errno's. */
+		int e = errno;
+		rc = !l->path ? ST_ENOMEM : e == ENOENT ? ST_ENOENT : ST_EIO;
 		if (errbuf)
 			snprintf(errbuf, errlen, "%s: cannot open: %s", path,
-				 st_strerror(rc));
+				 l->path ? st_strerror(-e) : "out of memory");
 		st__lines_close(l);
 		return rc;
 	}

@@ -273,18 +273,13 @@ static int pull_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 		return op_fail(ctx, ST_ENOMEM, "batch %llu: out of memory for rows",
 			       (unsigned long long)b->seq);
 	b->rows = rows;
-	uint32_t step = (uint32_t)b->seq;
-	for (uint32_t u = 0; u < b->n_uniq; u++) {
-		if (b->eval) {
-			rows[u] = st_table_find(m->table, b->uniq[u]);
-			continue;
-		}
-		rc = st_table_get_or_create(m->table, b->uniq[u], step, &rows[u]);
-		if (rc < 0)
-			return op_fail(ctx, rc, "batch %llu: out of memory growing the table "
-				       "(%llu rows)", (unsigned long long)b->seq,
-				       (unsigned long long)st_table_size(m->table));
-	}
+	/* One call per batch: the table takes each shard lock once. */
+	rc = st_table_resolve(m->table, b->uniq, b->n_uniq, (uint32_t)b->seq, !b->eval,
+			      rows);
+	if (rc < 0)
+		return op_fail(ctx, rc, "batch %llu: out of memory growing the table "
+			       "(%llu rows)", (unsigned long long)b->seq,
+			       (unsigned long long)st_table_size(m->table));
 	return ST_OK;
 }
 

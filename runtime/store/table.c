@@ -197,19 +197,19 @@ static inline void touch(st_table_meta_t *m, uint32_t step)
 		__atomic_store_n(&m->freq, f + 1, __ATOMIC_RELAXED);
 }
 
-int st_table_get_or_create(st_table_t *t, uint64_t key, uint32_t step, float **row)
+/* With the shard locked: the row of key, created when absent. Returns 1 if
+ * created, 0 if it existed, ST_ENOMEM. */
+static int get_or_create_locked(st_table_t *t, shard_t *s, uint64_t key, uint64_t h,
+				uint32_t step, float **row)
 {
-	uint64_t h = mix64(key);
-	shard_t *s = &t->shards[t->shard_bits ? h >> (64 - t->shard_bits) : 0];
 	int created = 0;
-	pthread_mutex_lock(&s->mu);
 	slot_t *sl = probe(s, key, h);
 	if (sl->row == EMPTY) {
 		if (s->n == EMPTY - 1)
-			goto nomem;
+			return ST_ENOMEM;
 		if ((s->n + 1) * 2 > s->cap) {
 			if (grow_index(s) < 0)
-				goto nomem;
+				return ST_ENOMEM;
 			sl = probe(s, key, h);
 		}
 		uint32_t r = s->n;
@@ -218,13 +218,13 @@ int st_table_get_or_create(st_table_t *t, uint64_t key, uint32_t step, float **r
 				uint32_t nc = s->chunks_cap ? s->chunks_cap * 2 : 8;
 				float **cp = realloc(s->chunks, sizeof(float *) * nc);
 				if (!cp)
-					goto nomem;
+					return ST_ENOMEM;
 				s->chunks = cp;
 				s->chunks_cap = nc;
 			}
 			float *c = malloc(sizeof(float) * t->stride * t->chunk_rows);
 			if (!c)
-				goto nomem;
+				return ST_ENOMEM;
 			s->chunks[s->n_chunks++] = c;
 		}
 		init_row(t, key, row_ptr(t, s, r));
@@ -236,18 +236,90 @@ int st_table_get_or_create(st_table_t *t, uint64_t key, uint32_t step, float **r
 	float *p = row_ptr(t, s, sl->row);
 	/* Under the lock, so counts are exact; atomics for lock-free readers. */
 	touch((st_table_meta_t *)(p + t->o.dim + t->o.state_dim), step);
-	pthread_mutex_unlock(&s->mu);
 	*row = p;
 	return created;
-nomem:
+}
+
+static inline shard_t *shard_of(const st_table_t *t, uint64_t h)
+{
+	return &t->shards[t->shard_bits ? h >> (64 - t->shard_bits) : 0];
+}
+
+int st_table_get_or_create(st_table_t *t, uint64_t key, uint32_t step, float **row)
+{
+	uint64_t h = mix64(key);
+	shard_t *s = shard_of(t, h);
+	pthread_mutex_lock(&s->mu);
+	int rc = get_or_create_locked(t, s, key, h, step, row);
 	pthread_mutex_unlock(&s->mu);
-	return ST_ENOMEM;
+	return rc;
+}
+
+#define PREFETCH_AHEAD 8
+
+int st_table_resolve(st_table_t *t, const uint64_t *keys, uint32_t n, uint32_t step,
+		     int create, float **rows)
+{
+	uint32_t ns = t->o.n_shards;
+	uint64_t *hs = malloc(sizeof(uint64_t) * (n ? n : 1));
+	uint32_t *order = malloc(sizeof(uint32_t) * (n ? n : 1));
+	uint32_t *start = calloc((size_t)ns + 1, sizeof(uint32_t));
+	if (!hs || !order || !start) {
+		free(hs);
+		free(order);
+		free(start);
+		return ST_ENOMEM;
+	}
+	/* Counting sort of key positions by shard; stable, so results and
+	 * creation order within a shard follow the caller's order. */
+	for (uint32_t i = 0; i < n; i++) {
+		hs[i] = mix64(keys[i]);
+		start[(t->shard_bits ? hs[i] >> (64 - t->shard_bits) : 0) + 1]++;
+	}
+	for (uint32_t i = 0; i < ns; i++)
+		start[i + 1] += start[i];
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t sh = t->shard_bits ? (uint32_t)(hs[i] >> (64 - t->shard_bits)) : 0;
+		order[start[sh]++] = i;
+	}
+	/* start[i] is now the end of shard i's run. */
+	int created = 0, rc = 0;
+	uint32_t a = 0;
+	for (uint32_t sh = 0; sh < ns && rc >= 0; sh++) {
+		uint32_t b = start[sh];
+		if (a == b)
+			continue;
+		shard_t *s = &t->shards[sh];
+		pthread_mutex_lock(&s->mu);
+		for (uint32_t j = a; j < b; j++) {
+			if (j + PREFETCH_AHEAD < b) {
+				uint64_t hp = hs[order[j + PREFETCH_AHEAD]];
+				__builtin_prefetch(&s->slots[(uint32_t)hp & (s->cap - 1)]);
+			}
+			uint32_t i = order[j];
+			if (create) {
+				rc = get_or_create_locked(t, s, keys[i], hs[i], step, &rows[i]);
+				if (rc < 0)
+					break;
+				created += rc;
+			} else {
+				slot_t *sl = probe(s, keys[i], hs[i]);
+				rows[i] = sl->row == EMPTY ? NULL : row_ptr(t, s, sl->row);
+			}
+		}
+		pthread_mutex_unlock(&s->mu);
+		a = b;
+	}
+	free(hs);
+	free(order);
+	free(start);
+	return rc < 0 ? rc : created;
 }
 
 float *st_table_find(st_table_t *t, uint64_t key)
 {
 	uint64_t h = mix64(key);
-	shard_t *s = &t->shards[t->shard_bits ? h >> (64 - t->shard_bits) : 0];
+	shard_t *s = shard_of(t, h);
 	float *p = NULL;
 	pthread_mutex_lock(&s->mu);
 	slot_t *sl = probe(s, key, h);

@@ -54,6 +54,15 @@ void st_table_destroy(st_table_t *t);
  * caller gets 1. */
 int st_table_get_or_create(st_table_t *t, uint64_t key, uint32_t step, float **row);
 
+/* Batched lookup: rows[i] = the row of keys[i] for i < n. With create != 0
+ * absent keys are created as by st_table_get_or_create (metadata touched with
+ * step); with create == 0 they give NULL and metadata is left alone. Keys
+ * are grouped by shard so each shard's lock is taken once per call, and
+ * index slots are prefetched ahead of the probes. Returns the number of rows
+ * created (>= 0) or ST_ENOMEM (then some rows may be unset). Thread-safe. */
+int st_table_resolve(st_table_t *t, const uint64_t *keys, uint32_t n, uint32_t step,
+		     int create, float **rows);
+
 /* The row of key, or NULL if absent. Does not touch metadata. Thread-safe. */
 float *st_table_find(st_table_t *t, uint64_t key);
 

@@ -300,6 +300,50 @@ static void test_gen_fill_batch_matches_file(void **state)
 	free(d);
 }
 
+/* The real Criteo reader, on the written file, gives exactly the batch that
+ * st_gen_fill_batch makes (labels, dense values, keys, slots). */
+static void test_gen_reader_agrees_with_fill_batch(void **state)
+{
+	(void)state;
+	char *d = make_tmpdir();
+	st_gen_opts_t o;
+	gen_opts(&o, d, 13, 2);
+	assert_int_equal(st_gen_write(&o, NULL, NULL), ST_OK);
+	st_gen_t *g;
+	assert_int_equal(st_gen_create(&g, &o), ST_OK);
+	st_source_t src;
+	memset(&src, 0, sizeof src);
+	src.format = (char *)"criteo";
+	src.on_bad = ST_BAD_FAIL;
+	src.limit = -1;
+	src.n_dense = 13;
+	src.n_slots = 26;
+	char *p = train_name(d, 0);
+	st_reader_t *r;
+	assert_int_equal(st_reader_open(&r, &src, p), ST_OK);
+	enum { N = 5000 };
+	st_batch_t *a, *b;
+	assert_int_equal(st_batch_create(&a, N, 13, 26, 64), ST_OK);
+	assert_int_equal(st_batch_create(&b, N, 13, 26, 64), ST_OK);
+	while (a->n < N) {
+		int n = st_reader_next(r, a, N - a->n);
+		assert_true(n > 0);
+	}
+	assert_int_equal(st_gen_fill_batch(g, 0, b, N), ST_OK);
+	assert_memory_equal(a->labels, b->labels, sizeof(float) * N);
+	assert_memory_equal(a->dense, b->dense, sizeof(float) * N * 13);
+	assert_memory_equal(a->row_off, b->row_off, sizeof(uint32_t) * (N + 1));
+	assert_memory_equal(a->keys, b->keys, sizeof(uint64_t) * st_batch_nkeys(b));
+	assert_memory_equal(a->key_slot, b->key_slot, sizeof(uint16_t) * st_batch_nkeys(b));
+	st_reader_close(r);
+	st_batch_destroy(a);
+	st_batch_destroy(b);
+	st_gen_destroy(g);
+	free(p);
+	rm_dir(d, FILES);
+	free(d);
+}
+
 static int cmp_u32(const void *a, const void *b)
 {
 	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
@@ -342,6 +386,44 @@ static void test_gen_zipf_skew(void **state)
 	free(cnt);
 	free(v);
 	st_gen_destroy(g);
+}
+
+/* The sampler follows Zipf: P(v = k-1) = k^-s / H(n, s), checked for the
+ * first ranks with both code paths (s = 1.1 takes the integer-power path,
+ * s = 1.3 the exp/log1p one). */
+static void test_gen_zipf_matches_pmf(void **state)
+{
+	(void)state;
+	const double exps[2] = { 1.1, 1.3 };
+	for (int e = 0; e < 2; e++) {
+		st_gen_opts_t o;
+		gen_opts(&o, NULL, 3, 1);
+		o.zipf = exps[e];
+		o.vocab = 100000;
+		st_gen_t *g;
+		assert_int_equal(st_gen_create(&g, &o), ST_OK);
+		double h = 0.0;
+		for (uint64_t k = 1; k <= o.vocab; k++)
+			h += pow((double)k, -o.zipf);
+		enum { N = 40000, R = 4 };
+		uint64_t cnt[R] = { 0 }, tot = 0;
+		st_gen_row_t r;
+		for (int i = 0; i < N; i++) {
+			st_gen_row(g, (uint64_t)i, &r);
+			for (int sl = 0; sl < ST_GEN_N_CAT; sl++) {
+				assert_true(r.cat_idx[sl] < o.vocab);
+				if (r.cat_idx[sl] < R)
+					cnt[r.cat_idx[sl]]++;
+				tot++;
+			}
+		}
+		for (int k = 0; k < R; k++) {
+			double want = pow(k + 1.0, -o.zipf) / h * (double)tot;
+			/* ~1M draws: 4 sigma of a binomial count is well under 3%. */
+			assert_true(fabs((double)cnt[k] - want) < 0.03 * want);
+		}
+		st_gen_destroy(g);
+	}
 }
 
 /* The Bayes AUC (true logit as the score) sits in the intended band, so the
@@ -399,7 +481,9 @@ int main(void)
 		cmocka_unit_test(test_gen_deterministic_across_threads),
 		cmocka_unit_test(test_gen_format_rows_and_positive_rate),
 		cmocka_unit_test(test_gen_fill_batch_matches_file),
+		cmocka_unit_test(test_gen_reader_agrees_with_fill_batch),
 		cmocka_unit_test(test_gen_zipf_skew),
+		cmocka_unit_test(test_gen_zipf_matches_pmf),
 		cmocka_unit_test(test_gen_bayes_auc_band),
 		cmocka_unit_test(test_gen_bad_dir_fails_cleanly),
 	};

@@ -13,6 +13,8 @@
 #include "ops/gen/gen.h"
 #include "ops/train/lr.h"
 #include "runtime/err.h"
+#include "runtime/graph.h"
+#include "runtime/metrics.h"
 
 #define BATCH 8192
 
@@ -214,6 +216,11 @@ static void test_lr_eval_does_not_create_rows(void **state)
 		found += r != NULL;
 	}
 	assert_true(found > 0 && found < e->n_uniq);   /* head keys seen, tail not */
+	/* Scoring an eval batch changes nothing: st_lr_predict agrees with it. */
+	assert_int_equal(st_lr_train_ops.process(m, &ctx, e, &out), ST_OK);
+	for (uint32_t i = 0; i < e->n; i++)
+		assert_true(st_lr_predict(m, e, i) == e->pred[i]);
+	assert_true(e->pred[0] != e->pred[1] || e->pred[1] != e->pred[2]);
 	st_batch_destroy(e);
 	st_lr_destroy(m);
 }
@@ -282,6 +289,81 @@ static void test_lr_two_workers_hogwild(void **state)
 	st_lr_destroy(m);
 }
 
+/* A source op over generated rows: batches are numbered by an atomic counter
+ * so any number of source threads may run. */
+typedef struct {
+	uint64_t next, n_batches;
+	uint32_t size;
+} src_t;
+
+static int src_produce(void *state, st_stage_ctx_t *ctx, st_batch_t **out)
+{
+	src_t *s = state;
+	uint64_t i = __atomic_fetch_add(&s->next, 1, __ATOMIC_RELAXED);
+	if (i >= s->n_batches)
+		return 0;
+	st_batch_t *b;
+	int rc = st_batch_create(&b, s->size, ST_GEN_N_DENSE, ST_GEN_N_CAT, s->size * 20);
+	if (rc < 0)
+		return st_stage_fail(ctx, rc, "out of memory");
+	rc = st_gen_fill_batch(gen, i * s->size, b, s->size);
+	if (rc < 0) {
+		st_batch_destroy(b);
+		return st_stage_fail(ctx, rc, "fill failed");
+	}
+	b->seq = i;
+	*out = b;
+	return 1;
+}
+
+static const st_stage_ops_t src_ops = { .name = "gen", .produce = src_produce };
+
+static void add_stage(st_graph_t *g, const char *name, const st_stage_ops_t *ops,
+		      void *st, int threads)
+{
+	st_stage_desc_t d = { .name = name, .ops = ops, .state = st, .n_threads = threads,
+			      .queue_cap = 2 };
+	for (int i = 0; i < ST_MAX_STAGE_THREADS; i++)
+		d.cpus[i] = -1;
+	assert_int_equal(st_graph_add_stage(g, &d), ST_OK);
+}
+
+/* The ops under the real engine: read -> pull (2 threads) -> train (2
+ * workers, Hogwild) -> push -> dump; every batch freed once (ASan checks). */
+static void test_lr_runs_in_graph(void **state)
+{
+	(void)state;
+	st_job_t job;
+	make_job(&job);
+	st_metrics_t *met;
+	assert_int_equal(st_metrics_create(&met), ST_OK);
+	st_lr_t *m;
+	assert_int_equal(st_lr_create(&m, &job, met), ST_OK);
+	src_t src = { .next = 0, .n_batches = 40, .size = 4096 };
+	st_graph_t *g;
+	assert_int_equal(st_graph_create(&g), ST_OK);
+	add_stage(g, "read", &src_ops, &src, 1);
+	add_stage(g, "pull", &st_lr_pull_ops, m, 2);
+	add_stage(g, "train", &st_lr_train_ops, m, 2);
+	add_stage(g, "push", &st_lr_push_ops, m, 1);
+	add_stage(g, "dump", &st_lr_dump_ops, m, 1);
+	assert_int_equal(st_graph_run(g), ST_OK);
+	st_graph_destroy(g);
+	double auc;
+	uint64_t n;
+	st_lr_progress(m, &auc, NULL, &n);
+	assert_int_equal(n, 40 * 4096);
+	assert_true(auc > 0.68);
+	assert_int_equal((uint64_t)st_metrics_get(met, "examples", 0), 40 * 4096);
+	/* train's finish published the final progressive values. */
+	assert_true(fabs(st_metrics_get(met, "auc", 0) - auc) < 1e-12);
+	assert_true(st_metrics_get(met, "loss", 0) > 0.3);
+	assert_int_equal((uint64_t)st_metrics_get(met, "rows", 0),
+			 st_table_size(st_lr_table(m)));
+	st_lr_destroy(m);
+	st_metrics_destroy(met);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -291,6 +373,7 @@ int main(void)
 		cmocka_unit_test(test_lr_eval_does_not_create_rows),
 		cmocka_unit_test(test_lr_rejects_bad_input),
 		cmocka_unit_test(test_lr_two_workers_hogwild),
+		cmocka_unit_test(test_lr_runs_in_graph),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

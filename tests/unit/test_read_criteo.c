@@ -448,6 +448,48 @@ static void test_read_criteo_fixture_counts(void **state)
 	st_batch_destroy(b);
 }
 
+/* Only the first max_report bad records are logged, then one line saying
+ * the rest are counted only. stderr is captured in a file to count lines. */
+static void test_read_criteo_report_limit(void **state)
+{
+	(void)state;
+	const char *td = getenv("ST_TEST_DATA");
+	if (!td)
+		skip();
+	char logp[512];
+	snprintf(logp, sizeof logp, "%s/stderr.log", tmp_dir);
+	fflush(stderr);
+	int saved = dup(2);
+	FILE *lf = fopen(logp, "w");
+	assert_non_null(lf);
+	dup2(fileno(lf), 2);
+	st_source_t src = criteo_src(ST_BAD_SKIP);
+	src.max_report = 2;
+	st_batch_t *b;
+	st_read_stats_t st;
+	int rc = read_file(&src, path_in(td, "read/criteo_bad.tsv"), 20, &b, &st, NULL, 0);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	fclose(lf);
+	assert_int_equal(rc, 0);
+	assert_int_equal(st.bad, 6);
+	st_batch_destroy(b);
+	size_t len;
+	char *log = slurp(logp, &len);
+	log = realloc(log, len + 1);
+	log[len] = 0;
+	int lines = 0;
+	for (size_t i = 0; i < len; i++)
+		lines += log[i] == '\n';
+	assert_int_equal(lines, 3);
+	assert_non_null(strstr(log, "criteo_bad.tsv:2: field 0 (label): '2' is not a label (0 or 1)\n"));
+	assert_non_null(strstr(log, "criteo_bad.tsv:3: field 1 (I1): 'x' is not an integer\n"));
+	assert_non_null(strstr(log, "criteo_bad.tsv: more bad records; further ones are counted only\n"));
+	assert_null(strstr(log, "criteo_bad.tsv:5:"));
+	free(log);
+}
+
 static void test_read_criteo_open_errors(void **state)
 {
 	(void)state;
@@ -524,6 +566,7 @@ int main(void)
 		cmocka_unit_test(test_read_criteo_crlf_and_small_buffers),
 		cmocka_unit_test(test_read_criteo_bad_records_skip_and_fail),
 		cmocka_unit_test(test_read_criteo_fixture_counts),
+		cmocka_unit_test(test_read_criteo_report_limit),
 		cmocka_unit_test(test_read_criteo_open_errors),
 		cmocka_unit_test(test_read_criteo_number_parsers),
 	};

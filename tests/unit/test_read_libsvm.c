@@ -130,6 +130,32 @@ static void test_read_libsvm_pm1_labels_and_values(void **state)
 	st_batch_destroy(b);
 }
 
+/* The committed fixture tests/data/read/pm1.svm: -1/+1 labels, via a file. */
+static void test_read_libsvm_pm1_fixture_file(void **state)
+{
+	(void)state;
+	const char *td = getenv("ST_TEST_DATA");
+	if (!td)
+		skip();
+	char path[1024];
+	snprintf(path, sizeof path, "%s/read/pm1.svm", td);
+	st_source_t src = libsvm_src(1, ST_BAD_FAIL);
+	st_reader_t *r;
+	assert_int_equal(st_reader_open(&r, &src, path), 0);
+	st_batch_t *b;
+	assert_int_equal(st_batch_create(&b, 8, 0, 1, 2), 0);
+	assert_int_equal(st_reader_next(r, b, 8), 4);
+	assert_int_equal(st_reader_next(r, b, 8), 0);
+	static const float labels[4] = { 1, 0, 1, 0 };
+	static const uint32_t off[5] = { 0, 2, 3, 4, 6 };
+	assert_memory_equal(b->labels, labels, sizeof labels);
+	assert_memory_equal(b->row_off, off, sizeof off);
+	assert_true(b->keys[0] == b->keys[3]);      /* idx 1 in rows 1 and 3 */
+	assert_true(b->key_val[5] == -1.5f);
+	st_reader_close(r);
+	st_batch_destroy(b);
+}
+
 static void check_bad(const char *line, const char *msg)
 {
 	char text[256], want[512], err[512];
@@ -199,6 +225,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_read_libsvm_xlearn_libffm),
 		cmocka_unit_test(test_read_libsvm_pm1_labels_and_values),
+		cmocka_unit_test(test_read_libsvm_pm1_fixture_file),
 		cmocka_unit_test(test_read_libsvm_bad_records),
 		cmocka_unit_test(test_read_libsvm_long_line_grows_keys),
 	};

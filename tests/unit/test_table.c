@@ -250,6 +250,45 @@ static void test_table_foreach_and_bad_opts(void **state)
 	st_table_destroy(t);
 }
 
+static void test_table_resolve_matches_single_calls(void **state)
+{
+	(void)state;
+	st_table_opts_t o = { .dim = 3, .state_dim = 1, .seed = 5, .init_scale = 0.1f,
+			      .n_shards = 16 };
+	st_table_t *t, *ref;
+	assert_int_equal(st_table_create(&t, &o), ST_OK);
+	assert_int_equal(st_table_create(&ref, &o), ST_OK);
+	enum { N = 50000 };
+	uint64_t *keys = malloc(sizeof(uint64_t) * N);
+	float **rows = malloc(sizeof(float *) * N);
+	for (int round = 0; round < 3; round++) {
+		/* Distinct keys per call (as pull gives), overlapping across calls. */
+		for (int i = 0; i < N; i++)
+			keys[i] = (uint64_t)i * 7 + (uint64_t)round * 100000;
+		int want = 0;
+		for (int i = 0; i < N; i++)
+			want += st_table_find(t, keys[i]) == NULL;
+		/* Lookup only: nothing is created, absent keys give NULL. */
+		assert_int_equal(st_table_resolve(t, keys, N, 1, 0, rows), 0);
+		for (int i = 0; i < N; i++)
+			assert_ptr_equal(rows[i], st_table_find(t, keys[i]));
+		assert_int_equal(st_table_resolve(t, keys, N, (uint32_t)round + 2, 1, rows), want);
+		for (int i = 0; i < N; i++) {
+			float *r;
+			st_table_get_or_create(ref, keys[i], 0, &r);
+			assert_ptr_equal(rows[i], st_table_find(t, keys[i]));
+			assert_memory_equal(rows[i], r, sizeof(float) * 4);
+			assert_int_equal(st_table_meta(t, rows[i])->last_step, (uint32_t)round + 2);
+		}
+	}
+	assert_int_equal(st_table_size(t), st_table_size(ref));
+	assert_int_equal(st_table_resolve(t, keys, 0, 0, 1, rows), 0);
+	free(keys);
+	free(rows);
+	st_table_destroy(t);
+	st_table_destroy(ref);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -258,6 +297,7 @@ int main(void)
 		cmocka_unit_test(test_table_deterministic_init),
 		cmocka_unit_test(test_table_growth_keeps_rows),
 		cmocka_unit_test(test_table_foreach_and_bad_opts),
+		cmocka_unit_test(test_table_resolve_matches_single_calls),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
