@@ -15,7 +15,8 @@
 #include "lang/lang.h"
 #include "ops/gen/gen.h"
 #include "ops/read/read.h"
-#include "ops/train/lr.h"
+#include "ops/sync/sync.h"
+#include "ops/train/trainer.h"
 #include "runtime/err.h"
 #include "runtime/graph.h"
 #include "runtime/metrics.h"
@@ -207,10 +208,12 @@ static int maybe_generate(st_job_t *job, int tty)
 typedef struct run_ctx {
 	st_job_t *job;
 	st_metrics_t *metrics;
-	st_lr_t *model;
+	st_trainer_t *model;
 	st_place_req_t place[ST_CLI_NSTAGES];
 	int pin;
 } run_ctx_t;
+
+enum { TRAIN_STAGE = 2 };   /* index of "train" in st_cli_stage_names */
 
 /* Builds read -> pull -> train -> push -> dump over `reader`. states may be
  * NULL (plan only). */
@@ -219,8 +222,8 @@ static int build_graph(st_graph_t **out, const st_job_t *job,
 		       void *model)
 {
 	const st_stage_ops_t *ops[ST_CLI_NSTAGES] = {
-		&st_read_stage_ops, &st_lr_pull_ops, &st_lr_train_ops,
-		&st_lr_push_ops, &st_lr_dump_ops,
+		&st_read_stage_ops, &st_trainer_pull_ops, &st_trainer_train_ops,
+		&st_trainer_push_ops, &st_trainer_dump_ops,
 	};
 	st_graph_t *g = NULL;
 	int rc = st_graph_create(&g);
@@ -233,7 +236,9 @@ static int build_graph(st_graph_t **out, const st_job_t *job,
 		d.name = st_cli_stage_names[i];
 		d.ops = ops[i];
 		d.state = i == 0 ? read_state : model;
-		d.n_threads = c->threads;
+		/* The train stage is one graph thread; it runs the job's
+		 * workers itself (trainer.h). */
+		d.n_threads = i == TRAIN_STAGE ? 1 : c->threads;
 		d.queue_cap = c->queue;
 		for (int t = 0; t < ST_MAX_STAGE_THREADS; t++)
 			d.cpus[t] = (pin && t < c->threads && t < 64) ? place[i].cpus[t] : -1;
@@ -297,35 +302,16 @@ static void print_count(FILE *f, uint64_t n)
 		fprintf(f, "%llu", (unsigned long long)n);
 }
 
-/* The runtime implements the lr model and the async policy for now; other
- * names are validated by lang/ and arrive with later issues. */
+/* Every model preset and optimizer runs; sync policies are looked up in
+ * the registry (ops/sync), so the names lang/ validates but this version
+ * does not implement are refused here, before anything starts. */
 static int check_implemented(const st_job_t *job)
 {
-	if (strcmp(job->model.type, "lr") != 0) {
+	if (!st_sync_find(job->sync.name)) {
 		fprintf(stderr,
-			"%s: model '%s' is valid but not implemented in this version; "
-			"use st.model.lr{} (the neural presets arrive with the CPU training core)\n",
-			job->file, job->model.type);
+			"%s: sync policy '%s' is valid but not implemented in this version; "
+			"use st.sync.allreduce{} or st.sync.async{}\n", job->file, job->sync.name);
 		return ST_EXIT_USAGE;
-	}
-	if (strcmp(job->model.optimizer, "adagrad") != 0) {
-		fprintf(stderr,
-			"%s: optimizer '%s' is valid but not implemented in this version; "
-			"use st.optim.adagrad{}\n", job->file, job->model.optimizer);
-		return ST_EXIT_USAGE;
-	}
-	if (strcmp(job->sync.name, "async") != 0) {
-		if (job->train_stage.threads > 1) {
-			fprintf(stderr,
-				"%s: sync policy '%s' is valid but not implemented in this version; "
-				"with stages.train.workers > 1 only st.sync.async{} runs\n",
-				job->file, job->sync.name);
-			return ST_EXIT_USAGE;
-		}
-		/* With one worker every policy reduces to applying each gradient
-		 * in order, which is what the async path does. */
-		st_warn("sync policy '%s' with one train worker runs as plain sequential updates",
-			job->sync.name);
 	}
 	return ST_EXIT_OK;
 }
@@ -372,16 +358,22 @@ int st_cmd_run(int argc, char **argv)
 		st_warn("topology unavailable: stage threads are not pinned");
 		rc_.pin = 0;
 	}
-	if (st_metrics_create(&rc_.metrics) < 0 || st_lr_create(&rc_.model, job, rc_.metrics) < 0) {
-		st_error("cannot create the model: out of memory");
+	if (st_metrics_create(&rc_.metrics) < 0) {
+		st_error("cannot create the metrics: out of memory");
+		goto stop;
+	}
+	int mrc = st_trainer_create(&rc_.model, job, rc_.metrics);
+	if (mrc < 0) {
+		st_error("cannot create the model: %s", st_strerror(mrc));
 		goto stop;
 	}
 
 	st_info("%s: training on %d file%s (%s), %d epoch%s, batch %d, minibatch %d, "
-		"%d read / %d train threads",
+		"%d read threads, %d train worker%s, sync %s, model %s",
 		job->name, job->train.n_paths, job->train.n_paths == 1 ? "" : "s",
 		job->train.format, job->epochs, job->epochs == 1 ? "" : "s",
-		job->batch_size, job->minibatch, job->read.threads, job->train_stage.threads);
+		job->batch_size, job->minibatch, job->read.threads, job->train_stage.threads,
+		job->train_stage.threads == 1 ? "" : "s", job->sync.name, job->model.type);
 	double secs = 0;
 	st_read_stats_t rs = { 0 };
 	if (run_pass(&rc_, &job->train, job->epochs, 0, metrics_path, tty, &secs, &rs) < 0)
@@ -389,7 +381,7 @@ int st_cmd_run(int argc, char **argv)
 
 	double auc = 0, ll = 0;
 	uint64_t n = 0;
-	st_lr_progress(rc_.model, &auc, &ll, &n);
+	st_trainer_progress(rc_.model, &auc, &ll, &n);
 	printf("%s: trained ", job->name);
 	print_count(stdout, n);
 	printf(" examples in %.2f s (", secs);
@@ -401,12 +393,12 @@ int st_cmd_run(int argc, char **argv)
 	fflush(stdout);
 
 	if (job->has_eval) {
-		st_lr_reset_eval(rc_.model);
+		st_trainer_reset_eval(rc_.model);
 		st_read_stats_t es = { 0 };
 		if (run_pass(&rc_, &job->eval, 1, 1, NULL, 0, &secs, &es) < 0)
 			goto stop;
 		double calib = 0;
-		if (st_lr_eval_result(rc_.model, &auc, &ll, &calib, &n) == 0)
+		if (st_trainer_eval_result(rc_.model, &auc, &ll, &calib, &n) == 0)
 			printf("  eval         auc %.4f  logloss %.4f  calibration %.3f  (%llu examples)\n",
 			       auc, ll, calib, (unsigned long long)n);
 	}
@@ -415,7 +407,7 @@ stop:
 	signals_stop();
 	if (sig.interrupted && ec == ST_EXIT_FAILED)
 		fprintf(stderr, "strata: stopped by signal; no batch was left behind\n");
-	st_lr_destroy(rc_.model);
+	st_trainer_destroy(rc_.model);
 	st_metrics_destroy(rc_.metrics);
 	st_topo_destroy(topo);
 done:

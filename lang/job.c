@@ -44,6 +44,11 @@ void st_job_free(st_job_t *job)
 	source_fini(&job->eval);
 	free(job->model.type);
 	free(job->model.optimizer);
+	free(job->model.slot_dims);
+	free(job->model.pooling);
+	free(job->model.activation);
+	free(job->model.sparse_opt.name);
+	free(job->model.dense_opt.name);
 	free(job->model.dense_transform);
 	st_stage_cfg_t *stages[] = { &job->read, &job->pull, &job->train_stage, &job->push, &job->dump };
 	for (size_t i = 0; i < sizeof(stages) / sizeof(stages[0]); i++)
@@ -164,6 +169,19 @@ static void dump_stage(FILE *f, const char *name, const st_stage_cfg_t *c)
 	put_str(f, k, c->near);
 }
 
+static void dump_optim(FILE *f, const char *pre, const st_optim_cfg_t *o)
+{
+	fprintf(f, "%s = \"%s\" {lr = %g, l2 = %g", pre, o->name ? o->name : "?", o->lr, o->l2);
+	if (o->name && !strcmp(o->name, "adagrad"))
+		fprintf(f, ", rowwise = %s, init_accum = %g, eps = %g",
+			o->rowwise ? "true" : "false", o->init_accum, o->eps);
+	else if (o->name && !strcmp(o->name, "adam"))
+		fprintf(f, ", beta1 = %g, beta2 = %g, eps = %g", o->beta1, o->beta2, o->eps);
+	else if (o->name && !strcmp(o->name, "ftrl"))
+		fprintf(f, ", beta = %g, l1 = %g", o->beta, o->l1);
+	fprintf(f, "}\n");
+}
+
 int st_job_dump(const st_job_t *job, FILE *f)
 {
 	put_str(f, "name", job->name);
@@ -193,6 +211,26 @@ int st_job_dump(const st_job_t *job, FILE *f)
 	for (int i = 0; i < m->n_hidden; i++)
 		fprintf(f, "%s%d", i ? ", " : "", m->hidden[i]);
 	fprintf(f, "}\n");
+	if (m->slot_dims) {
+		fprintf(f, "model.slot_dims = {");
+		for (int i = 0; i < m->n_slot_dims; i++)
+			fprintf(f, "%s%d", i ? ", " : "", m->slot_dims[i]);
+		fprintf(f, "}\n");
+	}
+	put_str(f, "model.pooling", m->pooling);
+	put_str(f, "model.activation", m->activation);
+	if (m->n_bottom) {
+		fprintf(f, "model.bottom = {");
+		for (int i = 0; i < m->n_bottom; i++)
+			fprintf(f, "%s%d", i ? ", " : "", m->bottom[i]);
+		fprintf(f, "}\n");
+	}
+	fprintf(f, "model.init_scale = %g\n", m->init_scale);
+	dump_optim(f, "model.sparse_optimizer", &m->sparse_opt);
+	dump_optim(f, "model.dense_optimizer", &m->dense_opt);
+	fprintf(f, "model.admission.min_count = %d\n", m->admit_min_count);
+	fprintf(f, "model.admission.probability = %g\n", m->admit_prob);
+	fprintf(f, "model.ttl = %" PRIu64 "\n", m->ttl_steps);
 	put_str(f, "model.optimizer", m->optimizer);
 	fprintf(f, "model.optimizer.lr = %g\n", m->lr);
 	fprintf(f, "model.optimizer.lr_dense = %g\n", m->lr_dense);

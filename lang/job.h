@@ -45,16 +45,44 @@ typedef struct st_stage_cfg {
 			          ("disk", "gpu", "net"), or an OS device name */
 } st_stage_cfg_t;
 
+/* One optimizer's settings (ops/optim implements them). */
+typedef struct st_optim_cfg {
+	char *name;            /* "sgd" | "adagrad" | "adam" | "ftrl" */
+	int rowwise;           /* adagrad only: 1 = one accumulator per row */
+	double lr;             /* > 0 */
+	double l2;             /* >= 0, added to the gradient as l2 * w */
+	double eps;            /* adagrad (1e-10), adam (1e-8) */
+	double beta1, beta2;   /* adam (0.9, 0.999) */
+	double init_accum;     /* adagrad initial accumulator (0.1 for lr compat) */
+	double l1, beta;       /* ftrl: l1 (0), beta (1.0); ftrl's alpha is lr */
+} st_optim_cfg_t;
+
 typedef struct st_model_cfg {
-	char *type;            /* "lr" now; "dnn", "wdl", "deepfm", "dlrm" validated names */
-	int emb_dim;           /* embedding dimension (lr: 1) */
+	char *type;            /* "lr", "dnn", "wdl", "deepfm", "dlrm" */
+	int emb_dim;           /* embedding dimension of every slot (lr: 1) */
+	int *slot_dims;        /* NULL, or n_slot_dims per-slot dimensions overriding emb_dim */
+	int n_slot_dims;
+	char *pooling;         /* "sum" (default) | "mean" */
 	int n_hidden;
-	int hidden[16];        /* MLP layer sizes */
-	char *optimizer;       /* "adagrad" | "sgd" | "adam" | "ftrl" */
-	double lr;             /* sparse learning rate, > 0 */
-	double lr_dense;       /* dense learning rate, > 0 */
-	double l2;             /* >= 0 */
-	double init_accum;     /* AdaGrad initial accumulator, > 0 */
+	int hidden[16];        /* MLP layer sizes (dlrm: the top MLP before the output) */
+	int n_bottom;
+	int bottom[16];        /* dlrm bottom MLP over dense features; last = emb_dim */
+	char *activation;      /* "relu" (default) | "sigmoid" | "none", hidden layers */
+	double init_scale;     /* new embedding rows: uniform(-s, s) from (seed, key); lr: 0 */
+	st_optim_cfg_t sparse_opt;  /* embedding rows (and wide weights) */
+	st_optim_cfg_t dense_opt;   /* dense tensors */
+	/* Feature admission: a new key gets a row only after min_count
+	 * occurrences (0/1 = always), or with probability admit_prob (1 = always);
+	 * until admitted it reads as zeros and gets no update. */
+	int admit_min_count;
+	double admit_prob;
+	uint64_t ttl_steps;    /* evict rows not touched for this many steps; 0 = never */
+	/* Legacy mirrors of sparse_opt/dense_opt kept for the lr model. */
+	char *optimizer;       /* == sparse_opt.name */
+	double lr;             /* == sparse_opt.lr */
+	double lr_dense;       /* == dense_opt.lr */
+	double l2;             /* == sparse_opt.l2 */
+	double init_accum;     /* == sparse_opt.init_accum */
 	char *dense_transform; /* "log1p" (default) | "none" */
 } st_model_cfg_t;
 

@@ -520,6 +520,73 @@ static void convert_stage(lua_State *L, int stages, const char *name, st_stage_c
 	lua_pop(L, 1);
 }
 
+/* Reads a list of at most `max` integers into out; returns the count. */
+static int get_ints(lua_State *L, int t, const char *k, int *out, int max)
+{
+	int h = push_table(L, t, k);
+	if (!h)
+		return 0;
+	int n = (int)lua_rawlen(L, h);
+	if (n > max)
+		n = max;
+	for (int i = 1; i <= n; i++) {
+		lua_rawgeti(L, h, i);
+		out[i - 1] = (int)lua_tointeger(L, -1);
+		lua_pop(L, 1);
+	}
+	lua_pop(L, 1);
+	return n;
+}
+
+static void convert_optim(lua_State *L, int t, const char *k, st_optim_cfg_t *o)
+{
+	int p = push_table(L, t, k);
+	if (!p)
+		return;
+	o->name = get_str(L, p, "name");
+	o->rowwise = get_bool(L, p, "rowwise");
+	o->lr = get_num(L, p, "lr", 0.0);
+	o->l2 = get_num(L, p, "l2", 0.0);
+	o->eps = get_num(L, p, "eps", 0.0);
+	o->beta1 = get_num(L, p, "beta1", 0.0);
+	o->beta2 = get_num(L, p, "beta2", 0.0);
+	o->init_accum = get_num(L, p, "init_accum", 0.0);
+	o->l1 = get_num(L, p, "l1", 0.0);
+	o->beta = get_num(L, p, "beta", 0.0);
+	lua_pop(L, 1);
+}
+
+/* The normalized model table at index m (validate.lua's V:model). */
+static void convert_model(lua_State *L, int m, st_model_cfg_t *mc)
+{
+	mc->type = get_str(L, m, "type");
+	mc->emb_dim = (int)get_int(L, m, "emb_dim", 1);
+	int sd = push_table(L, m, "slot_dims");
+	if (sd) {
+		int n = (int)lua_rawlen(L, sd);
+		lua_pop(L, 1);
+		mc->slot_dims = st_xcalloc((size_t)n + 1, sizeof(int));
+		mc->n_slot_dims = get_ints(L, m, "slot_dims", mc->slot_dims, n);
+	}
+	mc->pooling = get_str(L, m, "pooling");
+	mc->n_hidden = get_ints(L, m, "hidden", mc->hidden, 16);
+	mc->n_bottom = get_ints(L, m, "bottom", mc->bottom, 16);
+	mc->activation = get_str(L, m, "activation");
+	mc->init_scale = get_num(L, m, "init_scale", 0.0);
+	convert_optim(L, m, "sparse_opt", &mc->sparse_opt);
+	convert_optim(L, m, "dense_opt", &mc->dense_opt);
+	mc->admit_min_count = (int)get_int(L, m, "admit_min_count", 0);
+	mc->admit_prob = get_num(L, m, "admit_prob", 1.0);
+	mc->ttl_steps = (uint64_t)get_int(L, m, "ttl", 0);
+	/* Legacy mirrors: copies, so each field is freed on its own. */
+	mc->optimizer = mc->sparse_opt.name ? st_xstrdup(mc->sparse_opt.name) : NULL;
+	mc->lr = mc->sparse_opt.lr;
+	mc->lr_dense = mc->dense_opt.lr;
+	mc->l2 = mc->sparse_opt.l2;
+	mc->init_accum = mc->sparse_opt.init_accum;
+	mc->dense_transform = get_str(L, m, "dense_transform");
+}
+
 /* Fills ctx->job from the normalized table. Runs under lua_pcall (a memory
  * error longjmps out; the caller frees the partial job).
  * Stack: [ctx, norm] -> []. */
@@ -547,25 +614,7 @@ static int convert(lua_State *L)
 
 	int m = push_table(L, t, "model");
 	if (m) {
-		st_model_cfg_t *mc = &j->model;
-		mc->type = get_str(L, m, "type");
-		mc->emb_dim = (int)get_int(L, m, "emb_dim", 1);
-		int h = push_table(L, m, "hidden");
-		if (h) {
-			int n = (int)lua_rawlen(L, h);
-			for (int i = 1; i <= n && i <= 16; i++) {
-				lua_rawgeti(L, h, i);
-				mc->hidden[mc->n_hidden++] = (int)lua_tointeger(L, -1);
-				lua_pop(L, 1);
-			}
-			lua_pop(L, 1);
-		}
-		mc->optimizer = get_str(L, m, "optimizer");
-		mc->lr = get_num(L, m, "lr", 0.05);
-		mc->lr_dense = get_num(L, m, "lr_dense", mc->lr);
-		mc->l2 = get_num(L, m, "l2", 0.0);
-		mc->init_accum = get_num(L, m, "init_accum", 0.1);
-		mc->dense_transform = get_str(L, m, "dense_transform");
+		convert_model(L, m, &j->model);
 		lua_pop(L, 1);
 	}
 

@@ -18,7 +18,9 @@
  *      first, then free cores elsewhere (the device's package first), and when
  *      no core is free anywhere, the least-used core (locality first).
  *   2. Requests without a preference then take the remaining free cores,
- *      round-robin across packages, then the least-used cores.
+ *      first in the package of the neighbouring stage (the one before it,
+ *      else the one after it), then round-robin across packages, then the
+ *      least-used cores.
  * A class with no device on this machine (no GPU on a laptop) is not an
  * error: the request is placed like an automatic one, so the same job file
  * runs everywhere. An unknown device name is an error (a typo would
@@ -285,9 +287,17 @@ static int pick_near(const struct plan *p, const struct device *d)
 	return pick_least_used(p, d);
 }
 
-static int pick_auto(struct plan *p)
+/* A free core of package pref (the package of a neighbouring stage, so
+ * that batches handed between the two stay in one NUMA node) if it has
+ * one; else the next package round-robin with a free core; else the least
+ * used core. */
+static int pick_auto(struct plan *p, int pref)
 {
 	const st_topo_t *t = p->t;
+	if (pref >= 0)
+		for (int c = 0; c < t->ncores; c++)
+			if (!p->used[c] && t->cores[c].package == pref)
+				return c;
 	for (int k = 0; k < t->npackages; k++) {
 		int pkg = (p->rr_package + k) % t->npackages;
 		for (int c = 0; c < t->ncores; c++) {
@@ -321,11 +331,12 @@ static void log_unknown_device(const st_topo_t *t, const st_place_req_t *r)
 		 r->stage ? r->stage : "?", r->near, len ? known : "(no devices found)");
 }
 
-static void place_threads(struct plan *p, st_place_req_t *r, const struct device *d)
+static void place_threads(struct plan *p, st_place_req_t *r, const struct device *d,
+			  int pref)
 {
 	int pkg = -2;
 	for (int i = 0; i < r->n_threads; i++) {
-		int c = d ? pick_near(p, d) : pick_auto(p);
+		int c = d ? pick_near(p, d) : pick_auto(p, pref);
 		p->used[c]++;
 		r->cpus[i] = p->t->cores[c].pu;
 		int cp = p->t->cores[c].package;
@@ -400,11 +411,20 @@ int st_topo_place(const st_topo_t *t, st_place_req_t *reqs, int n)
 					dev = &t->devs[d];
 		}
 		deferred[i] = 0;
-		place_threads(&p, r, dev);
+		place_threads(&p, r, dev, -1);
 	}
-	for (int i = 0; i < n; i++)
-		if (deferred[i])
-			place_threads(&p, &reqs[i], NULL);
+	/* Requests are stages in pipeline order: an automatic one prefers the
+	 * package of the stage before it, else of the one after it. */
+	for (int i = 0; i < n; i++) {
+		if (!deferred[i])
+			continue;
+		int pref = -1;
+		if (i > 0 && reqs[i - 1].package >= 0)
+			pref = reqs[i - 1].package;
+		else if (i + 1 < n && !deferred[i + 1] && reqs[i + 1].package >= 0)
+			pref = reqs[i + 1].package;
+		place_threads(&p, &reqs[i], NULL, pref);
+	}
 	free(deferred);
 	free(p.used);
 	return ST_OK;

@@ -1,24 +1,45 @@
 /*
- * table.c — sharded concurrent hash table from uint64 key to a row in slabs.
+ * table.c — sharded concurrent hash table from uint64 key to a row in slabs,
+ * with feature admission and TTL eviction.
  *
  * Layout. A key goes to shard (mix(key) >> (64 - shard_bits)); the low bits
  * of the same hash pick the probe start inside the shard, so the two choices
  * are independent. A shard has:
- *   - an open-addressing index of `cap` slots (linear probing), each slot a
- *     (key, row number) pair; row number UINT32_MAX marks an empty slot, so
- *     every uint64 key (0 included) is storable. The index doubles when it is
- *     half full; rehashing touches only the index, never rows.
  *   - a slab: rows live in chunks of chunk_rows rows; row r of the shard is at
  *     chunks[r >> chunk_bits] + (r & chunk_mask) * stride. Chunks are never
  *     moved or freed before destroy, so row pointers stay valid; only the small
- *     array of chunk pointers is reallocated, under the shard lock.
+ *     array of chunk pointers is reallocated, under the shard lock. A row ends
+ *     with its metadata (last_step, freq) and its key.
+ *   - an open-addressing index of `cap` 4-byte entries (linear probing): the
+ *     low 24 bits are the row number, the high 8 bits a tag taken from the
+ *     key's hash, so a probe reads a row (to compare its key) only when the
+ *     tag matches. EMPTY (all ones) marks an empty entry; so a shard holds at
+ *     most 2^24 - 1 rows. The index doubles when 3/4 full; rehashing touches
+ *     the index and reads keys, never moves rows. Deletion shifts later
+ *     entries of the probe run back (no tombstones).
+ *   - a free list of evicted row numbers, threaded through the dead rows
+ *     themselves (the first float of a free row holds the next one), so it
+ *     costs no memory.
+ *   - admission candidates: keys seen but not admitted, with their count and
+ *     last step, in a small open-addressing map (only when min_count >= 2).
+ *
+ * Why 16 bytes of metadata plus the index, not less: the row needs its key
+ * (8 bytes, for foreach, eviction and rehashing), last_step (4, TTL) and freq
+ * (4, LFU); the index then costs 4 bytes / load factor (5.3 to 10.7 bytes,
+ * load 0.375 to 0.75). Storing the key in the index instead costs 12 bytes /
+ * load factor. With a full 64-bit key, a 32-bit last_step and a 32-bit row
+ * number, 8 + 4 + 4 / load > 16 for any load < 1, so "16 bytes in all" needs
+ * a smaller row number or last_step, or quotienting the key into the index
+ * position (a possible follow-up; the lead decides).
  *
  * Threads: any number of callers. Each shard's mutex guards its index, slab
- * bookkeeping and row count; one lock is held at a time, never two. Row
- * floats are not guarded (the caller's policy); metadata is updated with
- * relaxed atomics so readers never see a torn value.
+ * bookkeeping, free list, candidates and counters; one lock is held at a
+ * time, never two. Row floats are not guarded (the caller's policy);
+ * metadata is updated with relaxed atomics so readers never see a torn value.
  *
- * Determinism: a new row's values are a function of (seed, key) only.
+ * Determinism: a new row's values are a function of (seed, key) only;
+ * probability admission is a function of (seed, key) only; count admission
+ * depends only on how many creating lookups a key had.
  */
 #include "runtime/store/table.h"
 
@@ -29,20 +50,31 @@
 #include "runtime/err.h"
 
 #define EMPTY UINT32_MAX
+#define ROW_BITS 24u
+#define ROW_MASK ((1u << ROW_BITS) - 1)
+#define MAX_ROWS ROW_MASK          /* row ROW_MASK with tag 0xff would read as EMPTY */
 #define INIT_CAP 256u
+#define META_WORDS 4u              /* last_step, freq, key (2 words) */
 
 typedef struct {
 	uint64_t key;
-	uint32_t row;
-} slot_t;
+	uint32_t count, step;
+} cand_t;
 
 typedef struct {
 	pthread_mutex_t mu;
-	slot_t *slots;
+	uint32_t *idx;
 	uint32_t cap;         /* power of two */
-	uint32_t n;           /* rows in this shard */
+	uint32_t n;           /* live rows */
+	uint32_t used;        /* rows ever allocated (high-water mark) */
+	uint32_t free_head;   /* first free row, or EMPTY */
+	uint32_t n_free;
 	float **chunks;
 	uint32_t n_chunks, chunks_cap;
+	cand_t *cand;         /* admission candidates; key UINT64_MAX... see cand_used */
+	uint8_t *cand_used;
+	uint32_t cand_cap, cand_n;
+	uint64_t admitted, rejected, evicted;
 	char pad[64];         /* keep neighbouring shards' locks on other lines */
 } shard_t;
 
@@ -51,6 +83,7 @@ struct st_table {
 	uint32_t stride;      /* floats (and meta words) per row */
 	uint32_t chunk_bits, chunk_rows;
 	uint32_t shard_bits;
+	uint64_t prob_cut;    /* admit when hash(seed, key) < prob_cut; 0 = always */
 	shard_t *shards;
 };
 
@@ -61,24 +94,32 @@ static inline uint64_t mix64(uint64_t z)
 	return z ^ (z >> 31);
 }
 
+static inline uint32_t tag_of(uint64_t h)
+{
+	return (uint32_t)(h >> 40) & 0xffu;
+}
+
 int st_table_create(st_table_t **out, const st_table_opts_t *o)
 {
 	uint32_t ns = o->n_shards ? o->n_shards : 64;
 	if (o->dim < 1 || o->dim > (1u << 20) || o->state_dim > (1u << 20) ||
-	    (ns & (ns - 1)) || ns > (1u << 16) || !(o->init_scale >= 0.0f))
+	    (ns & (ns - 1)) || ns > (1u << 16) || !(o->init_scale >= 0.0f) ||
+	    !(o->admit_prob >= 0.0))
 		return ST_EINVAL;
 	st_table_t *t = calloc(1, sizeof *t);
 	if (!t)
 		return ST_ENOMEM;
 	t->o = *o;
 	t->o.n_shards = ns;
-	t->stride = o->dim + o->state_dim + 2;
-	/* Chunks of about 256 KiB (at least 16 rows): big enough that the
-	 * chunk-pointer array stays tiny, small enough that an almost empty
-	 * shard wastes little. */
+	t->stride = o->dim + o->state_dim + META_WORDS;
+	if (o->admit_prob > 0.0 && o->admit_prob < 1.0)
+		t->prob_cut = (uint64_t)(o->admit_prob * 18446744073709551616.0);
+	/* Chunks of about 16 KiB (at least 16 rows): the last, partly used chunk
+	 * of each shard is the slab's only slack, so keep it small; the chunk
+	 * pointer array stays small (8 bytes per chunk, under 0.2 bytes a row). */
 	size_t row_b = (size_t)t->stride * sizeof(float);
 	uint32_t bits = 4;
-	while (bits < 20 && ((size_t)1 << (bits + 1)) * row_b <= (256u << 10))
+	while (bits < 20 && ((size_t)1 << (bits + 1)) * row_b <= (16u << 10))
 		bits++;
 	t->chunk_bits = bits;
 	t->chunk_rows = 1u << bits;
@@ -93,15 +134,15 @@ int st_table_create(st_table_t **out, const st_table_opts_t *o)
 	for (uint32_t i = 0; i < ns; i++) {
 		shard_t *s = &t->shards[i];
 		pthread_mutex_init(&s->mu, NULL);
+		s->free_head = EMPTY;
 		s->cap = INIT_CAP;
-		s->slots = malloc(sizeof(slot_t) * INIT_CAP);
-		if (!s->slots) {
+		s->idx = malloc(sizeof(uint32_t) * INIT_CAP);
+		if (!s->idx) {
 			t->o.n_shards = i + 1;
 			st_table_destroy(t);
 			return ST_ENOMEM;
 		}
-		for (uint32_t j = 0; j < INIT_CAP; j++)
-			s->slots[j].row = EMPTY;
+		memset(s->idx, 0xff, sizeof(uint32_t) * INIT_CAP);
 	}
 	*out = t;
 	return ST_OK;
@@ -116,7 +157,9 @@ void st_table_destroy(st_table_t *t)
 		for (uint32_t c = 0; c < s->n_chunks; c++)
 			free(s->chunks[c]);
 		free(s->chunks);
-		free(s->slots);
+		free(s->idx);
+		free(s->cand);
+		free(s->cand_used);
 		pthread_mutex_destroy(&s->mu);
 	}
 	free(t->shards);
@@ -129,43 +172,85 @@ static inline float *row_ptr(const st_table_t *t, const shard_t *s, uint32_t r)
 	       (size_t)(r & (t->chunk_rows - 1)) * t->stride;
 }
 
-/* Probe for key; returns the slot holding it or the empty slot where it would
- * go. The index is never full (load <= 1/2), so the loop ends. */
-static inline slot_t *probe(const shard_t *s, uint64_t key, uint64_t h)
+static inline st_table_meta_t *meta_of(const st_table_t *t, float *row)
 {
-	uint32_t mask = s->cap - 1, i = (uint32_t)h & mask;
+	return (st_table_meta_t *)(row + t->o.dim + t->o.state_dim);
+}
+
+/* The key sits after the metadata; a row is only 4-byte aligned, so it is
+ * copied, not dereferenced as a uint64_t. */
+static inline uint64_t row_key(const st_table_t *t, const float *row)
+{
+	uint64_t k;
+	memcpy(&k, row + t->o.dim + t->o.state_dim + 2, sizeof k);
+	return k;
+}
+
+static inline void set_row_key(const st_table_t *t, float *row, uint64_t k)
+{
+	memcpy(row + t->o.dim + t->o.state_dim + 2, &k, sizeof k);
+}
+
+/* Probe for key; returns the index position holding it or the empty one
+ * where it would go. The index is never full (load <= 3/4), so the loop
+ * ends. */
+static inline uint32_t probe(const st_table_t *t, const shard_t *s, uint64_t key, uint64_t h)
+{
+	uint32_t mask = s->cap - 1, i = (uint32_t)h & mask, tag = tag_of(h);
 	for (;;) {
-		slot_t *sl = &s->slots[i];
-		if (sl->row == EMPTY || sl->key == key)
-			return sl;
+		uint32_t e = s->idx[i];
+		if (e == EMPTY)
+			return i;
+		if ((e >> ROW_BITS) == tag && row_key(t, row_ptr(t, s, e & ROW_MASK)) == key)
+			return i;
 		i = (i + 1) & mask;
 	}
 }
 
-static int grow_index(shard_t *s)
+static int grow_index(const st_table_t *t, shard_t *s)
 {
 	uint32_t ncap = s->cap * 2;
 	if (ncap == 0)
 		return ST_ENOMEM;
-	slot_t *ns = malloc(sizeof(slot_t) * ncap);
-	if (!ns)
+	uint32_t *ni = malloc(sizeof(uint32_t) * ncap);
+	if (!ni)
 		return ST_ENOMEM;
-	for (uint32_t j = 0; j < ncap; j++)
-		ns[j].row = EMPTY;
+	memset(ni, 0xff, sizeof(uint32_t) * ncap);
 	uint32_t mask = ncap - 1;
 	for (uint32_t j = 0; j < s->cap; j++) {
-		slot_t sl = s->slots[j];
-		if (sl.row == EMPTY)
+		uint32_t e = s->idx[j];
+		if (e == EMPTY)
 			continue;
-		uint32_t i = (uint32_t)mix64(sl.key) & mask;
-		while (ns[i].row != EMPTY)
+		uint32_t i = (uint32_t)mix64(row_key(t, row_ptr(t, s, e & ROW_MASK))) & mask;
+		while (ni[i] != EMPTY)
 			i = (i + 1) & mask;
-		ns[i] = sl;
+		ni[i] = e;
 	}
-	free(s->slots);
-	s->slots = ns;
+	free(s->idx);
+	s->idx = ni;
 	s->cap = ncap;
 	return ST_OK;
+}
+
+/* Removes the entry at position i, shifting later entries of its probe run
+ * back so that every remaining key stays reachable from its home. */
+static void index_delete(const st_table_t *t, shard_t *s, uint32_t i)
+{
+	uint32_t mask = s->cap - 1, j = i;
+	for (;;) {
+		j = (j + 1) & mask;
+		uint32_t e = s->idx[j];
+		if (e == EMPTY)
+			break;
+		uint32_t home = (uint32_t)mix64(row_key(t, row_ptr(t, s, e & ROW_MASK))) & mask;
+		/* Move e into the hole unless its home lies cyclically in (i, j]. */
+		int stays = (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
+		if (!stays) {
+			s->idx[i] = e;
+			i = j;
+		}
+	}
+	s->idx[i] = EMPTY;
 }
 
 /* Deterministic initial values of a new row from (seed, key). */
@@ -184,9 +269,10 @@ static void init_row(const st_table_t *t, uint64_t key, float *row)
 	}
 	for (uint32_t j = 0; j < t->o.state_dim; j++)
 		row[t->o.dim + j] = t->o.state_init;
-	st_table_meta_t *m = (st_table_meta_t *)(row + t->o.dim + t->o.state_dim);
+	st_table_meta_t *m = meta_of(t, row);
 	m->last_step = 0;
 	m->freq = 0;
+	set_row_key(t, row, key);
 }
 
 static inline void touch(st_table_meta_t *m, uint32_t step)
@@ -197,45 +283,154 @@ static inline void touch(st_table_meta_t *m, uint32_t step)
 		__atomic_store_n(&m->freq, f + 1, __ATOMIC_RELAXED);
 }
 
-/* With the shard locked: the row of key, created when absent. Returns 1 if
- * created, 0 if it existed, ST_ENOMEM. */
+/* ---- admission candidates -------------------------------------------- */
+
+static int cand_grow(shard_t *s)
+{
+	uint32_t ncap = s->cand_cap ? s->cand_cap * 2 : 64;
+	cand_t *nc = malloc(sizeof(cand_t) * ncap);
+	uint8_t *nu = calloc(ncap, 1);
+	if (!nc || !nu) {
+		free(nc);
+		free(nu);
+		return ST_ENOMEM;
+	}
+	for (uint32_t j = 0; j < s->cand_cap; j++) {
+		if (!s->cand_used[j])
+			continue;
+		uint32_t i = (uint32_t)mix64(s->cand[j].key) & (ncap - 1);
+		while (nu[i])
+			i = (i + 1) & (ncap - 1);
+		nc[i] = s->cand[j];
+		nu[i] = 1;
+	}
+	free(s->cand);
+	free(s->cand_used);
+	s->cand = nc;
+	s->cand_used = nu;
+	s->cand_cap = ncap;
+	return ST_OK;
+}
+
+static uint32_t cand_probe(const shard_t *s, uint64_t key, uint64_t h)
+{
+	uint32_t mask = s->cand_cap - 1, i = (uint32_t)h & mask;
+	while (s->cand_used[i] && s->cand[i].key != key)
+		i = (i + 1) & mask;
+	return i;
+}
+
+static void cand_delete(shard_t *s, uint32_t i)
+{
+	uint32_t mask = s->cand_cap - 1, j = i;
+	for (;;) {
+		j = (j + 1) & mask;
+		if (!s->cand_used[j])
+			break;
+		uint32_t home = (uint32_t)mix64(s->cand[j].key) & mask;
+		int stays = (i <= j) ? (i < home && home <= j) : (i < home || home <= j);
+		if (!stays) {
+			s->cand[i] = s->cand[j];
+			i = j;
+		}
+	}
+	s->cand_used[i] = 0;
+	s->cand_n--;
+}
+
+/* With the shard locked: counts one occurrence of an absent key. Returns 1
+ * when the key is admitted now, 0 when not (yet), ST_ENOMEM. */
+static int admit(const st_table_t *t, shard_t *s, uint64_t key, uint64_t h, uint32_t step)
+{
+	if (t->prob_cut) {
+		uint64_t d = mix64(key ^ mix64(t->o.seed ^ UINT64_C(0xa0761d6478bd642f)));
+		return d < t->prob_cut;
+	}
+	if (t->o.admit_min_count <= 1)
+		return 1;
+	if ((s->cand_n + 1) * 4 > s->cand_cap * 3 && cand_grow(s) < 0)
+		return ST_ENOMEM;
+	uint32_t i = cand_probe(s, key, h);
+	if (!s->cand_used[i]) {
+		s->cand_used[i] = 1;
+		s->cand[i] = (cand_t){ .key = key, .count = 0 };
+		s->cand_n++;
+	}
+	s->cand[i].step = step;
+	if (++s->cand[i].count < t->o.admit_min_count)
+		return 0;
+	cand_delete(s, i);
+	return 1;
+}
+
+/* ---- lookups ---------------------------------------------------------- */
+
+/* With the shard locked: a row number for a new row, from the free list or
+ * the end of the slab. Returns ST_ENOMEM. */
+static int64_t alloc_row(const st_table_t *t, shard_t *s)
+{
+	if (s->free_head != EMPTY) {
+		uint32_t r = s->free_head;
+		uint32_t next;
+		memcpy(&next, row_ptr(t, s, r), sizeof next);
+		s->free_head = next;
+		s->n_free--;
+		return r;
+	}
+	if (s->used >= MAX_ROWS)
+		return ST_ENOMEM;
+	uint32_t r = s->used;
+	if ((r >> t->chunk_bits) >= s->n_chunks) {
+		if (s->n_chunks == s->chunks_cap) {
+			uint32_t nc = s->chunks_cap ? s->chunks_cap * 2 : 8;
+			float **cp = realloc(s->chunks, sizeof(float *) * nc);
+			if (!cp)
+				return ST_ENOMEM;
+			s->chunks = cp;
+			s->chunks_cap = nc;
+		}
+		float *c = malloc(sizeof(float) * t->stride * t->chunk_rows);
+		if (!c)
+			return ST_ENOMEM;
+		s->chunks[s->n_chunks++] = c;
+	}
+	s->used = r + 1;
+	return r;
+}
+
+/* With the shard locked: the row of key, created when absent and admitted.
+ * Returns 1 if created, 0 if it existed or the key is not admitted (*row =
+ * NULL), ST_ENOMEM. */
 static int get_or_create_locked(st_table_t *t, shard_t *s, uint64_t key, uint64_t h,
 				uint32_t step, float **row)
 {
 	int created = 0;
-	slot_t *sl = probe(s, key, h);
-	if (sl->row == EMPTY) {
-		if (s->n == EMPTY - 1)
-			return ST_ENOMEM;
-		if ((s->n + 1) * 2 > s->cap) {
-			if (grow_index(s) < 0)
-				return ST_ENOMEM;
-			sl = probe(s, key, h);
+	uint32_t pos = probe(t, s, key, h);
+	if (s->idx[pos] == EMPTY) {
+		int a = admit(t, s, key, h, step);
+		if (a <= 0) {
+			if (a == 0)
+				s->rejected++;
+			*row = NULL;
+			return a;
 		}
-		uint32_t r = s->n;
-		if ((r >> t->chunk_bits) >= s->n_chunks) {
-			if (s->n_chunks == s->chunks_cap) {
-				uint32_t nc = s->chunks_cap ? s->chunks_cap * 2 : 8;
-				float **cp = realloc(s->chunks, sizeof(float *) * nc);
-				if (!cp)
-					return ST_ENOMEM;
-				s->chunks = cp;
-				s->chunks_cap = nc;
-			}
-			float *c = malloc(sizeof(float) * t->stride * t->chunk_rows);
-			if (!c)
+		if ((s->n + 1) * 4 > s->cap * 3) {
+			if (grow_index(t, s) < 0)
 				return ST_ENOMEM;
-			s->chunks[s->n_chunks++] = c;
+			pos = probe(t, s, key, h);
 		}
-		init_row(t, key, row_ptr(t, s, r));
-		sl->key = key;
-		sl->row = r;
-		__atomic_store_n(&s->n, r + 1, __ATOMIC_RELAXED);
+		int64_t r = alloc_row(t, s);
+		if (r < 0)
+			return (int)r;
+		init_row(t, key, row_ptr(t, s, (uint32_t)r));
+		s->idx[pos] = (tag_of(h) << ROW_BITS) | (uint32_t)r;
+		__atomic_store_n(&s->n, s->n + 1, __ATOMIC_RELAXED);
+		s->admitted++;
 		created = 1;
 	}
-	float *p = row_ptr(t, s, sl->row);
+	float *p = row_ptr(t, s, s->idx[pos] & ROW_MASK);
 	/* Under the lock, so counts are exact; atomics for lock-free readers. */
-	touch((st_table_meta_t *)(p + t->o.dim + t->o.state_dim), step);
+	touch(meta_of(t, p), step);
 	*row = p;
 	return created;
 }
@@ -294,7 +489,7 @@ int st_table_resolve(st_table_t *t, const uint64_t *keys, uint32_t n, uint32_t s
 		for (uint32_t j = a; j < b; j++) {
 			if (j + PREFETCH_AHEAD < b) {
 				uint64_t hp = hs[order[j + PREFETCH_AHEAD]];
-				__builtin_prefetch(&s->slots[(uint32_t)hp & (s->cap - 1)]);
+				__builtin_prefetch(&s->idx[(uint32_t)hp & (s->cap - 1)]);
 			}
 			uint32_t i = order[j];
 			if (create) {
@@ -303,8 +498,9 @@ int st_table_resolve(st_table_t *t, const uint64_t *keys, uint32_t n, uint32_t s
 					break;
 				created += rc;
 			} else {
-				slot_t *sl = probe(s, keys[i], hs[i]);
-				rows[i] = sl->row == EMPTY ? NULL : row_ptr(t, s, sl->row);
+				uint32_t pos = probe(t, s, keys[i], hs[i]);
+				uint32_t e = s->idx[pos];
+				rows[i] = e == EMPTY ? NULL : row_ptr(t, s, e & ROW_MASK);
 			}
 		}
 		pthread_mutex_unlock(&s->mu);
@@ -322,17 +518,66 @@ float *st_table_find(st_table_t *t, uint64_t key)
 	shard_t *s = shard_of(t, h);
 	float *p = NULL;
 	pthread_mutex_lock(&s->mu);
-	slot_t *sl = probe(s, key, h);
-	if (sl->row != EMPTY)
-		p = row_ptr(t, s, sl->row);
+	uint32_t e = s->idx[probe(t, s, key, h)];
+	if (e != EMPTY)
+		p = row_ptr(t, s, e & ROW_MASK);
 	pthread_mutex_unlock(&s->mu);
 	return p;
 }
 
 st_table_meta_t *st_table_meta(const st_table_t *t, float *row)
 {
-	return (st_table_meta_t *)(row + t->o.dim + t->o.state_dim);
+	return meta_of(t, row);
 }
+
+/* ---- eviction ---------------------------------------------------------- */
+
+static inline int stale(uint32_t now, uint32_t last, uint32_t ttl)
+{
+	return (int64_t)now - (int64_t)last > (int64_t)ttl;
+}
+
+uint64_t st_table_evict_older(st_table_t *t, uint32_t now_step, uint32_t ttl)
+{
+	uint64_t total = 0;
+	for (uint32_t sh = 0; sh < t->o.n_shards; sh++) {
+		shard_t *s = &t->shards[sh];
+		pthread_mutex_lock(&s->mu);
+		/* A deletion shifts later entries back into position i, so i is
+		 * examined again; an entry that wraps from the end to the front
+		 * may be seen twice, which is harmless (it is then fresh or gone). */
+		for (uint32_t i = 0; i < s->cap;) {
+			uint32_t e = s->idx[i];
+			if (e == EMPTY) {
+				i++;
+				continue;
+			}
+			uint32_t r = e & ROW_MASK;
+			float *row = row_ptr(t, s, r);
+			if (!stale(now_step, meta_of(t, row)->last_step, ttl)) {
+				i++;
+				continue;
+			}
+			index_delete(t, s, i);
+			memcpy(row, &s->free_head, sizeof s->free_head);
+			s->free_head = r;
+			s->n_free++;
+			__atomic_store_n(&s->n, s->n - 1, __ATOMIC_RELAXED);
+			s->evicted++;
+			total++;
+		}
+		for (uint32_t i = 0; i < s->cand_cap;) {
+			if (s->cand_used[i] && stale(now_step, s->cand[i].step, ttl))
+				cand_delete(s, i);
+			else
+				i++;
+		}
+		pthread_mutex_unlock(&s->mu);
+	}
+	return total;
+}
+
+/* ---- counters ---------------------------------------------------------- */
 
 uint64_t st_table_size(const st_table_t *t)
 {
@@ -340,6 +585,22 @@ uint64_t st_table_size(const st_table_t *t)
 	for (uint32_t i = 0; i < t->o.n_shards; i++)
 		n += __atomic_load_n(&t->shards[i].n, __ATOMIC_RELAXED);
 	return n;
+}
+
+void st_table_stats(st_table_t *t, st_table_stats_t *out)
+{
+	memset(out, 0, sizeof(*out));
+	for (uint32_t i = 0; i < t->o.n_shards; i++) {
+		shard_t *s = &t->shards[i];
+		pthread_mutex_lock(&s->mu);
+		out->rows += s->n;
+		out->admitted += s->admitted;
+		out->rejected += s->rejected;
+		out->candidates += s->cand_n;
+		out->evicted += s->evicted;
+		out->free_rows += s->n_free;
+		pthread_mutex_unlock(&s->mu);
+	}
 }
 
 uint32_t st_table_row_floats(const st_table_t *t)
@@ -356,8 +617,9 @@ size_t st_table_row_bytes(const st_table_t *t)
 		shard_t *s = &t->shards[i];
 		pthread_mutex_lock(&s->mu);
 		rows += s->n;
-		bytes += sizeof(slot_t) * s->cap + sizeof(float *) * s->chunks_cap +
-			 (size_t)s->n_chunks * t->chunk_rows * stride_b;
+		bytes += sizeof(uint32_t) * s->cap + sizeof(float *) * s->chunks_cap +
+			 (size_t)s->n_chunks * t->chunk_rows * stride_b +
+			 (sizeof(cand_t) + 1) * s->cand_cap;
 		pthread_mutex_unlock(&s->mu);
 	}
 	return rows ? (size_t)(bytes / rows) : stride_b;
@@ -369,9 +631,13 @@ void st_table_foreach(st_table_t *t, void (*fn)(uint64_t key, float *row, void *
 	for (uint32_t i = 0; i < t->o.n_shards; i++) {
 		shard_t *s = &t->shards[i];
 		pthread_mutex_lock(&s->mu);
-		for (uint32_t j = 0; j < s->cap; j++)
-			if (s->slots[j].row != EMPTY)
-				fn(s->slots[j].key, row_ptr(t, s, s->slots[j].row), arg);
+		for (uint32_t j = 0; j < s->cap; j++) {
+			uint32_t e = s->idx[j];
+			if (e != EMPTY) {
+				float *row = row_ptr(t, s, e & ROW_MASK);
+				fn(row_key(t, row), row, arg);
+			}
+		}
 		pthread_mutex_unlock(&s->mu);
 	}
 }

@@ -32,7 +32,23 @@ typedef struct st_table_opts {
 	float init_scale;     /* emb ~ U[-init_scale, init_scale); 0 = zeros */
 	float state_init;     /* initial value of every state float */
 	uint32_t n_shards;    /* power of two; 0 = 64 */
+	/* Admission (0 from a zeroed struct means "admit always"): */
+	uint32_t admit_min_count; /* a key gets a row on its min_count-th creating
+				     lookup; 0 and 1 = at once */
+	double admit_prob;    /* admit with this probability, decided by
+				 hash(seed, key); 0 (unset) and >= 1 = always */
 } st_table_opts_t;
+
+/* Counters (st_table_stats). */
+typedef struct st_table_stats {
+	uint64_t rows;        /* live rows */
+	uint64_t admitted;    /* rows created so far (admitted keys) */
+	uint64_t rejected;    /* creating lookups that found no row and made
+				 none (key not admitted yet / rejected) */
+	uint64_t candidates;  /* keys counting towards min_count right now */
+	uint64_t evicted;     /* rows removed by st_table_evict_older so far */
+	uint64_t free_rows;   /* evicted slots waiting to be reused */
+} st_table_stats_t;
 
 /* Per-row metadata, right after the floats of a row. */
 typedef struct st_table_meta {
@@ -47,16 +63,18 @@ int st_table_create(st_table_t **out, const st_table_opts_t *o);
 /* Frees the table and every row (NULL-safe). No other call may run. */
 void st_table_destroy(st_table_t *t);
 
-/* Finds the row of key, creating and initializing it when absent; records
- * step in last_step and counts freq. *row points to the row's first float and
- * stays valid until st_table_destroy. Returns 1 if the row was created, 0 if
- * it existed, ST_ENOMEM. Thread-safe; for one key exactly one concurrent
- * caller gets 1. */
+/* Finds the row of key, creating and initializing it when absent and
+ * admitted; records step in last_step and counts freq. *row points to the
+ * row's first float and stays valid until st_table_destroy or until the row
+ * is evicted. Returns 1 if the row was created, 0 if it existed or the key
+ * is not admitted (then *row = NULL), ST_ENOMEM. Thread-safe; for one key
+ * exactly one concurrent caller gets 1. */
 int st_table_get_or_create(st_table_t *t, uint64_t key, uint32_t step, float **row);
 
 /* Batched lookup: rows[i] = the row of keys[i] for i < n. With create != 0
  * absent keys are created as by st_table_get_or_create (metadata touched with
- * step); with create == 0 they give NULL and metadata is left alone. Keys
+ * step; keys not admitted give NULL and count one occurrence each); with
+ * create == 0 they give NULL and metadata is left alone. Keys
  * are grouped by shard so each shard's lock is taken once per call, and
  * index slots are prefetched ahead of the probes. Returns the number of rows
  * created (>= 0) or ST_ENOMEM (then some rows may be unset). Thread-safe. */
@@ -79,6 +97,19 @@ uint32_t st_table_row_floats(const st_table_t *t);
  * table's current fill (bytes of all allocations / rows; row stride when
  * empty). Thread-safe, approximate under concurrent inserts. */
 size_t st_table_row_bytes(const st_table_t *t);
+
+/* Removes every row with now_step - last_step > ttl (as signed 64-bit
+ * numbers), puts its slot on its shard's free list, and forgets admission
+ * candidates last seen more than ttl steps ago. Returns the number of rows
+ * removed. Contract: the caller guarantees that no other thread reads or
+ * writes the floats of rows that may be evicted while this runs (the trainer
+ * calls it between batches, when no batch holds row pointers); lookups on
+ * other keys may run concurrently. Thread-safe in that sense. */
+uint64_t st_table_evict_older(st_table_t *t, uint32_t now_step, uint32_t ttl);
+
+/* Fills *s with the table's counters. Thread-safe (a consistent snapshot of
+ * each shard, not of the whole table). */
+void st_table_stats(st_table_t *t, st_table_stats_t *s);
 
 /* Calls fn(key, row, arg) for every row, shard by shard with that shard's
  * lock held: fn must not call back into the table. Order is unspecified. */

@@ -1,6 +1,6 @@
--- strata.model — model constructors: st.model.lr{...} (implemented) and
--- st.model.dnn/wdl/deepfm/dlrm{...} (validated; the runtime reports them as
--- not implemented yet).
+-- strata.model — model constructors: st.model.lr{...} and the neural presets
+-- st.model.dnn/wdl/deepfm/dlrm{...}; fields in schema.lua, checks in
+-- validate.lua (V:model).
 local common = require "strata.common"
 local schema = require "strata.schema"
 return common.namespace("model", "st.model", schema.models, "model type", "models", true)

@@ -7,6 +7,7 @@
 --   size                 bytes: integer or "2GiB", "512MiB", "10GB", ...
 --   paths                a glob string or a non-empty list of glob strings
 --   ints                 a list of integers
+--   dims                 an integer, or a list of integers (one per slot)
 --   section              a sub-table checked by its own code in validate.lua
 -- and options: required, default, min (>=), gt (>), max (<=), lt (<),
 -- enum (list of strings), nonempty (strings), char (a one-character string),
@@ -85,27 +86,49 @@ local model_common = {
 	{ "l2", "num", min = 0, default = 0.0 },
 	{ "dense_transform", "str", enum = { "log1p", "none" }, default = "log1p" },
 }
+-- The neural presets share every field; dlrm adds `bottom`. emb_dim is
+-- `dims`: one integer for every slot, or a list with one per slot.
 local deep = with(model_common, {
-	{ "emb_dim", "int", min = 1, default = 8 },
+	{ "sparse_optimizer", "section" },
+	{ "dense_optimizer", "section" },
+	{ "emb_dim", "dims", min = 1, default = 8 },
+	{ "pooling", "str", enum = { "sum", "mean" }, default = "sum" },
 	{ "hidden", "ints", min = 1, maxlen = 16, default = { 256, 128 } },
+	{ "activation", "str", enum = { "relu", "sigmoid", "none" }, default = "relu" },
+	{ "init_scale", "num", min = 0, default = 0.01 },
+	{ "admission", "section" },
+	{ "ttl", "int", min = 0, default = 0 },
 })
 S.model = {
 	lr = with(model_common, {
 		{ "emb_dim", "int", min = 1, max = 1, default = 1 },
 	}),
-	dnn = deep, wdl = deep, deepfm = deep, dlrm = deep,
+	dnn = deep, wdl = deep, deepfm = deep,
+	dlrm = with(deep, {
+		{ "bottom", "ints", min = 1, maxlen = 16 },   -- default {64, emb_dim}
+	}),
+}
+-- model.admission: one of the two rules (neither: admit every key).
+S.admission = {
+	{ "min_count", "int", min = 0 },
+	{ "probability", "num", gt = 0, max = 1 },
 }
 
+-- Defaults that depend on the preset (adagrad's init_accum) are filled by
+-- validate.lua, not here.
 local function optim(lr, extra)
 	return with({
 		{ "lr", "num", gt = 0, default = lr },
 		{ "lr_dense", "num", gt = 0 },    -- default: lr
+		{ "l2", "num", min = 0 },         -- default: the model's l2
 	}, extra)
 end
 S.optim = {
 	sgd = optim(0.01, {}),
 	adagrad = optim(0.05, {
-		{ "init_accum", "num", gt = 0, default = 0.1 },
+		{ "rowwise", "bool", default = false },
+		{ "init_accum", "num", min = 0 },  -- default: lr 0.1, others 0
+		{ "eps", "num", gt = 0, default = 1e-10 },
 	}),
 	adam = optim(0.001, {
 		{ "beta1", "num", min = 0, lt = 1, default = 0.9 },
@@ -115,7 +138,6 @@ S.optim = {
 	ftrl = optim(0.05, {
 		{ "beta", "num", min = 0, default = 1.0 },
 		{ "l1", "num", min = 0, default = 0.0 },
-		{ "l2", "num", min = 0, default = 0.0 },
 	}),
 }
 

@@ -237,6 +237,17 @@ function check.ints(self, node, key, path, v, f)
 	return out
 end
 
+-- One integer (every slot) or a list of integers (one per slot); the
+-- caller checks the list's length against the data's slots.
+function check.dims(self, node, key, path, v, f)
+	if type(v) == "number" then return check.int(self, node, key, path, v, f) end
+	if type(v) ~= "table" or common.tag(v) or #v == 0 then
+		return self:ferr(node, key, "%s must be an integer or a non-empty list of " ..
+			"integers (one per slot), got %s", path, show(v))
+	end
+	return check.ints(self, node, key, path, v, f)
+end
+
 local function copy(v)
 	if type(v) ~= "table" then return v end
 	local t = {}
@@ -246,7 +257,8 @@ end
 
 -- Checks the fields of `tbl` (at `node`) against `fields`. `extra` lists
 -- keys allowed besides them (e.g. "format" in a plain source table).
--- Returns the normalized record (defaults filled; sections left out).
+-- Returns the normalized record (defaults filled; sections left out) and a
+-- set of the keys whose value was rejected (they hold the default).
 function V:record(node, tbl, fields, extra)
 	local known, names = {}, {}
 	for _, f in ipairs(fields) do
@@ -272,7 +284,7 @@ function V:record(node, tbl, fields, extra)
 				tostring(k), where)
 		end
 	end
-	local out = {}
+	local out, bad = {}, {}
 	for _, f in ipairs(fields) do
 		local k, ty = f[1], f[2]
 		local v = tbl[k]
@@ -285,11 +297,14 @@ function V:record(node, tbl, fields, extra)
 			out[k] = copy(f.default)
 		else
 			local r = check[ty](self, node, k, join(node.path, k), v, f)
-			if r == nil then r = copy(f.default) end
+			if r == nil then
+				r = copy(f.default)
+				bad[k] = true
+			end
 			out[k] = r
 		end
 	end
-	return out
+	return out, bad
 end
 
 -- Resolves what made table/string `v` at field `key` of `parent`:
@@ -501,27 +516,126 @@ function V:source(dnode, key, v, gen)
 	return out
 end
 
-function V:model(root, v)
+-- Resolves one optimizer table (st.optim.<name>{...}, a plain table or a
+-- bare name) at field `key` of the model node. Returns its name and record,
+-- or nil after reporting.
+function V:optim(node, key, o)
+	local onode, oname, otbl, oextra = self:kinded(node, key, o, "optim",
+		"type", schema.optimizers, "optimizer", "optimizers", true, true, "adagrad")
+	if not onode then return nil end
+	local p = self:record(onode, otbl, schema.optim[oname], oextra)
+	if key ~= "optimizer" and otbl.lr_dense ~= nil then
+		self:ferr(onode, "lr_dense", "%s.lr_dense is only for model.optimizer; " ..
+			"set %s.lr instead", onode.path,
+			key == "dense_optimizer" and onode.path or "model.dense_optimizer")
+	end
+	return oname, p
+end
+
+-- The flat settings of one parameter group (what st_optim_cfg_t holds).
+-- Fields the optimizer does not have are 0.
+local function optim_cfg(name, p, lr, model_l2, init_accum)
+	return {
+		name = name, lr = lr, l2 = p.l2 or model_l2,
+		rowwise = p.rowwise or false,
+		eps = p.eps or 0, beta1 = p.beta1 or 0, beta2 = p.beta2 or 0,
+		init_accum = name == "adagrad" and (p.init_accum or init_accum) or 0,
+		l1 = p.l1 or 0, beta = p.beta or 0,
+	}
+end
+
+function V:model(root, v, train)
 	if v == nil then v = "lr" end
 	local node, name, tbl, extra = self:kinded(root, "model", v, "model", "type",
 		schema.models, "model type", "models", true, true, "lr")
 	if not node then return nil end
-	local m = self:record(node, tbl, schema.model[name], extra)
+	local m, bad = self:record(node, tbl, schema.model[name], extra)
 	local out = {
 		type = name, emb_dim = m.emb_dim, hidden = m.hidden or {},
 		l2 = m.l2, dense_transform = m.dense_transform,
+		pooling = m.pooling or "sum", activation = m.activation or "relu",
+		init_scale = m.init_scale or 0, ttl = m.ttl or 0,
+		admit_min_count = 0, admit_prob = 1.0, bottom = {},
 	}
-	local o = tbl.optimizer
-	if o == nil then o = "adagrad" end
-	local onode, oname, otbl, oextra = self:kinded(node, "optimizer", o, "optim",
-		"type", schema.optimizers, "optimizer", "optimizers", true, true, "adagrad")
-	if onode then
-		local p = self:record(onode, otbl, schema.optim[oname], oextra)
-		out.optimizer = oname
-		out.lr = p.lr
-		out.lr_dense = p.lr_dense or p.lr
-		out.init_accum = p.init_accum or 0.1
-		out.optim = p
+
+	-- emb_dim: one number, or one per slot of the train data.
+	if type(m.emb_dim) == "table" then
+		local dims = m.emb_dim
+		local max = 0
+		for _, d in ipairs(dims) do if d > max then max = d end end
+		out.emb_dim, out.slot_dims = max, dims
+		if train and #dims ~= train.n_slots then
+			self:ferr(node, "emb_dim", "model.emb_dim lists %d dimensions, but " ..
+				"data.train has %d slots; give one per slot, or one number for all",
+				#dims, train.n_slots)
+		end
+		if name == "deepfm" or name == "dlrm" then
+			for i, d in ipairs(dims) do
+				if d ~= dims[1] then
+					self:ferr(node, "emb_dim", "model.emb_dim[%d] is %d but " ..
+						"model.emb_dim[1] is %d: %s multiplies embeddings " ..
+						"pairwise, so every slot needs the same dimension",
+						i, d, dims[1], name)
+					break
+				end
+			end
+		end
+	end
+
+	if name == "dlrm" then
+		local e = out.emb_dim
+		if m.bottom == nil then
+			out.bottom = { 64, e }
+		elseif #m.bottom == 0 then
+			self:ferr(node, "bottom", "model.bottom must list at least one layer " ..
+				"size (the last one equal to model.emb_dim, %d)", e)
+		else
+			out.bottom = m.bottom
+			local last = m.bottom[#m.bottom]
+			if not bad.emb_dim and last ~= e then
+				self:ferr(node, "bottom", "model.bottom[%d] must equal model.emb_dim " ..
+					"(%d): the bottom MLP's output joins the embeddings, got %d",
+					#m.bottom, e, last)
+			end
+		end
+	end
+
+	-- admission = { min_count = n } or { probability = p }.
+	local anode = tbl.admission ~= nil and self:section(node, "admission", tbl.admission)
+	if anode then
+		local a = self:record(anode, tbl.admission, schema.admission)
+		if tbl.admission.min_count ~= nil and tbl.admission.probability ~= nil then
+			self:err(anode.loc, "model.admission has both 'min_count' and " ..
+				"'probability'; give one")
+		end
+		out.admit_min_count = a.min_count or 0
+		out.admit_prob = a.probability or 1.0
+	end
+
+	-- Optimizers: `optimizer` sets both groups; sparse_/dense_optimizer
+	-- override one each. Each table given is checked once.
+	local init_accum = name == "lr" and 0.1 or 0.0
+	local base, bp, sname, sp, dname, dp
+	local so, dn = tbl.sparse_optimizer, tbl.dense_optimizer
+	if tbl.optimizer ~= nil or so == nil or dn == nil then
+		base, bp = self:optim(node, "optimizer", tbl.optimizer or "adagrad")
+	end
+	if so ~= nil then sname, sp = self:optim(node, "sparse_optimizer", so) end
+	if dn ~= nil then dname, dp = self:optim(node, "dense_optimizer", dn) end
+	if so == nil and base then
+		out.sparse_opt = optim_cfg(base, bp, bp.lr, m.l2, init_accum)
+	elseif sname then
+		out.sparse_opt = optim_cfg(sname, sp, sp.lr, m.l2, init_accum)
+	end
+	if dn == nil and base then
+		out.dense_opt = optim_cfg(base, bp, bp.lr_dense or bp.lr, m.l2, init_accum)
+	elseif dname then
+		out.dense_opt = optim_cfg(dname, dp, dp.lr, m.l2, init_accum)
+	end
+	if out.sparse_opt and out.dense_opt then
+		local s = out.sparse_opt
+		out.optimizer, out.lr, out.l2, out.init_accum = s.name, s.lr, s.l2, s.init_accum
+		out.lr_dense = out.dense_opt.lr
 	end
 	return out
 end
@@ -602,7 +716,7 @@ function V:job(job)
 		end
 	end
 
-	out.model = self:model(root, job.model)
+	out.model = self:model(root, job.model, out.train)
 
 	-- stages
 	local stages = {}

@@ -476,6 +476,191 @@ static void test_lang_not_a_job(void **state)
 	st_diag_free(&d);
 }
 
+/* ---- model settings ---------------------------------------------------- */
+
+static void test_lang_model_deep_fields(void **state)
+{
+	(void)state;
+	st_job_t *j = load_ok("tests/lua/good_deep.lua", NULL, 0);
+	const st_model_cfg_t *m = &j->model;
+	assert_string_equal(m->type, "dnn");
+	assert_int_equal(m->n_slot_dims, 26);
+	assert_int_equal(m->slot_dims[0], 16);
+	assert_int_equal(m->slot_dims[12], 16);
+	assert_int_equal(m->slot_dims[13], 8);
+	assert_int_equal(m->slot_dims[25], 8);
+	assert_int_equal(m->emb_dim, 16);          /* the largest per-slot dimension */
+	assert_string_equal(m->pooling, "mean");
+	assert_int_equal(m->n_hidden, 3);
+	assert_int_equal(m->hidden[2], 400);
+	assert_int_equal(m->n_bottom, 0);
+	assert_string_equal(m->activation, "sigmoid");
+	assert_true(m->init_scale == 0.05);
+	/* sparse_optimizer and dense_optimizer override `optimizer` */
+	assert_string_equal(m->sparse_opt.name, "adagrad");
+	assert_int_equal(m->sparse_opt.rowwise, 1);
+	assert_true(m->sparse_opt.lr == 0.02);
+	assert_true(m->sparse_opt.eps == 1e-6);
+	assert_true(m->sparse_opt.l2 == 1e-5);
+	assert_true(m->sparse_opt.init_accum == 0.0);  /* neural presets: PyTorch's 0 */
+	assert_string_equal(m->dense_opt.name, "adam");
+	assert_true(m->dense_opt.lr == 2e-3);
+	assert_true(m->dense_opt.beta1 == 0.8);
+	assert_true(m->dense_opt.beta2 == 0.99);
+	assert_true(m->dense_opt.eps == 1e-7);
+	assert_true(m->dense_opt.l2 == 0.0);
+	assert_int_equal(m->admit_min_count, 3);
+	assert_true(m->admit_prob == 1.0);
+	assert_int_equal(m->ttl_steps, 100000);
+	/* legacy mirrors follow the groups */
+	assert_string_equal(m->optimizer, "adagrad");
+	assert_true(m->lr == 0.02);
+	assert_true(m->lr_dense == 2e-3);
+	assert_true(m->l2 == 1e-5);
+	assert_true(m->init_accum == 0.0);
+	assert_string_equal(m->dense_transform, "none");
+
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	assert_int_equal(st_job_dump(j, f), ST_OK);
+	fclose(f);
+	assert_non_null(strstr(buf, "\nmodel.dense_optimizer = \"adam\" {lr = 0.002, l2 = 0, "
+			    "beta1 = 0.8, beta2 = 0.99, eps = 1e-07}\n"));
+	assert_non_null(strstr(buf, "\nmodel.ttl = 100000\n"));
+	free(buf);
+	st_job_free(j);
+}
+
+static void test_lang_model_defaults(void **state)
+{
+	(void)state;
+	/* one optimizer for both groups; lr_dense is the dense rate */
+	st_job_t *j = load_ok("tests/lua/good_dlrm.lua", NULL, 0);
+	const st_model_cfg_t *m = &j->model;
+	assert_string_equal(m->type, "dlrm");
+	assert_int_equal(m->emb_dim, 16);
+	assert_null(m->slot_dims);
+	assert_int_equal(m->n_bottom, 2);
+	assert_int_equal(m->bottom[0], 64);
+	assert_int_equal(m->bottom[1], 16);
+	assert_string_equal(m->pooling, "sum");
+	assert_string_equal(m->activation, "relu");
+	assert_true(m->init_scale == 0.01);
+	assert_string_equal(m->sparse_opt.name, "adagrad");
+	assert_string_equal(m->dense_opt.name, "adagrad");
+	assert_true(m->sparse_opt.lr == 0.1);
+	assert_true(m->dense_opt.lr == 0.01);
+	assert_true(m->sparse_opt.eps == 1e-10);
+	assert_int_equal(m->sparse_opt.rowwise, 0);
+	assert_true(m->sparse_opt.init_accum == 0.0);
+	assert_int_equal(m->admit_min_count, 0);
+	assert_true(m->admit_prob == 0.25);
+	assert_int_equal(m->ttl_steps, 0);
+	assert_true(m->lr == 0.1 && m->lr_dense == 0.01);
+	st_job_free(j);
+
+	/* dlrm's bottom defaults to {64, emb_dim}; adam defaults */
+	const char *sets[] = { "model=st.model.dlrm{emb_dim = 32, optimizer = 'adam'}" };
+	j = load_ok("tests/lua/good_dlrm.lua", sets, 1);
+	assert_int_equal(j->model.n_bottom, 2);
+	assert_int_equal(j->model.bottom[1], 32);
+	assert_string_equal(j->model.dense_opt.name, "adam");
+	assert_true(j->model.dense_opt.lr == 1e-3);
+	assert_true(j->model.dense_opt.beta1 == 0.9);
+	assert_true(j->model.dense_opt.beta2 == 0.999);
+	assert_true(j->model.dense_opt.eps == 1e-8);
+	assert_true(j->model.admit_prob == 1.0);
+	st_job_free(j);
+
+	/* the lr preset keeps init_accum 0.1 and its old fields */
+	j = load_ok("tests/lua/good_minimal.lua", NULL, 0);
+	assert_string_equal(j->model.type, "lr");
+	assert_string_equal(j->model.sparse_opt.name, "adagrad");
+	assert_true(j->model.sparse_opt.init_accum == 0.1);
+	assert_true(j->model.init_accum == 0.1);
+	assert_true(j->model.init_scale == 0.0);
+	assert_true(j->model.sparse_opt.lr == 0.05 && j->model.dense_opt.lr == 0.05);
+	st_job_free(j);
+
+	/* dense_optimizer alone: the sparse group keeps the default adagrad */
+	const char *sets2[] = { "model=st.model.dnn{dense_optimizer = st.optim.sgd{}}" };
+	j = load_ok("tests/lua/good_minimal.lua", sets2, 1);
+	assert_string_equal(j->model.sparse_opt.name, "adagrad");
+	assert_true(j->model.sparse_opt.lr == 0.05);
+	assert_string_equal(j->model.dense_opt.name, "sgd");
+	assert_true(j->model.dense_opt.lr == 0.01);
+	assert_int_equal(j->model.emb_dim, 8);
+	assert_int_equal(j->model.n_hidden, 2);
+	st_job_free(j);
+}
+
+static void test_lang_model_errors(void **state)
+{
+	(void)state;
+	st_diag_t d;
+	load_bad("tests/lua/bad_deep.lua", NULL, 0, &d);
+	static const char *const deep[] = {
+		"tests/lua/bad_deep.lua:7: model.hidden[2] must be >= 1, got 0",
+		"tests/lua/bad_deep.lua:11: model.ttl must be >= 0, got -5",
+		"tests/lua/bad_deep.lua:6: model.emb_dim lists 3 dimensions, but data.train has "
+		"26 slots; give one per slot, or one number for all",
+		"tests/lua/bad_deep.lua:10: model.admission.min_count must be >= 0, got -1",
+		"tests/lua/bad_deep.lua:8: model.sparse_optimizer.lr must be > 0, got -0.1",
+		"tests/lua/bad_deep.lua:9: model.dense_optimizer.beta1 must be < 1, got 1",
+	};
+	assert_int_equal(d.n, 6);
+	for (int i = 0; i < 6; i++)
+		assert_string_equal(d.msg[i], deep[i]);
+	st_diag_free(&d);
+
+	load_bad("tests/lua/bad_dlrm.lua", NULL, 0, &d);
+	assert_int_equal(d.n, 2);
+	expect_msg(&d, "tests/lua/bad_dlrm.lua:7: model.bottom[2] must equal model.emb_dim (16): "
+		       "the bottom MLP's output joins the embeddings, got 32");
+	expect_msg(&d, "tests/lua/bad_dlrm.lua:8: model.admission.probability must be <= 1, got 1.5");
+	st_diag_free(&d);
+
+	load_bad("tests/lua/bad_wdl.lua", NULL, 0, &d);
+	assert_int_equal(d.n, 4);
+	expect_msg(&d, "tests/lua/bad_wdl.lua:6: model.emb_dim must be >= 1, got 0");
+	expect_msg(&d, "tests/lua/bad_wdl.lua:7: model.pooling must be 'sum' or 'mean', got 'max'");
+	expect_msg(&d, "tests/lua/bad_wdl.lua:8: model.admission has both 'min_count' and "
+		       "'probability'; give one");
+	expect_msg(&d, "tests/lua/bad_wdl.lua:9: model.optimizer.beta must be >= 0, got -1");
+	st_diag_free(&d);
+
+	const char *p0[] = { "model.admission={probability = 0}" };
+	expect_only("tests/lua/good_dlrm.lua", p0, 1,
+		    "--set model.admission={probability = 0}: model.admission.probability "
+		    "must be > 0, got 0");
+	const char *fm[] = { "model=st.model.deepfm{emb_dim = {8, 8, 4}}" };
+	expect_only("tests/lua/good_variety.lua", fm, 1,
+		    "--set model=st.model.deepfm{emb_dim = {8, 8, 4}}: model.emb_dim[3] is 4 but "
+		    "model.emb_dim[1] is 8: deepfm multiplies embeddings pairwise, so every slot "
+		    "needs the same dimension");
+	const char *ld[] = { "model.dense_optimizer=st.optim.sgd{lr_dense = 1}" };
+	expect_only("tests/lua/good_dlrm.lua", ld, 1,
+		    "--set model.dense_optimizer=st.optim.sgd{lr_dense = 1}: "
+		    "model.dense_optimizer.lr_dense is only for model.optimizer; set "
+		    "model.dense_optimizer.lr instead");
+	const char *ty[] = { "model.emb_dim='x'" };
+	expect_only("tests/lua/good_dlrm.lua", ty, 1,
+		    "--set model.emb_dim='x': model.emb_dim must be an integer or a non-empty "
+		    "list of integers (one per slot), got string");
+	const char *b1[] = { "model.dense_optimizer=st.optim.adam{beta2 = -0.5}" };
+	expect_only("tests/lua/good_dlrm.lua", b1, 1,
+		    "--set model.dense_optimizer=st.optim.adam{beta2 = -0.5}: "
+		    "model.dense_optimizer.beta2 must be >= 0, got -0.5");
+	/* unknown presets suggest the closest */
+	const char *un[] = { "model=st.model.dnnn{}" };
+	st_job_t *j = NULL;
+	assert_int_equal(load("tests/lua/good_dlrm.lua", un, 1, 1, &j, &d), ST_EJOB);
+	assert_int_equal(d.n, 1);
+	assert_non_null(strstr(d.msg[0], "unknown model type 'dnnn' (did you mean 'dnn'?)"));
+	st_diag_free(&d);
+}
+
 /* ---- --set ------------------------------------------------------------ */
 
 static void test_lang_set_overrides(void **state)
@@ -635,6 +820,9 @@ int main(void)
 		cmocka_unit_test(test_lang_path_matches_no_file),
 		cmocka_unit_test(test_lang_reports_every_error),
 		cmocka_unit_test(test_lang_not_a_job),
+		cmocka_unit_test(test_lang_model_deep_fields),
+		cmocka_unit_test(test_lang_model_defaults),
+		cmocka_unit_test(test_lang_model_errors),
 		cmocka_unit_test(test_lang_set_overrides),
 		cmocka_unit_test(test_lang_set_sync),
 		cmocka_unit_test(test_lang_set_invalid_value),

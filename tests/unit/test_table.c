@@ -1,4 +1,5 @@
-/* test_table.c — host embedding table: lookups, concurrency, init, growth. */
+/* test_table.c — host embedding table: lookups, concurrency, init, growth,
+ * feature admission, TTL eviction and bytes per row. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -289,6 +290,328 @@ static void test_table_resolve_matches_single_calls(void **state)
 	st_table_destroy(ref);
 }
 
+/* ---- admission --------------------------------------------------------- */
+
+static void test_table_admit_min_count(void **state)
+{
+	(void)state;
+	st_table_opts_t o = { .dim = 2, .seed = 1, .admit_min_count = 3, .n_shards = 4 };
+	st_table_t *t;
+	assert_int_equal(st_table_create(&t, &o), ST_OK);
+	float *r = (float *)1;
+	for (uint64_t k = 0; k < 1000; k++) {
+		/* occurrences 1 and 2: no row, reads as absent */
+		assert_int_equal(st_table_get_or_create(t, k, 1, &r), 0);
+		assert_null(r);
+		assert_int_equal(st_table_get_or_create(t, k, 2, &r), 0);
+		assert_null(r);
+		assert_null(st_table_find(t, k));
+	}
+	st_table_stats_t st;
+	st_table_stats(t, &st);
+	assert_int_equal(st.rows, 0);
+	assert_int_equal(st.candidates, 1000);
+	assert_int_equal(st.rejected, 2000);
+	for (uint64_t k = 0; k < 1000; k++) {
+		assert_int_equal(st_table_get_or_create(t, k, 3, &r), 1);   /* the 3rd */
+		assert_non_null(r);
+		assert_int_equal(st_table_meta(t, r)->freq, 1);
+		assert_int_equal(st_table_get_or_create(t, k, 4, &r), 0);
+		assert_non_null(r);
+	}
+	st_table_stats(t, &st);
+	assert_int_equal(st.rows, 1000);
+	assert_int_equal(st.admitted, 1000);
+	assert_int_equal(st.candidates, 0);
+	assert_int_equal(st.rejected, 2000);
+	st_table_destroy(t);
+}
+
+#define AK 50000
+
+typedef struct {
+	st_table_t *t;
+	pthread_barrier_t *bar;
+	uint64_t *keys;
+	float **rows;
+	int created, err;
+} adm_arg_t;
+
+static void *adm_main(void *p)
+{
+	adm_arg_t *a = p;
+	pthread_barrier_wait(a->bar);
+	int rc = st_table_resolve(a->t, a->keys, AK, 5, 1, a->rows);
+	if (rc < 0)
+		a->err = rc;
+	else
+		a->created = rc;
+	return NULL;
+}
+
+static void test_table_admit_min_count_two_threads(void **state)
+{
+	(void)state;
+	/* Two threads each see every key once, at the same time: with
+	 * min_count = 2 each key gets exactly one row, made by whichever
+	 * thread counted the second occurrence. */
+	st_table_opts_t o = { .dim = 1, .seed = 2, .admit_min_count = 2, .n_shards = 8 };
+	st_table_t *t;
+	assert_int_equal(st_table_create(&t, &o), ST_OK);
+	pthread_barrier_t bar;
+	pthread_barrier_init(&bar, NULL, 2);
+	adm_arg_t a[2];
+	pthread_t tid[2];
+	for (int i = 0; i < 2; i++) {
+		a[i] = (adm_arg_t){ .t = t, .bar = &bar, .keys = malloc(sizeof(uint64_t) * AK),
+				    .rows = malloc(sizeof(float *) * AK) };
+		for (int k = 0; k < AK; k++)   /* opposite orders */
+			a[i].keys[k] = (uint64_t)(i ? AK - 1 - k : k) * 0x9e3779b97f4a7c15ull;
+		assert_int_equal(pthread_create(&tid[i], NULL, adm_main, &a[i]), 0);
+	}
+	for (int i = 0; i < 2; i++)
+		pthread_join(tid[i], NULL);
+	pthread_barrier_destroy(&bar);
+	assert_int_equal(a[0].err, 0);
+	assert_int_equal(a[1].err, 0);
+	assert_int_equal(a[0].created + a[1].created, AK);
+	for (int k = 0; k < AK; k++) {
+		float *r0 = a[0].rows[k], *r1 = a[1].rows[AK - 1 - k];
+		/* exactly one of the two lookups got the row */
+		assert_true((r0 == NULL) != (r1 == NULL));
+		assert_ptr_equal(r0 ? r0 : r1, st_table_find(t, a[0].keys[k]));
+	}
+	st_table_stats_t st;
+	st_table_stats(t, &st);
+	assert_int_equal(st.rows, AK);
+	assert_int_equal(st.rejected, AK);
+	assert_int_equal(st.candidates, 0);
+	for (int i = 0; i < 2; i++) {
+		free(a[i].keys);
+		free(a[i].rows);
+	}
+	st_table_destroy(t);
+}
+
+static void test_table_admit_probability(void **state)
+{
+	(void)state;
+	enum { N = 100000 };
+	st_table_opts_t o = { .dim = 1, .seed = 11, .admit_prob = 0.3 };
+	st_table_t *t1, *t2, *t3;
+	assert_int_equal(st_table_create(&t1, &o), ST_OK);
+	o.n_shards = 8;                  /* sharding must not matter */
+	assert_int_equal(st_table_create(&t2, &o), ST_OK);
+	o.seed = 12;
+	assert_int_equal(st_table_create(&t3, &o), ST_OK);
+	uint64_t *keys = malloc(sizeof(uint64_t) * N);
+	float **rows = malloc(sizeof(float *) * N);
+	for (int i = 0; i < N; i++)
+		keys[i] = (uint64_t)i;
+	int n1 = st_table_resolve(t1, keys, N, 1, 1, rows);
+	float *r;
+	int same = 0, n3 = 0, differ = 0;
+	for (int i = N - 1; i >= 0; i--) {        /* other order, single calls */
+		int c2 = st_table_get_or_create(t2, keys[i], 1, &r);
+		assert_int_equal(c2, rows[i] != NULL);
+		same += c2;
+		int c3 = st_table_get_or_create(t3, keys[i], 1, &r);
+		n3 += c3;
+		differ += c3 != (rows[i] != NULL);
+	}
+	assert_int_equal(same, n1);
+	/* 0.3 +- 0.006 is over 4 standard deviations (sqrt(.21/1e5) = .00145) */
+	assert_true(n1 > N * 0.294 && n1 < N * 0.306);
+	assert_true(n3 > N * 0.294 && n3 < N * 0.306);
+	assert_true(differ > N / 4);     /* another seed admits other keys */
+	/* a rejected key stays rejected */
+	assert_int_equal(st_table_resolve(t1, keys, N, 2, 1, rows), 0);
+	st_table_stats_t st;
+	st_table_stats(t1, &st);
+	assert_int_equal(st.rows, (uint64_t)n1);
+	assert_int_equal(st.rejected, 2 * (uint64_t)(N - n1));
+	free(keys);
+	free(rows);
+	st_table_destroy(t1);
+	st_table_destroy(t2);
+	st_table_destroy(t3);
+}
+
+/* ---- TTL eviction ------------------------------------------------------ */
+
+static void test_table_evict_older(void **state)
+{
+	(void)state;
+	/* One shard, so every new key below lands where the free slots are. */
+	st_table_opts_t o = { .dim = 4, .state_dim = 1, .seed = 3, .n_shards = 1 };
+	st_table_t *t;
+	assert_int_equal(st_table_create(&t, &o), ST_OK);
+	enum { N = 20000 };
+	float **first = malloc(sizeof(float *) * N);
+	for (int i = 0; i < N; i++)      /* key i touched at step i % 100 */
+		assert_int_equal(st_table_get_or_create(t, (uint64_t)i, (uint32_t)(i % 100),
+							&first[i]), 1);
+	/* keys with step < 40 are stale at now = 100, ttl = 60 (100 - 39 > 60) */
+	for (int i = 0; i < N; i += 100) {   /* re-touch a few old ones */
+		float *r;
+		assert_int_equal(st_table_get_or_create(t, (uint64_t)i, 100, &r), 0);
+	}
+	uint64_t stale = 0;
+	for (int i = 0; i < N; i++)
+		stale += (i % 100) < 40 && (i % 100) != 0;
+	assert_int_equal(st_table_evict_older(t, 100, 60), stale);
+	assert_int_equal(st_table_size(t), N - stale);
+	for (int i = 0; i < N; i++) {
+		int gone = (i % 100) < 40 && (i % 100) != 0;
+		float *r = st_table_find(t, (uint64_t)i);
+		if (gone)
+			assert_null(r);
+		else
+			assert_ptr_equal(r, first[i]);
+	}
+	assert_int_equal(st_table_evict_older(t, 100, 60), 0);   /* nothing left */
+	/* new keys reuse the freed slots: no new memory, same row addresses */
+	size_t bytes_before = st_table_row_bytes(t) * st_table_size(t);
+	st_table_stats_t st;
+	st_table_stats(t, &st);
+	assert_int_equal(st.free_rows, stale);
+	assert_int_equal(st.evicted, stale);
+	for (uint64_t k = 0; k < stale; k++) {
+		float *r;
+		assert_int_equal(st_table_get_or_create(t, N + k, 101, &r), 1);
+		int found = 0;
+		for (int i = 0; i < N && !found; i++)
+			found = r == first[i] && (i % 100) < 40 && (i % 100) != 0;
+		assert_true(found);
+		assert_int_equal(st_table_meta(t, r)->last_step, 101);
+		assert_int_equal(st_table_meta(t, r)->freq, 1);
+	}
+	st_table_stats(t, &st);
+	assert_int_equal(st.free_rows, 0);
+	assert_int_equal(st_table_size(t), N);
+	/* within a few bytes (integer division by rows) of the same memory */
+	assert_true(st_table_row_bytes(t) * N <= bytes_before + N);
+	free(first);
+	st_table_destroy(t);
+}
+
+static void sum_keys(uint64_t key, float *row, void *arg)
+{
+	uint64_t *s = arg;
+	s[0]++;
+	s[1] += key;
+	s[2] += row[0] == (float)(key % 4099);
+}
+
+static void test_table_evict_against_reference(void **state)
+{
+	(void)state;
+	/* Random creating lookups over 6000 keys with the step rising, and an
+	 * eviction every 50 steps; a plain array says what must be there. */
+	enum { K = 6000, STEPS = 2000, TTL = 120 };
+	st_table_opts_t o = { .dim = 2, .state_dim = 2, .seed = 4, .n_shards = 2 };
+	st_table_t *t;
+	assert_int_equal(st_table_create(&t, &o), ST_OK);
+	int64_t *last = malloc(sizeof(int64_t) * K);   /* -1 = absent */
+	for (int k = 0; k < K; k++)
+		last[k] = -1;
+	uint64_t s = 99, n_ref = 0, evicted = 0;
+	for (uint32_t step = 1; step <= STEPS; step++) {
+		for (int j = 0; j < 20; j++) {
+			/* skewed: low keys are hot, high keys rare */
+			uint64_t k = rnd(&s) % (1 + rnd(&s) % K);
+			float *r;
+			int rc = st_table_get_or_create(t, k, step, &r);
+			assert_int_equal(rc, last[k] < 0);
+			if (rc == 1) {
+				r[0] = (float)(k % 4099);
+				n_ref++;
+			}
+			assert_true(r[0] == (float)(k % 4099));
+			last[k] = step;
+		}
+		if (step % 50 == 0) {
+			uint64_t want = 0;
+			for (int k = 0; k < K; k++) {
+				if (last[k] >= 0 && (int64_t)step - last[k] > TTL) {
+					last[k] = -1;
+					want++;
+				}
+			}
+			assert_int_equal(st_table_evict_older(t, step, TTL), want);
+			n_ref -= want;
+			evicted += want;
+			assert_int_equal(st_table_size(t), n_ref);
+		}
+	}
+	assert_true(evicted > 1000);    /* the test exercised eviction */
+	uint64_t want_sum = 0;
+	for (int k = 0; k < K; k++) {
+		float *r = st_table_find(t, (uint64_t)k);
+		if (last[k] < 0) {
+			assert_null(r);
+			continue;
+		}
+		want_sum += (uint64_t)k;
+		assert_non_null(r);
+		assert_int_equal(st_table_meta(t, r)->last_step, (uint32_t)last[k]);
+	}
+	uint64_t got[3] = { 0, 0, 0 };
+	st_table_foreach(t, sum_keys, got);
+	assert_int_equal(got[0], n_ref);
+	assert_int_equal(got[1], want_sum);
+	assert_int_equal(got[2], n_ref);
+	free(last);
+	st_table_destroy(t);
+}
+
+static void test_table_evict_forgets_candidates(void **state)
+{
+	(void)state;
+	st_table_opts_t o = { .dim = 1, .admit_min_count = 2 };
+	st_table_t *t;
+	assert_int_equal(st_table_create(&t, &o), ST_OK);
+	float *r;
+	assert_int_equal(st_table_get_or_create(t, 7, 1, &r), 0);
+	assert_int_equal(st_table_get_or_create(t, 8, 9, &r), 0);
+	assert_int_equal(st_table_evict_older(t, 10, 5), 0);   /* no rows */
+	st_table_stats_t st;
+	st_table_stats(t, &st);
+	assert_int_equal(st.candidates, 1);           /* key 7 forgotten, 8 kept */
+	assert_int_equal(st_table_get_or_create(t, 7, 10, &r), 0);   /* counts from 1 */
+	assert_int_equal(st_table_get_or_create(t, 8, 10, &r), 1);
+	st_table_destroy(t);
+}
+
+/* ---- memory ------------------------------------------------------------ */
+
+static void test_table_row_bytes_overhead(void **state)
+{
+	(void)state;
+	/* dim 16 + element-wise adagrad (16 floats): 128 bytes of floats. The
+	 * row adds last_step, freq and the key (16 bytes); the index 4 bytes per
+	 * entry at a load between 3/8 and 3/4 (5.3 to 10.7 bytes a row); chunks
+	 * and bookkeeping under 2 bytes at this size. */
+	st_table_opts_t o = { .dim = 16, .state_dim = 16, .seed = 1 };
+	st_table_t *t;
+	assert_int_equal(st_table_create(&t, &o), ST_OK);
+	assert_int_equal(st_table_row_bytes(t), 128 + 16);   /* empty: the row stride */
+	enum { N = 400000 };
+	float *r;
+	size_t worst = 0;
+	for (int i = 0; i < N; i++) {
+		assert_int_equal(st_table_get_or_create(t, (uint64_t)i * 31, 0, &r), 1);
+		if (i >= 100000 && i % 10000 == 0) {
+			size_t ov = st_table_row_bytes(t) - 128;
+			if (ov > worst)
+				worst = ov;
+		}
+	}
+	assert_true(worst >= 16 + 5);
+	assert_true(worst <= 16 + 11 + 2);
+	st_table_destroy(t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -298,6 +621,13 @@ int main(void)
 		cmocka_unit_test(test_table_growth_keeps_rows),
 		cmocka_unit_test(test_table_foreach_and_bad_opts),
 		cmocka_unit_test(test_table_resolve_matches_single_calls),
+		cmocka_unit_test(test_table_admit_min_count),
+		cmocka_unit_test(test_table_admit_min_count_two_threads),
+		cmocka_unit_test(test_table_admit_probability),
+		cmocka_unit_test(test_table_evict_older),
+		cmocka_unit_test(test_table_evict_against_reference),
+		cmocka_unit_test(test_table_evict_forgets_candidates),
+		cmocka_unit_test(test_table_row_bytes_overhead),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -150,6 +150,24 @@ static void test_topo_place_auto_uses_free_cores(void **state)
 	assert_string_equal(r[0].device, "");
 }
 
+/* Automatic stages follow their neighbours in the pipeline: pull lands in
+ * the package of the read stage before it, push in the package of the train
+ * stage before it, so batches handed between them stay in one NUMA node. */
+static void test_topo_place_auto_follows_neighbour(void **state)
+{
+	st_topo_t *t = *state;
+	st_place_req_t r[5] = {
+		req("read", "disk", 2), req("pull", "auto", 1), req("train", "gpu", 4),
+		req("push", NULL, 1), req("dump", "auto", 1),
+	};
+	assert_int_equal(st_topo_place(t, r, 5), ST_OK);
+	assert_true(r[0].package == 2 || r[0].package == 3);
+	assert_int_equal(r[1].package, r[0].package);
+	assert_true(r[2].package == 0 || r[2].package == 1);
+	assert_int_equal(r[3].package, r[2].package);
+	assert_int_equal(r[4].package, r[3].package);
+}
+
 /* More threads than cores: every core is used before any is shared, and
  * sharing is even (round-robin). */
 static void test_topo_place_oversubscribed_round_robin(void **state)
@@ -218,6 +236,7 @@ int main(void)
 		cmocka_unit_test(test_topo_place_near_classes_and_names),
 		cmocka_unit_test(test_topo_place_class_balances_devices),
 		cmocka_unit_test(test_topo_place_auto_uses_free_cores),
+		cmocka_unit_test(test_topo_place_auto_follows_neighbour),
 		cmocka_unit_test(test_topo_place_oversubscribed_round_robin),
 		cmocka_unit_test(test_topo_place_unknown_device),
 		cmocka_unit_test(test_topo_load_missing_xml_fails),

@@ -1,0 +1,203 @@
+#!/usr/bin/python3
+"""torch_ctr.py — the PyTorch side of bench/ctr.sh: the standard CTR model
+trained on strata's synthetic Criteo TSV, end to end and from memory.
+
+    /usr/bin/python3 bench/torch_ctr.py --train 'DIR/train-*.tsv' --eval DIR/eval.tsv
+        [--threads 2] [--epochs 1] [--emb-dim 16] [--hidden 400,400,400]
+        [--minibatch 1024] [--sparse-lr 0.05] [--init-accum 0.1] [--dense-lr 0.001]
+
+Model (the dnn preset of tests/reference/models.py): 26 slots × emb_dim 16
+summed per slot (at most one key per slot in Criteo), 13 dense features
+through log1p(max(x, 0)) inside the forward, MLP 400-400-400 relu, one logit,
+BCEWithLogits mean loss; AdaGrad (torch.optim.Adagrad on a sparse
+nn.Embedding gradient, lr 0.05, initial accumulator 0.1, eps 1e-10) for the
+embedding rows, Adam (lr 1e-3) for the dense tensors; embedding rows start
+uniform(-0.01, 0.01), dense weights uniform(-1/sqrt(in), 1/sqrt(in)), biases 0
+— the settings of bench/ctr_strata.lua.
+
+Loader (a reasonable one, all numpy, no pandas on this machine): each file is
+read in ~64 MB chunks cut at line ends; a chunk is split on TAB/LF into
+fields, turned into a numpy byte-string array [n × 40]; labels and the 13
+integer fields (empty = 0) are converted by numpy; each categorical field
+(8 hex digits, empty = missing) is viewed as 8 raw bytes = a uint64 and
+mixed with its slot into a 64-bit key. Keys get exact ids by np.unique over
+the train keys (no collisions, like strata's 64-bit store); eval keys never
+seen in training map to a zero padding row (strata reads unseen eval keys as
+zeros). Training reads the data in file order, minibatches of 1024, one pass
+per epoch.
+
+Timings (printed, and as one JSON line at the end):
+  load_s     read + parse + ids + tensors, train and eval files
+  train_s    the training loop alone over pre-tensorized minibatches (b)
+  eval_s     scoring the eval set
+  total_s    start of the script to the AUC (a)
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import sys
+import time
+
+T0 = time.time()
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+N_DENSE, N_SLOTS = 13, 26
+N_COLS = 1 + N_DENSE + N_SLOTS
+CHUNK = 64 << 20
+MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+def parse_chunk(buf):
+    fields = buf.replace(b"\n", b"\t").split(b"\t")
+    if fields and fields[-1] == b"":
+        fields.pop()
+    n = len(fields) // N_COLS
+    if n * N_COLS != len(fields):
+        raise ValueError("ragged rows: every line needs %d TAB-separated fields" % N_COLS)
+    a = np.array(fields, dtype="S16").reshape(n, N_COLS)
+    labels = a[:, 0].astype(np.float32)
+    d = a[:, 1:1 + N_DENSE]
+    dense = np.where(d == b"", b"0", d).astype(np.float32)
+    raw = np.ascontiguousarray(a[:, 1 + N_DENSE:].astype("S8")).view(np.uint64)
+    missing = raw == 0
+    slot = np.arange(1, N_SLOTS + 1, dtype=np.uint64)
+    keys = (raw ^ (slot * MIX)) * MIX     # 64-bit mix of (value, slot)
+    keys[missing] = 0
+    return labels, dense, keys
+
+
+def load(paths):
+    L, D, K = [], [], []
+    for p in paths:
+        with open(p, "rb") as f:
+            rest = b""
+            while True:
+                blk = f.read(CHUNK)
+                if not blk:
+                    break
+                blk = rest + blk
+                cut = blk.rfind(b"\n") + 1
+                rest = blk[cut:]
+                if cut:
+                    l, d, k = parse_chunk(blk[:cut])
+                    L.append(l), D.append(d), K.append(k)
+            if rest:
+                l, d, k = parse_chunk(rest + b"\n")
+                L.append(l), D.append(d), K.append(k)
+    return np.concatenate(L), np.concatenate(D), np.concatenate(K)
+
+
+class Net(torch.nn.Module):
+    def __init__(self, vocab, dim, hidden):
+        super().__init__()
+        self.emb = torch.nn.Embedding(vocab + 1, dim, padding_idx=vocab, sparse=True)
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                        "..", "tests", "reference"))
+        import models
+        self.dnn = models.CTRModel("dnn", N_DENSE, N_SLOTS, dim, hidden)
+        with torch.no_grad():
+            self.emb.weight.uniform_(-0.01, 0.01)
+            self.emb.weight[vocab].zero_()
+            for name, p in self.dnn.named_parameters():
+                if name.endswith("weight"):
+                    b = 1.0 / math.sqrt(p.shape[1])
+                    p.uniform_(-b, b)
+                else:
+                    p.zero_()
+
+    def forward(self, ids, dense):
+        return self.dnn(self.emb(ids), None, dense)
+
+
+def auc(y, p):
+    order = np.argsort(p, kind="mergesort")
+    ps, ys = p[order], y[order]
+    # average ranks over ties
+    _, first, counts = np.unique(ps, return_index=True, return_counts=True)
+    ranks = np.repeat(first + (counts + 1) / 2.0, counts)
+    npos = ys.sum()
+    nneg = len(ys) - npos
+    return float((ranks[ys == 1].sum() - npos * (npos + 1) / 2) / (npos * nneg))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--train", required=True, help="glob of train TSV files")
+    ap.add_argument("--eval", required=True)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--emb-dim", type=int, default=16)
+    ap.add_argument("--hidden", default="400,400,400")
+    ap.add_argument("--minibatch", type=int, default=1024)
+    ap.add_argument("--sparse-lr", type=float, default=0.05)
+    ap.add_argument("--init-accum", type=float, default=0.1)
+    ap.add_argument("--dense-lr", type=float, default=0.001)
+    ap.add_argument("--seed", type=int, default=1)
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    hidden = tuple(int(h) for h in a.hidden.split(","))
+
+    t = time.time()
+    paths = sorted(glob.glob(a.train))
+    ytr, xtr, ktr = load(paths)
+    yev, xev, kev = load([a.eval])
+    uniq = np.unique(ktr[ktr != 0])
+    V = len(uniq)
+
+    def ids_of(k):
+        i = np.searchsorted(uniq, k)
+        i[i >= V] = 0
+        ok = (k != 0) & (uniq[i] == k)
+        return np.where(ok, i, V).astype(np.int64)
+
+    ids_tr, ids_ev = torch.from_numpy(ids_of(ktr)), torch.from_numpy(ids_of(kev))
+    x_tr, x_ev = torch.from_numpy(xtr), torch.from_numpy(xev)
+    y_tr = torch.from_numpy(ytr)
+    load_s = time.time() - t
+
+    net = Net(V, a.emb_dim, hidden)
+    sopt = torch.optim.Adagrad([net.emb.weight], lr=a.sparse_lr,
+                               initial_accumulator_value=a.init_accum, eps=1e-10)
+    dopt = torch.optim.Adam(net.dnn.parameters(), lr=a.dense_lr)
+    lossf = torch.nn.BCEWithLogitsLoss()
+    n, mb = len(ytr), a.minibatch
+    t = time.time()
+    for _ in range(a.epochs):
+        for lo in range(0, n, mb):
+            hi = min(n, lo + mb)
+            loss = lossf(net(ids_tr[lo:hi], x_tr[lo:hi]), y_tr[lo:hi])
+            sopt.zero_grad()
+            dopt.zero_grad()
+            loss.backward()
+            sopt.step()
+            dopt.step()
+    train_s = time.time() - t
+
+    t = time.time()
+    with torch.no_grad():
+        p = torch.cat([torch.sigmoid(net(ids_ev[lo:lo + 65536], x_ev[lo:lo + 65536]))
+                       for lo in range(0, len(yev), 65536)]).numpy()
+    eval_auc = auc(yev, p)
+    eval_s = time.time() - t
+    total_s = time.time() - T0
+    ex = n * a.epochs
+    res = dict(system="torch", torch=torch.__version__, threads=a.threads,
+               train_rows=n, eval_rows=len(yev), epochs=a.epochs, vocab=V,
+               load_s=round(load_s, 3), train_s=round(train_s, 3), eval_s=round(eval_s, 3),
+               total_s=round(total_s, 3), e2e_ex_per_s=round(ex / total_s, 1),
+               train_ex_per_s=round(ex / train_s, 1), eval_auc=round(eval_auc, 5))
+    print("torch %s, %d threads: %d train rows (%d keys), %d eval rows"
+          % (torch.__version__, a.threads, n, V, len(yev)))
+    print("  load %.2f s, train %.2f s (%.0f ex/s), eval %.2f s, total %.2f s (%.0f ex/s)"
+          % (load_s, train_s, ex / train_s, eval_s, total_s, ex / total_s))
+    print("  eval auc %.5f" % eval_auc)
+    print(json.dumps(res))
+
+
+if __name__ == "__main__":
+    main()

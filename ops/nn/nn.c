@@ -1,0 +1,353 @@
+/*
+ * nn.c — the CPU reference layers of the CTR models (contract: nn.h).
+ *
+ * Every function is a pure computation over caller-owned row-major float
+ * arrays: no allocation, no threads, no global state, so a worker thread can
+ * call any of them on its own workspace without locks. The CUDA twins in
+ * cuda/ are checked against these, so clarity wins over the last percent.
+ *
+ * Invariants and choices:
+ *  - Linear layers go through OpenBLAS cblas_sgemm (the only place with real
+ *    FLOPs); everything else is a plain loop whose innermost loop runs over
+ *    the contiguous dimension so that the compiler can vectorize it.
+ *  - Buffers that may alias (activations allow in-place) are not declared
+ *    restrict; buffers the contract says are distinct are, so the compiler
+ *    need not emit alias checks.
+ *  - Per-example scratch (slot key counts, FM field sums) lives in fixed-size
+ *    stack arrays processed in chunks, never on the heap, which keeps the
+ *    "no allocation" promise for any number of slots or any dimension.
+ *  - Rows that are NULL read as zeros in the forward pass; their gradients
+ *    are still accumulated (the caller decides whether to apply them).
+ */
+#include "ops/nn/nn.h"
+
+#include <assert.h>
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+/* ---- embedding pooling -------------------------------------------------- */
+
+/* Slots are counted in windows of this many so the counts fit on the stack. */
+#define POOL_WIN 512
+
+/* Counts example keys [k0, k1) whose slot lies in [s0, s0 + POOL_WIN). */
+static void count_slots(const uint16_t *key_slot, uint32_t k0, uint32_t k1,
+			int s0, int *cnt)
+{
+	memset(cnt, 0, POOL_WIN * sizeof *cnt);
+	for (uint32_t k = k0; k < k1; k++) {
+		int s = (int)key_slot[k] - s0;
+		if (s >= 0 && s < POOL_WIN)
+			cnt[s]++;
+	}
+}
+
+/* out[j] += a * x[j] for j < d: the inner loop of pooling, kept separate so
+ * that restrict tells the compiler the row and the output never overlap. */
+static inline void axpy(int d, float a, const float *restrict x, float *restrict y)
+{
+	for (int j = 0; j < d; j++)
+		y[j] += a * x[j];
+}
+
+void st_pool_forward(const st_pool_layout_t *L, uint32_t r0, uint32_t n,
+		     const uint32_t *row_off, const uint16_t *key_slot,
+		     const float *key_val, const uint32_t *key_idx,
+		     float *const *rows, float *out)
+{
+	int cnt[POOL_WIN];
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t k0 = row_off[r0 + i], k1 = row_off[r0 + i + 1];
+		float *o = out + (size_t)i * (size_t)L->width;
+		memset(o, 0, (size_t)L->width * sizeof *o);
+		for (uint32_t k = k0; k < k1; k++) {
+			int s = key_slot[k];
+			assert(s < L->n_slots);
+			const float *row = rows[key_idx[k]];
+			if (row)
+				axpy(L->dim[s], key_val[k], row, o + L->off[s]);
+		}
+		if (!L->mean)
+			continue;
+		/* Mean: divide each slot's sum by its key count (a slot with no
+		 * keys stays zero, as its sum is zero). */
+		for (int s0 = 0; s0 < L->n_slots; s0 += POOL_WIN) {
+			count_slots(key_slot, k0, k1, s0, cnt);
+			int s1 = L->n_slots - s0 < POOL_WIN ? L->n_slots : s0 + POOL_WIN;
+			for (int s = s0; s < s1; s++) {
+				if (cnt[s - s0] <= 1)
+					continue;
+				float inv = 1.0f / (float)cnt[s - s0];
+				float *os = o + L->off[s];
+				for (int j = 0; j < L->dim[s]; j++)
+					os[j] *= inv;
+			}
+		}
+	}
+}
+
+void st_pool_backward(const st_pool_layout_t *L, uint32_t r0, uint32_t n,
+		      const uint32_t *row_off, const uint16_t *key_slot,
+		      const float *key_val, const uint32_t *key_idx,
+		      const float *dout, float *gu, int gstride)
+{
+	int cnt[POOL_WIN];
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t k0 = row_off[r0 + i], k1 = row_off[r0 + i + 1];
+		const float *d = dout + (size_t)i * (size_t)L->width;
+		if (!L->mean) {
+			for (uint32_t k = k0; k < k1; k++) {
+				int s = key_slot[k];
+				assert(s < L->n_slots);
+				axpy(L->dim[s], key_val[k], d + L->off[s],
+				     gu + (size_t)key_idx[k] * (size_t)gstride);
+			}
+			continue;
+		}
+		/* Mean: each key of slot s gets val/count(s) of the slot's
+		 * gradient; keys are visited once per window of slots. */
+		for (int s0 = 0; s0 < L->n_slots; s0 += POOL_WIN) {
+			count_slots(key_slot, k0, k1, s0, cnt);
+			for (uint32_t k = k0; k < k1; k++) {
+				int s = key_slot[k];
+				assert(s < L->n_slots);
+				if (s < s0 || s >= s0 + POOL_WIN)
+					continue;
+				float a = key_val[k] / (float)cnt[s - s0];
+				axpy(L->dim[s], a, d + L->off[s],
+				     gu + (size_t)key_idx[k] * (size_t)gstride);
+			}
+		}
+	}
+}
+
+/* ---- wide ----------------------------------------------------------------- */
+
+void st_wide_forward(uint32_t r0, uint32_t n, const uint32_t *row_off,
+		     const float *key_val, const uint32_t *key_idx,
+		     float *const *rows, int col, float *out)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		float acc = 0.0f;
+		for (uint32_t k = row_off[r0 + i]; k < row_off[r0 + i + 1]; k++) {
+			const float *row = rows[key_idx[k]];
+			if (row)
+				acc += key_val[k] * row[col];
+		}
+		out[i] = acc;
+	}
+}
+
+void st_wide_backward(uint32_t r0, uint32_t n, const uint32_t *row_off,
+		      const float *key_val, const uint32_t *key_idx,
+		      const float *dout, float *gu, int gstride, int col)
+{
+	for (uint32_t i = 0; i < n; i++)
+		for (uint32_t k = row_off[r0 + i]; k < row_off[r0 + i + 1]; k++)
+			gu[(size_t)key_idx[k] * (size_t)gstride + (size_t)col] +=
+				dout[i] * key_val[k];
+}
+
+/* ---- linear ----------------------------------------------------------------
+ * Row-major sgemm shapes (M × N, inner K):
+ *   forward   Y  [n × out] = X [n × in]  · Wᵀ,  K = in   (NoTrans, Trans)
+ *   dX        dX [n × in]  = dY[n × out] · W,   K = out  (NoTrans, NoTrans)
+ *   dW        dW [out × in] += dYᵀ · X,         K = n    (Trans, NoTrans)
+ * OpenBLAS rejects a leading dimension of 0, so empty shapes return early. */
+
+void st_linear_forward(int n, int in, int out, const float *X, const float *W,
+		       const float *b, float *restrict Y)
+{
+	if (n <= 0 || out <= 0)
+		return;
+	if (in <= 0) {
+		for (int i = 0; i < n; i++)
+			for (int o = 0; o < out; o++)
+				Y[(size_t)i * out + o] = b ? b[o] : 0.0f;
+		return;
+	}
+	/* Seed Y with the bias, then let sgemm accumulate (beta = 1): one pass
+	 * over Y instead of a separate bias pass after the product. */
+	if (b) {
+		for (int i = 0; i < n; i++)
+			memcpy(Y + (size_t)i * out, b, (size_t)out * sizeof *Y);
+	}
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in,
+		    1.0f, X, in, W, in, b ? 1.0f : 0.0f, Y, out);
+}
+
+void st_linear_backward(int n, int in, int out, const float *X, const float *W,
+			const float *dY, float *dX, float *dW, float *restrict db)
+{
+	if (n <= 0 || out <= 0)
+		return;
+	if (in > 0) {
+		if (dX)
+			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out,
+				    1.0f, dY, out, W, in, 0.0f, dX, in);
+		if (dW)
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n,
+				    1.0f, dY, out, X, in, 1.0f, dW, in);
+	}
+	if (db) {
+		for (int i = 0; i < n; i++) {
+			const float *restrict d = dY + (size_t)i * out;
+			for (int o = 0; o < out; o++)
+				db[o] += d[o];
+		}
+	}
+}
+
+/* ---- activations -----------------------------------------------------------
+ * No restrict: the contract allows x == y (in place). Same-index elementwise
+ * loops still vectorize; the compiler adds a cheap overlap check. */
+
+void st_relu_forward(size_t len, const float *x, float *y)
+{
+	for (size_t i = 0; i < len; i++)
+		y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+void st_relu_backward(size_t len, const float *y, const float *dy, float *dx)
+{
+	for (size_t i = 0; i < len; i++)
+		dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+void st_sigmoid_forward(size_t len, const float *x, float *y)
+{
+	/* exp of a non-positive number never overflows: σ(x) = 1/(1+e) for
+	 * x >= 0 and e/(1+e) for x < 0, with e = exp(-|x|). */
+	for (size_t i = 0; i < len; i++) {
+		float e = expf(-fabsf(x[i]));
+		float r = 1.0f / (1.0f + e);
+		y[i] = x[i] >= 0.0f ? r : e * r;
+	}
+}
+
+void st_sigmoid_backward(size_t len, const float *y, const float *dy, float *dx)
+{
+	for (size_t i = 0; i < len; i++)
+		dx[i] = dy[i] * y[i] * (1.0f - y[i]);
+}
+
+/* ---- FM -------------------------------------------------------------------
+ * The field sum Σ_f E[i,f,k] is built in stack chunks of FM_CHUNK of the d
+ * components, so the inner loops run over contiguous k. */
+
+#define FM_CHUNK 256
+
+void st_fm_forward(int n, int F, int d, const float *restrict E, float *restrict out)
+{
+	float s[FM_CHUNK], q[FM_CHUNK];
+	for (int i = 0; i < n; i++) {
+		const float *e = E + (size_t)i * F * d;
+		float acc = 0.0f;
+		for (int k0 = 0; k0 < d; k0 += FM_CHUNK) {
+			int m = d - k0 < FM_CHUNK ? d - k0 : FM_CHUNK;
+			memset(s, 0, (size_t)m * sizeof *s);
+			memset(q, 0, (size_t)m * sizeof *q);
+			for (int f = 0; f < F; f++) {
+				const float *ef = e + (size_t)f * d + k0;
+				for (int k = 0; k < m; k++) {
+					s[k] += ef[k];
+					q[k] += ef[k] * ef[k];
+				}
+			}
+			for (int k = 0; k < m; k++)
+				acc += s[k] * s[k] - q[k];
+		}
+		out[i] = 0.5f * acc;
+	}
+}
+
+void st_fm_backward(int n, int F, int d, const float *restrict E,
+		    const float *restrict dout, float *restrict dE)
+{
+	float s[FM_CHUNK];
+	for (int i = 0; i < n; i++) {
+		const float *e = E + (size_t)i * F * d;
+		float *de = dE + (size_t)i * F * d;
+		float g = dout[i];
+		for (int k0 = 0; k0 < d; k0 += FM_CHUNK) {
+			int m = d - k0 < FM_CHUNK ? d - k0 : FM_CHUNK;
+			memset(s, 0, (size_t)m * sizeof *s);
+			for (int f = 0; f < F; f++) {
+				const float *ef = e + (size_t)f * d + k0;
+				for (int k = 0; k < m; k++)
+					s[k] += ef[k];
+			}
+			for (int f = 0; f < F; f++) {
+				const float *ef = e + (size_t)f * d + k0;
+				float *def = de + (size_t)f * d + k0;
+				for (int k = 0; k < m; k++)
+					def[k] = g * (s[k] - ef[k]);
+			}
+		}
+	}
+}
+
+/* ---- DLRM dot interaction ------------------------------------------------- */
+
+static inline float dotf(int d, const float *restrict a, const float *restrict b)
+{
+	float acc = 0.0f;
+	for (int k = 0; k < d; k++)
+		acc += a[k] * b[k];
+	return acc;
+}
+
+void st_dot_forward(int n, int F, int d, const float *restrict Z, float *restrict out)
+{
+	size_t np = (size_t)F * (size_t)(F - 1) / 2;
+	for (int i = 0; i < n; i++) {
+		const float *z = Z + (size_t)i * F * d;
+		float *o = out + (size_t)i * np;
+		size_t p = 0;
+		for (int a = 1; a < F; a++)
+			for (int b = 0; b < a; b++)
+				o[p++] = dotf(d, z + (size_t)a * d, z + (size_t)b * d);
+	}
+}
+
+void st_dot_backward(int n, int F, int d, const float *restrict Z,
+		     const float *restrict dout, float *restrict dZ)
+{
+	size_t np = (size_t)F * (size_t)(F - 1) / 2;
+	for (int i = 0; i < n; i++) {
+		const float *z = Z + (size_t)i * F * d;
+		const float *g = dout + (size_t)i * np;
+		float *dz = dZ + (size_t)i * F * d;
+		memset(dz, 0, (size_t)F * d * sizeof *dz);
+		size_t p = 0;
+		for (int a = 1; a < F; a++)
+			for (int b = 0; b < a; b++, p++) {
+				/* ∂(z_a·z_b)/∂z_a = z_b and vice versa. */
+				axpy(d, g[p], z + (size_t)b * d, dz + (size_t)a * d);
+				axpy(d, g[p], z + (size_t)a * d, dz + (size_t)b * d);
+			}
+	}
+}
+
+/* ---- loss ------------------------------------------------------------------
+ * loss(z, y) = −y log σ(z) − (1−y) log(1−σ(z)) = max(z,0) − z y + log1p(e^{−|z|}),
+ * which never overflows and keeps full precision for large |z|. Computed in
+ * double because the sum over a minibatch is what callers report. */
+
+double st_logloss_forward_backward(int n, const float *logit, const float *label,
+				   float scale, float *prob, float *dlogit)
+{
+	double sum = 0.0;
+	for (int i = 0; i < n; i++) {
+		double z = logit[i], y = label[i];
+		double e = exp(-fabs(z));
+		sum += (z > 0.0 ? z : 0.0) - z * y + log1p(e);
+		double p = z >= 0.0 ? 1.0 / (1.0 + e) : e / (1.0 + e);
+		if (prob)
+			prob[i] = (float)p;
+		if (dlogit)
+			dlogit[i] = (float)((p - y) * (double)scale);
+	}
+	return sum;
+}

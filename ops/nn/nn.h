@@ -1,0 +1,102 @@
+/*
+ * nn.h — layers of the CTR models, forward and backward, on the CPU.
+ *
+ * Plain functions over row-major float arrays; no allocation, no threads
+ * (a caller runs one call per worker thread on its own workspace). Every
+ * function documents its shapes. Backward functions either overwrite their
+ * outputs ("=") or accumulate into them ("+="), as written on each.
+ *
+ * These are the reference implementations that the CUDA twins (cuda/) will
+ * be checked against; each has a finite-difference gradient test.
+ */
+#ifndef ST_NN_H
+#define ST_NN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- embedding pooling --------------------------------------------------
+ * Per example i and slot s, the pooled vector is the sum (or mean) over the
+ * example's keys k in slot s of key_val[k] * row(key_idx[k])[0 : dim[s]].
+ * The pooled vectors of all slots are laid out side by side:
+ *   out[i * width + off[s] + j], width = sum of dim[s].
+ * rows[u] points at the embedding of unique key u (NULL reads as zeros:
+ * an eval key never seen, or a key not admitted yet).
+ * Mean pooling divides by the number of keys of the slot (0 keys -> zeros).
+ */
+typedef struct st_pool_layout {
+	int n_slots;
+	const int *dim;        /* [n_slots] */
+	const int *off;        /* [n_slots] offsets into a pooled row */
+	int width;             /* sum of dim */
+	int mean;              /* 0 = sum, 1 = mean */
+} st_pool_layout_t;
+
+/* out[n × width] = pooled embeddings of examples r0 .. r0+n-1 of the CSR
+ * (row_off indexes keys; key_slot, key_val, key_idx per key). */
+void st_pool_forward(const st_pool_layout_t *L, uint32_t r0, uint32_t n,
+		     const uint32_t *row_off, const uint16_t *key_slot,
+		     const float *key_val, const uint32_t *key_idx,
+		     float *const *rows, float *out);
+
+/* gu[key_idx[k] * gstride + j] += d out / d row, for every key of the n
+ * examples (gu is indexed by unique key; the caller zeroes it). */
+void st_pool_backward(const st_pool_layout_t *L, uint32_t r0, uint32_t n,
+		      const uint32_t *row_off, const uint16_t *key_slot,
+		      const float *key_val, const uint32_t *key_idx,
+		      const float *dout, float *gu, int gstride);
+
+/* ---- wide (linear over sparse keys) -------------------------------------
+ * out[i] = sum over keys k of example i of key_val[k] * rows[key_idx[k]][col]
+ * (the wide weight is stored in column `col` of each row). */
+void st_wide_forward(uint32_t r0, uint32_t n, const uint32_t *row_off,
+		     const float *key_val, const uint32_t *key_idx,
+		     float *const *rows, int col, float *out);
+/* gu[key_idx[k] * gstride + col] += dout[i] * key_val[k] */
+void st_wide_backward(uint32_t r0, uint32_t n, const uint32_t *row_off,
+		      const float *key_val, const uint32_t *key_idx,
+		      const float *dout, float *gu, int gstride, int col);
+
+/* ---- linear ---------------------------------------------------------------
+ * PyTorch nn.Linear layout: W is [out × in], b is [out].
+ * forward: Y[n × out] = X[n × in] · Wᵀ + b            (OpenBLAS sgemm)
+ * backward: dX[n × in] = dY · W (skipped when dX is NULL);
+ *           dW[out × in] += dYᵀ · X;  db[out] += column sums of dY. */
+void st_linear_forward(int n, int in, int out, const float *X, const float *W,
+		       const float *b, float *Y);
+void st_linear_backward(int n, int in, int out, const float *X, const float *W,
+			const float *dY, float *dX, float *dW, float *db);
+
+/* ---- activations (elementwise over len values; in place allowed) -------
+ * backward takes the forward OUTPUT y: dx = dy * f'(y). */
+void st_relu_forward(size_t len, const float *x, float *y);
+void st_relu_backward(size_t len, const float *y, const float *dy, float *dx);
+void st_sigmoid_forward(size_t len, const float *x, float *y);
+void st_sigmoid_backward(size_t len, const float *y, const float *dy, float *dx);
+
+/* ---- FM second-order interaction (DeepFM) --------------------------------
+ * E[n × F × d]: F field vectors of dimension d per example.
+ * out[i] = 0.5 * Σ_k ((Σ_f E[i,f,k])² − Σ_f E[i,f,k]²)
+ * backward: dE[i,f,k] = dout[i] * (Σ_g E[i,g,k] − E[i,f,k])   (overwrites dE) */
+void st_fm_forward(int n, int F, int d, const float *E, float *out);
+void st_fm_backward(int n, int F, int d, const float *E, const float *dout,
+		    float *dE);
+
+/* ---- DLRM dot interaction ------------------------------------------------
+ * Z[n × F × d]; out[n × F(F-1)/2] holds Z[a]·Z[b] for the pairs a > b in
+ * the order (1,0), (2,0), (2,1), (3,0), (3,1), (3,2), ... — the strictly
+ * lower triangle row by row, as DLRM's tril_indices(offset=-1).
+ * backward overwrites dZ[n × F × d]. */
+void st_dot_forward(int n, int F, int d, const float *Z, float *out);
+void st_dot_backward(int n, int F, int d, const float *Z, const float *dout,
+		     float *dZ);
+
+/* ---- loss ------------------------------------------------------------------
+ * Binary cross-entropy with logits, numerically stable. Returns the SUM of
+ * the n losses (the caller divides); prob[i] = σ(logit[i]) when prob is
+ * non-NULL; dlogit[i] = (σ(logit[i]) − label[i]) * scale when non-NULL
+ * (scale = 1/N for the mean over a global minibatch of N examples). */
+double st_logloss_forward_backward(int n, const float *logit, const float *label,
+				   float scale, float *prob, float *dlogit);
+
+#endif

@@ -1,0 +1,67 @@
+/*
+ * optim.h — optimizers for sparse rows and dense tensors.
+ *
+ * One update rule per kind, applied to a parameter vector w[len] with its
+ * gradient g[len] and its state. The same function serves a sparse row
+ * (only the rows a step touched are updated) and a dense tensor. Formulas
+ * follow PyTorch's so that the golden fixtures of tests/reference match:
+ *
+ *   l2:       g' = g + l2 * w                       (weight_decay)
+ *   sgd:      w -= lr * g'
+ *   adagrad:  acc += g'²;  w -= lr * g' / (sqrt(acc) + eps)     (torch.optim.Adagrad)
+ *   adagrad rowwise: acc += mean(g'²) over the row; w -= lr * g' / (sqrt(acc) + eps)
+ *   adam:     m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'²;
+ *             w -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps)   (torch.optim.Adam;
+ *             sparse rows use the step count t of their table, as torch.optim.SparseAdam)
+ *   ftrl:     FTRL-proximal (McMahan et al. 2013, Algorithm 1), per coordinate
+ *             with state z, n:  σ = (sqrt(n + g²) − sqrt(n)) / lr;  z += g − σ w;
+ *             n += g²;  w = 0 if |z| <= l1 else −(z − sign(z) l1) / ((beta + sqrt(n)) / lr + l2)
+ *             (l2 is the proximal term here, not added to g)
+ *
+ * Thread-safety: none needed — the caller owns w/state for the call (a sync
+ * policy decides who updates what).
+ */
+#ifndef ST_OPTIM_H
+#define ST_OPTIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lang/job.h"
+
+enum st_optim_kind {
+	ST_OPT_SGD = 0,
+	ST_OPT_ADAGRAD,
+	ST_OPT_ADAGRAD_ROW,
+	ST_OPT_ADAM,
+	ST_OPT_FTRL,
+};
+
+typedef struct st_optim {
+	int kind;              /* enum st_optim_kind */
+	float lr, l2, eps, beta1, beta2, init_accum, l1, beta;
+} st_optim_t;
+
+/* Fills o from the job's settings. ST_OK or ST_EINVAL (unknown name). */
+int st_optim_init(st_optim_t *o, const st_optim_cfg_t *cfg);
+
+/* Floats of state for a vector of len parameters (sgd 0, adagrad len,
+ * rowwise 1, adam 2*len, ftrl 2*len). */
+size_t st_optim_state_floats(const st_optim_t *o, size_t len);
+
+/* Initial state (adagrad: init_accum; others: 0). For ftrl, w must then be
+ * consistent with z = n = 0, i.e. the row starts at w = 0. */
+void st_optim_state_init(const st_optim_t *o, float *state, size_t len);
+
+/* One update of w[len] with g[len]; t >= 1 is the step number for Adam's
+ * bias correction (ignored by the others). */
+void st_optim_update(const st_optim_t *o, float *w, float *state, const float *g,
+		     size_t len, uint64_t t);
+
+/* A dense tensor of rows × cols updated row by row (rowwise adagrad keeps
+ * one accumulator per row; other kinds equal one st_optim_update over
+ * rows*cols). State has rows * st_optim_state_floats(o, cols) floats. */
+void st_optim_update_rows(const st_optim_t *o, float *w, float *state, const float *g,
+			  size_t rows, size_t cols, uint64_t t);
+
+#endif

@@ -1,0 +1,151 @@
+/*
+ * sync.c — the policy registry and the helpers every policy shares: dense
+ * and sparse optimizer steps laid out per tensor / per row, relaxed-atomic
+ * copies for Hogwild policies, the staleness histogram.
+ *
+ * Threads: none. Every helper is reentrant; the caller owns the memory it
+ * passes (the relaxed variants exist precisely for memory others write).
+ */
+#include "ops/sync/sync.h"
+
+#include <math.h>
+#include <string.h>
+
+extern const st_sync_ops_t st_sync_allreduce_ops, st_sync_async_ops;
+
+/* One entry per policy; a new policy adds itself here and nowhere else. */
+const st_sync_ops_t *const st_sync_registry[] = {
+	&st_sync_allreduce_ops,
+	&st_sync_async_ops,
+	NULL,
+};
+
+const st_sync_ops_t *st_sync_find(const char *name)
+{
+	if (!name)
+		return NULL;
+	for (int i = 0; st_sync_registry[i]; i++)
+		if (!strcmp(st_sync_registry[i]->name, name))
+			return st_sync_registry[i];
+	return NULL;
+}
+
+static void tensor_shape(const st_tensor_info_t *ti, size_t *rows, size_t *cols)
+{
+	/* A 1-D tensor (a bias) is one row. */
+	*rows = ti->ndim == 2 ? (size_t)ti->shape[0] : 1;
+	*cols = ti->ndim == 2 ? (size_t)ti->shape[1] : (size_t)ti->shape[0];
+}
+
+size_t st_sync_dense_state_offset(const st_sync_env_t *env, int i)
+{
+	size_t off = 0;
+	for (int k = 0; k < i; k++) {
+		size_t r, c;
+		tensor_shape(st_model_tensor(env->model, k), &r, &c);
+		off += r * st_optim_state_floats(env->dense_opt, c);
+	}
+	return off;
+}
+
+size_t st_sync_dense_state_floats(const st_sync_env_t *env)
+{
+	return st_sync_dense_state_offset(env, st_model_ntensors(env->model));
+}
+
+void st_sync_dense_state_init(const st_sync_env_t *env, float *state)
+{
+	/* Every state float starts at the same value, so one call covers all
+	 * tensors whatever their layout. */
+	size_t n = st_sync_dense_state_floats(env);
+	float v = (env->dense_opt->kind == ST_OPT_ADAGRAD ||
+		   env->dense_opt->kind == ST_OPT_ADAGRAD_ROW) ? env->dense_opt->init_accum
+							       : 0.0f;
+	for (size_t i = 0; i < n; i++)
+		state[i] = v;
+}
+
+void st_sync_dense_update_tensor(const st_sync_env_t *env, float *w, float *state,
+				 const float *g, int i, uint64_t t)
+{
+	const st_tensor_info_t *ti = st_model_tensor(env->model, i);
+	size_t r, c;
+	tensor_shape(ti, &r, &c);
+	if (!r || !c)
+		return;
+	st_optim_update_rows(env->dense_opt, w + ti->offset,
+			     state + st_sync_dense_state_offset(env, i), g + ti->offset, r, c, t);
+}
+
+void st_sync_dense_update(const st_sync_env_t *env, float *w, float *state,
+			  const float *g, uint64_t t)
+{
+	size_t off = 0;
+	for (int i = 0; i < st_model_ntensors(env->model); i++) {
+		const st_tensor_info_t *ti = st_model_tensor(env->model, i);
+		size_t r, c;
+		tensor_shape(ti, &r, &c);
+		if (r && c)
+			st_optim_update_rows(env->dense_opt, w + ti->offset, state + off,
+					     g + ti->offset, r, c, t);
+		off += r * st_optim_state_floats(env->dense_opt, c);
+	}
+}
+
+void st_sync_row_update(const st_sync_env_t *env, float *row, const float *g, int dim,
+			uint64_t t)
+{
+	st_optim_update(env->sparse_opt, row, row + dim, g, (size_t)dim, t);
+}
+
+void st_sync_load_relaxed(float *dst, const float *src, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		__atomic_load(&src[i], &dst[i], __ATOMIC_RELAXED);
+}
+
+void st_sync_store_relaxed(float *dst, const float *src, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		__atomic_store(&dst[i], (float *)&src[i], __ATOMIC_RELAXED);
+}
+
+void st_sync_row_update_relaxed(const st_sync_env_t *env, float *row, const float *g,
+				int dim, uint64_t t, float *tmp)
+{
+	size_t nf = (size_t)dim + st_optim_state_floats(env->sparse_opt, (size_t)dim);
+	st_sync_load_relaxed(tmp, row, nf);
+	st_optim_update(env->sparse_opt, tmp, tmp + dim, g, (size_t)dim, t);
+	st_sync_store_relaxed(row, tmp, nf);
+}
+
+int st_sync_hist_bucket(uint64_t s)
+{
+	if (s == 0)
+		return 0;
+	int b = 64 - __builtin_clzll(s);   /* s in [2^(b-1), 2^b) */
+	return b < ST_SYNC_HIST ? b : ST_SYNC_HIST - 1;
+}
+
+void st_sync_stats_publish(const st_sync_stats_t *s, st_metrics_t *m)
+{
+	if (!m)
+		return;
+	uint64_t n = 0;
+	double sum = 0;
+	int top = 0;
+	for (int k = 0; k < ST_SYNC_HIST; k++) {
+		n += s->staleness[k];
+		/* A bucket's midpoint stands for its values in the mean. */
+		double mid = k == 0 ? 0.0 : 1.5 * (double)(UINT64_C(1) << (k - 1)) - 0.5;
+		sum += mid * (double)s->staleness[k];
+		if (s->staleness[k])
+			top = k;
+	}
+	st_metrics_set(m, "sync_updates", (double)s->updates);
+	st_metrics_set(m, "sync_staleness_mean", n ? sum / (double)n : 0.0);
+	st_metrics_set(m, "sync_staleness_max",
+		       top ? (double)((UINT64_C(1) << top) - 1) : 0.0);
+	st_metrics_set(m, "sync_dropped", (double)s->dropped);
+	st_metrics_set(m, "sync_bytes", (double)s->bytes);
+}

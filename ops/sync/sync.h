@@ -1,0 +1,168 @@
+/*
+ * sync.h — the sync-policy seam: how the gradients of N train workers
+ * become parameter updates (DESIGN.md "Sync policies").
+ *
+ * A policy is a table of hooks (st_sync_ops_t) plus its own state. The
+ * trainer (ops/train/trainer.c) owns the workers and calls the hooks; it
+ * knows nothing of any particular policy. Adding a policy = one new file
+ * here defining a `const st_sync_ops_t`, plus one line in the registry
+ * (sync.c). Per worker and per batch the trainer does:
+ *
+ *   schedule LOCKSTEP: for step s = 0 .. ceil(M / N) - 1 (M minibatches):
+ *       params = begin_step(w, s); compute minibatch s*N + w (if < M) with
+ *       params; apply(w, grads)          -- every worker calls apply every
+ *                                           step, with n_examples = 0 when
+ *                                           it had no minibatch
+ *   schedule FREE: while (i = next minibatch from a shared counter) < M:
+ *       params = begin_step(w, local step); compute minibatch i; apply(w, grads)
+ *   then end_batch(w), and a trainer barrier ends the batch.
+ *
+ * Gradients handed to apply are already scaled by the trainer so that, for
+ * LOCKSTEP, the sum over the workers of one step is the gradient of the
+ * step's loss (1 / examples of the step's global minibatch for mean-loss
+ * models), and for FREE, one worker's gradient is that of its minibatch's
+ * loss. A policy only sums, buffers, drops or applies them.
+ *
+ * Sparse gradients: grads->rows[u] is the shared row of the batch's unique
+ * key u (NULL: not admitted, no update), grads->grad + u * gstride its
+ * gradient (the first row_dim[u] floats), for the n_rows keys listed in
+ * uidx. A row is emb_and_wide[row_dim] followed by its optimizer state
+ * (st_optim_state_floats(sparse_opt, row_dim) floats); st_sync_row_update
+ * applies one step to it.
+ *
+ * Threads: hooks are called from the N worker threads concurrently (worker
+ * w only with its own w); create/destroy/report from one thread with no
+ * worker inside a hook. A policy that blocks workers (barriers, bounded
+ * staleness) must let every worker reach end_batch.
+ */
+#ifndef ST_SYNC_H
+#define ST_SYNC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lang/job.h"
+#include "ops/nn/model.h"
+#include "ops/optim/optim.h"
+#include "runtime/metrics.h"
+
+enum st_sync_schedule {
+	ST_SYNC_LOCKSTEP = 0,  /* step s: minibatch s*N + w to worker w */
+	ST_SYNC_FREE = 1,      /* next minibatch from a shared atomic counter */
+};
+
+/* Flags of a policy. */
+enum {
+	/* Workers read shared parameters while others write them (Hogwild):
+	 * the trainer then reads every shared row with relaxed atomics into a
+	 * worker-private copy before computing, and the policy writes with
+	 * relaxed atomics (st_sync_row_update_relaxed). */
+	ST_SYNC_RELAXED_READS = 1,
+};
+
+/* What a policy is given at creation; every pointer outlives the policy. */
+typedef struct st_sync_env {
+	int n_workers;
+	const st_sync_cfg_t *cfg;    /* name and parameters from the job */
+	const st_model_t *model;     /* tensor shapes */
+	float *params;               /* the shared dense parameters [nparams] */
+	size_t nparams;
+	const st_optim_t *dense_opt;
+	const st_optim_t *sparse_opt;
+} st_sync_env_t;
+
+/* One worker's gradients of one step (valid until apply returns). */
+typedef struct st_sync_grads {
+	uint32_t n_examples;         /* 0: this worker had no minibatch this step */
+	float *dense;                /* [nparams]; the policy may overwrite it */
+	uint32_t n_rows;
+	const uint32_t *uidx;        /* [n_rows] unique-key indices touched */
+	float *const *rows;          /* shared rows by unique index */
+	const uint16_t *row_dim;     /* floats of emb+wide by unique index */
+	float *grad;                 /* grad[u * gstride + j]; may be overwritten */
+	int gstride;
+	/* Membership test for other workers' lists: u is in uidx iff
+	 * mark[u] == stamp (lockstep policies that merge lists use it). */
+	const uint32_t *mark;
+	uint32_t stamp;
+} st_sync_grads_t;
+
+/* Histogram of staleness: bucket 0 counts 0, bucket k >= 1 counts values in
+ * [2^(k-1), 2^k), the last bucket everything above. */
+#define ST_SYNC_HIST 16
+
+typedef struct st_sync_stats {
+	uint64_t updates;            /* gradients applied (per worker contribution) */
+	uint64_t steps;              /* parameter updates (optimizer steps) */
+	uint64_t staleness[ST_SYNC_HIST];
+	uint64_t dropped;            /* gradients discarded */
+	uint64_t bytes;              /* what a distributed run would send */
+} st_sync_stats_t;
+
+typedef struct st_sync st_sync_t;
+
+typedef struct st_sync_ops {
+	const char *name;
+	int schedule;                /* enum st_sync_schedule */
+	int flags;
+	/* Allocates the policy's state into *self. ST_OK, ST_EJOB (bad
+	 * parameter, logged), ST_ENOMEM. */
+	int (*create)(void **self, const st_sync_env_t *env);
+	void (*destroy)(void *self);
+	/* Before a batch, on the trainer's thread with no worker running:
+	 * n_uniq is the batch's unique-key count (size per-batch buffers). */
+	int (*begin_batch)(void *self, uint32_t n_uniq);
+	/* The dense parameters worker w reads for its next step (the shared
+	 * array, a replica or a snapshot). */
+	const float *(*begin_step)(void *self, int w, uint64_t step);
+	/* Hands over worker w's gradients. Returns ST_OK or an error. */
+	int (*apply)(void *self, int w, st_sync_grads_t *g);
+	/* After worker w's last step of the batch. */
+	void (*end_batch)(void *self, int w);
+	/* Statistics so far (no worker inside a hook, or slightly stale). */
+	void (*report)(void *self, st_sync_stats_t *out);
+} st_sync_ops_t;
+
+/* The policy named `name`, or NULL (a valid job name not implemented here). */
+const st_sync_ops_t *st_sync_find(const char *name);
+
+/* The registry, NULL-terminated (for listings). */
+extern const st_sync_ops_t *const st_sync_registry[];
+
+/* ---- helpers shared by policies (sync.c) -------------------------------- */
+
+/* Floats of dense optimizer state for the model (tensor by tensor, rows ×
+ * state_floats(cols), so rowwise AdaGrad keeps one accumulator per row). */
+size_t st_sync_dense_state_floats(const st_sync_env_t *env);
+/* Initial state (st_optim_state_init over the whole array). */
+void st_sync_dense_state_init(const st_sync_env_t *env, float *state);
+/* One optimizer step of the whole dense parameter array, tensor by tensor.
+ * t >= 1. Not thread-safe on w/state. */
+void st_sync_dense_update(const st_sync_env_t *env, float *w, float *state,
+			  const float *g, uint64_t t);
+/* One optimizer step of tensor i alone (its slice of w, g and state):
+ * the tensors' steps together equal st_sync_dense_update, so policies may
+ * split the dense update among workers by tensor. */
+void st_sync_dense_update_tensor(const st_sync_env_t *env, float *w, float *state,
+				 const float *g, int i, uint64_t t);
+/* Offset of tensor i's optimizer state in the dense state array. */
+size_t st_sync_dense_state_offset(const st_sync_env_t *env, int i);
+/* One sparse optimizer step of a row (emb+wide[dim] then its state). */
+void st_sync_row_update(const st_sync_env_t *env, float *row, const float *g,
+			int dim, uint64_t t);
+/* The same with every read and write of the shared row a relaxed atomic
+ * (Hogwild): copies row+state in, updates the copy, stores it back. tmp
+ * holds dim + state floats. */
+void st_sync_row_update_relaxed(const st_sync_env_t *env, float *row, const float *g,
+				int dim, uint64_t t, float *tmp);
+/* Relaxed-atomic copies (Hogwild reads and writes of shared floats). */
+void st_sync_load_relaxed(float *dst, const float *src, size_t n);
+void st_sync_store_relaxed(float *dst, const float *src, size_t n);
+/* Bucket of a staleness value in st_sync_stats_t.staleness. */
+int st_sync_hist_bucket(uint64_t staleness);
+/* Publishes stats as metrics: "sync_updates", "sync_staleness_mean",
+ * "sync_staleness_max" (upper edge of the highest non-empty bucket),
+ * "sync_dropped", "sync_bytes". */
+void st_sync_stats_publish(const st_sync_stats_t *s, st_metrics_t *m);
+
+#endif

@@ -1,0 +1,112 @@
+/*
+ * trainer.h — the CPU training core as pull / train / push / dump stage
+ * ops: a model preset (ops/nn/model.h), its embedding tables, the sparse and
+ * dense optimizers, N worker threads and a sync policy (ops/sync/sync.h).
+ *
+ * One st_trainer_t holds:
+ *  - the model and its dense parameters;
+ *  - one embedding table per distinct row width (st_model_row_dim), each row
+ *    emb[dim] (+ wide weight) followed by its sparse-optimizer state;
+ *  - the policy named by job->sync.name and N = job->train_stage.threads
+ *    workers;
+ *  - progressive ("predict then train") and eval metrics.
+ *
+ * Stage ops (state = the st_trainer_t*):
+ *   st_trainer_pull_ops  — any number of threads. Dedups the batch's keys
+ *                          into b->uniq / b->key_idx / b->n_uniq, resolves
+ *                          each unique key to its row (b->rows is a
+ *                          float *[n_uniq], b->aux a uint16_t[n_uniq] of
+ *                          row widths). Train batches create missing rows;
+ *                          eval batches do not (NULL rows read as zeros).
+ *   st_trainer_train_ops — exactly ONE graph thread ("st-train-0"), which is
+ *                          worker 0; it starts workers 1..N-1 ("st-train-<n>")
+ *                          at thread_start (or at its first batch when the
+ *                          ops are called directly) and joins them at
+ *                          thread_stop / st_trainer_destroy. Per train batch
+ *                          the workers split it into minibatches of
+ *                          job->minibatch as the policy's schedule says; each
+ *                          minibatch is predicted (b->pred, progressive
+ *                          metrics) with the parameters before its own
+ *                          update, then its gradients go to the policy, which
+ *                          applies dense AND sparse updates inside the step.
+ *                          Eval batches are only scored and kept for
+ *                          st_trainer_eval_result.
+ *   st_trainer_push_ops  — publishes "rows" and passes the batch on (the
+ *                          sparse update already happened in train: see
+ *                          trainer.c and docs/design-notes.md "Where sparse
+ *                          updates are applied").
+ *   st_trainer_dump_ops  — frees the batch.
+ * Metrics: "examples", "loss", "auc" (progressive; refreshed every 65536
+ * examples and at the end of the stage), "eval_examples", "rows", and the
+ * policy's "sync_*" values (sync.h).
+ *
+ * Loss scale: the neural presets train on the mean loss of each step's
+ * global minibatch (PyTorch's BCEWithLogitsLoss(reduction="mean")); the lr
+ * preset on the SUM, as classic per-coordinate AdaGrad/FTRL logistic
+ * regression does (and the skeleton's lr did), so its learning rates keep
+ * their meaning.
+ *
+ * Optimizers: model.sparse_opt / model.dense_opt when their name is set,
+ * else the legacy fields (optimizer, lr, lr_dense, l2, init_accum).
+ */
+#ifndef ST_TRAINER_H
+#define ST_TRAINER_H
+
+#include <stdint.h>
+
+#include "lang/job.h"
+#include "ops/nn/model.h"
+#include "ops/sync/sync.h"
+#include "runtime/graph.h"
+#include "runtime/metrics.h"
+#include "runtime/store/table.h"
+
+typedef struct st_trainer st_trainer_t;
+
+/* Builds everything from the job (model, minibatch, seed, sync, train
+ * stage threads, train source shape). metrics may be NULL; it must outlive
+ * the trainer. Returns ST_OK; ST_EJOB (logged) for settings it cannot run,
+ * including a sync policy that is not implemented (st_sync_find); ST_ENOMEM.
+ * Caller destroys. The job is not kept. */
+int st_trainer_create(st_trainer_t **out, const st_job_t *job, st_metrics_t *metrics);
+
+/* Stops the workers and frees everything (NULL-safe). No stage running. */
+void st_trainer_destroy(st_trainer_t *tr);
+
+extern const st_stage_ops_t st_trainer_pull_ops, st_trainer_train_ops,
+	st_trainer_push_ops, st_trainer_dump_ops;
+
+/* Forgets the eval examples scored so far (no train stage running). */
+void st_trainer_reset_eval(st_trainer_t *tr);
+
+/* Exact AUC, mean logloss, calibration and count over the eval examples
+ * since the last reset. ST_OK or ST_ENOMEM. auc NaN if one class is absent.
+ * No train stage running. */
+int st_trainer_eval_result(st_trainer_t *tr, double *auc, double *logloss,
+			   double *calib, uint64_t *n);
+
+/* Progressive train metrics so far. Thread-safe (slightly stale while
+ * training). Any out pointer may be NULL. */
+void st_trainer_progress(const st_trainer_t *tr, double *auc, double *logloss,
+			 uint64_t *n);
+
+/* The model (dense params via st_model_params; tests may overwrite them
+ * while no stage runs). Owned by the trainer. */
+st_model_t *st_trainer_model(st_trainer_t *tr);
+
+/* The table holding slot `slot`'s rows, owned by the trainer. */
+st_table_t *st_trainer_table_for_slot(st_trainer_t *tr, int slot);
+
+/* Creates (if absent) the row of key in slot's table and sets its first
+ * st_model_row_dim(model, slot) floats to row[]; the optimizer state is
+ * left as initialized. ST_OK, ST_EINVAL (bad slot), ST_ENOMEM. No stage
+ * running. */
+int st_trainer_set_row(st_trainer_t *tr, int slot, uint64_t key, const float *row);
+
+/* Sync statistics so far. */
+void st_trainer_sync_stats(const st_trainer_t *tr, st_sync_stats_t *out);
+
+/* Number of workers. */
+int st_trainer_workers(const st_trainer_t *tr);
+
+#endif

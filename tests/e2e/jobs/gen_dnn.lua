@@ -1,0 +1,18 @@
+-- A small DNN on generated data (tests/e2e/cli.sh sets the data folder).
+local st = require "strata"
+return st.job {
+  name = "gen_dnn",
+  data = {
+    train = st.data.criteo { path = "UNSET/train-*.tsv" },
+    eval = st.data.criteo { path = "UNSET/eval.tsv" },
+    generate = st.gen { dir = "UNSET", rows = 200000, eval_rows = 30000, files = 2,
+                        zipf = 1.1, vocab = 100000, seed = 3 },
+  },
+  model = st.model.dnn { emb_dim = 8, hidden = { 64, 32 },
+                         optimizer = st.optim.adam { lr = 0.003 } },
+  stages = {
+    read = { threads = 1, queue = 4, batch_size = 4096 },
+    train = { workers = 1, minibatch = 256 },
+  },
+  sync = st.sync.async {},
+}

@@ -1,0 +1,317 @@
+#!/usr/bin/python3
+"""make_fixtures.py — golden fixtures for tests/unit/test_parity.c.
+
+    /usr/bin/python3 tests/reference/make_fixtures.py [OUT_DIR]
+
+Writes OUT_DIR (default tests/reference/fixtures)/<preset>_<optim>.bin for
+every preset of models.py and every optimizer setting of OPTIMS below: the
+config, the initial dense tensors and sparse rows, 20 minibatches, the
+logits / loss / gradients of step 1 (before any update) and every parameter
+after 20 steps (one optimizer step per minibatch). Everything is float32
+and deterministic (seeded torch.Generator, one thread).
+
+Optimizers follow ops/optim/optim.h. Dense tensors are updated by
+torch.optim (SGD / Adagrad / Adam with weight_decay = l2) and, as a check of
+the formulas, by this file's own `update` too: the script stops if the two
+disagree. Sparse rows are updated by `update` only for the rows the step
+touched (lazy weight decay; Adam with the table's step count t = the global
+step number, as torch.optim.SparseAdam counts steps, but with optim.h's eps
+placement sqrt(v / (1 - b2^t)) + eps like torch.optim.Adam). FTRL has no
+torch.optim counterpart and is written here from optim.h (McMahan et al.
+2013, Algorithm 1); its rows start at 0 as optim.h requires.
+
+File format ("STFX1"): magic b"STFX1\\n", u32 record count, then records of
+  u32 name length, name bytes (no NUL), u8 dtype, u32 ndim, u64 dims[ndim],
+  raw little-endian data (prod(dims) elements)
+with dtype 0 = f32, 1 = u64, 2 = u32, 3 = u16, 4 = string (u8 bytes),
+5 = f64. Record names are listed in tests/reference/README.md.
+"""
+import math
+import os
+import struct
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models  # noqa: E402
+
+N_SLOTS, N_DENSE, DIM, MB, STEPS = 4, 3, 4, 8, 20
+HIDDEN = (8, 4)
+BOTTOM = (8, 4)                 # dlrm; last = DIM
+VOCAB = (6, 10, 8, 12)          # local ids per slot
+MULTI_SLOT = 3                  # 0..3 keys per example, values in [0.5, 2)
+EMPTY_SLOT = 0                  # missing in ~25% of the examples
+
+PRESETS = {
+    # preset: (activation, pooling)  — sigmoid and mean pooling each covered once
+    "lr": ("relu", "sum"),
+    "dnn": ("relu", "sum"),
+    "wdl": ("sigmoid", "sum"),
+    "deepfm": ("relu", "mean"),
+    "dlrm": ("relu", "sum"),
+}
+
+
+def opt(name, lr, l2=0.0, rowwise=0, eps=0.0, beta1=0.9, beta2=0.999,
+        init_accum=0.0, l1=0.0, beta=1.0):
+    return dict(name=name, rowwise=rowwise, lr=lr, l2=l2, eps=eps, beta1=beta1,
+                beta2=beta2, init_accum=init_accum, l1=l1, beta=beta)
+
+
+# fixture suffix: (sparse optimizer, dense optimizer)
+OPTIMS = {
+    "sgd": (opt("sgd", 0.1, l2=1e-3), opt("sgd", 0.1, l2=1e-3)),
+    "adagrad": (opt("adagrad", 0.1, l2=1e-3, eps=1e-10, init_accum=0.1),
+                opt("adagrad", 0.05, l2=1e-3, eps=1e-10, init_accum=0.1)),
+    # row-wise only for sparse rows; the dense tensors use element-wise adagrad
+    "adagrad_row": (opt("adagrad", 0.1, rowwise=1, eps=1e-10, init_accum=0.1),
+                    opt("adagrad", 0.05, eps=1e-10, init_accum=0.1)),
+    # SparseAdam has no weight decay: l2 = 0 on the rows, 1e-3 on dense
+    "adam": (opt("adam", 0.01, eps=1e-8), opt("adam", 0.01, l2=1e-3, eps=1e-8)),
+    # FTRL for the rows (they start at 0), plain SGD for the dense tensors
+    "ftrl": (opt("ftrl", 1.0, l2=1e-3, l1=1e-4, beta=1.0), opt("sgd", 0.1)),
+}
+
+OPT_FIELDS = ("rowwise", "lr", "l2", "eps", "beta1", "beta2", "init_accum", "l1", "beta")
+
+
+# ---- optimizers of optim.h (float32 tensors, in place) ----------------------
+
+def state_init(o, w):
+    if o["name"] == "sgd":
+        return {}
+    if o["name"] == "adagrad":
+        shape = (1,) if o["rowwise"] else w.shape
+        return {"acc": torch.full(shape, o["init_accum"], dtype=torch.float32)}
+    if o["name"] == "adam":
+        return {"m": torch.zeros_like(w), "v": torch.zeros_like(w)}
+    if o["name"] == "ftrl":
+        return {"z": torch.zeros_like(w), "n": torch.zeros_like(w)}
+    raise ValueError(o["name"])
+
+
+def update(o, w, st, g, t):
+    k = o["name"]
+    if k == "ftrl":
+        lr, l1, l2, beta = o["lr"], o["l1"], o["l2"], o["beta"]
+        z, n = st["z"], st["n"]
+        sigma = (torch.sqrt(n + g * g) - torch.sqrt(n)) / lr
+        z += g - sigma * w
+        n += g * g
+        w_new = -(z - torch.sign(z) * l1) / ((beta + torch.sqrt(n)) / lr + l2)
+        w.copy_(torch.where(z.abs() <= l1, torch.zeros_like(w), w_new))
+        return
+    g = g + o["l2"] * w if o["l2"] else g.clone()
+    if k == "sgd":
+        w -= o["lr"] * g
+    elif k == "adagrad":
+        if o["rowwise"]:
+            st["acc"] += (g * g).mean()
+        else:
+            st["acc"] += g * g
+        w -= o["lr"] * g / (torch.sqrt(st["acc"]) + o["eps"])
+    elif k == "adam":
+        b1, b2 = o["beta1"], o["beta2"]
+        st["m"].mul_(b1).add_((1 - b1) * g)
+        st["v"].mul_(b2).add_((1 - b2) * g * g)
+        bc1, bc2 = 1 - b1 ** t, 1 - b2 ** t
+        w -= o["lr"] * (st["m"] / bc1) / (torch.sqrt(st["v"] / bc2) + o["eps"])
+    else:
+        raise ValueError(k)
+
+
+def torch_optim(o, params):
+    if o["name"] == "sgd":
+        return torch.optim.SGD(params, lr=o["lr"], weight_decay=o["l2"])
+    if o["name"] == "adagrad":
+        assert not o["rowwise"]
+        return torch.optim.Adagrad(params, lr=o["lr"], weight_decay=o["l2"],
+                                   initial_accumulator_value=o["init_accum"], eps=o["eps"])
+    if o["name"] == "adam":
+        return torch.optim.Adam(params, lr=o["lr"], betas=(o["beta1"], o["beta2"]),
+                                eps=o["eps"], weight_decay=o["l2"])
+    raise ValueError(o["name"])
+
+
+# ---- data ------------------------------------------------------------------
+
+def make_batches(gen):
+    """STEPS minibatches of MB examples: dict of numpy arrays, keys in slot
+    order within an example (as the readers emit them)."""
+    out = []
+    for _ in range(STEPS):
+        row_off, slots, local, vals = [0], [], [], []
+        for _i in range(MB):
+            for s in range(N_SLOTS):
+                if s == EMPTY_SLOT and torch.rand(1, generator=gen).item() < 0.25:
+                    continue
+                nk = int(torch.randint(0, 4, (1,), generator=gen)) if s == MULTI_SLOT else 1
+                for _k in range(nk):      # duplicates possible: aggregated per key
+                    slots.append(s)
+                    local.append(int(torch.randint(0, VOCAB[s], (1,), generator=gen)))
+                    v = 0.5 + 1.5 * torch.rand(1, generator=gen).item() if s == MULTI_SLOT else 1.0
+                    vals.append(v)
+            row_off.append(len(slots))
+        dense = torch.randint(-2, 60, (MB, N_DENSE), generator=gen).float()
+        dense[torch.rand(MB, N_DENSE, generator=gen) < 0.3] = 0.0
+        labels = (torch.rand(MB, generator=gen) < 0.4).float()
+        out.append(dict(row_off=np.array(row_off, np.uint32),
+                        slots=np.array(slots, np.uint16),
+                        local=np.array(local, np.int64),
+                        vals=np.array(vals, np.float32),
+                        dense=dense.numpy().astype(np.float32),
+                        labels=labels.numpy().astype(np.float32)))
+    return out
+
+
+def key_of(s, l):
+    return (int(s) << 32) | int(l)
+
+
+# ---- writer -------------------------------------------------------------------
+
+class Writer:
+    DT = {np.float32: 0, np.uint64: 1, np.uint32: 2, np.uint16: 3, np.float64: 5}
+
+    def __init__(self):
+        self.recs = []
+
+    def add(self, name, arr):
+        if isinstance(arr, str):
+            data, dt, dims = arr.encode(), 4, (len(arr),)
+        else:
+            a = np.ascontiguousarray(arr)
+            dt = self.DT[a.dtype.type]
+            data, dims = a.astype(a.dtype.newbyteorder("<")).tobytes(), a.shape
+        nb = name.encode()
+        rec = struct.pack("<I", len(nb)) + nb + struct.pack("<BI", dt, len(dims))
+        rec += struct.pack("<%dQ" % len(dims), *dims) + data
+        self.recs.append(rec)
+
+    def save(self, path):
+        with open(path, "wb") as f:
+            f.write(b"STFX1\n" + struct.pack("<I", len(self.recs)) + b"".join(self.recs))
+
+
+def f32(t):
+    return t.detach().numpy().astype(np.float32)
+
+
+# ---- one fixture -------------------------------------------------------------
+
+def make_fixture(preset, oname, seed):
+    act, pooling = PRESETS[preset]
+    sp, dn = OPTIMS[oname]
+    gen = torch.Generator().manual_seed(seed)
+    dim = 1 if preset == "lr" else DIM
+    rdim = models.row_dim(preset, dim)
+    model = models.CTRModel(preset, N_DENSE, N_SLOTS, dim, HIDDEN,
+                            BOTTOM if preset == "dlrm" else (), act)
+    models.init_dense(model, gen)
+    scale = 0.0 if sp["name"] == "ftrl" else 0.5
+    tables = [(torch.rand(VOCAB[s], rdim, generator=gen) * 2 - 1) * scale
+              for s in range(N_SLOTS)]
+    batches = make_batches(gen)
+
+    w = Writer()
+    w.add("cfg.preset", preset)
+    w.add("cfg.activation", act)
+    w.add("cfg.pooling", pooling)
+    w.add("cfg.dense_transform", "log1p")
+    w.add("cfg.loss", "sum" if preset == "lr" else "mean")
+    u32 = lambda *v: np.array(v, np.uint32)  # noqa: E731
+    w.add("cfg.n_dense", u32(N_DENSE))
+    w.add("cfg.n_slots", u32(N_SLOTS))
+    w.add("cfg.emb_dim", u32(dim))
+    w.add("cfg.row_dim", u32(rdim))
+    w.add("cfg.hidden", u32(*(HIDDEN if preset != "lr" else ())))
+    w.add("cfg.bottom", u32(*(BOTTOM if preset == "dlrm" else ())))
+    w.add("cfg.minibatch", u32(MB))
+    w.add("cfg.steps", u32(STEPS))
+    for tag, o in (("sparse", sp), ("dense", dn)):
+        w.add("opt.%s.name" % tag, o["name"])
+        w.add("opt.%s.params" % tag, np.array([o[f] for f in OPT_FIELDS], np.float64))
+
+    names = [n for n, _ in model.named_parameters()]
+    for n, p in model.named_parameters():
+        w.add("init.dense." + n, f32(p))
+    keys = np.array([key_of(s, l) for s in range(N_SLOTS) for l in range(VOCAB[s])], np.uint64)
+    w.add("init.rows.keys", keys)
+    w.add("init.rows.values", np.concatenate([f32(t) for t in tables]))
+    for i, b in enumerate(batches):
+        bk = np.array([key_of(s, l) for s, l in zip(b["slots"], b["local"])], np.uint64)
+        w.add("batch.%d.row_off" % i, b["row_off"])
+        w.add("batch.%d.keys" % i, bk)
+        w.add("batch.%d.slots" % i, b["slots"])
+        w.add("batch.%d.vals" % i, b["vals"])
+        w.add("batch.%d.dense" % i, b["dense"])
+        w.add("batch.%d.labels" % i, b["labels"])
+
+    # dense optimizer: torch.optim on the module, and `update` on a copy
+    topt = torch_optim(dn, list(model.parameters())) if dn["name"] != "ftrl" else None
+    mirror = {n: p.detach().clone() for n, p in model.named_parameters()}
+    mstate = {n: state_init(dn, p) for n, p in mirror.items()}
+    rstate = [[state_init(sp, tables[s][l]) for l in range(VOCAB[s])] for s in range(N_SLOTS)]
+    # lr trains on the summed loss (ops/train/trainer.h "Loss scale"), the
+    # neural presets on the mean over the minibatch
+    reduction = "sum" if preset == "lr" else "mean"
+    lossf = torch.nn.BCEWithLogitsLoss(reduction=reduction)
+
+    for t in range(1, STEPS + 1):
+        b = batches[t - 1]
+        tabs = [tb.clone().requires_grad_(True) for tb in tables]
+        model.zero_grad()
+        pooled, wide = models.pool(preset, tabs, dim, pooling == "mean", MB,
+                                   torch.from_numpy(b["row_off"].astype(np.int64)),
+                                   torch.from_numpy(b["slots"].astype(np.int64)),
+                                   torch.from_numpy(b["local"]),
+                                   torch.from_numpy(b["vals"]))
+        logit = model(pooled, wide, torch.from_numpy(b["dense"]))
+        loss = lossf(logit, torch.from_numpy(b["labels"]))
+        loss.backward()
+        touched = sorted(set(zip(b["slots"].tolist(), b["local"].tolist())))
+        if t == 1:
+            w.add("step1.logits", f32(logit))
+            w.add("step1.loss", np.array([loss.item()], np.float32))
+            for n, p in model.named_parameters():
+                w.add("step1.grad." + n, f32(p.grad))
+            w.add("step1.grad_rows.keys", np.array([key_of(s, l) for s, l in touched], np.uint64))
+            w.add("step1.grad_rows.values", np.stack([f32(tabs[s].grad[l]) for s, l in touched]))
+        # dense update (both ways), then touched rows
+        grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+        if topt is not None:
+            topt.step()
+        for n in names:
+            update(dn, mirror[n], mstate[n], grads[n], t)
+        for s, l in touched:
+            update(sp, tables[s][l], rstate[s][l], tabs[s].grad[l].detach(), t)
+
+    for n, p in model.named_parameters():
+        err = (p.detach() - mirror[n]).abs().max().item()
+        assert err <= 1e-5 + 1e-5 * p.detach().abs().max().item(), \
+            "%s %s: optim.h formula differs from torch.optim on %s by %g" % (preset, oname, n, err)
+        w.add("final.dense." + n, f32(p))
+    w.add("final.rows.keys", keys)
+    w.add("final.rows.values", np.concatenate([f32(t) for t in tables]))
+    return w
+
+
+def main():
+    torch.set_num_threads(1)
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "fixtures")
+    os.makedirs(out, exist_ok=True)
+    total = 0
+    for pi, preset in enumerate(PRESETS):
+        for oi, oname in enumerate(OPTIMS):
+            path = os.path.join(out, "%s_%s.bin" % (preset, oname))
+            make_fixture(preset, oname, 1000 + 10 * pi + oi).save(path)
+            total += os.path.getsize(path)
+            print("%-28s %7d bytes" % (os.path.basename(path), os.path.getsize(path)))
+    print("total %d bytes (torch %s)" % (total, torch.__version__))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""models.py — PyTorch reference of strata's CTR model presets (ops/nn/model.h).
+
+The dense part of every preset is an nn.Module whose state_dict names and
+shapes are exactly the dense tensor names of ops/nn/model.h:
+
+  lr:     logit = wide + dense(x)                                   dense.weight [1xD], dense.bias [1]
+  dnn:    logit = out(MLP(concat(e_1..e_S, x)))                     mlp.<k>.weight/bias, out.weight/bias
+  wdl:    logit = out(MLP(concat(e, x))) + wide + dense(x)
+  deepfm: logit = out(MLP(concat(e, x))) + FM(e_1..e_S) + wide + dense(x)
+  dlrm:   z0 = bot(x) (every bottom layer is followed by the activation, as in DLRM);
+          logit = out(MLP(concat(z0, dot(z0, e_1..e_S))))           bot.<k>..., mlp.<k>..., out...
+
+x = log1p(max(x_raw, 0)) unless dense_transform == "none"; e_s is the pooled
+(sum or mean, weighted by the key values) embedding of slot s; wide is the
+sum over an example's keys of value * (last column of the key's row). Hidden
+layers use the activation, the output layer is linear to one logit, and the
+loss is BCEWithLogits averaged over the minibatch (summed for lr, as
+ops/train/trainer.h says).
+
+Sparse rows live outside the module: `pool` takes the pooled-embedding
+inputs from per-slot row tables (one small table per slot, indexed by local
+ids; the C side keys them as slot << 32 | local_id). Each row has
+row_dim(preset, dim) floats: the embedding and, for presets with a wide part,
+one wide weight in the last column.
+"""
+import math
+
+import torch
+from torch import nn
+
+HAS_WIDE = {"lr": True, "dnn": False, "wdl": True, "deepfm": True, "dlrm": False}
+HAS_EMB = {"lr": False, "dnn": True, "wdl": True, "deepfm": True, "dlrm": True}
+
+
+def row_dim(preset, dim):
+    """Floats per sparse row: the embedding (none for lr) + the wide weight."""
+    return (dim if HAS_EMB[preset] else 0) + (1 if HAS_WIDE[preset] else 0)
+
+
+def act_fn(name):
+    return {"relu": torch.relu, "sigmoid": torch.sigmoid, "none": lambda t: t}[name]
+
+
+class CTRModel(nn.Module):
+    """Dense part of a preset. forward(pooled [n,S,d] or None, wide [n] or
+    None, x_raw [n,D]) -> logits [n]."""
+
+    def __init__(self, preset, n_dense, n_slots, dim, hidden, bottom=(),
+                 activation="relu", dense_transform="log1p"):
+        super().__init__()
+        self.preset, self.n_dense, self.n_slots, self.dim = preset, n_dense, n_slots, dim
+        self.act = act_fn(activation)
+        self.dense_transform = dense_transform
+        if HAS_WIDE[preset]:
+            self.dense = nn.Linear(n_dense, 1)
+        if preset == "lr":
+            return
+        if preset == "dlrm":
+            assert bottom and bottom[-1] == dim, "dlrm: last bottom size = emb_dim"
+            self.bot = nn.ModuleList()
+            prev = n_dense
+            for h in bottom:
+                self.bot.append(nn.Linear(prev, h))
+                prev = h
+            F = n_slots + 1
+            prev = dim + F * (F - 1) // 2
+            rows, cols = torch.tril_indices(F, F, offset=-1)
+            # (1,0), (2,0), (2,1), (3,0), ... as nn.h's st_dot_forward
+            self.register_buffer("tri_a", rows, persistent=False)
+            self.register_buffer("tri_b", cols, persistent=False)
+        else:
+            prev = n_slots * dim + n_dense
+        self.mlp = nn.ModuleList()
+        for h in hidden:
+            self.mlp.append(nn.Linear(prev, h))
+            prev = h
+        self.out = nn.Linear(prev, 1)
+
+    def transform(self, x_raw):
+        if self.dense_transform == "none":
+            return x_raw
+        return torch.log1p(torch.clamp(x_raw, min=0.0))
+
+    def forward(self, pooled, wide, x_raw):
+        x = self.transform(x_raw)
+        n = x.shape[0]
+        logit = torch.zeros(n, dtype=x.dtype)
+        if self.preset == "lr":
+            return wide + self.dense(x).squeeze(1)
+        if self.preset == "dlrm":
+            z0 = x
+            for lin in self.bot:
+                z0 = self.act(lin(z0))
+            Z = torch.cat([z0.unsqueeze(1), pooled], dim=1)          # [n, F, d]
+            G = torch.bmm(Z, Z.transpose(1, 2))                       # [n, F, F]
+            h = torch.cat([z0, G[:, self.tri_a, self.tri_b]], dim=1)
+        else:
+            h = torch.cat([pooled.reshape(n, -1), x], dim=1)
+        for lin in self.mlp:
+            h = self.act(lin(h))
+        logit = self.out(h).squeeze(1)
+        if self.preset in ("wdl", "deepfm"):
+            logit = logit + wide + self.dense(x).squeeze(1)
+        if self.preset == "deepfm":
+            s = pooled.sum(dim=1)
+            logit = logit + 0.5 * (s * s - (pooled * pooled).sum(dim=1)).sum(dim=1)
+        return logit
+
+
+def pool(preset, tables, dim, mean, n, row_off, slots, local, vals):
+    """Pooled embeddings [n, S, dim] (None for lr) and wide [n] (None when
+    the preset has none) from per-slot tables[s] [vocab_s, row_dim].
+    row_off [n+1], slots/local/vals per key (torch tensors)."""
+    S = len(tables)
+    counts = row_off[1:] - row_off[:-1]
+    ex = torch.repeat_interleave(torch.arange(n), counts)
+    pooled = torch.zeros(n, S, dim) if HAS_EMB[preset] else None
+    wide = torch.zeros(n) if HAS_WIDE[preset] else None
+    cnt = torch.zeros(n, S)
+    for s in range(S):
+        sel = slots == s
+        if not bool(sel.any()):
+            continue
+        rows = tables[s][local[sel]] * vals[sel].unsqueeze(1)       # [k, row_dim]
+        e = ex[sel]
+        if pooled is not None:
+            pooled[:, s, :] = pooled[:, s, :].index_add(0, e, rows[:, :dim])
+        if wide is not None:
+            wide = wide.index_add(0, e, rows[:, -1])
+        cnt[:, s] = cnt[:, s].index_add(0, e, torch.ones(int(sel.sum())))
+    if mean and pooled is not None:
+        pooled = pooled / torch.clamp(cnt, min=1.0).unsqueeze(2)
+    return pooled, wide
+
+
+def init_dense(model, gen):
+    """uniform(-1/sqrt(in), 1/sqrt(in)) weights, zero biases (model.h's
+    st_model_create rule) — but with small nonzero biases so that their
+    gradients and updates are exercised by the fixtures."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("weight"):
+                b = 1.0 / math.sqrt(p.shape[1])
+                p.copy_(torch.rand(p.shape, generator=gen) * 2 * b - b)
+            else:
+                p.copy_(torch.rand(p.shape, generator=gen) * 0.2 - 0.1)

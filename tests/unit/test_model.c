@@ -1,0 +1,354 @@
+/* test_model.c — model presets: tensor names and shapes, whole-model
+ * finite-difference gradients (dense params and embedding rows), predictions
+ * in (0, 1), validation of bad shapes. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/nn/model.h"
+#include "runtime/err.h"
+
+enum { ND = 3, NS = 3, NEX = 5, EMB = 4 };
+
+static void make_cfg(st_model_cfg_t *c, const char *type)
+{
+	memset(c, 0, sizeof *c);
+	c->type = (char *)type;
+	c->emb_dim = EMB;
+	c->n_hidden = 2;
+	c->hidden[0] = 6;
+	c->hidden[1] = 5;
+	c->n_bottom = 2;
+	c->bottom[0] = 7;
+	c->bottom[1] = EMB;
+	/* Smooth activations keep finite differences away from ReLU kinks. */
+	c->activation = (char *)"sigmoid";
+}
+
+/* A tiny hand-made batch: NEX examples, 1-3 keys per example over NS slots
+ * (one slot with two keys, one slot empty), keys shared across examples,
+ * non-unit key values, unique index = key. */
+static st_batch_t *tiny_batch(uint32_t *n_uniq)
+{
+	st_batch_t *b;
+	assert_int_equal(st_batch_create(&b, NEX, ND, NS, 64), ST_OK);
+	static const int keys[NEX][4] = {
+		{ 0, 2, 5, -1 }, { 1, 2, 4, 6 }, { 0, 3, -1, -1 }, { 1, 5, 6, -1 }, { 2, 4, 5, -1 },
+	};
+	/* slot of each key: 0,1 -> slot 0; 2,3 -> slot 1; 4,5,6 -> slot 2 */
+	static const int slot_of[7] = { 0, 0, 1, 1, 2, 2, 2 };
+	uint32_t k = 0;
+	b->key_idx = malloc(sizeof(uint32_t) * 64);
+	for (int i = 0; i < NEX; i++) {
+		b->labels[i] = (float)(i % 2);
+		for (int d = 0; d < ND; d++)
+			b->dense[i * ND + d] = (float)((i + 1) * (d + 2) % 7) - 1.0f;
+		b->row_off[i] = k;
+		for (int j = 0; j < 4 && keys[i][j] >= 0; j++) {
+			b->keys[k] = (uint64_t)keys[i][j];
+			b->key_slot[k] = (uint16_t)slot_of[keys[i][j]];
+			b->key_val[k] = j == 2 ? 0.5f : 1.0f;
+			b->key_idx[k] = (uint32_t)keys[i][j];
+			k++;
+		}
+	}
+	b->row_off[NEX] = k;
+	b->n = NEX;
+	b->n_uniq = 7;
+	*n_uniq = 7;
+	return b;
+}
+
+static void check_names(const char *type, const char *const *want, int nwant)
+{
+	st_model_cfg_t c;
+	make_cfg(&c, type);
+	st_model_t *m;
+	assert_int_equal(st_model_create(&m, &c, 13, 26, 1), ST_OK);
+	assert_int_equal(st_model_ntensors(m), nwant);
+	size_t off = 0;
+	for (int i = 0; i < nwant; i++) {
+		const st_tensor_info_t *t = st_model_tensor(m, i);
+		assert_string_equal(t->name, want[i]);
+		assert_int_equal(t->offset, off);
+		assert_int_equal(st_model_find_tensor(m, want[i]), i);
+		off += (size_t)t->shape[0] * (t->ndim == 2 ? (size_t)t->shape[1] : 1);
+	}
+	assert_int_equal(off, st_model_nparams(m));
+	assert_int_equal(st_model_find_tensor(m, "nope"), -1);
+	st_model_destroy(m);
+}
+
+static void test_model_tensor_names(void **state)
+{
+	(void)state;
+	static const char *lr[] = { "dense.weight", "dense.bias" };
+	static const char *dnn[] = { "mlp.0.weight", "mlp.0.bias", "mlp.1.weight",
+				     "mlp.1.bias", "out.weight", "out.bias" };
+	static const char *wdl[] = { "dense.weight", "dense.bias", "mlp.0.weight",
+				     "mlp.0.bias", "mlp.1.weight", "mlp.1.bias",
+				     "out.weight", "out.bias" };
+	static const char *dlrm[] = { "bot.0.weight", "bot.0.bias", "bot.1.weight",
+				      "bot.1.bias", "mlp.0.weight", "mlp.0.bias",
+				      "mlp.1.weight", "mlp.1.bias", "out.weight", "out.bias" };
+	check_names("lr", lr, 2);
+	check_names("dnn", dnn, 6);
+	check_names("wdl", wdl, 8);
+	check_names("deepfm", wdl, 8);
+	check_names("dlrm", dlrm, 10);
+}
+
+static void test_model_shapes(void **state)
+{
+	(void)state;
+	st_model_cfg_t c;
+	make_cfg(&c, "dnn");
+	st_model_t *m;
+	assert_int_equal(st_model_create(&m, &c, 13, 26, 1), ST_OK);
+	const st_tensor_info_t *t = st_model_tensor(m, st_model_find_tensor(m, "mlp.0.weight"));
+	assert_int_equal(t->ndim, 2);
+	assert_int_equal(t->shape[0], 6);
+	assert_int_equal(t->shape[1], 26 * EMB + 13);   /* concat(e, x_dense) */
+	t = st_model_tensor(m, st_model_find_tensor(m, "out.weight"));
+	assert_int_equal(t->shape[0], 1);
+	assert_int_equal(t->shape[1], 5);
+	t = st_model_tensor(m, st_model_find_tensor(m, "out.bias"));
+	assert_int_equal(t->ndim, 1);
+	assert_int_equal(t->shape[0], 1);
+	assert_int_equal(st_model_row_dim(m, 0), EMB);
+	assert_int_equal(st_model_has_wide(m), 0);
+	/* init: biases 0, weights within 1/sqrt(in) and not all equal */
+	const float *p = st_model_params(m);
+	t = st_model_tensor(m, st_model_find_tensor(m, "mlp.0.bias"));
+	for (int i = 0; i < 6; i++)
+		assert_true(p[t->offset + i] == 0.0f);
+	t = st_model_tensor(m, st_model_find_tensor(m, "mlp.0.weight"));
+	float bound = 1.0f / sqrtf(26 * EMB + 13);
+	for (int i = 0; i < 6 * (26 * EMB + 13); i++)
+		assert_true(fabsf(p[t->offset + i]) <= bound);
+	assert_true(p[t->offset] != p[t->offset + 1]);
+	st_model_destroy(m);
+
+	make_cfg(&c, "dlrm");
+	assert_int_equal(st_model_create(&m, &c, 13, 26, 1), ST_OK);
+	t = st_model_tensor(m, st_model_find_tensor(m, "mlp.0.weight"));
+	assert_int_equal(t->shape[1], EMB + 27 * 26 / 2);    /* z0 + pairs of 27 */
+	t = st_model_tensor(m, st_model_find_tensor(m, "bot.0.weight"));
+	assert_int_equal(t->shape[0], 7);
+	assert_int_equal(t->shape[1], 13);
+	st_model_destroy(m);
+
+	make_cfg(&c, "wdl");
+	assert_int_equal(st_model_create(&m, &c, 13, 26, 1), ST_OK);
+	assert_int_equal(st_model_row_dim(m, 3), EMB + 1);   /* + wide weight */
+	assert_int_equal(st_model_has_wide(m), 1);
+	st_model_destroy(m);
+
+	make_cfg(&c, "lr");
+	assert_int_equal(st_model_create(&m, &c, 13, 26, 1), ST_OK);
+	assert_int_equal(st_model_row_dim(m, 3), 1);         /* the wide weight only */
+	assert_int_equal(st_model_max_row_dim(m), 1);
+	st_model_destroy(m);
+
+	/* Same seed, same params; another seed, other params. */
+	st_model_t *a, *b2;
+	make_cfg(&c, "deepfm");
+	assert_int_equal(st_model_create(&a, &c, 13, 26, 7), ST_OK);
+	assert_int_equal(st_model_create(&b2, &c, 13, 26, 7), ST_OK);
+	assert_memory_equal(st_model_params(a), st_model_params(b2),
+			    sizeof(float) * st_model_nparams(a));
+	st_model_destroy(b2);
+	assert_int_equal(st_model_create(&b2, &c, 13, 26, 8), ST_OK);
+	assert_true(memcmp(st_model_params(a), st_model_params(b2),
+			   sizeof(float) * st_model_nparams(a)) != 0);
+	st_model_destroy(a);
+	st_model_destroy(b2);
+}
+
+static void test_model_rejects_bad_shapes(void **state)
+{
+	(void)state;
+	st_model_cfg_t c;
+	st_model_t *m;
+	int dims[NS] = { 4, 8, 4 };
+	make_cfg(&c, "deepfm");
+	c.slot_dims = dims;
+	c.n_slot_dims = NS;
+	assert_int_equal(st_model_create(&m, &c, ND, NS, 1), ST_EINVAL);
+	make_cfg(&c, "dlrm");
+	c.slot_dims = dims;
+	c.n_slot_dims = NS;
+	assert_int_equal(st_model_create(&m, &c, ND, NS, 1), ST_EINVAL);
+	make_cfg(&c, "dlrm");
+	c.bottom[1] = EMB + 1;   /* last bottom size != emb_dim */
+	assert_int_equal(st_model_create(&m, &c, ND, NS, 1), ST_EINVAL);
+	make_cfg(&c, "dlrm");
+	assert_int_equal(st_model_create(&m, &c, 0, NS, 1), ST_EINVAL);
+	make_cfg(&c, "transformer");
+	assert_int_equal(st_model_create(&m, &c, ND, NS, 1), ST_EINVAL);
+	make_cfg(&c, "dnn");
+	c.activation = (char *)"gelu";
+	assert_int_equal(st_model_create(&m, &c, ND, NS, 1), ST_EINVAL);
+	/* Per-slot dims are fine for dnn and wdl. */
+	make_cfg(&c, "wdl");
+	c.slot_dims = dims;
+	c.n_slot_dims = NS;
+	assert_int_equal(st_model_create(&m, &c, ND, NS, 1), ST_OK);
+	assert_int_equal(st_model_row_dim(m, 1), 9);
+	assert_int_equal(st_model_max_row_dim(m), 9);
+	st_model_destroy(m);
+}
+
+/* Loss sum of the tiny batch in double, for finite differences. */
+static double loss_of(const st_model_t *m, st_model_ws_t *ws, st_batch_t *b,
+		      float *const *rows, const float *params)
+{
+	float logit[NEX];
+	st_model_forward(m, ws, b, 0, NEX, rows, params, logit, NULL);
+	double s = 0;
+	for (int i = 0; i < NEX; i++) {
+		double z = logit[i], y = b->labels[i];
+		s += (z > 0 ? z : 0) - z * y + log1p(exp(-fabs(z)));
+	}
+	return s;
+}
+
+/* Central differences on every dense parameter and every row float,
+ * against st_model_step's analytic gradient. Tolerance: float forward
+ * passes with h = 1e-2 leave O(h²·f''') ≈ 1e-4 truncation plus
+ * O(ε_f·|loss|/h) ≈ 1e-5·5/1e-2 = 5e-3·... rounding; atol 2e-3 + rtol 2e-2
+ * holds with margin, while a wrong term (missing factor, wrong index) is
+ * off by O(|g|). */
+static void fd_check(const char *type, const char *pooling, int per_slot_dims)
+{
+	st_model_cfg_t c;
+	make_cfg(&c, type);
+	c.pooling = (char *)pooling;
+	int dims[NS] = { 3, 5, 2 };
+	if (per_slot_dims) {
+		c.slot_dims = dims;
+		c.n_slot_dims = NS;
+	}
+	st_model_t *m;
+	assert_int_equal(st_model_create(&m, &c, ND, NS, 42), ST_OK);
+	st_model_ws_t *ws;
+	assert_int_equal(st_model_ws_create(&ws, m, NEX), ST_OK);
+	uint32_t nu;
+	st_batch_t *b = tiny_batch(&nu);
+	const int gs = st_model_max_row_dim(m) + 1;   /* a stride wider than needed */
+	static const int slot_of[7] = { 0, 0, 1, 1, 2, 2, 2 };
+	float *rowbuf = calloc((size_t)nu * gs, sizeof(float));
+	float *rows[7];
+	uint64_t rng = 12345;
+	for (uint32_t u = 0; u < nu; u++) {
+		rows[u] = rowbuf + (size_t)u * gs;
+		for (int j = 0; j < st_model_row_dim(m, slot_of[u]); j++) {
+			rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+			rows[u][j] = (float)((double)(rng >> 40) / (double)(1ULL << 24) - 0.5);
+		}
+	}
+	rows[6] = NULL;   /* a key without a row reads as zeros, gets gradient anyway */
+	size_t np = st_model_nparams(m);
+	float *params = malloc(sizeof(float) * np);
+	memcpy(params, st_model_params(m), sizeof(float) * np);
+	/* Nonzero biases exercise their gradients through the activations. */
+	for (size_t i = 0; i < np; i++)
+		if (params[i] == 0.0f)
+			params[i] = 0.1f * ((float)(i % 5) - 2.0f);
+	float *gp = calloc(np, sizeof(float));
+	float *gu = calloc((size_t)nu * gs, sizeof(float));
+	float prob[NEX];
+	double L = st_model_step(m, ws, b, 0, NEX, rows, params, 1.0f, prob, gp, gu, gs);
+	assert_true(fabs(L - loss_of(m, ws, b, rows, params)) < 1e-4 * (1 + fabs(L)));
+	for (int i = 0; i < NEX; i++) {
+		if (!(prob[i] > 0.0f && prob[i] < 1.0f))
+			print_message("%s: prob[%d] = %g (loss %g)\n", type, i, prob[i], L);
+		assert_true(prob[i] > 0.0f && prob[i] < 1.0f);
+	}
+
+	const double h = 1e-2;
+	int bad = 0;
+	for (size_t i = 0; i < np; i++) {
+		float v = params[i];
+		params[i] = (float)(v + h);
+		double lp = loss_of(m, ws, b, rows, params);
+		params[i] = (float)(v - h);
+		double lm = loss_of(m, ws, b, rows, params);
+		params[i] = v;
+		double fd = (lp - lm) / (2 * h);
+		if (fabs(fd - gp[i]) > 2e-3 + 2e-2 * fabs(fd)) {
+			print_message("%s dense %zu: fd %g analytic %g\n", type, i, fd, gp[i]);
+			bad++;
+		}
+	}
+	for (uint32_t u = 0; u < 6; u++)
+		for (int j = 0; j < st_model_row_dim(m, slot_of[u]); j++) {
+			float v = rows[u][j];
+			rows[u][j] = (float)(v + h);
+			double lp = loss_of(m, ws, b, rows, params);
+			rows[u][j] = (float)(v - h);
+			double lm = loss_of(m, ws, b, rows, params);
+			rows[u][j] = v;
+			double fd = (lp - lm) / (2 * h);
+			float an = gu[(size_t)u * gs + j];
+			if (fabs(fd - an) > 2e-3 + 2e-2 * fabs(fd)) {
+				print_message("%s row %u[%d]: fd %g analytic %g\n", type, u, j, fd, an);
+				bad++;
+			}
+		}
+	/* The padding column past a row's width is never written. */
+	for (uint32_t u = 0; u < nu; u++)
+		assert_true(gu[(size_t)u * gs + gs - 1] == 0.0f);
+	assert_int_equal(bad, 0);
+	/* Gradients accumulate (+=) and scale linearly. */
+	float *gp2 = calloc(np, sizeof(float));
+	memcpy(gp2, gp, sizeof(float) * np);
+	st_model_step(m, ws, b, 0, NEX, rows, params, 0.5f, prob, gp2, gu, gs);
+	for (size_t i = 0; i < np; i++)
+		assert_true(fabsf(gp2[i] - 1.5f * gp[i]) <= 1e-5f + 1e-4f * fabsf(gp[i]));
+	free(gp2);
+	free(gp);
+	free(gu);
+	free(params);
+	free(rowbuf);
+	st_batch_destroy(b);
+	st_model_ws_destroy(ws);
+	st_model_destroy(m);
+}
+
+static void test_model_gradcheck_lr(void **state) { (void)state; fd_check("lr", "sum", 0); }
+static void test_model_gradcheck_dnn(void **state)
+{
+	(void)state;
+	fd_check("dnn", "sum", 0);
+	fd_check("dnn", "mean", 1);
+}
+static void test_model_gradcheck_wdl(void **state)
+{
+	(void)state;
+	fd_check("wdl", "sum", 0);
+	fd_check("wdl", "sum", 1);   /* per-slot wide columns */
+}
+static void test_model_gradcheck_deepfm(void **state) { (void)state; fd_check("deepfm", "mean", 0); }
+static void test_model_gradcheck_dlrm(void **state) { (void)state; fd_check("dlrm", "sum", 0); }
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_model_tensor_names),
+		cmocka_unit_test(test_model_shapes),
+		cmocka_unit_test(test_model_rejects_bad_shapes),
+		cmocka_unit_test(test_model_gradcheck_lr),
+		cmocka_unit_test(test_model_gradcheck_dnn),
+		cmocka_unit_test(test_model_gradcheck_wdl),
+		cmocka_unit_test(test_model_gradcheck_deepfm),
+		cmocka_unit_test(test_model_gradcheck_dlrm),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
