@@ -230,7 +230,8 @@ static void fix_openblas_coretype(char **argv)
 
 int main(int argc, char **argv)
 {
-	fix_openblas_coretype(argv);
+	if (argc >= 2 && !strcmp(argv[1], "run"))
+		fix_openblas_coretype(argv);   /* only `run` multiplies matrices */
 	if (argc < 2) {
 		st_cli_usage(stderr);
 		return ST_EXIT_USAGE;

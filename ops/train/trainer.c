@@ -53,6 +53,7 @@ typedef struct worker {
 	struct st_trainer *tr;
 	int idx;
 	pthread_t tid;
+	int cpu;                   /* OS cpu to pin to, -1 = none */
 	st_model_ws_t *ws;
 	float *gdense;             /* [nparams] */
 	float *gu;                 /* [gcap * gstride] row gradients */
@@ -79,6 +80,8 @@ struct st_trainer {
 	st_optim_t sopt, dopt;
 	int n_tables;
 	st_table_t *tables[MAX_TABLES];
+	uint32_t ttl;              /* batches; 0 = rows never expire */
+	uint32_t evict_every;      /* batches between eviction sweeps */
 	int *slot_table;           /* [n_slots] */
 	int n_slots, n_dense, gstride;
 	uint32_t minibatch;
@@ -280,6 +283,9 @@ int st_trainer_create(st_trainer_t **out, const st_job_t *job, st_metrics_t *met
 					       tr->sopt.kind == ST_OPT_ADAGRAD_ROW) ? tr->sopt.init_accum
 										 : 0.0f,
 				.n_shards = 64,
+				.admit_min_count = (uint32_t)(mc->admit_min_count > 0
+							      ? mc->admit_min_count : 0),
+				.admit_prob = mc->admit_prob,
 			};
 			if ((rc = st_table_create(&tr->tables[t], &to)) < 0)
 				goto fail;
@@ -287,6 +293,31 @@ int st_trainer_create(st_trainer_t **out, const st_job_t *job, st_metrics_t *met
 			tr->n_tables++;
 		}
 		tr->slot_table[s] = t;
+	}
+
+	/* TTL (model.ttl) counts batches: the store's clock is the batch
+	 * sequence number that pull stamps on every row it resolves. Rows of
+	 * batches still in flight were stamped with a later or nearly equal
+	 * number, so a TTL larger than the batches that can be in flight at once
+	 * never evicts a row a batch still uses (push runs the sweep, in batch
+	 * order). Sweeps scan every row, so they run every ttl/8 batches: a row
+	 * goes between ttl and ttl + ttl/8 batches after its last use. */
+	if (mc->ttl_steps > 0) {
+		uint64_t inflight = 8;
+		const st_stage_cfg_t *sc[] = { &job->read, &job->pull, &job->train_stage,
+					       &job->push, &job->dump };
+		for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++)
+			inflight += (uint64_t)(sc[i]->queue > 0 ? sc[i]->queue : 0) +
+				    (uint64_t)(sc[i]->threads > 0 ? sc[i]->threads : 0);
+		uint64_t ttl = mc->ttl_steps;
+		if (ttl < inflight) {
+			st_warn("model.ttl = %llu batches is shorter than the %llu batches that can "
+				"be in flight; using %llu", (unsigned long long)ttl,
+				(unsigned long long)inflight, (unsigned long long)inflight);
+			ttl = inflight;
+		}
+		tr->ttl = ttl > UINT32_MAX / 2 ? UINT32_MAX / 2 : (uint32_t)ttl;
+		tr->evict_every = tr->ttl / 8 ? tr->ttl / 8 : 1;
 	}
 
 	tr->env = (st_sync_env_t){
@@ -311,6 +342,7 @@ int st_trainer_create(st_trainer_t **out, const st_job_t *job, st_metrics_t *met
 		worker_t *w = &tr->w[i];
 		w->tr = tr;
 		w->idx = i;
+		w->cpu = -1;
 		w->gdense = malloc(sizeof(float) * (tr->env.nparams ? tr->env.nparams : 1));
 		if (!w->gdense || (rc = st_model_ws_create(&w->ws, tr->model, tr->minibatch)) < 0 ||
 		    (rc = st_auc_acc_create(&w->acc, 16)) < 0) {
@@ -327,6 +359,12 @@ fail:
 
 st_model_t *st_trainer_model(st_trainer_t *tr) { return tr->model; }
 int st_trainer_workers(const st_trainer_t *tr) { return tr->N; }
+
+void st_trainer_pin_workers(st_trainer_t *tr, const int *cpus, int n)
+{
+	for (int i = 1; i < tr->N; i++)
+		tr->w[i].cpu = i < n ? cpus[i] : -1;
+}
 
 st_table_t *st_trainer_table_for_slot(st_trainer_t *tr, int slot)
 {
@@ -637,9 +675,17 @@ static int start_workers(st_trainer_t *tr)
 {
 	if (tr->started)
 		return ST_OK;
-	for (int i = 1; i < tr->N; i++)
+	for (int i = 1; i < tr->N; i++) {
 		if (pthread_create(&tr->w[i].tid, NULL, worker_main, &tr->w[i]) != 0)
 			st_die("cannot start train worker %d", i);
+		if (tr->w[i].cpu >= 0) {
+			cpu_set_t set;
+			CPU_ZERO(&set);
+			CPU_SET(tr->w[i].cpu, &set);
+			if (pthread_setaffinity_np(tr->w[i].tid, sizeof set, &set) != 0)
+				st_debug("train worker %d: cannot pin to cpu %d", i, tr->w[i].cpu);
+		}
+	}
 	tr->started = 1;
 	return ST_OK;
 }
@@ -799,11 +845,24 @@ static int push_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 			st_batch_t **out)
 {
 	st_trainer_t *tr = state;
-	if (tr->metrics) {
-		uint64_t rows = 0;
+	if (tr->ttl && !b->eval && b->seq > tr->ttl && b->seq % tr->evict_every == 0) {
+		uint64_t ev = 0;
 		for (int i = 0; i < tr->n_tables; i++)
-			rows += st_table_size(tr->tables[i]);
+			ev += st_table_evict_older(tr->tables[i], (uint32_t)b->seq, tr->ttl);
+		if (tr->metrics)
+			st_metrics_add(tr->metrics, "evicted", (double)ev);
+	}
+	if (tr->metrics) {
+		uint64_t rows = 0, rejected = 0;
+		for (int i = 0; i < tr->n_tables; i++) {
+			st_table_stats_t ts;
+			st_table_stats(tr->tables[i], &ts);
+			rows += ts.rows;
+			rejected += ts.rejected;
+		}
 		st_metrics_set(tr->metrics, "rows", (double)rows);
+		if (rejected)
+			st_metrics_set(tr->metrics, "not_admitted", (double)rejected);
 	}
 	*out = b;
 	return ST_OK;

@@ -109,4 +109,9 @@ void st_trainer_sync_stats(const st_trainer_t *tr, st_sync_stats_t *out);
 /* Number of workers. */
 int st_trainer_workers(const st_trainer_t *tr);
 
+/* Pins worker i (1 .. workers-1; worker 0 is the graph's train thread,
+ * pinned by the graph) to cpus[i] when i < n and cpus[i] >= 0. Call before
+ * the first batch. Not thread-safe. */
+void st_trainer_pin_workers(st_trainer_t *tr, const int *cpus, int n);
+
 #endif

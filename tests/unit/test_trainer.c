@@ -305,6 +305,69 @@ static void test_trainer_eval_creates_no_rows(void **state)
 	st_trainer_destroy(tr);
 }
 
+/* Admission by count: a key gets a row only on its second occurrence, so
+ * fewer rows exist than without admission, and the run still learns. */
+static void test_trainer_admission_min_count(void **state)
+{
+	(void)state;
+	uint64_t rows[2];
+	for (int a = 0; a < 2; a++) {
+		st_job_t job;
+		make_job(&job, "dnn");
+		job.model.admit_min_count = a ? 2 : 0;
+		st_trainer_t *tr;
+		assert_int_equal(st_trainer_create(&tr, &job, NULL), ST_OK);
+		for (uint64_t i = 0; i < 8; i++)
+			run_batch(tr, gen_batch(i * 4096, 4096, 0), NULL);
+		rows[a] = table_rows(tr);
+		st_table_stats_t ts;
+		st_table_stats(st_trainer_table_for_slot(tr, 0), &ts);
+		if (a)
+			assert_true(ts.rejected > 0);
+		else
+			assert_int_equal(ts.rejected, 0);
+		st_trainer_destroy(tr);
+	}
+	/* Zipf data: many keys occur once, so admission keeps clearly fewer. */
+	assert_true(rows[1] < rows[0] * 9 / 10);
+	assert_true(rows[1] > 0);
+}
+
+/* TTL in batches: with ttl = 16 rows untouched for more than 16 (+ 2
+ * between sweeps) batches disappear, so the table stops growing like the
+ * unbounded one; a key used in every batch keeps its row. */
+static void test_trainer_ttl_evicts_old_rows(void **state)
+{
+	(void)state;
+	uint64_t rows[2];
+	for (int a = 0; a < 2; a++) {
+		st_job_t job;
+		make_job(&job, "dnn");
+		job.model.ttl_steps = a ? 16 : 0;
+		st_trainer_t *tr;
+		assert_int_equal(st_trainer_create(&tr, &job, NULL), ST_OK);
+		for (uint64_t i = 0; i < 64; i++)
+			run_batch(tr, gen_batch(i * 1024, 1024, 0), NULL);
+		rows[a] = table_rows(tr);
+		st_table_stats_t ts;
+		st_table_stats(st_trainer_table_for_slot(tr, 0), &ts);
+		if (a) {
+			assert_true(ts.evicted > 0);
+			/* the most frequent value of slot 0 appears in every batch */
+			st_batch_t *b = gen_batch(63 * 1024, 1024, 0);
+			uint32_t hits = 0;
+			for (uint32_t k = 0; k < st_batch_nkeys(b); k++)
+				hits += st_table_find(st_trainer_table_for_slot(tr, 0), b->keys[k]) != NULL;
+			assert_int_equal(hits, st_batch_nkeys(b));  /* batch 63 was just trained */
+			st_batch_destroy(b);
+		} else {
+			assert_int_equal(ts.evicted, 0);
+		}
+		st_trainer_destroy(tr);
+	}
+	assert_true(rows[1] < rows[0]);
+}
+
 static void test_trainer_set_row_and_params(void **state)
 {
 	(void)state;
@@ -437,6 +500,8 @@ int main(void)
 		cmocka_unit_test(test_trainer_allreduce_deterministic),
 		cmocka_unit_test(test_trainer_allreduce_matches_big_minibatch),
 		cmocka_unit_test(test_trainer_eval_creates_no_rows),
+		cmocka_unit_test(test_trainer_admission_min_count),
+		cmocka_unit_test(test_trainer_ttl_evicts_old_rows),
 		cmocka_unit_test(test_trainer_set_row_and_params),
 		cmocka_unit_test(test_trainer_refuses_unimplemented_policy),
 		cmocka_unit_test(test_trainer_runs_in_graph),
