@@ -7,9 +7,18 @@
  * dump with a progress reporter, then score the eval source through the same
  * stages with batches marked eval.
  *
+ * A job with `phases` runs one training graph per phase, in order, on the
+ * same trainer (model, rows, optimizer state): before each, the trainer
+ * switches to the phase's policy (st_trainer_set_policy); the phase reads
+ * its own `data` or the job's train source, at most `rows` rows of it
+ * (from its start: the read stage's limit). After each phase a line is
+ * printed and a {"phase": ...} record is appended to the metrics file, and
+ * the eval source, if any, is scored.
+ *
  * Threads: the main thread runs the graph; one signal thread ("st-signal")
- * turns SIGINT/SIGTERM into st_graph_cancel so ^C stops the job cleanly and
- * every batch is still freed exactly once.
+ * turns SIGINT/SIGTERM into st_graph_cancel (and st_trainer_cancel, which
+ * cuts straggler delays short) so ^C stops the job cleanly and every batch
+ * is still freed exactly once.
  */
 #include "cli.h"
 #include "lang/lang.h"
@@ -23,6 +32,7 @@
 #include "runtime/topo.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -78,6 +88,7 @@ static int mkdir_parent(const char *file)
 static struct {
 	pthread_t thread;
 	st_graph_t *volatile graph;
+	st_trainer_t *volatile trainer;
 	pthread_mutex_t lock;
 	volatile int done, interrupted;
 } sig = { .lock = PTHREAD_MUTEX_INITIALIZER };
@@ -97,6 +108,8 @@ static void *signal_main(void *arg)
 			if (sig.graph)
 				st_graph_cancel(sig.graph, s == SIGINT ? "interrupted (SIGINT)"
 								      : "terminated (SIGTERM)");
+			if (sig.trainer)
+				st_trainer_cancel(sig.trainer);
 		}
 		pthread_mutex_unlock(&sig.lock);
 		if (done)
@@ -133,6 +146,7 @@ static void signals_stop(void)
 	pthread_mutex_lock(&sig.lock);
 	sig.done = 1;
 	sig.graph = NULL;
+	sig.trainer = NULL;
 	pthread_mutex_unlock(&sig.lock);
 	pthread_kill(sig.thread, SIGUSR1);
 	pthread_join(sig.thread, NULL);
@@ -305,15 +319,126 @@ static void print_count(FILE *f, uint64_t n)
 /* Every model preset and optimizer runs; sync policies are looked up in
  * the registry (ops/sync), so the names lang/ validates but this version
  * does not implement are refused here, before anything starts. */
+static int check_one(const st_job_t *job, const st_sync_cfg_t *cfg)
+{
+	const char *m = st_trainer_policy_missing(cfg);
+	if (!m)
+		return ST_EXIT_OK;
+	fprintf(stderr, "%s: sync policy '%s' is valid but not implemented in this version; "
+		"implemented:", job->file, m);
+	for (int i = 0; st_sync_registry[i]; i++)
+		fprintf(stderr, "%s %s", i ? "," : "", st_sync_registry[i]->name);
+	fprintf(stderr, ", auto\n");
+	return ST_EXIT_USAGE;
+}
+
 static int check_implemented(const st_job_t *job)
 {
-	if (!st_sync_find(job->sync.name)) {
-		fprintf(stderr,
-			"%s: sync policy '%s' is valid but not implemented in this version; "
-			"use st.sync.allreduce{} or st.sync.async{}\n", job->file, job->sync.name);
-		return ST_EXIT_USAGE;
+	int ec = job->n_phases ? ST_EXIT_OK : check_one(job, &job->sync);
+	for (int i = 0; i < job->n_phases && ec == ST_EXIT_OK; i++)
+		ec = check_one(job, &job->phases[i].sync);
+	return ec;
+}
+
+/* Copies the file `from` to the end of `to` and removes it. */
+static void append_file(const char *to, const char *from)
+{
+	FILE *in = fopen(from, "rb");
+	FILE *out = fopen(to, "ab");
+	char buf[8192];
+	size_t n;
+	while (in && out && (n = fread(buf, 1, sizeof buf, in)) > 0)
+		if (fwrite(buf, 1, n, out) != n)
+			break;
+	if (in)
+		fclose(in);
+	if (out)
+		fclose(out);
+	remove(from);
+}
+
+/* Prints and records the eval result; ST_OK or the pass's error. */
+static int run_eval(run_ctx_t *rc_, double *auc, double *ll, double *calib, uint64_t *n)
+{
+	double secs = 0;
+	st_read_stats_t es = { 0 };
+	st_trainer_reset_eval(rc_->model);
+	int rc = run_pass(rc_, &rc_->job->eval, 1, 1, NULL, 0, &secs, &es);
+	if (rc < 0)
+		return rc;
+	return st_trainer_eval_result(rc_->model, auc, ll, calib, n);
+}
+
+/* Runs the job's phases in order on one trainer. 0 or the error. */
+static int run_phases(run_ctx_t *rc_, const char *metrics_path, int tty)
+{
+	const st_job_t *job = rc_->job;
+	char tmp[4200];
+	if (metrics_path) {
+		FILE *f = fopen(metrics_path, "w");   /* truncate; phases append */
+		if (!f) {
+			st_error("cannot write metrics to %s: %s", metrics_path, strerror(errno));
+			return ST_EIO;
+		}
+		fclose(f);
+		snprintf(tmp, sizeof tmp, "%s.phase", metrics_path);
 	}
-	return ST_EXIT_OK;
+	uint64_t n_before = 0;
+	for (int i = 0; i < job->n_phases; i++) {
+		const st_phase_t *ph = &job->phases[i];
+		int rc = st_trainer_set_policy(rc_->model, &ph->sync);
+		if (rc < 0) {
+			st_error("phase %s: cannot start sync policy %s: %s", ph->name,
+				 ph->sync.name, st_strerror(rc));
+			return rc;
+		}
+		st_source_t src = ph->has_data ? ph->data : job->train;
+		if (ph->rows >= 0)
+			src.limit = src.limit >= 0 && src.limit < ph->rows ? src.limit : ph->rows;
+		char rows[32] = "all";
+		if (src.limit >= 0)
+			snprintf(rows, sizeof rows, "%lld", (long long)src.limit);
+		st_info("phase %d/%d '%s': sync %s, %s rows of %s", i + 1, job->n_phases,
+			ph->name, ph->sync.name, rows, ph->has_data ? "its own data" : "data.train");
+		double secs = 0;
+		st_read_stats_t rs = { 0 };
+		rc = run_pass(rc_, &src, job->epochs, 0, metrics_path ? tmp : NULL, tty, &secs, &rs);
+		if (metrics_path)
+			append_file(metrics_path, tmp);
+		if (rc < 0)
+			return rc;
+		double auc = 0, ll = 0, eauc = NAN, ell = NAN, calib = NAN;
+		uint64_t n = 0, en = 0;
+		st_trainer_progress(rc_->model, &auc, &ll, &n);
+		printf("%s: phase %d '%s' (sync %s): ", job->name, i + 1, ph->name,
+		       st_trainer_policy_name(rc_->model));
+		print_count(stdout, n - n_before);
+		printf(" examples in %.2f s, progressive auc %.4f logloss %.4f", secs, auc, ll);
+		if (job->has_eval) {
+			if ((rc = run_eval(rc_, &eauc, &ell, &calib, &en)) < 0)
+				return rc;
+			printf(", eval auc %.4f logloss %.4f", eauc, ell);
+		}
+		printf("\n");
+		fflush(stdout);
+		if (metrics_path) {
+			FILE *f = fopen(metrics_path, "a");
+			if (f) {
+				fprintf(f, "{\"phase\":\"%s\",\"index\":%d,\"sync\":\"%s\","
+					"\"examples\":%llu,\"secs\":%.3f,\"auc\":%.6f,\"logloss\":%.6f,"
+					"\"sync_switches\":%llu", ph->name, i + 1,
+					st_trainer_policy_name(rc_->model),
+					(unsigned long long)(n - n_before), secs, auc, ll,
+					(unsigned long long)st_trainer_switches(rc_->model));
+				if (job->has_eval && isfinite(eauc))
+					fprintf(f, ",\"eval_auc\":%.6f,\"eval_logloss\":%.6f", eauc, ell);
+				fprintf(f, "}\n");
+				fclose(f);
+			}
+		}
+		n_before = n;
+	}
+	return 0;
 }
 
 int st_cmd_run(int argc, char **argv)
@@ -385,6 +510,18 @@ int st_cmd_run(int argc, char **argv)
 	if (rc_.pin)
 		st_trainer_pin_workers(rc_.model, rc_.place[TRAIN_STAGE].cpus,
 				       rc_.place[TRAIN_STAGE].n_threads);
+	pthread_mutex_lock(&sig.lock);
+	sig.trainer = rc_.model;
+	pthread_mutex_unlock(&sig.lock);
+	if (job->n_phases) {
+		st_info("%s: %d phases, %d train worker%s, model %s", job->name, job->n_phases,
+			job->train_stage.threads, job->train_stage.threads == 1 ? "" : "s",
+			job->model.type);
+		if (run_phases(&rc_, metrics_path, tty) < 0)
+			goto stop;
+		ec = ST_EXIT_OK;
+		goto stop;
+	}
 
 	st_info("%s: training on %d file%s (%s), %d epoch%s, batch %d, minibatch %d, "
 		"%d read threads, %d train worker%s, sync %s, model %s",

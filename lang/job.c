@@ -34,6 +34,19 @@ static void source_fini(st_source_t *s)
 	free(s->col_kind);
 }
 
+static void sync_fini(st_sync_cfg_t *c)
+{
+	free(c->name);
+	free_strv(c->keys, c->n_params);
+	free_strv(c->strs, c->n_params);
+	free(c->vals);
+	for (int i = 0; i < 2; i++)
+		if (c->sub[i]) {
+			sync_fini(c->sub[i]);
+			free(c->sub[i]);
+		}
+}
+
 void st_job_free(st_job_t *job)
 {
 	if (!job)
@@ -54,22 +67,30 @@ void st_job_free(st_job_t *job)
 	for (size_t i = 0; i < sizeof(stages) / sizeof(stages[0]); i++)
 		free(stages[i]->near);
 	free(job->ssd_path);
-	free(job->sync.name);
-	free_strv(job->sync.keys, job->sync.n_params);
-	free_strv(job->sync.strs, job->sync.n_params);
-	free(job->sync.vals);
+	sync_fini(&job->sync);
+	for (int i = 0; job->phases && i < job->n_phases; i++) {
+		free(job->phases[i].name);
+		sync_fini(&job->phases[i].sync);
+		source_fini(&job->phases[i].data);
+	}
+	free(job->phases);
 	free(job->out_dir);
 	free(job->metrics_path);
 	free(job->gen.dir);
 	free(job);
 }
 
+double st_sync_cfg_param(const st_sync_cfg_t *cfg, const char *key, double def)
+{
+	for (int i = 0; i < cfg->n_params; i++)
+		if (cfg->keys[i] && !strcmp(cfg->keys[i], key))
+			return cfg->vals[i];
+	return def;
+}
+
 double st_job_sync_param(const st_job_t *job, const char *key, double def)
 {
-	for (int i = 0; i < job->sync.n_params; i++)
-		if (job->sync.keys[i] && !strcmp(job->sync.keys[i], key))
-			return job->sync.vals[i];
-	return def;
+	return st_sync_cfg_param(&job->sync, key, def);
 }
 
 static int cmp_str(const void *a, const void *b)
@@ -133,6 +154,24 @@ static void put_str(FILE *f, const char *key, const char *v)
 		fprintf(f, "%s = \"%s\"\n", key, v);
 	else
 		fprintf(f, "%s = (none)\n", key);
+}
+
+static void dump_sync(FILE *f, const char *pre, const st_sync_cfg_t *c)
+{
+	fprintf(f, "%s = \"%s\"\n", pre, c->name ? c->name : "");
+	for (int i = 0; i < c->n_params; i++) {
+		if (c->strs[i])
+			fprintf(f, "%s.%s = \"%s\"\n", pre, c->keys[i], c->strs[i]);
+		else
+			fprintf(f, "%s.%s = %g\n", pre, c->keys[i], c->vals[i]);
+	}
+	static const char *const sub[2] = { "sync", "async" };
+	for (int i = 0; i < 2; i++)
+		if (c->sub[i]) {
+			char p2[96];
+			snprintf(p2, sizeof p2, "%s.%s", pre, sub[i]);
+			dump_sync(f, p2, c->sub[i]);
+		}
 }
 
 static void dump_source(FILE *f, const char *pre, const st_source_t *s)
@@ -247,12 +286,25 @@ int st_job_dump(const st_job_t *job, FILE *f)
 	fprintf(f, "storage.mem = %" PRIu64 "\n", job->mem_bytes);
 	put_str(f, "storage.ssd.path", job->ssd_path);
 	fprintf(f, "storage.ssd.budget = %" PRIu64 "\n", job->ssd_bytes);
-	put_str(f, "sync", job->sync.name);
-	for (int i = 0; i < job->sync.n_params; i++) {
-		if (job->sync.strs[i])
-			fprintf(f, "sync.%s = \"%s\"\n", job->sync.keys[i], job->sync.strs[i]);
-		else
-			fprintf(f, "sync.%s = %g\n", job->sync.keys[i], job->sync.vals[i]);
+	dump_sync(f, "sync", &job->sync);
+	const st_straggler_cfg_t *sg = &job->stragglers;
+	if (sg->enabled && sg->random)
+		fprintf(f, "stragglers = random, probability %g, slowdown %g, seed %" PRIu64 "\n",
+			sg->probability, sg->slowdown, sg->seed);
+	else if (sg->enabled)
+		fprintf(f, "stragglers = worker %d, slowdown %g\n", sg->worker, sg->slowdown);
+	for (int p = 0; p < job->n_phases; p++) {
+		const st_phase_t *ph = &job->phases[p];
+		char pre[64];
+		snprintf(pre, sizeof pre, "phases[%d]", p + 1);
+		fprintf(f, "%s.name = \"%s\"\n", pre, ph->name ? ph->name : "");
+		fprintf(f, "%s.rows = %" PRId64 "\n", pre, ph->rows);
+		if (ph->has_data) {
+			snprintf(pre, sizeof pre, "phases[%d].data", p + 1);
+			dump_source(f, pre, &ph->data);
+		}
+		snprintf(pre, sizeof pre, "phases[%d].sync", p + 1);
+		dump_sync(f, pre, &ph->sync);
 	}
 	put_str(f, "output.dir", job->out_dir);
 	put_str(f, "output.metrics", job->metrics_path);

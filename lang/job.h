@@ -89,12 +89,37 @@ typedef struct st_model_cfg {
 /* Sync policy: a name plus numeric parameters kept as key/value pairs. */
 typedef struct st_sync_cfg {
 	char *name;            /* "allreduce", "async", "hop_bs", "bsp", "hop_bw",
-				  "gba", "kstep", "shadow", "hybrid" */
+				  "gba", "kstep", "shadow", "hybrid", "auto" */
 	int n_params;
 	char **keys;
 	double *vals;          /* numeric value of each key */
 	char **strs;           /* string value of each key, or NULL */
+	/* "auto" only (params threshold, window): the policy while worker
+	 * speeds agree (sub[0], `sync`) and while they diverge (sub[1],
+	 * `async`); both owned, NULL for every other policy. */
+	struct st_sync_cfg *sub[2];
 } st_sync_cfg_t;
+
+/* Straggler injection (st.stragglers): after worker w computes a minibatch
+ * in t seconds it waits (slowdown - 1) * t before handing its gradients on. */
+typedef struct st_straggler_cfg {
+	int enabled;
+	int worker;            /* the slowed worker, 0-based; -1 with random */
+	int random;            /* 1: each (worker, step) slowed with probability */
+	double probability;
+	double slowdown;       /* >= 1 */
+	uint64_t seed;
+} st_straggler_cfg_t;
+
+/* One phase of a job (`phases`): trains with its own policy, continuing
+ * from the model state the previous phase left. */
+typedef struct st_phase {
+	char *name;
+	st_sync_cfg_t sync;
+	int has_data;          /* 1: `data` given (else the job's train source) */
+	st_source_t data;
+	int64_t rows;          /* read at most this many rows of the source; -1 = all */
+} st_phase_t;
 
 typedef struct st_job {
 	char *name;
@@ -119,6 +144,9 @@ typedef struct st_job {
 	uint64_t ssd_bytes;
 
 	st_sync_cfg_t sync;
+	st_straggler_cfg_t stragglers;
+	int n_phases;          /* 0: one training pass with `sync` */
+	st_phase_t *phases;
 
 	char *out_dir;         /* output directory (checkpoints, exports); NULL = none */
 	char *metrics_path;    /* JSON-lines metrics file; NULL = none */
@@ -142,5 +170,8 @@ void st_job_free(st_job_t *job);
 
 /* Looks up a numeric sync parameter; returns def when absent. */
 double st_job_sync_param(const st_job_t *job, const char *key, double def);
+
+/* The same on any policy settings (a phase's, auto's sub-policies). */
+double st_sync_cfg_param(const st_sync_cfg_t *cfg, const char *key, double def);
 
 #endif

@@ -587,6 +587,40 @@ static void convert_model(lua_State *L, int m, st_model_cfg_t *mc)
 	mc->dense_transform = get_str(L, m, "dense_transform");
 }
 
+/* One normalized policy table {name=, params={{key=, num=, str=}...},
+ * sync=, async=} at index t into c (auto's sub-policies recursively). */
+static void convert_sync(lua_State *L, int t, st_sync_cfg_t *c)
+{
+	c->name = get_str(L, t, "name");
+	int p = push_table(L, t, "params");
+	if (p) {
+		int n = (int)lua_rawlen(L, p);
+		c->keys = st_xcalloc((size_t)n + 1, sizeof(char *));
+		c->vals = st_xcalloc((size_t)n + 1, sizeof(double));
+		c->strs = st_xcalloc((size_t)n + 1, sizeof(char *));
+		for (int i = 1; i <= n; i++) {
+			lua_rawgeti(L, p, i);
+			int e = lua_gettop(L);
+			int k = c->n_params;
+			c->keys[k] = get_str(L, e, "key");
+			c->vals[k] = get_num(L, e, "num", 0);
+			c->strs[k] = get_str(L, e, "str");
+			c->n_params++;
+			lua_pop(L, 1);
+		}
+		lua_pop(L, 1);
+	}
+	static const char *const sub[2] = { "sync", "async" };
+	for (int i = 0; i < 2; i++) {
+		int st = push_table(L, t, sub[i]);
+		if (st) {
+			c->sub[i] = st_xcalloc(1, sizeof *c->sub[i]);
+			convert_sync(L, st, c->sub[i]);
+			lua_pop(L, 1);
+		}
+	}
+}
+
 /* Fills ctx->job from the normalized table. Runs under lua_pcall (a memory
  * error longjmps out; the caller frees the partial job).
  * Stack: [ctx, norm] -> []. */
@@ -635,21 +669,39 @@ static int convert(lua_State *L)
 
 	int sy = push_table(L, t, "sync");
 	if (sy) {
-		j->sync.name = get_str(L, sy, "name");
-		int p = push_table(L, sy, "params");
-		if (p) {
-			int n = (int)lua_rawlen(L, p);
-			j->sync.keys = st_xcalloc((size_t)n + 1, sizeof(char *));
-			j->sync.vals = st_xcalloc((size_t)n + 1, sizeof(double));
-			j->sync.strs = st_xcalloc((size_t)n + 1, sizeof(char *));
-			for (int i = 1; i <= n; i++) {
-				lua_rawgeti(L, p, i);
-				int e = lua_gettop(L);
-				int k = j->sync.n_params;
-				j->sync.keys[k] = get_str(L, e, "key");
-				j->sync.vals[k] = get_num(L, e, "num", 0);
-				j->sync.strs[k] = get_str(L, e, "str");
-				j->sync.n_params++;
+		convert_sync(L, sy, &j->sync);
+		lua_pop(L, 1);
+	}
+	int sg = push_table(L, t, "stragglers");
+	if (sg) {
+		st_straggler_cfg_t *c = &j->stragglers;
+		c->enabled = 1;
+		c->random = get_bool(L, sg, "random");
+		c->worker = (int)get_int(L, sg, "worker", -1);
+		c->probability = get_num(L, sg, "probability", 0);
+		c->slowdown = get_num(L, sg, "slowdown", 1);
+		c->seed = (uint64_t)get_int(L, sg, "seed", 0);
+		lua_pop(L, 1);
+	}
+	int ph = push_table(L, t, "phases");
+	if (ph) {
+		int n = (int)lua_rawlen(L, ph);
+		j->phases = st_xcalloc((size_t)n + 1, sizeof *j->phases);
+		for (int i = 1; i <= n; i++) {
+			lua_rawgeti(L, ph, i);
+			int e = lua_gettop(L);
+			st_phase_t *p = &j->phases[j->n_phases++];
+			p->name = get_str(L, e, "name");
+			p->rows = get_int(L, e, "rows", -1);
+			int d = push_table(L, e, "data");
+			if (d) {
+				p->has_data = 1;
+				convert_source(L, d, &p->data);
+				lua_pop(L, 1);
+			}
+			int ps = push_table(L, e, "sync");
+			if (ps) {
+				convert_sync(L, ps, &p->sync);
 				lua_pop(L, 1);
 			}
 			lua_pop(L, 1);

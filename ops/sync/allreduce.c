@@ -36,8 +36,10 @@ typedef struct {
 	st_sync_env_t env;
 	int N;
 	pthread_barrier_t bar;
-	float *state;                  /* dense optimizer state */
-	uint64_t t;                    /* optimizer steps done (worker 0 advances) */
+	float *state;                  /* dense optimizer state (env's or own) */
+	float *own_state;              /* allocated here when env has none */
+	uint64_t *t;                   /* optimizer steps done (worker 0 advances) */
+	uint64_t own_t;
 	int *owner;                    /* [ntensors] worker that reduces tensor i */
 	st_sync_grads_t **g;           /* [N] this step's gradients */
 	st_sync_stats_t st;            /* relaxed atomics */
@@ -65,17 +67,21 @@ static int ar_create(void **self, const st_sync_env_t *env)
 	s->owner = calloc((size_t)nt + 1, sizeof(int));
 	s->g = calloc((size_t)s->N, sizeof *s->g);
 	size_t nst = st_sync_dense_state_floats(env);
-	s->state = malloc(sizeof(float) * (nst ? nst : 1));
+	s->state = env->dense_state;
+	if (!s->state)
+		s->state = s->own_state = malloc(sizeof(float) * (nst ? nst : 1));
+	s->t = env->dense_t ? env->dense_t : &s->own_t;
 	size_t *load = calloc((size_t)s->N, sizeof(size_t));
 	if (!s->owner || !s->g || !s->state || !load) {
 		free(load);
 		free(s->owner);
 		free(s->g);
-		free(s->state);
+		free(s->own_state);
 		free(s);
 		return ST_ENOMEM;
 	}
-	st_sync_dense_state_init(env, s->state);
+	if (s->own_state)
+		st_sync_dense_state_init(env, s->state);
 	/* Greedy: each tensor, largest first, to the least-loaded worker. The
 	 * split only balances work; results do not depend on it. */
 	int *order = calloc((size_t)nt + 1, sizeof(int));
@@ -83,7 +89,7 @@ static int ar_create(void **self, const st_sync_env_t *env)
 		free(load);
 		free(s->owner);
 		free(s->g);
-		free(s->state);
+		free(s->own_state);
 		free(s);
 		return ST_ENOMEM;
 	}
@@ -120,7 +126,7 @@ static void ar_destroy(void *self)
 	pthread_barrier_destroy(&s->bar);
 	free(s->owner);
 	free(s->g);
-	free(s->state);
+	free(s->own_state);
 	free(s);
 }
 
@@ -146,7 +152,7 @@ static int ar_apply(void *self, int w, st_sync_grads_t *g)
 	const int N = s->N;
 	s->g[w] = g;
 	pthread_barrier_wait(&s->bar);                          /* A */
-	const uint64_t t = s->t + 1;
+	const uint64_t t = *s->t + 1;
 	const st_sync_env_t *env = &s->env;
 
 	/* Dense: worker 0's buffer receives the sum of the tensors w owns. */
@@ -212,7 +218,7 @@ static int ar_apply(void *self, int w, st_sync_grads_t *g)
 	pthread_barrier_wait(&s->bar);                          /* B */
 	if (w == 0) {
 		/* Read by the others only after the next barrier A. */
-		s->t = t;
+		*s->t = t;
 		stat_add(&s->st.steps, 1);
 	}
 	return ST_OK;

@@ -38,9 +38,11 @@ typedef struct {
 typedef struct {
 	st_sync_env_t env;
 	int N;
-	float *state;         /* dense optimizer state (shared, relaxed) */
+	float *state;         /* dense optimizer state (shared, relaxed; env's or own) */
+	float *own_state;     /* allocated here when env has none */
 	uint64_t version;     /* updates applied (atomic) */
-	uint64_t t;           /* optimizer step numbers handed out (atomic) */
+	uint64_t *t;          /* optimizer step numbers handed out (atomic) */
+	uint64_t own_t;
 	aworker_t *w;
 	st_sync_stats_t st;   /* relaxed atomics */
 } async_t;
@@ -62,7 +64,7 @@ static void as_destroy(void *self)
 		free(s->w[i].trow);
 	}
 	free(s->w);
-	free(s->state);
+	free(s->own_state);
 	free(s);
 }
 
@@ -84,7 +86,10 @@ static int as_create(void **self, const st_sync_env_t *env)
 	}
 	int rd = st_model_max_row_dim(env->model);
 	size_t rowf = (size_t)rd + st_optim_state_floats(env->sparse_opt, (size_t)rd) + 1;
-	s->state = malloc(sizeof(float) * (nst ? nst : 1));
+	s->state = env->dense_state;
+	if (!s->state)
+		s->state = s->own_state = malloc(sizeof(float) * (nst ? nst : 1));
+	s->t = env->dense_t ? env->dense_t : &s->own_t;
 	s->w = calloc((size_t)s->N, sizeof *s->w);
 	int ok = s->state && s->w;
 	for (int i = 0; ok && i < s->N; i++) {
@@ -99,7 +104,8 @@ static int as_create(void **self, const st_sync_env_t *env)
 		as_destroy(s);
 		return ST_ENOMEM;
 	}
-	st_sync_dense_state_init(env, s->state);
+	if (s->own_state)
+		st_sync_dense_state_init(env, s->state);
 	*self = s;
 	return ST_OK;
 }
@@ -126,7 +132,7 @@ static int as_apply(void *self, int w, st_sync_grads_t *g)
 	if (!g->n_examples)
 		return ST_OK;
 	uint64_t stale = __atomic_load_n(&s->version, __ATOMIC_RELAXED) - a->v0;
-	uint64_t t = __atomic_add_fetch(&s->t, 1, __ATOMIC_RELAXED);
+	uint64_t t = __atomic_add_fetch(s->t, 1, __ATOMIC_RELAXED);
 	for (int i = 0; i < st_model_ntensors(env->model); i++) {
 		const st_tensor_info_t *ti = st_model_tensor(env->model, i);
 		size_t len = (size_t)ti->shape[0] * (size_t)(ti->ndim == 2 ? ti->shape[1] : 1);

@@ -12,11 +12,21 @@
 #include <string.h>
 
 extern const st_sync_ops_t st_sync_allreduce_ops, st_sync_async_ops;
+extern const st_sync_ops_t st_sync_hop_bs_ops, st_sync_bsp_ops, st_sync_hop_bw_ops;
+extern const st_sync_ops_t st_sync_gba_ops;
+extern const st_sync_ops_t st_sync_kstep_ops, st_sync_shadow_ops, st_sync_hybrid_ops;
 
 /* One entry per policy; a new policy adds itself here and nowhere else. */
 const st_sync_ops_t *const st_sync_registry[] = {
 	&st_sync_allreduce_ops,
 	&st_sync_async_ops,
+	&st_sync_hop_bs_ops,
+	&st_sync_bsp_ops,
+	&st_sync_hop_bw_ops,
+	&st_sync_gba_ops,
+	&st_sync_kstep_ops,
+	&st_sync_shadow_ops,
+	&st_sync_hybrid_ops,
 	NULL,
 };
 

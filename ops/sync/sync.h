@@ -69,6 +69,18 @@ typedef struct st_sync_env {
 	size_t nparams;
 	const st_optim_t *dense_opt;
 	const st_optim_t *sparse_opt;
+	/* Dense optimizer state and step count owned by the trainer and handed
+	 * to every policy it creates in turn (job phases, st.sync.auto), so a
+	 * switch keeps Adam's moments and bias-correction step: the GBA paper's
+	 * point is switching without re-tuning (gba-global-batch-aggregation.txt
+	 * §1). When set, the policy uses them instead of its own (it must not
+	 * re-initialize the state); NULL: the policy allocates its own. */
+	float *dense_state;          /* [st_sync_dense_state_floats], initialized */
+	uint64_t *dense_t;           /* optimizer steps done so far */
+	/* Examples per worker minibatch (the local batch B_a of the GBA paper);
+	 * 0 = not given: a policy that needs it takes the first gradient's
+	 * n_examples. */
+	uint32_t minibatch;
 } st_sync_env_t;
 
 /* One worker's gradients of one step (valid until apply returns). */

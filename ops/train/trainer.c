@@ -29,88 +29,47 @@
  * batch-start rows, i.e. a different (and batch-size-dependent) algorithm.
  * Push is left with bookkeeping (see docs/design-notes.md).
  *
- * No lock is taken here besides the tables' shard locks; the barriers are
- * the only synchronization of the worker pool.
+ * Policy switching (job phases, st.sync.auto): st_trainer_set_policy and
+ * the auto check run on worker 0's thread between batches, when every other
+ * worker waits on the start barrier and no worker is inside a hook. The
+ * dense optimizer state and step count live here (env.dense_state /
+ * dense_t), so a new policy continues Adam's moments instead of restarting
+ * them: the GBA paper's case for switching is that the same
+ * hyper-parameters keep working across modes (gba-global-batch-
+ * aggregation.txt §1, "no hyper-parameter re-tuning"). Step numbers a
+ * policy sees start at 0 at its creation (gstep_base / step_base), so
+ * policies that compare workers' steps (bounded staleness) see no history.
+ *
+ * Stragglers (st.stragglers): a slowed worker sleeps (slowdown - 1) * t
+ * after computing a minibatch in t seconds, before apply. The sleep is a
+ * real delay, emulating a slow machine — not synchronization — as a timed
+ * wait on `slow_cv`, which st_trainer_cancel / destroy wake so shutdown
+ * never waits one out.
+ *
+ * Locks: only `slow_mu` (the straggler sleep) besides the tables' shard
+ * locks; never both. The barriers are the only synchronization of the
+ * worker pool.
  */
-#include "ops/train/trainer.h"
+#include "ops/train/trainer_internal.h"
 
 #include <cblas.h>
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ops/metrics/auc.h"
 #include "ops/optim/optim.h"
 #include "runtime/err.h"
 
-#define AUC_REFRESH 65536
-#define MAX_TABLES 16
+#define op_fail st__trainer_fail
 
-typedef struct worker {
-	struct st_trainer *tr;
-	int idx;
-	pthread_t tid;
-	int cpu;                   /* OS cpu to pin to, -1 = none */
-	st_model_ws_t *ws;
-	float *gdense;             /* [nparams] */
-	float *gu;                 /* [gcap * gstride] row gradients */
-	float *prow_buf;           /* [gcap * gstride] private row copies (relaxed reads) */
-	float **prow;              /* [gcap] */
-	uint32_t *mark, *touched;  /* [gcap] */
-	uint32_t gcap, stamp;
-	st_auc_acc_t *acc;
-	uint64_t steps;
-} worker_t;
 
-typedef struct pull_thread {
-	uint64_t *hkeys;
-	uint32_t *hidx;
-	uint32_t hcap;
-	uint64_t *tkeys;           /* per-table key list (several tables) */
-	uint32_t *tpos;
-	float **trows;
-	uint32_t tcap;
-} pull_thread_t;
-
-struct st_trainer {
-	st_model_t *model;
-	st_optim_t sopt, dopt;
-	int n_tables;
-	st_table_t *tables[MAX_TABLES];
-	uint32_t ttl;              /* batches; 0 = rows never expire */
-	uint32_t evict_every;      /* batches between eviction sweeps */
-	int *slot_table;           /* [n_slots] */
-	int n_slots, n_dense, gstride;
-	uint32_t minibatch;
-	int mean_loss;
-	const st_sync_ops_t *sops;
-	void *sync;
-	st_sync_env_t env;
-	st_sync_cfg_t sync_cfg;
-	st_metrics_t *metrics;
-
-	int N;
-	worker_t *w;
-	pthread_barrier_t bar;
-	int started, stop;
-	st_batch_t *cur;
-	uint32_t nmb;              /* minibatches of the current batch */
-	uint32_t next_mb;          /* FREE schedule counter (atomic) */
-	uint64_t gstep;            /* steps begun so far (LOCKSTEP base) */
-	int err;                   /* first worker error (atomic) */
-
-	float *ev_pred, *ev_label;
-	size_t ev_n, ev_cap;
-	uint64_t since;
-	pull_thread_t pull_t[ST_MAX_STAGE_THREADS];
-};
-
-static int op_fail(st_stage_ctx_t *ctx, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static int op_fail(st_stage_ctx_t *ctx, int code, const char *fmt, ...)
+int st__trainer_fail(st_stage_ctx_t *ctx, int code, const char *fmt, ...)
 {
 	char msg[512];
 	va_list ap;
@@ -155,6 +114,64 @@ static void worker_free(worker_t *w)
 	free(w->mark);
 	free(w->touched);
 	st_auc_acc_destroy(w->acc);
+	free(w->ring);
+}
+
+static void cfg_free(st_sync_cfg_t *c)
+{
+	for (int i = 0; i < c->n_params; i++) {
+		free(c->keys[i]);
+		free(c->strs[i]);
+	}
+	free(c->keys);
+	free(c->strs);
+	free(c->vals);
+	free(c->name);
+	memset(c, 0, sizeof *c);
+}
+
+/* Deep copy of a policy's name and parameters (not its sub-policies). */
+static int cfg_copy(st_sync_cfg_t *dst, const st_sync_cfg_t *src)
+{
+	memset(dst, 0, sizeof *dst);
+	int n = src->n_params;
+	dst->name = strdup(src->name ? src->name : "async");
+	dst->keys = calloc((size_t)n + 1, sizeof(char *));
+	dst->strs = calloc((size_t)n + 1, sizeof(char *));
+	dst->vals = calloc((size_t)n + 1, sizeof(double));
+	if (!dst->name || !dst->keys || !dst->strs || !dst->vals) {
+		cfg_free(dst);
+		return ST_ENOMEM;
+	}
+	for (int i = 0; i < n; i++) {
+		dst->n_params++;
+		dst->vals[i] = src->vals[i];
+		if ((src->keys[i] && !(dst->keys[i] = strdup(src->keys[i]))) ||
+		    (src->strs[i] && !(dst->strs[i] = strdup(src->strs[i])))) {
+			cfg_free(dst);
+			return ST_ENOMEM;
+		}
+	}
+	return ST_OK;
+}
+
+/* A numeric parameter of cfg, or def (ops do not link lang/job.c). */
+static double cfg_param(const st_sync_cfg_t *cfg, const char *key, double def)
+{
+	for (int i = 0; i < cfg->n_params; i++)
+		if (cfg->keys[i] && !strcmp(cfg->keys[i], key))
+			return cfg->vals[i];
+	return def;
+}
+
+static void stats_add(st_sync_stats_t *acc, const st_sync_stats_t *s)
+{
+	acc->updates += s->updates;
+	acc->steps += s->steps;
+	acc->dropped += s->dropped;
+	acc->bytes += s->bytes;
+	for (int i = 0; i < ST_SYNC_HIST; i++)
+		acc->staleness[i] += s->staleness[i];
 }
 
 static void stop_workers(st_trainer_t *tr)
@@ -169,25 +186,33 @@ static void stop_workers(st_trainer_t *tr)
 	tr->stop = 0;
 }
 
+void st_trainer_cancel(st_trainer_t *tr)
+{
+	pthread_mutex_lock(&tr->slow_mu);
+	tr->cancel = 1;
+	pthread_cond_broadcast(&tr->slow_cv);
+	pthread_mutex_unlock(&tr->slow_mu);
+}
+
 void st_trainer_destroy(st_trainer_t *tr)
 {
 	if (!tr)
 		return;
+	st_trainer_cancel(tr);
 	stop_workers(tr);
 	pthread_barrier_destroy(&tr->bar);
 	if (tr->sync)
 		tr->sops->destroy(tr->sync);
+	for (int i = 0; i < 2; i++)
+		cfg_free(&tr->auto_sub[i]);
+	free(tr->dstate);
+	pthread_mutex_destroy(&tr->slow_mu);
+	pthread_cond_destroy(&tr->slow_cv);
 	for (int i = 0; tr->w && i < tr->N; i++)
 		worker_free(&tr->w[i]);
 	free(tr->w);
-	for (int i = 0; i < ST_MAX_STAGE_THREADS; i++) {
-		pull_thread_t *p = &tr->pull_t[i];
-		free(p->hkeys);
-		free(p->hidx);
-		free(p->tkeys);
-		free(p->tpos);
-		free(p->trows);
-	}
+	for (int i = 0; i < ST_MAX_STAGE_THREADS; i++)
+		st__trainer_pull_free(&tr->pull_t[i]);
 	for (int i = 0; i < tr->n_tables; i++)
 		st_table_destroy(tr->tables[i]);
 	free(tr->slot_table);
@@ -201,10 +226,11 @@ int st_trainer_create(st_trainer_t **out, const st_job_t *job, st_metrics_t *met
 {
 	const st_model_cfg_t *mc = &job->model;
 	const char *type = mc->type ? mc->type : "lr";
-	const st_sync_ops_t *sops = st_sync_find(job->sync.name ? job->sync.name : "async");
-	if (!sops) {
-		st_error("sync policy '%s' is valid but not implemented in this version "
-			 "(implemented: allreduce, async)", job->sync.name);
+	/* A job with phases starts with its first phase's policy. */
+	const st_sync_cfg_t *scfg = job->n_phases ? &job->phases[0].sync : &job->sync;
+	const char *missing = st_trainer_policy_missing(scfg);
+	if (missing) {
+		st_error("sync policy '%s' is valid but not implemented in this version", missing);
 		return ST_EJOB;
 	}
 	int N = job->train_stage.threads > 0 ? job->train_stage.threads : 1;
@@ -229,8 +255,21 @@ int st_trainer_create(st_trainer_t **out, const st_job_t *job, st_metrics_t *met
 	tr->n_slots = job->train.n_slots;
 	tr->n_dense = job->train.n_dense;
 	tr->mean_loss = strcmp(type, "lr") != 0;
-	tr->sops = sops;
 	pthread_barrier_init(&tr->bar, NULL, (unsigned)N);
+	pthread_mutex_init(&tr->slow_mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&tr->slow_cv, &ca);
+	pthread_condattr_destroy(&ca);
+	tr->strag = job->stragglers;
+	if (tr->strag.enabled && (tr->strag.slowdown < 1 || tr->strag.worker >= N ||
+				  (!tr->strag.random && tr->strag.worker < 0))) {
+		st_error("stragglers: worker %d of %d, slowdown %g: need a worker in 0..%d "
+			 "and slowdown >= 1", tr->strag.worker, N, tr->strag.slowdown, N - 1);
+		st_trainer_destroy(tr);
+		return ST_EJOB;
+	}
 
 	st_model_cfg_t cfg = *mc;
 	cfg.type = (char *)type;
@@ -321,17 +360,18 @@ int st_trainer_create(st_trainer_t **out, const st_job_t *job, st_metrics_t *met
 	}
 
 	tr->env = (st_sync_env_t){
-		.n_workers = N, .cfg = &job->sync, .model = tr->model,
+		.n_workers = N, .cfg = &tr->sync_cfg, .model = tr->model,
 		.params = st_model_params(tr->model), .nparams = st_model_nparams(tr->model),
-		.dense_opt = &tr->dopt, .sparse_opt = &tr->sopt,
+		.dense_opt = &tr->dopt, .sparse_opt = &tr->sopt, .dense_t = &tr->dt,
+		.minibatch = tr->minibatch,
 	};
-	/* The policy may keep env->cfg: the job is not kept, so it gets a
-	 * view without parameters once created (policies read them in create). */
-	if ((rc = sops->create(&tr->sync, &tr->env)) < 0) {
-		tr->sync = NULL;
+	size_t nst = st_sync_dense_state_floats(&tr->env);
+	if (!(tr->dstate = malloc(sizeof(float) * (nst ? nst : 1)))) {
+		rc = ST_ENOMEM;
 		goto fail;
 	}
-	tr->env.cfg = &tr->sync_cfg;
+	st_sync_dense_state_init(&tr->env, tr->dstate);
+	tr->env.dense_state = tr->dstate;
 
 	tr->w = calloc((size_t)N, sizeof *tr->w);
 	if (!tr->w) {
@@ -350,6 +390,8 @@ int st_trainer_create(st_trainer_t **out, const st_job_t *job, st_metrics_t *met
 			goto fail;
 		}
 	}
+	if ((rc = st_trainer_set_policy(tr, scfg)) < 0)
+		goto fail;
 	*out = tr;
 	return ST_OK;
 fail:
@@ -387,146 +429,141 @@ int st_trainer_set_row(st_trainer_t *tr, int slot, uint64_t key, const float *ro
 void st_trainer_sync_stats(const st_trainer_t *tr, st_sync_stats_t *out)
 {
 	tr->sops->report(tr->sync, out);
+	stats_add(out, &tr->past);
+}
+
+const char *st_trainer_policy_missing(const st_sync_cfg_t *cfg)
+{
+	const char *name = cfg->name ? cfg->name : "async";
+	if (!strcmp(name, "auto")) {
+		for (int i = 0; i < 2; i++) {
+			const char *m = cfg->sub[i] ? st_trainer_policy_missing(cfg->sub[i])
+						    : (i ? "async" : "allreduce");
+			if (m && (cfg->sub[i] || !st_sync_find(m)))
+				return m;
+		}
+		return NULL;
+	}
+	return st_sync_find(name) ? NULL : name;
+}
+
+/* Replaces the current policy by a new one made from cfg on the same
+ * parameters and dense optimizer state. The new one is created first, so
+ * a failure leaves the old one in place. Worker 0's thread, between
+ * batches. */
+static int swap_policy(st_trainer_t *tr, const st_sync_cfg_t *cfg)
+{
+	const st_sync_ops_t *ops = st_sync_find(cfg->name ? cfg->name : "async");
+	if (!ops) {
+		st_error("sync policy '%s' is valid but not implemented in this version",
+			 cfg->name);
+		return ST_EJOB;
+	}
+	void *obj = NULL;
+	tr->env.cfg = cfg;
+	int rc = ops->create(&obj, &tr->env);
+	/* The policy may keep env->cfg: cfg may not outlive this call, so it
+	 * gets a view without parameters (policies read them in create). */
+	tr->env.cfg = &tr->sync_cfg;
+	if (rc < 0)
+		return rc == ST_EINVAL ? ST_EJOB : rc;
+	if (tr->sync) {
+		st_sync_stats_t s;
+		tr->sops->report(tr->sync, &s);
+		stats_add(&tr->past, &s);
+		tr->sops->destroy(tr->sync);
+	}
+	tr->sops = ops;
+	tr->sync = obj;
+	tr->gstep_base = tr->gstep;
+	for (int i = 0; i < tr->N; i++) {
+		tr->w[i].step_base = tr->w[i].steps;
+		tr->w[i].ring_n = 0;
+	}
+	return ST_OK;
+}
+
+int st_trainer_set_policy(st_trainer_t *tr, const st_sync_cfg_t *cfg)
+{
+	const char *name = cfg->name ? cfg->name : "async";
+	if (strcmp(name, "auto") != 0) {
+		int rc = swap_policy(tr, cfg);
+		if (rc >= 0)
+			tr->auto_on = 0;
+		return rc;
+	}
+	st_sync_cfg_t sub[2] = { { 0 }, { 0 } };
+	static const char *const defaults[2] = { "allreduce", "async" };
+	int rc = ST_OK;
+	for (int i = 0; i < 2 && rc >= 0; i++) {
+		st_sync_cfg_t d = { .name = (char *)defaults[i] };
+		rc = cfg_copy(&sub[i], cfg->sub[i] ? cfg->sub[i] : &d);
+	}
+	uint32_t window = (uint32_t)cfg_param(cfg, "window", 20);
+	window = window < 1 ? 1 : window > 1024 ? 1024 : window;
+	for (int i = 0; i < tr->N && rc >= 0; i++) {
+		double *r = realloc(tr->w[i].ring, sizeof(double) * window);
+		if (!r)
+			rc = ST_ENOMEM;
+		else
+			tr->w[i].ring = r;
+	}
+	if (rc >= 0)
+		rc = swap_policy(tr, &sub[0]);
+	if (rc < 0) {
+		cfg_free(&sub[0]);
+		cfg_free(&sub[1]);
+		return rc;
+	}
+	for (int i = 0; i < 2; i++) {
+		cfg_free(&tr->auto_sub[i]);
+		tr->auto_sub[i] = sub[i];
+	}
+	tr->auto_on = 1;
+	tr->auto_cur = 0;
+	tr->auto_window = window;
+	tr->auto_threshold = cfg_param(cfg, "threshold", 1.5);
+	return ST_OK;
+}
+
+const char *st_trainer_policy_name(const st_trainer_t *tr)
+{
+	return tr->sops->name;
+}
+
+uint64_t st_trainer_switches(const st_trainer_t *tr)
+{
+	return tr->switches;
+}
+
+void st_trainer_set_time_fn(st_trainer_t *tr, st_trainer_time_fn fn, void *ud)
+{
+	tr->time_fn = fn;
+	tr->time_ud = ud;
+}
+
+void st_trainer_worker_stats(const st_trainer_t *tr, int w, uint64_t *minibatches,
+			     uint64_t *examples, double *busy_s)
+{
+	const worker_t *x = &tr->w[w];
+	if (minibatches)
+		*minibatches = __atomic_load_n(&x->mbs, __ATOMIC_RELAXED);
+	if (examples)
+		*examples = __atomic_load_n(&x->examples, __ATOMIC_RELAXED);
+	if (busy_s)
+		*busy_s = x->busy;
 }
 
 /* ---- pull ------------------------------------------------------------------ */
 
-static inline uint64_t mix64(uint64_t z)
-{
-	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-	return z ^ (z >> 31);
-}
-
-/* Fills b->uniq (first-occurrence order), b->key_idx, b->n_uniq, and
- * udim[u] = the slot of u's first occurrence (turned into a width later). */
-static int dedup(pull_thread_t *t, st_batch_t *b, uint16_t **slot_out)
-{
-	uint32_t nk = st_batch_nkeys(b);
-	uint32_t cap = 16;
-	while (cap < 2 * (uint64_t)nk)
-		cap *= 2;
-	if (cap > t->hcap) {
-		free(t->hkeys);
-		free(t->hidx);
-		t->hkeys = malloc(sizeof(uint64_t) * cap);
-		t->hidx = malloc(sizeof(uint32_t) * cap);
-		if (!t->hkeys || !t->hidx) {
-			t->hcap = 0;
-			return ST_ENOMEM;
-		}
-		t->hcap = cap;
-	}
-	memset(t->hidx, 0xff, sizeof(uint32_t) * cap);
-	uint64_t *uniq = realloc(b->uniq, sizeof(uint64_t) * (nk ? nk : 1));
-	if (!uniq)
-		return ST_ENOMEM;
-	b->uniq = uniq;
-	uint32_t *kidx = realloc(b->key_idx, sizeof(uint32_t) * (nk ? nk : 1));
-	if (!kidx)
-		return ST_ENOMEM;
-	b->key_idx = kidx;
-	uint16_t *uslot = malloc(sizeof(uint16_t) * (nk ? nk : 1));
-	if (!uslot)
-		return ST_ENOMEM;
-	uint32_t mask = cap - 1, nu = 0;
-	for (uint32_t k = 0; k < nk; k++) {
-		uint64_t key = b->keys[k];
-		uint32_t i = (uint32_t)mix64(key) & mask;
-		for (;;) {
-			uint32_t u = t->hidx[i];
-			if (u == UINT32_MAX) {
-				t->hidx[i] = nu;
-				t->hkeys[i] = key;
-				uniq[nu] = key;
-				uslot[nu] = b->key_slot[k];
-				kidx[k] = nu++;
-				break;
-			}
-			if (t->hkeys[i] == key) {
-				kidx[k] = u;
-				break;
-			}
-			i = (i + 1) & mask;
-		}
-	}
-	b->n_uniq = nu;
-	*slot_out = uslot;
-	return ST_OK;
-}
-
-static int pull_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
-			st_batch_t **out)
-{
-	st_trainer_t *tr = state;
-	*out = b;
-	pull_thread_t *t = &tr->pull_t[ctx->thread_idx];
-	if ((int)b->n_slots > tr->n_slots)
-		return op_fail(ctx, ST_EINVAL, "batch %llu has %u slots, the model has %d",
-			       (unsigned long long)b->seq, b->n_slots, tr->n_slots);
-	uint16_t *uslot = NULL;
-	int rc = dedup(t, b, &uslot);
-	if (rc < 0)
-		return op_fail(ctx, rc, "batch %llu: out of memory deduplicating %u keys",
-			       (unsigned long long)b->seq, st_batch_nkeys(b));
-	uint32_t nu = b->n_uniq;
-	float **rows = realloc(b->rows, sizeof(float *) * (nu ? nu : 1));
-	if (!rows) {
-		free(uslot);
-		return op_fail(ctx, ST_ENOMEM, "batch %llu: out of memory for rows",
-			       (unsigned long long)b->seq);
-	}
-	b->rows = rows;
-	const uint32_t step = (uint32_t)b->seq;
-	if (tr->n_tables == 1) {
-		rc = st_table_resolve(tr->tables[0], b->uniq, nu, step, !b->eval, rows);
-	} else {
-		if (nu > t->tcap) {
-			free(t->tkeys);
-			free(t->tpos);
-			free(t->trows);
-			t->tkeys = malloc(sizeof(uint64_t) * nu);
-			t->tpos = malloc(sizeof(uint32_t) * nu);
-			t->trows = malloc(sizeof(float *) * nu);
-			t->tcap = (t->tkeys && t->tpos && t->trows) ? nu : 0;
-		}
-		rc = t->tcap >= nu ? ST_OK : ST_ENOMEM;
-		for (int k = 0; k < tr->n_tables && rc >= 0; k++) {
-			uint32_t m = 0;
-			for (uint32_t u = 0; u < nu; u++)
-				if (tr->slot_table[uslot[u]] == k) {
-					t->tkeys[m] = b->uniq[u];
-					t->tpos[m++] = u;
-				}
-			rc = st_table_resolve(tr->tables[k], t->tkeys, m, step, !b->eval, t->trows);
-			for (uint32_t i = 0; i < m && rc >= 0; i++)
-				rows[t->tpos[i]] = t->trows[i];
-		}
-	}
-	if (rc < 0) {
-		free(uslot);
-		return op_fail(ctx, rc, "batch %llu: out of memory growing the tables",
-			       (unsigned long long)b->seq);
-	}
-	/* The row width of every unique key, for train (b->aux, freed with the
-	 * batch). The slot array is reused in place. */
-	for (uint32_t u = 0; u < nu; u++)
-		uslot[u] = (uint16_t)st_model_row_dim(tr->model, uslot[u]);
-	free(b->aux);
-	b->aux = uslot;
-	return ST_OK;
-}
-
-/* ---- train ------------------------------------------------------------------ */
-
-/* Grows every worker's per-unique-key scratch to n_uniq. Worker 0's thread,
- * before the batch is published. */
 static int size_workers(st_trainer_t *tr, uint32_t n_uniq)
 {
 	const int relaxed = tr->sops->flags & ST_SYNC_RELAXED_READS;
 	for (int i = 0; i < tr->N; i++) {
 		worker_t *w = &tr->w[i];
-		if (n_uniq <= w->gcap)
+		/* A policy switch may turn relaxed reads on after the scratch
+		 * was sized without the private row copies. */
+		if (n_uniq <= w->gcap && (!relaxed || w->prow))
 			continue;
 		uint32_t cap = n_uniq + n_uniq / 2;
 		free(w->gu);
@@ -599,6 +636,66 @@ static void compute(st_trainer_t *tr, worker_t *w, st_batch_t *b, uint32_t mb,
 	};
 }
 
+static double mono_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Whether worker w's minibatch number `step` is slowed: the fixed worker,
+ * or a draw deterministic in (seed, worker, step). */
+static int slowed(const st_trainer_t *tr, int w, uint64_t step)
+{
+	const st_straggler_cfg_t *c = &tr->strag;
+	if (!c->enabled || !(c->slowdown > 1))
+		return 0;
+	if (!c->random)
+		return w == c->worker;
+	uint64_t h = mix64(c->seed ^ mix64(((uint64_t)w << 40) ^ step ^ UINT64_C(0x9e3779b97f4a7c15)));
+	return (double)(h >> 11) * 0x1.0p-53 < c->probability;
+}
+
+/* Sleeps secs unless the trainer is cancelled (then returns at once). */
+static void straggle(st_trainer_t *tr, double secs)
+{
+	double until = mono_s() + secs;
+	struct timespec ts;
+	ts.tv_sec = (time_t)until;
+	ts.tv_nsec = (long)((until - (double)ts.tv_sec) * 1e9);
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&tr->slow_mu);
+	while (!tr->cancel &&
+	       pthread_cond_timedwait(&tr->slow_cv, &tr->slow_mu, &ts) != ETIMEDOUT)
+		;
+	pthread_mutex_unlock(&tr->slow_mu);
+}
+
+/* After worker w computed a minibatch of n examples since t0: the straggler
+ * delay, the per-worker speed counters and auto's step-time sample. */
+static void after_compute(st_trainer_t *tr, worker_t *w, double t0, uint32_t n)
+{
+	double t = mono_s() - t0;
+	uint64_t step = w->mbs;
+	if (slowed(tr, w->idx, step)) {
+		double d = (tr->strag.slowdown - 1.0) * t;
+		straggle(tr, d);
+		t += d;
+	}
+	w->busy += t;
+	__atomic_store_n(&w->mbs, step + 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&w->examples, w->examples + n, __ATOMIC_RELAXED);
+	if (tr->auto_on) {
+		if (tr->time_fn)
+			t = tr->time_fn(tr->time_ud, w->idx, step, t);
+		w->ring[w->ring_n % tr->auto_window] = t;
+		w->ring_n++;
+	}
+}
+
 static void run_batch(st_trainer_t *tr, worker_t *w)
 {
 	st_batch_t *b = tr->cur;
@@ -627,10 +724,13 @@ static void run_batch(st_trainer_t *tr, worker_t *w)
 			for (uint32_t v = s * (uint32_t)N; v < (s + 1) * (uint32_t)N && v < nmb; v++)
 				tot += mb_size(tr, b, v);
 			float scale = tr->mean_loss ? 1.0f / (float)tot : 1.0f;
-			const float *params = ops->begin_step(tr->sync, w->idx, tr->gstep + s);
-			if (mb < nmb)
+			const float *params = ops->begin_step(tr->sync, w->idx,
+							      tr->gstep - tr->gstep_base + s);
+			if (mb < nmb) {
+				double t0 = mono_s();
 				compute(tr, w, b, mb, params, scale, &g);
-			else
+				after_compute(tr, w, t0, g.n_examples);
+			} else
 				g = (st_sync_grads_t){ .n_examples = 0, .dense = w->gdense,
 						       .gstride = tr->gstride };
 			int rc = ops->apply(tr->sync, w->idx, &g);
@@ -643,9 +743,12 @@ static void run_batch(st_trainer_t *tr, worker_t *w)
 			uint32_t mb = __atomic_fetch_add(&tr->next_mb, 1, __ATOMIC_RELAXED);
 			if (mb >= nmb)
 				break;
-			const float *params = ops->begin_step(tr->sync, w->idx, w->steps);
+			const float *params = ops->begin_step(tr->sync, w->idx,
+							      w->steps - w->step_base);
 			float scale = tr->mean_loss ? 1.0f / (float)mb_size(tr, b, mb) : 1.0f;
+			double t0 = mono_s();
 			compute(tr, w, b, mb, params, scale, &g);
+			after_compute(tr, w, t0, g.n_examples);
 			int rc = ops->apply(tr->sync, w->idx, &g);
 			if (rc < 0)
 				set_err(tr, rc);
@@ -736,8 +839,66 @@ static void refresh_metrics(st_trainer_t *tr)
 	if (!isnan(auc))
 		st_metrics_set(tr->metrics, "auc", auc);
 	st_sync_stats_t s;
-	tr->sops->report(tr->sync, &s);
+	st_trainer_sync_stats(tr, &s);
 	st_sync_stats_publish(&s, tr->metrics);
+	if (tr->auto_on || tr->switches)
+		st_metrics_set(tr->metrics, "sync_switches", (double)tr->switches);
+	/* Each worker's own speed: examples over the seconds it spent
+	 * computing and straggling (not waiting on others), so a slow worker
+	 * shows even under allreduce, where every step takes the slowest
+	 * worker's time. */
+	for (int i = 0; i < tr->N; i++) {
+		char name[32];
+		snprintf(name, sizeof name, "worker_eps_%d", i);
+		if (tr->w[i].busy > 0)
+			st_metrics_set(tr->metrics, name,
+				       (double)tr->w[i].examples / tr->w[i].busy);
+	}
+}
+
+/* st.sync.auto, after a batch: with `window` step times from every worker
+ * since the last switch, compares the slowest worker's mean step time to
+ * the fastest one's. Above threshold the lockstep policy would make every
+ * worker wait for the slowest (the GBA paper's motivation for moving to
+ * asynchronous aggregation when workers are unequal, gba-global-batch-
+ * aggregation.txt §1-2); below threshold * 0.8 — hysteresis, so a ratio
+ * hovering at the threshold does not flip every window — it goes back to
+ * the synchronous policy, whose updates are exact. */
+static int auto_check(st_trainer_t *tr)
+{
+	const uint32_t win = tr->auto_window;
+	double lo = INFINITY, hi = 0;
+	for (int i = 0; i < tr->N; i++) {
+		const worker_t *w = &tr->w[i];
+		if (w->ring_n < win)
+			return ST_OK;
+		double sum = 0;
+		for (uint32_t k = 0; k < win; k++)
+			sum += w->ring[k];
+		double mean = sum / win;
+		lo = mean < lo ? mean : lo;
+		hi = mean > hi ? mean : hi;
+	}
+	double ratio = lo > 0 ? hi / lo : 1.0;
+	int want = tr->auto_cur;
+	if (tr->auto_cur == 0 && ratio > tr->auto_threshold)
+		want = 1;
+	else if (tr->auto_cur == 1 && ratio < tr->auto_threshold * 0.8)
+		want = 0;
+	if (want == tr->auto_cur)
+		return ST_OK;
+	const char *from = tr->sops->name;
+	int rc = swap_policy(tr, &tr->auto_sub[want]);
+	if (rc < 0)
+		return rc;
+	st_info("batch %llu: worker speeds %s (%.1fx): %s -> %s",
+		(unsigned long long)tr->batches, want ? "diverge" : "converge", ratio, from,
+		tr->sops->name);
+	tr->auto_cur = want;
+	tr->switches++;
+	if (tr->metrics)
+		st_metrics_set(tr->metrics, "sync_switches", (double)tr->switches);
+	return ST_OK;
 }
 
 static int train_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
@@ -786,6 +947,10 @@ static int train_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 	}
 	if (tr->metrics)
 		st_metrics_add(tr->metrics, "examples", b->n);
+	tr->batches++;
+	if (tr->auto_on && (rc = auto_check(tr)) < 0)
+		return op_fail(ctx, rc, "batch %llu: cannot switch sync policy: %s",
+			       (unsigned long long)b->seq, st_strerror(rc));
 	tr->since += b->n;
 	if (tr->since >= AUC_REFRESH) {
 		tr->since = 0;
@@ -839,62 +1004,10 @@ int st_trainer_eval_result(st_trainer_t *tr, double *auc, double *logloss,
 	return ST_OK;
 }
 
-/* ---- push and dump --------------------------------------------------------- */
-
-static int push_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
-			st_batch_t **out)
-{
-	st_trainer_t *tr = state;
-	if (tr->ttl && !b->eval && b->seq > tr->ttl && b->seq % tr->evict_every == 0) {
-		uint64_t ev = 0;
-		for (int i = 0; i < tr->n_tables; i++)
-			ev += st_table_evict_older(tr->tables[i], (uint32_t)b->seq, tr->ttl);
-		if (tr->metrics)
-			st_metrics_add(tr->metrics, "evicted", (double)ev);
-	}
-	if (tr->metrics) {
-		uint64_t rows = 0, rejected = 0;
-		for (int i = 0; i < tr->n_tables; i++) {
-			st_table_stats_t ts;
-			st_table_stats(tr->tables[i], &ts);
-			rows += ts.rows;
-			rejected += ts.rejected;
-		}
-		st_metrics_set(tr->metrics, "rows", (double)rows);
-		if (rejected)
-			st_metrics_set(tr->metrics, "not_admitted", (double)rejected);
-	}
-	*out = b;
-	return ST_OK;
-}
-
-static int dump_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
-			st_batch_t **out)
-{
-	st_batch_destroy(b);
-	*out = NULL;
-	return ST_OK;
-}
-
-const st_stage_ops_t st_trainer_pull_ops = {
-	.name = "pull",
-	.process = pull_process,
-};
-
 const st_stage_ops_t st_trainer_train_ops = {
 	.name = "train",
 	.process = train_process,
 	.thread_start = train_thread_start,
 	.thread_stop = train_thread_stop,
 	.finish = train_finish,
-};
-
-const st_stage_ops_t st_trainer_push_ops = {
-	.name = "push",
-	.process = push_process,
-};
-
-const st_stage_ops_t st_trainer_dump_ops = {
-	.name = "dump",
-	.process = dump_process,
 };

@@ -37,8 +37,14 @@
  *                          updates are applied").
  *   st_trainer_dump_ops  — frees the batch.
  * Metrics: "examples", "loss", "auc" (progressive; refreshed every 65536
- * examples and at the end of the stage), "eval_examples", "rows", and the
- * policy's "sync_*" values (sync.h).
+ * examples and at the end of the stage), "eval_examples", "rows", the
+ * policy's "sync_*" values (sync.h, summed over the policies a run used),
+ * "sync_switches" (st.sync.auto) and "worker_eps_<w>" (worker w's examples
+ * per second of its own compute + straggler time).
+ *
+ * Stragglers (job->stragglers): after worker w computes a minibatch in t
+ * seconds it waits (slowdown - 1) * t before handing the gradients to the
+ * policy — a real, interruptible delay (st_trainer_cancel).
  *
  * Loss scale: the neural presets train on the mean loss of each step's
  * global minibatch (PyTorch's BCEWithLogitsLoss(reduction="mean")); the lr
@@ -105,6 +111,42 @@ int st_trainer_set_row(st_trainer_t *tr, int slot, uint64_t key, const float *ro
 
 /* Sync statistics so far. */
 void st_trainer_sync_stats(const st_trainer_t *tr, st_sync_stats_t *out);
+
+/* Switches to the policy cfg describes ("auto" included) between batches:
+ * creates the new policy on the same shared parameters, embedding rows and
+ * dense optimizer state (sync.h env.dense_state), then destroys the old
+ * one, so training continues from the same model and optimizer state. cfg
+ * is not kept. ST_OK; ST_EJOB (logged) for a policy st_sync_find does not
+ * know or a bad parameter, ST_ENOMEM — the old policy stays then. No stage
+ * running (or from the train thread between batches). */
+int st_trainer_set_policy(st_trainer_t *tr, const st_sync_cfg_t *cfg);
+
+/* The first policy name in cfg (auto's sub-policies included) that
+ * st_sync_find does not know, or NULL when all are implemented. */
+const char *st_trainer_policy_missing(const st_sync_cfg_t *cfg);
+
+/* The name of the policy running now (auto: the active sub-policy). */
+const char *st_trainer_policy_name(const st_trainer_t *tr);
+
+/* Policy switches st.sync.auto made so far. */
+uint64_t st_trainer_switches(const st_trainer_t *tr);
+
+/* Test hook for st.sync.auto: fn(ud, worker, step, measured) returns the
+ * step time recorded for worker's minibatch number `step` instead of the
+ * measured seconds, so tests drive the switch without real timing. Called
+ * on the worker threads. Set before training; NULL restores measuring. */
+typedef double (*st_trainer_time_fn)(void *ud, int worker, uint64_t step, double measured);
+void st_trainer_set_time_fn(st_trainer_t *tr, st_trainer_time_fn fn, void *ud);
+
+/* Worker w's minibatches and examples computed so far and the seconds it
+ * spent computing and straggling. Any out pointer may be NULL. Slightly
+ * stale while training. */
+void st_trainer_worker_stats(const st_trainer_t *tr, int w, uint64_t *minibatches,
+			     uint64_t *examples, double *busy_s);
+
+/* Wakes and disables straggler delays (st.stragglers) so a stopping job
+ * does not wait them out. Thread-safe; for signal/cancel paths. */
+void st_trainer_cancel(st_trainer_t *tr);
 
 /* Number of workers. */
 int st_trainer_workers(const st_trainer_t *tr);

@@ -9,13 +9,14 @@ local common = require "strata.common"
 local st = {
 	job = common.constructor("job", "job", "st.job"),
 	gen = common.constructor("gen", "gen", "st.gen"),
+	stragglers = common.constructor("stragglers", "stragglers", "st.stragglers"),
 	data = require "strata.data",
 	model = require "strata.model",
 	optim = require "strata.optim",
 	sync = require "strata.sync",
 	version = "0.1.0",
 }
-local names = { "job", "gen", "data", "model", "optim", "sync", "version" }
+local names = { "job", "gen", "stragglers", "data", "model", "optim", "sync", "version" }
 
 return setmetatable(st, {
 	__index = function(_, k)

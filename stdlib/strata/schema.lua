@@ -18,7 +18,7 @@ S.formats = { "criteo", "libsvm", "csv" }
 S.models = { "lr", "dnn", "wdl", "deepfm", "dlrm" }
 S.optimizers = { "sgd", "adagrad", "adam", "ftrl" }
 S.policies = { "allreduce", "async", "hop_bs", "bsp", "hop_bw", "gba",
-	"kstep", "shadow", "hybrid" }
+	"kstep", "shadow", "hybrid", "auto" }
 S.stages = { "read", "pull", "train", "push", "dump" }
 S.col_kinds = { "ignore", "label", "dense", "cat" }   -- order = enum st_col_kind
 
@@ -31,7 +31,27 @@ S.job = {
 	{ "stages", "section" },
 	{ "storage", "section" },
 	{ "sync", "section" },
+	{ "stragglers", "section" },
+	{ "phases", "section" },
 	{ "output", "section" },
+}
+
+-- st.stragglers{...}: one slowed worker (0-based, like the st-train-<n>
+-- threads) or a random schedule. validate.lua checks which fields go together.
+S.stragglers = {
+	{ "worker", "int", min = 0 },
+	{ "random", "bool", default = false },
+	{ "probability", "num", min = 0, max = 1 },
+	{ "slowdown", "num", min = 1, required = true },
+	{ "seed", "int", min = 0 },          -- default: the job's seed
+}
+
+-- One entry of `phases`; data and sync are checked like data.train and sync.
+S.phase = {
+	{ "name", "str", required = true, nonempty = true },
+	{ "rows", "int", min = 1 },          -- default: all rows of the source
+	{ "data", "section" },
+	{ "sync", "section" },
 }
 
 S.data = {
@@ -192,8 +212,22 @@ S.sync = {
 	shadow = {
 		{ "algo", "str", enum = { "easgd", "ma", "bmuf" }, default = "easgd" },
 		{ "alpha", "num", gt = 0, max = 1, default = 0.5 },
+		-- BMUF's block step size (shadowsync-background-sync.md, Algorithm 4)
+		{ "eta", "num", gt = 0, default = 1.0 },
+		-- 0: sync in the background thread (ShadowSync); n > 0: fixed-rate
+		-- sync in the foreground every n steps of each worker (the paper's
+		-- baseline)
+		{ "every", "int", min = 0, default = 0 },
 	},
 	hybrid = { { "staleness", "int", min = 0, required = true } },
+	-- Switches between `sync` (worker speeds agree) and `async` (they
+	-- diverge by more than threshold over `window` steps).
+	auto = {
+		{ "sync", "section" },               -- default st.sync.allreduce{}
+		{ "async", "section" },              -- default st.sync.async{}
+		{ "threshold", "num", gt = 1, default = 1.5 },
+		{ "window", "int", min = 1, max = 1024, default = 20 },
+	},
 }
 
 return S

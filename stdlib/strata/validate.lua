@@ -640,9 +640,10 @@ function V:model(root, v, train)
 	return out
 end
 
-function V:sync(root, v)
-	if v == nil then v = "async" end
-	local node, name, tbl, extra = self:kinded(root, "sync", v, "sync", "policy",
+function V:sync(root, v, key, default)
+	key = key or "sync"
+	if v == nil then v = default or "async" end
+	local node, name, tbl, extra = self:kinded(root, key, v, "sync", "policy",
 		schema.policies, "sync policy", "policies", true, true)
 	if not node then return nil end
 	local fields = schema.sync[name]
@@ -658,7 +659,110 @@ function V:sync(root, v)
 			}
 		end
 	end
-	return { name = name, params = params }
+	local out = { name = name, params = params }
+	if name == "auto" then
+		-- The two policies auto switches between; neither may be auto.
+		for _, k in ipairs({ "sync", "async" }) do
+			local sub = self:sync(node, tbl[k], k, k == "sync" and "allreduce" or "async")
+			if sub and sub.name == "auto" then
+				self:ferr(node, k, "%s.%s cannot be 'auto' (give the policy to " ..
+					"switch to)", node.path, k)
+			end
+			out[k] = sub
+		end
+	end
+	return out
+end
+
+-- stragglers = st.stragglers{worker = w, slowdown = s} or
+-- st.stragglers{random = true, probability = p, slowdown = s, seed = n}.
+function V:stragglers(root, v, workers, seed)
+	local tg = type(v) == "table" and common.tag(v)
+	if type(v) ~= "table" or (tg and tg.kind ~= "stragglers") then
+		self:ferr(root, "stragglers", "stragglers must be st.stragglers{...}, got %s",
+			tg and ("st." .. tg.kind .. "." .. tg.name .. "{...}") or show(v))
+		return nil
+	end
+	local node = self:child(root, "stragglers", v)
+	local s, bad = self:record(node, v, schema.stragglers)
+	if v.random == true then
+		if v.worker ~= nil then
+			self:err(node.loc, "stragglers has both 'worker' and 'random = true'; give one")
+		end
+		if v.probability == nil then
+			self:err(node.loc, "missing required field 'stragglers.probability' " ..
+				"(random = true slows each worker step with that probability)")
+		end
+	elseif v.worker == nil then
+		self:err(node.loc, "stragglers needs 'worker' (0-based, like the " ..
+			"st-train-<n> threads) or 'random = true'")
+	elseif not bad.worker and workers and s.worker >= workers then
+		self:ferr(node, "worker", "stragglers.worker must be < stages.train.workers " ..
+			"(%d), got %d (workers are numbered from 0)", workers, s.worker)
+	elseif v.probability ~= nil then
+		self:ferr(node, "probability", "stragglers.probability needs 'random = true'")
+	end
+	return {
+		random = s.random, worker = s.random and -1 or s.worker,
+		probability = s.probability or 0, slowdown = s.slowdown or 1,
+		seed = s.seed or seed,
+	}
+end
+
+-- phases = { {name =, rows =, data =, sync =}, ... }: trained in order on
+-- one model; a phase without sync uses the job's `sync`.
+function V:phases(root, v, jsync, train, gen)
+	local pnode = self:section(root, "phases", v)
+	if not pnode then return nil end
+	if #v == 0 then
+		self:err(pnode.loc, "phases must be a non-empty list of {name = ..., sync = ...}")
+		return nil
+	end
+	for k in pairs(v) do
+		if math.type(k) ~= "integer" or k < 1 or k > #v then
+			self:err(pnode.loc, "phases must be a list, got field '%s'", tostring(k))
+			return nil
+		end
+	end
+	local out, seen, from = {}, {}, pnode.line
+	for i, ph in ipairs(v) do
+		local path = "phases[" .. i .. "]"
+		if type(ph) ~= "table" or common.tag(ph) then
+			self:err(pnode.loc, "%s must be a table {name = ..., sync = ...}, got %s",
+				path, show(ph))
+		else
+			local node = { path = path, loc = pnode.loc, line = pnode.line }
+			local l = self:scan("name", from)
+			if l then
+				node.loc, node.line, from = self.file .. ":" .. l, l, l + 1
+			end
+			local r = self:record(node, ph, schema.phase)
+			if r.name and seen[r.name] then
+				self:ferr(node, "name", "%s.name '%s' is already used by phases[%d]",
+					path, r.name, seen[r.name])
+			elseif r.name then
+				seen[r.name] = i
+			end
+			local p = { name = r.name, rows = r.rows or -1 }
+			if ph.data ~= nil then
+				p.data = self:source(node, "data", ph.data, gen)
+				if p.data and train and (p.data.n_dense ~= train.n_dense or
+						p.data.n_slots ~= train.n_slots) then
+					self:ferr(node, "data", "%s.data has %d dense features and %d " ..
+						"slots, data.train has %d and %d: every phase trains the " ..
+						"same model", path, p.data.n_dense, p.data.n_slots,
+						train.n_dense, train.n_slots)
+				end
+			end
+			if ph.sync ~= nil then
+				p.sync = self:sync(node, ph.sync)
+			else
+				p.sync = jsync
+			end
+			out[i] = p
+		end
+	end
+	return out
 end
 
 -- Checks that `v` at field `key` of `parent` is a plain table; returns its
@@ -760,6 +864,12 @@ function V:job(job)
 	end
 
 	out.sync = self:sync(root, job.sync)
+	if job.stragglers ~= nil then
+		out.stragglers = self:stragglers(root, job.stragglers, stages.train.threads, j.seed)
+	end
+	if job.phases ~= nil then
+		out.phases = self:phases(root, job.phases, out.sync, out.train, out.gen)
+	end
 
 	local onode = self:section(root, "output", job.output)
 	local o = onode and self:record(onode, job.output, schema.output) or { progress = 1.0 }

@@ -271,10 +271,12 @@ static void test_lang_other_constructors(void **state)
 	assert_string_equal(j->ssd_path, "/tmp/strata-ssd");
 	assert_int_equal(j->ssd_bytes, 10000000000ull);
 	assert_string_equal(j->sync.name, "shadow");
-	assert_int_equal(j->sync.n_params, 2);
+	assert_int_equal(j->sync.n_params, 4);   /* algo, alpha + defaults of eta, every */
 	assert_string_equal(j->sync.keys[0], "algo");
 	assert_string_equal(j->sync.strs[0], "ma");
 	assert_true(st_job_sync_param(j, "alpha", 0) == 0.25);
+	assert_true(st_job_sync_param(j, "eta", 0) == 1.0);
+	assert_true(st_job_sync_param(j, "every", -1) == 0);
 	assert_true(st_job_sync_param(j, "absent", -3) == -3);
 	assert_string_equal(j->out_dir, "out/variety");
 	st_job_free(j);
@@ -401,14 +403,14 @@ static void test_lang_unknown_names(void **state)
 			    "(did you mean 'adagrad'?); known optimizers: sgd, adagrad, adam, ftrl");
 	assert_string_equal(d.msg[3], "tests/lua/bad_plain.lua:9: unknown sync policy 'hop' "
 			    "(did you mean 'hop_bs'?); known policies: allreduce, async, hop_bs, "
-			    "bsp, hop_bw, gba, kstep, shadow, hybrid");
+			    "bsp, hop_bw, gba, kstep, shadow, hybrid, auto");
 	st_diag_free(&d);
 	load_bad("tests/lua/bad_missing.lua", NULL, 0, &d);
 	expect_msg(&d, "tests/lua/bad_missing.lua:7: unknown model type 'dnnn' (did you mean "
 		       "'dnn'?); known models: lr, dnn, wdl, deepfm, dlrm");
 	expect_msg(&d, "tests/lua/bad_missing.lua:6: unknown sync policy 'asynch' (did you mean "
 		       "'async'?); known policies: allreduce, async, hop_bs, bsp, hop_bw, gba, "
-		       "kstep, shadow, hybrid");
+		       "kstep, shadow, hybrid, auto");
 	st_diag_free(&d);
 }
 
@@ -737,11 +739,11 @@ static void test_lang_set_invalid_value(void **state)
 	expect_only("tests/lua/good_minimal.lua", eval_err, 1,
 		    "--set sync=st.sync.asynch{}:1: unknown sync policy 'asynch' (did you mean "
 		    "'async'?); known policies: allreduce, async, hop_bs, bsp, hop_bw, gba, kstep, "
-		    "shadow, hybrid");
+		    "shadow, hybrid, auto");
 	const char *unknown_policy[] = { "sync=asynch" };
 	expect_only("tests/lua/good_minimal.lua", unknown_policy, 1,
 		    "--set sync=asynch: unknown sync policy 'asynch' (did you mean 'async'?); "
-		    "known policies: allreduce, async, hop_bs, bsp, hop_bw, gba, kstep, shadow, hybrid");
+		    "known policies: allreduce, async, hop_bs, bsp, hop_bw, gba, kstep, shadow, hybrid, auto");
 }
 
 /* ---- sandbox ---------------------------------------------------------- */
@@ -798,6 +800,57 @@ static void test_lang_sandbox_require(void **state)
 		      "tests/lua/sandbox_require_c.lua:3: module 'lpeg' not found:");
 }
 
+/* phases, stragglers and st.sync.auto reach the job IR. */
+static void test_lang_phases_stragglers_auto(void **state)
+{
+	(void)state;
+	st_job_t *j = load_ok("tests/lua/good_phases.lua", NULL, 0);
+	assert_string_equal(j->sync.name, "auto");
+	assert_true(st_job_sync_param(j, "threshold", 0) == 2);
+	assert_true(st_job_sync_param(j, "window", 0) == 20);
+	assert_string_equal(j->sync.sub[0]->name, "allreduce");
+	assert_string_equal(j->sync.sub[1]->name, "gba");
+	assert_true(st_sync_cfg_param(j->sync.sub[1], "global_batch", 0) == 1024);
+	assert_int_equal(j->stragglers.enabled, 1);
+	assert_int_equal(j->stragglers.worker, 2);
+	assert_true(j->stragglers.slowdown == 3.0);
+	assert_int_equal(j->n_phases, 2);
+	assert_string_equal(j->phases[0].name, "sync");
+	assert_int_equal(j->phases[0].rows, 400);
+	assert_int_equal(j->phases[0].has_data, 0);
+	assert_string_equal(j->phases[0].sync.name, "allreduce");
+	assert_string_equal(j->phases[1].name, "gba");
+	assert_int_equal(j->phases[1].rows, -1);
+	assert_int_equal(j->phases[1].has_data, 1);
+	assert_int_equal(j->phases[1].data.n_slots, 26);
+	assert_string_equal(j->phases[1].sync.name, "auto");   /* the job's sync */
+	st_job_free(j);
+}
+
+static void test_lang_phases_stragglers_auto_errors(void **state)
+{
+	(void)state;
+	st_diag_t d;
+	load_bad("tests/lua/bad_phases.lua", NULL, 0, &d);
+	expect_msg(&d, "tests/lua/bad_phases.lua:7: sync.threshold must be > 1, got 1");
+	expect_msg(&d, "tests/lua/bad_phases.lua:7: sync.sync cannot be 'auto' (give the "
+		       "policy to switch to)");
+	expect_msg(&d, "tests/lua/bad_phases.lua:7: unknown sync policy 'asynch' (did you "
+		       "mean 'async'?); known policies: allreduce, async, hop_bs, bsp, hop_bw, "
+		       "gba, kstep, shadow, hybrid, auto");
+	expect_msg(&d, "tests/lua/bad_phases.lua:6: stragglers.slowdown must be >= 1, got 0.5");
+	expect_msg(&d, "tests/lua/bad_phases.lua:6: stragglers.worker must be < "
+		       "stages.train.workers (3), got 3 (workers are numbered from 0)");
+	expect_msg(&d, "tests/lua/bad_phases.lua:9: phases[1].rows must be >= 1, got 0");
+	expect_msg(&d, "tests/lua/bad_phases.lua:10: phases[2].name 'sync' is already used "
+		       "by phases[1]");
+	expect_msg(&d, "tests/lua/bad_phases.lua:10: unknown sync policy 'asyn' (did you mean "
+		       "'async'?); known policies: allreduce, async, hop_bs, bsp, hop_bw, gba, "
+		       "kstep, shadow, hybrid, auto");
+	assert_int_equal(d.n, 8);
+	st_diag_free(&d);
+}
+
 int main(void)
 {
 	const char *root = getenv("ST_SOURCE_ROOT");
@@ -806,6 +859,8 @@ int main(void)
 		return 77;
 	}
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_lang_phases_stragglers_auto),
+		cmocka_unit_test(test_lang_phases_stragglers_auto_errors),
 		cmocka_unit_test(test_lang_valid_job_fields),
 		cmocka_unit_test(test_lang_defaults),
 		cmocka_unit_test(test_lang_other_constructors),

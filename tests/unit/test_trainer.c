@@ -9,8 +9,10 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ops/gen/gen.h"
 #include "ops/train/trainer.h"
@@ -392,10 +394,10 @@ static void test_trainer_refuses_unimplemented_policy(void **state)
 	(void)state;
 	st_job_t job;
 	make_job(&job, "dnn");
-	job.sync.name = (char *)"gba";
+	job.sync.name = (char *)"no_such_policy";
 	st_trainer_t *tr;
 	assert_int_equal(st_trainer_create(&tr, &job, NULL), ST_EJOB);
-	assert_null(st_sync_find("gba"));
+	assert_null(st_sync_find("no_such_policy"));
 	assert_non_null(st_sync_find("allreduce"));
 	assert_non_null(st_sync_find("async"));
 	make_job(&job, "deepfm");
@@ -494,6 +496,203 @@ static void test_trainer_runs_in_graph(void **state)
 	run_graph("async");
 }
 
+/* A straggler slows only its own worker: under async (FREE schedule) the
+ * other worker takes the minibatches it leaves. Only the order of the
+ * counts is asserted, never a time. */
+static void test_trainer_straggler_slows_its_worker(void **state)
+{
+	(void)state;
+	st_job_t job;
+	make_job(&job, "dnn");
+	job.train_stage.threads = 2;
+	job.minibatch = 64;
+	job.stragglers = (st_straggler_cfg_t){ .enabled = 1, .worker = 1, .slowdown = 10 };
+	st_metrics_t *m;
+	assert_int_equal(st_metrics_create(&m), ST_OK);
+	st_trainer_t *tr;
+	assert_int_equal(st_trainer_create(&tr, &job, m), ST_OK);
+	for (int i = 0; i < 4; i++)
+		run_batch(tr, gen_batch((uint64_t)i * 2048, 2048, 0), NULL);
+	uint64_t mb0, mb1, ex0, ex1;
+	st_trainer_worker_stats(tr, 0, &mb0, &ex0, NULL);
+	st_trainer_worker_stats(tr, 1, &mb1, &ex1, NULL);
+	assert_int_equal(mb0 + mb1, 4 * 2048 / 64);
+	assert_int_equal(ex0 + ex1, 4 * 2048);
+	assert_true(mb1 < mb0);
+	st_stage_ctx_t ctx = { .stage = "test", .n_threads = 1 };
+	assert_int_equal(st_trainer_train_ops.finish(tr, &ctx), ST_OK);
+	assert_true(st_metrics_get(m, "worker_eps_0", -1) > 0);
+	assert_true(st_metrics_get(m, "worker_eps_1", -1) > 0);
+	st_trainer_destroy(tr);
+	st_metrics_destroy(m);
+}
+
+/* Bad straggler settings are refused at creation. */
+static void test_trainer_straggler_refuses_bad_worker(void **state)
+{
+	(void)state;
+	st_job_t job;
+	make_job(&job, "lr");
+	job.train_stage.threads = 2;
+	job.stragglers = (st_straggler_cfg_t){ .enabled = 1, .worker = 2, .slowdown = 2 };
+	st_trainer_t *tr;
+	assert_int_equal(st_trainer_create(&tr, &job, NULL), ST_EJOB);
+}
+
+/* Runs 5 batches with allreduce on 2 workers; when switch_at >= 0, the
+ * trainer re-creates the policy (allreduce again) before that batch. */
+static void train_switch(int switch_at, float **params, size_t *np, float **preds)
+{
+	enum { NB = 5, BS = 2048 };
+	st_job_t job;
+	make_job(&job, "wdl");
+	job.sync.name = (char *)"allreduce";
+	job.train_stage.threads = 2;
+	job.minibatch = 128;
+	st_trainer_t *tr;
+	assert_int_equal(st_trainer_create(&tr, &job, NULL), ST_OK);
+	*preds = malloc(sizeof(float) * NB * BS);
+	for (int i = 0; i < NB; i++) {
+		if (i == switch_at)
+			assert_int_equal(st_trainer_set_policy(tr, &job.sync), ST_OK);
+		run_batch(tr, gen_batch((uint64_t)i * BS, BS, 0), *preds + i * BS);
+	}
+	st_sync_stats_t ss;
+	st_trainer_sync_stats(tr, &ss);
+	assert_int_equal(ss.steps, NB * BS / 128 / 2);   /* summed over both policies */
+	*np = st_model_nparams(st_trainer_model(tr));
+	*params = malloc(sizeof(float) * *np);
+	memcpy(*params, st_model_params(st_trainer_model(tr)), sizeof(float) * *np);
+	st_trainer_destroy(tr);
+}
+
+/* Switching policy mid-run keeps dense params, rows and the dense Adam
+ * state (moments and step count): allreduce -> allreduce is bit-identical
+ * to not switching. Restarting Adam's moments would change the next step. */
+static void test_trainer_switch_keeps_state(void **state)
+{
+	(void)state;
+	float *p0, *p1, *q0, *q1;
+	size_t np;
+	train_switch(-1, &p0, &np, &q0);
+	train_switch(2, &p1, &np, &q1);
+	assert_memory_equal(p0, p1, sizeof(float) * np);
+	assert_memory_equal(q0, q1, sizeof(float) * 5 * 2048);
+	free(p0);
+	free(p1);
+	free(q0);
+	free(q1);
+}
+
+/* Switching between lockstep and Hogwild policies and back trains on. */
+static void test_trainer_switch_async_and_back(void **state)
+{
+	(void)state;
+	st_job_t job;
+	make_job(&job, "dnn");
+	job.train_stage.threads = 2;
+	job.sync.name = (char *)"allreduce";
+	st_trainer_t *tr;
+	assert_int_equal(st_trainer_create(&tr, &job, NULL), ST_OK);
+	st_sync_cfg_t as = { .name = (char *)"async" }, ar = { .name = (char *)"allreduce" },
+		      bad = { .name = (char *)"no_such_policy" };
+	run_batch(tr, gen_batch(0, 2048, 0), NULL);
+	assert_int_equal(st_trainer_set_policy(tr, &as), ST_OK);
+	assert_string_equal(st_trainer_policy_name(tr), "async");
+	run_batch(tr, gen_batch(2048, 2048, 0), NULL);
+	assert_int_equal(st_trainer_set_policy(tr, &bad), ST_EJOB);
+	assert_string_equal(st_trainer_policy_name(tr), "async");   /* old one kept */
+	assert_int_equal(st_trainer_set_policy(tr, &ar), ST_OK);
+	run_batch(tr, gen_batch(4096, 2048, 0), NULL);
+	double auc;
+	uint64_t n;
+	st_trainer_progress(tr, &auc, NULL, &n);
+	assert_int_equal(n, 3 * 2048);
+	assert_true(auc > 0.5);
+	st_trainer_destroy(tr);
+}
+
+/* The auto test's clock: worker 1 takes `slow` times as long as worker 0. */
+static double fake_time(void *ud, int worker, uint64_t step, double measured)
+{
+	(void)step;
+	(void)measured;
+	return worker == 1 ? *(double *)ud : 1.0;
+}
+
+/* st.sync.auto switches to its async policy when worker speeds diverge
+ * beyond threshold, back below threshold * 0.8, and logs each switch. The
+ * speeds come from a test clock, so no real timing is involved. */
+static void test_trainer_auto_switches(void **state)
+{
+	(void)state;
+	st_job_t job;
+	make_job(&job, "dnn");
+	job.train_stage.threads = 2;
+	job.minibatch = 256;
+	st_sync_cfg_t sub[2] = { { .name = (char *)"allreduce" }, { .name = (char *)"async" } };
+	char *keys[] = { (char *)"threshold", (char *)"window" };
+	double vals[] = { 1.5, 4 };
+	char *strs[] = { NULL, NULL };
+	job.sync = (st_sync_cfg_t){ .name = (char *)"auto", .n_params = 2, .keys = keys,
+				    .vals = vals, .strs = strs, .sub = { &sub[0], &sub[1] } };
+	st_metrics_t *m;
+	assert_int_equal(st_metrics_create(&m), ST_OK);
+	st_trainer_t *tr;
+	assert_int_equal(st_trainer_create(&tr, &job, m), ST_OK);
+	double slow = 1.0;
+	st_trainer_set_time_fn(tr, fake_time, &slow);
+	assert_string_equal(st_trainer_policy_name(tr), "allreduce");
+
+	/* Capture the log (stderr) to check the switch lines. */
+	fflush(stderr);
+	int saved = dup(2);
+	FILE *log = tmpfile();
+	assert_non_null(log);
+	dup2(fileno(log), 2);
+
+	/* Equal speeds: 8 minibatches per batch, 4 per worker = one window. */
+	for (int i = 0; i < 2; i++)
+		run_batch(tr, gen_batch((uint64_t)i * 2048, 2048, 0), NULL);
+	uint64_t sw0 = st_trainer_switches(tr);
+	slow = 3.0;
+	for (int i = 2; i < 4; i++)
+		run_batch(tr, gen_batch((uint64_t)i * 2048, 2048, 0), NULL);
+	const char *mid = st_trainer_policy_name(tr);
+	uint64_t sw1 = st_trainer_switches(tr);
+	slow = 1.3;   /* above 1.5 * 0.8: hysteresis keeps async */
+	for (int i = 4; i < 6; i++)
+		run_batch(tr, gen_batch((uint64_t)i * 2048, 2048, 0), NULL);
+	uint64_t sw2 = st_trainer_switches(tr);
+	/* Under async the minibatches go to whichever worker is free, so the
+	 * window may take a few batches to refill: bounded, not timed. */
+	slow = 1.0;
+	for (int i = 6; i < 60 && st_trainer_switches(tr) < 2; i++)
+		run_batch(tr, gen_batch((uint64_t)i * 2048, 2048, 0), NULL);
+
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	char buf[4096] = { 0 };
+	rewind(log);
+	size_t got = fread(buf, 1, sizeof buf - 1, log);
+	fclose(log);
+	buf[got] = 0;
+
+	assert_int_equal(sw0, 0);
+	assert_string_equal(mid, "async");
+	assert_int_equal(sw1, 1);
+	assert_int_equal(sw2, 1);
+	assert_string_equal(st_trainer_policy_name(tr), "allreduce");
+	assert_int_equal(st_trainer_switches(tr), 2);
+	assert_non_null(strstr(buf, "batch 3: worker speeds diverge (3.0x): allreduce -> async"));
+	assert_non_null(strstr(buf, "worker speeds converge ("));
+	assert_non_null(strstr(buf, "x): async -> allreduce"));
+	assert_true(st_metrics_get(m, "sync_switches", -1) == 2);
+	st_trainer_destroy(tr);
+	st_metrics_destroy(m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -508,6 +707,11 @@ int main(void)
 		cmocka_unit_test(test_trainer_async_two_workers_learn),
 		cmocka_unit_test(test_trainer_allreduce_two_workers_learn),
 		cmocka_unit_test(test_trainer_presets_learn),
+		cmocka_unit_test(test_trainer_straggler_slows_its_worker),
+		cmocka_unit_test(test_trainer_straggler_refuses_bad_worker),
+		cmocka_unit_test(test_trainer_switch_keeps_state),
+		cmocka_unit_test(test_trainer_switch_async_and_back),
+		cmocka_unit_test(test_trainer_auto_switches),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,59 @@
+/*
+ * push.c — the push and dump stages of the trainer. The sparse optimizer
+ * step happens in train, at every step (docs/design-notes.md, "Where sparse
+ * updates are applied"); push keeps the store's books: TTL eviction sweeps
+ * (model.ttl, in batches, every ttl/8 batches, in batch order so no row of a
+ * batch in flight is older than the TTL) and the row / admission metrics.
+ * dump frees the batch (checkpoints and exports arrive with their issue).
+ *
+ * Threads: one push thread and one dump thread (graph stages).
+ */
+#include <stdlib.h>
+
+#include "ops/train/trainer_internal.h"
+#include "runtime/err.h"
+
+static int push_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
+			st_batch_t **out)
+{
+	st_trainer_t *tr = state;
+	if (tr->ttl && !b->eval && b->seq > tr->ttl && b->seq % tr->evict_every == 0) {
+		uint64_t ev = 0;
+		for (int i = 0; i < tr->n_tables; i++)
+			ev += st_table_evict_older(tr->tables[i], (uint32_t)b->seq, tr->ttl);
+		if (tr->metrics)
+			st_metrics_add(tr->metrics, "evicted", (double)ev);
+	}
+	if (tr->metrics) {
+		uint64_t rows = 0, rejected = 0;
+		for (int i = 0; i < tr->n_tables; i++) {
+			st_table_stats_t ts;
+			st_table_stats(tr->tables[i], &ts);
+			rows += ts.rows;
+			rejected += ts.rejected;
+		}
+		st_metrics_set(tr->metrics, "rows", (double)rows);
+		if (rejected)
+			st_metrics_set(tr->metrics, "not_admitted", (double)rejected);
+	}
+	*out = b;
+	return ST_OK;
+}
+
+static int dump_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
+			st_batch_t **out)
+{
+	st_batch_destroy(b);
+	*out = NULL;
+	return ST_OK;
+}
+
+const st_stage_ops_t st_trainer_push_ops = {
+	.name = "push",
+	.process = push_process,
+};
+
+const st_stage_ops_t st_trainer_dump_ops = {
+	.name = "dump",
+	.process = dump_process,
+};

@@ -1,0 +1,288 @@
+/*
+ * bsp.c — "bsp{b}": the BSP baseline of the GBA paper
+ * (gba-global-batch-aggregation.txt, Section 5.1: "Bulk synchronous parallel
+ * (BSP) aggregates a pre-set number b2 of gradients when applying gradients
+ * to the parameters, regardless of the gradient version"; Section 3, Fig. 4
+ * "BSP-1K ... BSP-6K" names the aggregation size). It is the parameter-
+ * server form of TensorFlow's SyncReplicasOptimizer with
+ * replicas_to_aggregate = b and no version check.
+ *
+ * Schedule FREE: workers take minibatches from the trainer's shared counter
+ * and never wait for one another. Each arriving gradient (dense vector and
+ * per-row sparse gradients) is added into one shared buffer; the b-th
+ * arrival applies the buffer, averaged over b (dense and every row alike:
+ * the mean of b minibatch gradients, i.e. one step of a b-times larger
+ * global batch), as ONE optimizer step, and empties it.
+ *
+ * End of batch: the unique-key indices that address the sparse buffer are
+ * per batch, so the buffer cannot be carried into the next batch. The last
+ * worker to reach end_batch flushes a partial buffer of n < b gradients as
+ * one step averaged over n (the same per-example scale as a full one). The
+ * trainer's end-of-batch barrier then orders that step before the next
+ * batch.
+ *
+ * Staleness of a gradient = optimizer steps applied between the worker's
+ * begin_step (its read of the parameters) and the step the gradient goes
+ * into: steps done when it arrives minus steps done when it read.
+ * Bytes (what a parameter-server run would send per contribution): the
+ * dense gradient 4·nparams plus, per touched row, an 8-byte key and 4·dim
+ * floats. Parameter pulls are not counted (as async.c and allreduce.c).
+ *
+ * Threads: hooks on the N worker threads. One mutex `mu` guards the buffer,
+ * the dense parameters and optimizer state, and the step counter: apply
+ * adds under it, the b-th apply runs the optimizer step under it, and
+ * begin_step copies the dense parameters into the worker's snapshot under
+ * it (so a snapshot is always one consistent version). Sparse rows are read
+ * by the trainer without our lock, so they are written with relaxed atomics
+ * (flag ST_SYNC_RELAXED_READS). Statistics are relaxed atomics. One lock
+ * only: no lock order.
+ */
+#include "ops/sync/sync.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/err.h"
+
+typedef struct {
+	st_sync_env_t env;
+	int N;
+	uint32_t b;
+	pthread_mutex_t mu;
+	/* ---- under mu ---- */
+	/* Dense optimizer state and step count: the trainer's (env->dense_state,
+	 * env->dense_t, kept across policy switches) or our own. */
+	float *state;          /* dense optimizer state */
+	float *own_state;
+	uint64_t *t;           /* optimizer steps applied (Adam's step number) */
+	uint64_t own_t;
+	float *acc;            /* [nparams] dense gradient sum */
+	uint32_t count;        /* gradients in the buffer */
+	uint64_t version;      /* optimizer steps applied */
+	int ended;             /* workers past end_batch in this batch */
+	/* sparse buffer, addressed by the batch's unique-key index u */
+	uint32_t cap;          /* unique keys the arrays hold */
+	int maxdim;            /* floats per u in sacc */
+	float *sacc;           /* [cap * maxdim] row gradient sums */
+	float **srow;          /* [cap] shared row of u */
+	uint16_t *sdim;        /* [cap] */
+	uint8_t *sin;          /* [cap] 1: u is in slist */
+	uint32_t *slist;       /* [cap] keys in the buffer */
+	uint32_t ns;
+	float *trow;           /* one row + state while updating */
+	/* ---- per worker ---- */
+	float **snap;          /* [N][nparams] parameters read at begin_step */
+	uint64_t *v0;          /* [N] version at begin_step */
+	st_sync_stats_t st;    /* relaxed atomics */
+} bsp_t;
+
+static void stat_add(uint64_t *p, uint64_t v)
+{
+	__atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+}
+
+static double cfg_param(const st_sync_cfg_t *c, const char *key)
+{
+	for (int i = 0; c && i < c->n_params; i++)
+		if (c->keys[i] && !strcmp(c->keys[i], key))
+			return c->vals[i];
+	return -1;
+}
+
+static void bsp_destroy(void *self)
+{
+	bsp_t *s = self;
+	if (!s)
+		return;
+	for (int i = 0; s->snap && i < s->N; i++)
+		free(s->snap[i]);
+	free(s->snap);
+	free(s->v0);
+	free(s->own_state);
+	free(s->acc);
+	free(s->sacc);
+	free(s->srow);
+	free(s->sdim);
+	free(s->sin);
+	free(s->slist);
+	free(s->trow);
+	pthread_mutex_destroy(&s->mu);
+	free(s);
+}
+
+static int bsp_create(void **self, const st_sync_env_t *env)
+{
+	double b = cfg_param(env->cfg, "b");
+	if (!(b >= 1)) {
+		st_error("sync policy bsp: parameter b (gradients per update, >= 1) is "
+			 "missing or below 1");
+		return ST_EJOB;
+	}
+	bsp_t *s = calloc(1, sizeof *s);
+	if (!s)
+		return ST_ENOMEM;
+	s->env = *env;
+	s->N = env->n_workers;
+	s->b = b > UINT32_MAX ? UINT32_MAX : (uint32_t)b;
+	pthread_mutex_init(&s->mu, NULL);
+	size_t np = env->nparams ? env->nparams : 1;
+	size_t nst = st_sync_dense_state_floats(env);
+	s->maxdim = st_model_max_row_dim(env->model);
+	size_t rowf = (size_t)s->maxdim +
+		      st_optim_state_floats(env->sparse_opt, (size_t)s->maxdim) + 1;
+	s->state = env->dense_state;
+	if (!s->state)
+		s->state = s->own_state = malloc(sizeof(float) * (nst ? nst : 1));
+	s->t = env->dense_t ? env->dense_t : &s->own_t;
+	s->acc = calloc(np, sizeof(float));
+	s->trow = malloc(sizeof(float) * rowf);
+	s->snap = calloc((size_t)s->N, sizeof *s->snap);
+	s->v0 = calloc((size_t)s->N, sizeof *s->v0);
+	int ok = s->state && s->acc && s->trow && s->snap && s->v0;
+	for (int i = 0; ok && i < s->N; i++)
+		ok = (s->snap[i] = malloc(sizeof(float) * np)) != NULL;
+	if (!ok) {
+		bsp_destroy(s);
+		return ST_ENOMEM;
+	}
+	if (s->own_state)
+		st_sync_dense_state_init(env, s->state);
+	*self = s;
+	return ST_OK;
+}
+
+static int bsp_begin_batch(void *self, uint32_t n_uniq)
+{
+	bsp_t *s = self;
+	/* No worker runs and the buffer is empty (flushed at end of batch). */
+	s->ended = 0;
+	if (n_uniq <= s->cap)
+		return ST_OK;
+	size_t n = n_uniq;
+	float *sacc = realloc(s->sacc, sizeof(float) * n * (size_t)(s->maxdim ? s->maxdim : 1));
+	if (sacc)
+		s->sacc = sacc;
+	float **srow = realloc(s->srow, sizeof *srow * n);
+	if (srow)
+		s->srow = srow;
+	uint16_t *sdim = realloc(s->sdim, sizeof *sdim * n);
+	if (sdim)
+		s->sdim = sdim;
+	uint8_t *sin = realloc(s->sin, n);
+	if (sin)
+		s->sin = sin;
+	uint32_t *slist = realloc(s->slist, sizeof *slist * n);
+	if (slist)
+		s->slist = slist;
+	if (!sacc || !srow || !sdim || !sin || !slist)
+		return ST_ENOMEM;
+	memset(s->sin, 0, n);
+	s->cap = n_uniq;
+	return ST_OK;
+}
+
+static const float *bsp_begin_step(void *self, int w, uint64_t step)
+{
+	bsp_t *s = self;
+	(void)step;
+	pthread_mutex_lock(&s->mu);
+	s->v0[w] = s->version;
+	memcpy(s->snap[w], s->env.params, sizeof(float) * s->env.nparams);
+	pthread_mutex_unlock(&s->mu);
+	return s->snap[w];
+}
+
+/* One optimizer step with the buffer's n gradients averaged; empties the
+ * buffer. Under mu. */
+static void flush(bsp_t *s, uint32_t n)
+{
+	const st_sync_env_t *env = &s->env;
+	const float inv = 1.0f / (float)n;
+	const uint64_t t = ++*s->t;
+	for (size_t i = 0; i < env->nparams; i++)
+		s->acc[i] *= inv;
+	st_sync_dense_update(env, env->params, s->state, s->acc, t);
+	memset(s->acc, 0, sizeof(float) * env->nparams);
+	for (uint32_t k = 0; k < s->ns; k++) {
+		uint32_t u = s->slist[k];
+		float *g = s->sacc + (size_t)u * s->maxdim;
+		for (int j = 0; j < s->sdim[u]; j++)
+			g[j] *= inv;
+		if (s->srow[u])
+			st_sync_row_update_relaxed(env, s->srow[u], g, s->sdim[u], t, s->trow);
+		s->sin[u] = 0;
+	}
+	s->ns = 0;
+	s->count = 0;
+	s->version++;
+	stat_add(&s->st.steps, 1);
+}
+
+static int bsp_apply(void *self, int w, st_sync_grads_t *g)
+{
+	bsp_t *s = self;
+	const st_sync_env_t *env = &s->env;
+	if (!g->n_examples)
+		return ST_OK;
+	uint64_t bytes = sizeof(float) * (uint64_t)env->nparams;
+	pthread_mutex_lock(&s->mu);
+	stat_add(&s->st.staleness[st_sync_hist_bucket(s->version - s->v0[w])], 1);
+	for (size_t i = 0; i < env->nparams; i++)
+		s->acc[i] += g->dense[i];
+	for (uint32_t k = 0; k < g->n_rows; k++) {
+		uint32_t u = g->uidx[k];
+		const int dim = g->row_dim[u];
+		const float *gu = g->grad + (size_t)u * g->gstride;
+		float *a = s->sacc + (size_t)u * s->maxdim;
+		bytes += 8 + sizeof(float) * (uint64_t)dim;
+		if (!s->sin[u]) {
+			s->sin[u] = 1;
+			s->slist[s->ns++] = u;
+			s->srow[u] = g->rows[u];
+			s->sdim[u] = (uint16_t)dim;
+			memcpy(a, gu, sizeof(float) * (size_t)dim);
+		} else {
+			for (int j = 0; j < dim; j++)
+				a[j] += gu[j];
+		}
+	}
+	if (++s->count == s->b)
+		flush(s, s->count);
+	pthread_mutex_unlock(&s->mu);
+	stat_add(&s->st.updates, 1);
+	stat_add(&s->st.bytes, bytes);
+	return ST_OK;
+}
+
+static void bsp_end_batch(void *self, int w)
+{
+	bsp_t *s = self;
+	(void)w;
+	pthread_mutex_lock(&s->mu);
+	/* The last worker out: every gradient of the batch is in the buffer. */
+	if (++s->ended == s->N && s->count)
+		flush(s, s->count);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void bsp_report(void *self, st_sync_stats_t *out)
+{
+	bsp_t *s = self;
+	uint64_t *src = (uint64_t *)&s->st, *dst = (uint64_t *)out;
+	for (size_t i = 0; i < sizeof *out / sizeof(uint64_t); i++)
+		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+}
+
+const st_sync_ops_t st_sync_bsp_ops = {
+	.name = "bsp",
+	.schedule = ST_SYNC_FREE,
+	.flags = ST_SYNC_RELAXED_READS,
+	.create = bsp_create,
+	.destroy = bsp_destroy,
+	.begin_batch = bsp_begin_batch,
+	.begin_step = bsp_begin_step,
+	.apply = bsp_apply,
+	.end_batch = bsp_end_batch,
+	.report = bsp_report,
+};

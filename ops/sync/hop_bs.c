@@ -1,0 +1,297 @@
+/*
+ * hop_bs.c — bounded staleness ("hop_bs{b}"): the Hop-BS baseline of the
+ * GBA paper (gba-global-batch-aggregation.txt, Section 2 "Related Work" and
+ * Section 5.1: "Bounded staleness (Hop-BS) restricts the maximal differences
+ * of gradient version between the fastest and the slowest workers,
+ * controlled by b1"; Luo et al., Hop, ref. [22]; the stale-synchronous
+ * parallel rule of Ho et al. 2013).
+ *
+ * Schedule FREE: workers take minibatches from the trainer's shared counter
+ * and apply their gradients as they come, Hogwild-style, exactly like
+ * async.c (relaxed-atomic reads of the shared parameters into a per-worker
+ * snapshot, relaxed-atomic read-modify-write of one tensor / one row at a
+ * time). The only difference from async is the clock rule:
+ *
+ *   clock[w] = gradients worker w has applied in this batch.
+ *   begin_step(w) returns only when clock[w] - min(clock[v] : v active) <= b,
+ *   i.e. a worker may start its step number k only when the slowest active
+ *   worker has finished step k - b. With b = 0 that is BSP (nobody starts
+ *   step k + 1 before everyone finished step k); a worker is thus never more
+ *   than b steps ahead of the slowest one while that one works on a step.
+ *
+ * End of batch: a worker that found no more minibatches calls end_batch,
+ * which marks it inactive; inactive workers no longer count as the slowest,
+ * so the others can always finish the batch. begin_batch (no worker
+ * running) makes everyone active with clock 0 again: the trainer's
+ * end-of-batch barrier already brings the workers together.
+ * Progress: the slowest active worker never waits (its own gap is 0), so
+ * some worker always advances; a waiting worker is woken by each apply and
+ * end_batch.
+ *
+ * Staleness of an update = updates applied by anyone between the worker's
+ * begin_step (its read) and its apply (as async.c).
+ * Bytes (what a parameter-server run would send per contribution): the
+ * dense gradient 4·nparams plus, per touched row, an 8-byte key and 4·dim
+ * floats. Parameter pulls are not counted (as in async.c and allreduce.c,
+ * so the policies compare on gradient traffic).
+ *
+ * Threads: hooks on the N worker threads. One mutex `mu` guards the clocks
+ * and `active`; it is never held while touching parameters. Parameters and
+ * optimizer state are relaxed atomics (no C11 data race; concurrent updates
+ * of one tensor may overwrite each other, as Hogwild accepts). Statistics
+ * are relaxed atomics. One lock only: no lock order.
+ */
+#include "ops/sync/sync.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/err.h"
+
+typedef struct {
+	float *snap;          /* [nparams] dense params read at begin_step */
+	float *tw, *ts;       /* one tensor and its state, while updating */
+	float *trow;          /* one row and its state, while updating */
+	uint64_t v0;          /* version at begin_step */
+} hworker_t;
+
+typedef struct {
+	st_sync_env_t env;
+	int N;
+	uint64_t b;           /* the staleness bound */
+	/* Dense optimizer state and step count: the trainer's (env->dense_state,
+	 * env->dense_t, kept across policy switches) or our own. */
+	float *state;         /* dense optimizer state (shared, relaxed) */
+	float *own_state;
+	uint64_t version;     /* updates applied (atomic) */
+	uint64_t *t;          /* optimizer step numbers handed out (atomic) */
+	uint64_t own_t;
+	hworker_t *w;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint64_t *clock;      /* [N] under mu */
+	int *active;          /* [N] under mu */
+	int waiting;          /* workers blocked in begin_step, under mu */
+	st_sync_stats_t st;   /* relaxed atomics */
+} hopbs_t;
+
+static void stat_add(uint64_t *p, uint64_t v)
+{
+	__atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+}
+
+/* Integer parameter `key` of the job's policy; -1 when absent. */
+static double cfg_param(const st_sync_cfg_t *c, const char *key)
+{
+	for (int i = 0; c && i < c->n_params; i++)
+		if (c->keys[i] && !strcmp(c->keys[i], key))
+			return c->vals[i];
+	return -1;
+}
+
+static void hb_destroy(void *self)
+{
+	hopbs_t *s = self;
+	if (!s)
+		return;
+	for (int i = 0; s->w && i < s->N; i++) {
+		free(s->w[i].snap);
+		free(s->w[i].tw);
+		free(s->w[i].ts);
+		free(s->w[i].trow);
+	}
+	pthread_mutex_destroy(&s->mu);
+	pthread_cond_destroy(&s->cv);
+	free(s->w);
+	free(s->clock);
+	free(s->active);
+	free(s->own_state);
+	free(s);
+}
+
+static int hb_create(void **self, const st_sync_env_t *env)
+{
+	double b = cfg_param(env->cfg, "b");
+	if (!(b >= 0)) {
+		st_error("sync policy hop_bs: parameter b (the staleness bound, >= 0) is "
+			 "missing or negative");
+		return ST_EJOB;
+	}
+	hopbs_t *s = calloc(1, sizeof *s);
+	if (!s)
+		return ST_ENOMEM;
+	s->env = *env;
+	s->N = env->n_workers;
+	s->b = (uint64_t)b;
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	size_t nst = st_sync_dense_state_floats(env);
+	size_t maxt = 1, maxs = 1;
+	for (int i = 0; i < st_model_ntensors(env->model); i++) {
+		const st_tensor_info_t *ti = st_model_tensor(env->model, i);
+		size_t len = (size_t)ti->shape[0] * (size_t)(ti->ndim == 2 ? ti->shape[1] : 1);
+		size_t sl = st_sync_dense_state_offset(env, i + 1) - st_sync_dense_state_offset(env, i);
+		maxt = len > maxt ? len : maxt;
+		maxs = sl > maxs ? sl : maxs;
+	}
+	int rd = st_model_max_row_dim(env->model);
+	size_t rowf = (size_t)rd + st_optim_state_floats(env->sparse_opt, (size_t)rd) + 1;
+	s->state = env->dense_state;
+	if (!s->state)
+		s->state = s->own_state = malloc(sizeof(float) * (nst ? nst : 1));
+	s->t = env->dense_t ? env->dense_t : &s->own_t;
+	s->w = calloc((size_t)s->N, sizeof *s->w);
+	s->clock = calloc((size_t)s->N, sizeof *s->clock);
+	s->active = calloc((size_t)s->N, sizeof *s->active);
+	int ok = s->state && s->w && s->clock && s->active;
+	for (int i = 0; ok && i < s->N; i++) {
+		hworker_t *a = &s->w[i];
+		a->snap = malloc(sizeof(float) * (env->nparams ? env->nparams : 1));
+		a->tw = malloc(sizeof(float) * maxt);
+		a->ts = malloc(sizeof(float) * maxs);
+		a->trow = malloc(sizeof(float) * rowf);
+		ok = a->snap && a->tw && a->ts && a->trow;
+		s->active[i] = 1;
+	}
+	if (!ok) {
+		hb_destroy(s);
+		return ST_ENOMEM;
+	}
+	if (s->own_state)
+		st_sync_dense_state_init(env, s->state);
+	*self = s;
+	return ST_OK;
+}
+
+/* Workers blocked in begin_step now: lets tests see a worker blocked
+ * without timing (tests/unit/test_sync_baselines.c). Thread-safe. */
+int st__hop_bs_waiting(void *self);
+int st__hop_bs_waiting(void *self)
+{
+	hopbs_t *s = self;
+	pthread_mutex_lock(&s->mu);
+	int n = s->waiting;
+	pthread_mutex_unlock(&s->mu);
+	return n;
+}
+
+static int hb_begin_batch(void *self, uint32_t n_uniq)
+{
+	hopbs_t *s = self;
+	(void)n_uniq;
+	pthread_mutex_lock(&s->mu);
+	for (int i = 0; i < s->N; i++) {
+		s->clock[i] = 0;
+		s->active[i] = 1;
+	}
+	pthread_mutex_unlock(&s->mu);
+	return ST_OK;
+}
+
+/* Slowest active clock; under mu. With no active worker (cannot happen for
+ * a caller that is itself active) the caller's own clock. */
+static uint64_t min_clock(const hopbs_t *s, uint64_t self_clock)
+{
+	uint64_t m = self_clock;
+	for (int v = 0; v < s->N; v++)
+		if (s->active[v] && s->clock[v] < m)
+			m = s->clock[v];
+	return m;
+}
+
+static const float *hb_begin_step(void *self, int w, uint64_t step)
+{
+	hopbs_t *s = self;
+	hworker_t *a = &s->w[w];
+	(void)step;
+	pthread_mutex_lock(&s->mu);
+	while (s->clock[w] - min_clock(s, s->clock[w]) > s->b) {
+		s->waiting++;
+		pthread_cond_wait(&s->cv, &s->mu);
+		s->waiting--;
+	}
+	pthread_mutex_unlock(&s->mu);
+	a->v0 = __atomic_load_n(&s->version, __ATOMIC_RELAXED);
+	st_sync_load_relaxed(a->snap, s->env.params, s->env.nparams);
+	return a->snap;
+}
+
+/* Hogwild application of one worker's gradients (as async.c). */
+static void hogwild_apply(hopbs_t *s, hworker_t *a, const st_sync_grads_t *g)
+{
+	const st_sync_env_t *env = &s->env;
+	uint64_t stale = __atomic_load_n(&s->version, __ATOMIC_RELAXED) - a->v0;
+	uint64_t t = __atomic_add_fetch(s->t, 1, __ATOMIC_RELAXED);
+	for (int i = 0; i < st_model_ntensors(env->model); i++) {
+		const st_tensor_info_t *ti = st_model_tensor(env->model, i);
+		size_t len = (size_t)ti->shape[0] * (size_t)(ti->ndim == 2 ? ti->shape[1] : 1);
+		size_t so = st_sync_dense_state_offset(env, i);
+		size_t sl = st_sync_dense_state_offset(env, i + 1) - so;
+		if (!len)
+			continue;
+		st_sync_load_relaxed(a->tw, env->params + ti->offset, len);
+		st_sync_load_relaxed(a->ts, s->state + so, sl);
+		st_optim_update_rows(env->dense_opt, a->tw, a->ts, g->dense + ti->offset,
+				     ti->ndim == 2 ? (size_t)ti->shape[0] : 1,
+				     ti->ndim == 2 ? (size_t)ti->shape[1] : (size_t)ti->shape[0], t);
+		st_sync_store_relaxed(env->params + ti->offset, a->tw, len);
+		st_sync_store_relaxed(s->state + so, a->ts, sl);
+	}
+	uint64_t bytes = sizeof(float) * (uint64_t)env->nparams;
+	for (uint32_t k = 0; k < g->n_rows; k++) {
+		uint32_t u = g->uidx[k];
+		int dim = g->row_dim[u];
+		bytes += 8 + sizeof(float) * (uint64_t)dim;
+		if (g->rows[u])
+			st_sync_row_update_relaxed(env, g->rows[u], g->grad + (size_t)u * g->gstride,
+						   dim, t, a->trow);
+	}
+	__atomic_fetch_add(&s->version, 1, __ATOMIC_RELAXED);
+	stat_add(&s->st.updates, 1);
+	stat_add(&s->st.steps, 1);
+	stat_add(&s->st.staleness[st_sync_hist_bucket(stale)], 1);
+	stat_add(&s->st.bytes, bytes);
+}
+
+static int hb_apply(void *self, int w, st_sync_grads_t *g)
+{
+	hopbs_t *s = self;
+	if (g->n_examples)
+		hogwild_apply(s, &s->w[w], g);
+	pthread_mutex_lock(&s->mu);
+	s->clock[w]++;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	return ST_OK;
+}
+
+static void hb_end_batch(void *self, int w)
+{
+	hopbs_t *s = self;
+	pthread_mutex_lock(&s->mu);
+	s->active[w] = 0;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void hb_report(void *self, st_sync_stats_t *out)
+{
+	hopbs_t *s = self;
+	uint64_t *src = (uint64_t *)&s->st, *dst = (uint64_t *)out;
+	for (size_t i = 0; i < sizeof *out / sizeof(uint64_t); i++)
+		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+}
+
+const st_sync_ops_t st_sync_hop_bs_ops = {
+	.name = "hop_bs",
+	.schedule = ST_SYNC_FREE,
+	.flags = ST_SYNC_RELAXED_READS,
+	.create = hb_create,
+	.destroy = hb_destroy,
+	.begin_batch = hb_begin_batch,
+	.begin_step = hb_begin_step,
+	.apply = hb_apply,
+	.end_batch = hb_end_batch,
+	.report = hb_report,
+};

@@ -1,0 +1,328 @@
+/*
+ * hop_bw.c — backup workers ("hop_bw{b}"): the Hop-BW baseline of the GBA
+ * paper (gba-global-batch-aggregation.txt, Section 2 "Related Work": Hop-BW
+ * "ignores the gradients from the stragglers with the well-shuffled and
+ * redundancy data"; Section 5.1: "Backup worker (Hop-BW) ignores the
+ * pre-set number b3 of gradients from the slowest workers during each
+ * gradient aggregation"; Luo et al., Hop, ref. [22]; Chen et al. 2016,
+ * "Revisiting distributed synchronous SGD").
+ *
+ * Schedule LOCKSTEP: step s gives minibatch s·N + w to worker w. Step `cur`
+ * collects gradients; the first N - b workers whose gradients arrive for it
+ * (the quorum) are reduced and applied as one optimizer step, which closes
+ * the step; a gradient that arrives for a step already closed (the b late
+ * workers) is dropped and counted in `dropped`. Late workers do not wait:
+ * apply returns at once, and their next begin_step copies the parameters
+ * of the closed steps — they start the next step from the new parameters.
+ * A worker can be late for several steps in a row (a persistent straggler
+ * loses all its minibatches, the data loss the paper blames for Hop-BW's
+ * accuracy), but never early: a worker returns from apply(s) only once
+ * step s is closed.
+ *
+ * Scale: the trainer scales LOCKSTEP gradients so that the N workers' sum
+ * is the gradient of the step's loss. The quorum's sum is multiplied by
+ * (N - e) / K, K the gradients kept and e the workers seen with an empty
+ * minibatch in this step, so the update is the mean of the kept workers'
+ * gradients at the scale of a full step (for mean-loss models: the mean
+ * loss over the kept examples, exactly when the minibatches are equal, as
+ * in Chen et al.). An empty minibatch (the end of a batch) never counts
+ * toward the quorum; a step also closes when all N workers have arrived, so
+ * a step where fewer than N - b workers have data still closes.
+ *
+ * Staleness of a kept gradient = steps closed between its read and its
+ * step (always 0 here: a kept worker read the parameters of its own step).
+ * Bytes (what a parameter-server run would send per contribution, kept or
+ * dropped: the late gradient is sent before the server drops it): dense
+ * 4·nparams plus, per touched row, an 8-byte key and 4·dim floats.
+ * Parameter pulls are not counted (as async.c and allreduce.c).
+ *
+ * Threads: hooks on the N worker threads. One mutex `mu` guards the step
+ * state, the reduction buffers, the dense parameters and optimizer state:
+ * contributions are summed under it (in arrival order), the closing worker
+ * runs the optimizer step under it, begin_step copies the dense parameters
+ * under it. Sparse rows are read by the trainer without our lock (a late
+ * worker computes while others close steps), so they are written with
+ * relaxed atomics (flag ST_SYNC_RELAXED_READS). Waiting workers sleep on
+ * `cv`, broadcast at each close. One lock only: no lock order.
+ */
+#include "ops/sync/sync.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/err.h"
+
+typedef struct {
+	st_sync_env_t env;
+	int N;
+	int quorum;            /* N - b */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	/* ---- under mu ---- */
+	/* Dense optimizer state and step count: the trainer's (env->dense_state,
+	 * env->dense_t, kept across policy switches) or our own. */
+	float *state;          /* dense optimizer state */
+	float *own_state;
+	uint64_t *t;           /* optimizer steps applied (Adam's step number) */
+	uint64_t own_t;
+	uint64_t cur;          /* the step collecting gradients = steps closed */
+	int arrived, kept, empty;  /* of step cur */
+	float *acc;            /* [nparams] dense sum of the kept gradients */
+	uint32_t cap;
+	int maxdim;
+	float *sacc;           /* [cap * maxdim] row gradient sums */
+	float **srow;
+	uint16_t *sdim;
+	uint8_t *sin;
+	uint32_t *slist;
+	uint32_t ns;
+	float *trow;
+	uint64_t *wstep;       /* [N] step of worker w's next apply */
+	uint64_t *v0;          /* [N] cur at worker w's begin_step */
+	float **snap;          /* [N][nparams] */
+	st_sync_stats_t st;    /* relaxed atomics */
+} hopbw_t;
+
+static void stat_add(uint64_t *p, uint64_t v)
+{
+	__atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+}
+
+static double cfg_param(const st_sync_cfg_t *c, const char *key)
+{
+	for (int i = 0; c && i < c->n_params; i++)
+		if (c->keys[i] && !strcmp(c->keys[i], key))
+			return c->vals[i];
+	return -1;
+}
+
+static void bw_destroy(void *self)
+{
+	hopbw_t *s = self;
+	if (!s)
+		return;
+	for (int i = 0; s->snap && i < s->N; i++)
+		free(s->snap[i]);
+	free(s->snap);
+	free(s->v0);
+	free(s->wstep);
+	free(s->own_state);
+	free(s->acc);
+	free(s->sacc);
+	free(s->srow);
+	free(s->sdim);
+	free(s->sin);
+	free(s->slist);
+	free(s->trow);
+	pthread_mutex_destroy(&s->mu);
+	pthread_cond_destroy(&s->cv);
+	free(s);
+}
+
+static int bw_create(void **self, const st_sync_env_t *env)
+{
+	double b = cfg_param(env->cfg, "b");
+	if (!(b >= 0) || b >= env->n_workers) {
+		st_error("sync policy hop_bw: parameter b (backup workers whose gradients "
+			 "each step drops) must be >= 0 and below the number of train "
+			 "workers (%d); got %g", env->n_workers, b);
+		return ST_EJOB;
+	}
+	hopbw_t *s = calloc(1, sizeof *s);
+	if (!s)
+		return ST_ENOMEM;
+	s->env = *env;
+	s->N = env->n_workers;
+	s->quorum = s->N - (int)b;
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	size_t np = env->nparams ? env->nparams : 1;
+	size_t nst = st_sync_dense_state_floats(env);
+	s->maxdim = st_model_max_row_dim(env->model);
+	size_t rowf = (size_t)s->maxdim +
+		      st_optim_state_floats(env->sparse_opt, (size_t)s->maxdim) + 1;
+	s->state = env->dense_state;
+	if (!s->state)
+		s->state = s->own_state = malloc(sizeof(float) * (nst ? nst : 1));
+	s->t = env->dense_t ? env->dense_t : &s->own_t;
+	s->acc = calloc(np, sizeof(float));
+	s->trow = malloc(sizeof(float) * rowf);
+	s->snap = calloc((size_t)s->N, sizeof *s->snap);
+	s->v0 = calloc((size_t)s->N, sizeof *s->v0);
+	s->wstep = calloc((size_t)s->N, sizeof *s->wstep);
+	int ok = s->state && s->acc && s->trow && s->snap && s->v0 && s->wstep;
+	for (int i = 0; ok && i < s->N; i++)
+		ok = (s->snap[i] = malloc(sizeof(float) * np)) != NULL;
+	if (!ok) {
+		bw_destroy(s);
+		return ST_ENOMEM;
+	}
+	if (s->own_state)
+		st_sync_dense_state_init(env, s->state);
+	*self = s;
+	return ST_OK;
+}
+
+static int bw_begin_batch(void *self, uint32_t n_uniq)
+{
+	hopbw_t *s = self;
+	/* No worker runs; every step of the last batch is closed, so the
+	 * buffers are empty. */
+	if (n_uniq <= s->cap)
+		return ST_OK;
+	size_t n = n_uniq;
+	float *sacc = realloc(s->sacc, sizeof(float) * n * (size_t)(s->maxdim ? s->maxdim : 1));
+	if (sacc)
+		s->sacc = sacc;
+	float **srow = realloc(s->srow, sizeof *srow * n);
+	if (srow)
+		s->srow = srow;
+	uint16_t *sdim = realloc(s->sdim, sizeof *sdim * n);
+	if (sdim)
+		s->sdim = sdim;
+	uint8_t *sin = realloc(s->sin, n);
+	if (sin)
+		s->sin = sin;
+	uint32_t *slist = realloc(s->slist, sizeof *slist * n);
+	if (slist)
+		s->slist = slist;
+	if (!sacc || !srow || !sdim || !sin || !slist)
+		return ST_ENOMEM;
+	memset(s->sin, 0, n);
+	s->cap = n_uniq;
+	return ST_OK;
+}
+
+static const float *bw_begin_step(void *self, int w, uint64_t step)
+{
+	hopbw_t *s = self;
+	(void)step;
+	pthread_mutex_lock(&s->mu);
+	s->v0[w] = s->cur;
+	memcpy(s->snap[w], s->env.params, sizeof(float) * s->env.nparams);
+	pthread_mutex_unlock(&s->mu);
+	return s->snap[w];
+}
+
+static uint64_t grad_bytes(const st_sync_env_t *env, const st_sync_grads_t *g)
+{
+	uint64_t bytes = sizeof(float) * (uint64_t)env->nparams;
+	for (uint32_t k = 0; k < g->n_rows; k++)
+		bytes += 8 + sizeof(float) * (uint64_t)g->row_dim[g->uidx[k]];
+	return bytes;
+}
+
+/* Adds a kept gradient to the buffers. Under mu. */
+static void accumulate(hopbw_t *s, const st_sync_grads_t *g)
+{
+	for (size_t i = 0; i < s->env.nparams; i++)
+		s->acc[i] += g->dense[i];
+	for (uint32_t k = 0; k < g->n_rows; k++) {
+		uint32_t u = g->uidx[k];
+		const int dim = g->row_dim[u];
+		const float *gu = g->grad + (size_t)u * g->gstride;
+		float *a = s->sacc + (size_t)u * s->maxdim;
+		if (!s->sin[u]) {
+			s->sin[u] = 1;
+			s->slist[s->ns++] = u;
+			s->srow[u] = g->rows[u];
+			s->sdim[u] = (uint16_t)dim;
+			memcpy(a, gu, sizeof(float) * (size_t)dim);
+		} else {
+			for (int j = 0; j < dim; j++)
+				a[j] += gu[j];
+		}
+	}
+}
+
+/* Closes step cur: applies the kept gradients (if any) and wakes the
+ * waiters. Under mu. */
+static void close_step(hopbw_t *s)
+{
+	const st_sync_env_t *env = &s->env;
+	if (s->kept) {
+		const float f = (float)(s->N - s->empty) / (float)s->kept;
+		const uint64_t t = ++*s->t;
+		for (size_t i = 0; i < env->nparams; i++)
+			s->acc[i] *= f;
+		st_sync_dense_update(env, env->params, s->state, s->acc, t);
+		memset(s->acc, 0, sizeof(float) * env->nparams);
+		for (uint32_t k = 0; k < s->ns; k++) {
+			uint32_t u = s->slist[k];
+			float *g = s->sacc + (size_t)u * s->maxdim;
+			for (int j = 0; j < s->sdim[u]; j++)
+				g[j] *= f;
+			if (s->srow[u])
+				st_sync_row_update_relaxed(env, s->srow[u], g, s->sdim[u], t,
+							   s->trow);
+			s->sin[u] = 0;
+		}
+		s->ns = 0;
+		stat_add(&s->st.steps, 1);
+	}
+	s->cur++;
+	s->arrived = s->kept = s->empty = 0;
+	pthread_cond_broadcast(&s->cv);
+}
+
+static int bw_apply(void *self, int w, st_sync_grads_t *g)
+{
+	hopbw_t *s = self;
+	pthread_mutex_lock(&s->mu);
+	const uint64_t sw = s->wstep[w]++;
+	assert(sw <= s->cur);   /* a worker leaves apply(s) only once s closed */
+	if (sw < s->cur) {
+		/* Late: the step closed without us. */
+		pthread_mutex_unlock(&s->mu);
+		if (g->n_examples) {
+			stat_add(&s->st.dropped, 1);
+			stat_add(&s->st.bytes, grad_bytes(&s->env, g));
+		}
+		return ST_OK;
+	}
+	s->arrived++;
+	if (g->n_examples) {
+		accumulate(s, g);
+		s->kept++;
+		stat_add(&s->st.updates, 1);
+		stat_add(&s->st.bytes, grad_bytes(&s->env, g));
+		stat_add(&s->st.staleness[st_sync_hist_bucket(s->cur - s->v0[w])], 1);
+	} else {
+		s->empty++;
+	}
+	if (s->kept >= s->quorum || s->arrived == s->N)
+		close_step(s);
+	while (s->cur == sw)
+		pthread_cond_wait(&s->cv, &s->mu);
+	pthread_mutex_unlock(&s->mu);
+	return ST_OK;
+}
+
+static void bw_end_batch(void *self, int w)
+{
+	(void)self;
+	(void)w;
+}
+
+static void bw_report(void *self, st_sync_stats_t *out)
+{
+	hopbw_t *s = self;
+	uint64_t *src = (uint64_t *)&s->st, *dst = (uint64_t *)out;
+	for (size_t i = 0; i < sizeof *out / sizeof(uint64_t); i++)
+		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+}
+
+const st_sync_ops_t st_sync_hop_bw_ops = {
+	.name = "hop_bw",
+	.schedule = ST_SYNC_LOCKSTEP,
+	.flags = ST_SYNC_RELAXED_READS,
+	.create = bw_create,
+	.destroy = bw_destroy,
+	.begin_batch = bw_begin_batch,
+	.begin_step = bw_begin_step,
+	.apply = bw_apply,
+	.end_batch = bw_end_batch,
+	.report = bw_report,
+};

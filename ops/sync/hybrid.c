@@ -1,0 +1,405 @@
+/*
+ * hybrid.c — PERSIA's sync-async hybrid training ("hybrid{staleness}"):
+ * Lian et al., "PERSIA: An Open, Hybrid System Scaling Deep Learning-based
+ * Recommenders up to 100 Trillion Parameters" (persia-hybrid-training.md),
+ * §3: the embedding layer is trained asynchronously (§3.2, Algorithm 1),
+ * the dense network synchronously (§3.3, Algorithm 2), with bounded
+ * staleness (§5, Assumption 1: t - D(t) <= tau).
+ *
+ * Dense: exactly allreduce.c's lockstep step. Every worker computes with
+ * the one shared parameter array; at each step the gradients are summed in
+ * worker order by tensor owners between barriers A and B and one optimizer
+ * step is applied, so every worker reads the same dense parameters.
+ *
+ * Sparse: a worker does not apply its row gradients. It copies them into
+ * one of its (staleness + 1) slots and queues them for the embedding
+ * worker, the thread "st-hybrid-0", which applies queued updates one
+ * worker-step at a time in arrival order (Algorithm 1's backward task: one
+ * optimizer step per received gradient, nobody waits for the others'
+ * gradients, no aggregation). Every worker queues exactly one entry per
+ * step (empty when it had no minibatch), between the dense barriers A and
+ * B, so all of step s's entries come before any of step s+1's and after
+ * every read of step s, so the queue is in step order
+ * and the steps fully applied are done = entries applied / N.
+ *
+ * What `staleness` (tau) bounds: begin_step(s) waits until every embedding
+ * update of steps < s - tau has been applied (done >= s - tau). So the rows
+ * that step s reads miss the updates of at most tau earlier steps (the
+ * paper's t - D(t) <= tau counted in steps of N minibatches): a worker is at
+ * most tau steps ahead of the oldest un-applied embedding update. tau = 0:
+ * step s reads every update of steps < s — fully synchronous (each
+ * worker's row gradient still gets its own optimizer step, as in Algorithm
+ * 1, rather than one step on the sum). The measured read staleness s - done
+ * goes to the stats' histogram. The window does not cross batches:
+ * end_batch waits until the worker's updates are all applied, because the
+ * row pointers are valid only during the batch (TTL eviction follows).
+ *
+ * Row reads and writes race on purpose (the embedding worker writes while
+ * the NN workers read: ST_SYNC_RELAXED_READS; writes are relaxed atomics).
+ * Only the embedding worker writes rows, so no update is lost.
+ *
+ * Bytes: per worker and step, its dense gradient and its rows (key +
+ * floats), as allreduce.
+ *
+ * Threads: N lockstep workers + "st-hybrid-0" (started in create, stopped
+ * in destroy). One lock, `mu` (queue, done count, condition variables),
+ * never held while applying an update or at a barrier; no other lock.
+ */
+#include "ops/sync/sync.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/err.h"
+
+typedef struct {
+	uint32_t n, cap;           /* rows queued, capacity */
+	float **row;               /* [cap] shared rows */
+	uint16_t *dim;             /* [cap] */
+	float *grad;               /* [cap * gstride] */
+	int gstride;
+} slot_t;
+
+typedef struct {
+	slot_t *slot;              /* [tau + 1] */
+	uint64_t steps;            /* apply calls (worker only) */
+	float *trow;
+} hworker_t;
+
+typedef struct {
+	int w;
+	uint32_t slot;
+	uint64_t step;
+} entry_t;
+
+typedef struct {
+	st_sync_env_t env;
+	int N;
+	uint64_t tau;
+	pthread_barrier_t bar;
+	float *state;              /* dense optimizer state (env's or own) */
+	float *own_state;
+	uint64_t *t;               /* dense steps (env's or own; worker 0 advances) */
+	uint64_t own_t;
+	int *owner;                /* [ntensors] */
+	st_sync_grads_t **g;
+	hworker_t *w;
+	/* queue, under mu */
+	pthread_mutex_t mu;
+	pthread_cond_t more, done_cv;
+	entry_t *q;                /* ring [N * (tau + 1)] */
+	uint32_t qcap, qhead, qlen;
+	uint64_t applied;          /* entries applied */
+	uint64_t done;             /* steps fully applied = applied / N */
+	int stop;
+	pthread_t th;
+	int started;
+	st_sync_stats_t st;        /* relaxed atomics */
+} hybrid_t;
+
+/* Test hooks, set before create: `apply_hook` runs on the embedding worker
+ * before each entry is applied (worker, step); `block_hook` runs on a
+ * worker about to wait in begin_step (worker, step), with `mu` held. */
+void (*st__sync_hybrid_apply_hook)(void *arg, int w, uint64_t step);
+void (*st__sync_hybrid_block_hook)(void *arg, int w, uint64_t step);
+void *st__sync_hybrid_hook_arg;
+
+/* A numeric parameter of the job's policy, or def (lang/job.c has the
+ * same, but ops does not link the job language). */
+static double cfg_num(const st_sync_cfg_t *c, const char *key, double def)
+{
+	for (int i = 0; i < c->n_params; i++)
+		if (c->keys[i] && !strcmp(c->keys[i], key))
+			return c->vals ? c->vals[i] : def;
+	return def;
+}
+
+static void stat_add(uint64_t *p, uint64_t v)
+{
+	__atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+}
+
+static size_t tensor_len(const st_model_t *m, int i)
+{
+	const st_tensor_info_t *ti = st_model_tensor(m, i);
+	return (size_t)ti->shape[0] * (size_t)(ti->ndim == 2 ? ti->shape[1] : 1);
+}
+
+static void *embedding_main(void *arg)
+{
+	hybrid_t *s = arg;
+	pthread_setname_np(pthread_self(), "st-hybrid-0");
+	pthread_mutex_lock(&s->mu);
+	for (;;) {
+		while (!s->qlen && !s->stop)
+			pthread_cond_wait(&s->more, &s->mu);
+		if (!s->qlen)
+			break;
+		entry_t e = s->q[s->qhead];
+		pthread_mutex_unlock(&s->mu);
+		if (st__sync_hybrid_apply_hook)
+			st__sync_hybrid_apply_hook(st__sync_hybrid_hook_arg, e.w, e.step);
+		slot_t *sl = &s->w[e.w].slot[e.slot];
+		for (uint32_t k = 0; k < sl->n; k++)
+			st_sync_row_update_relaxed(&s->env, sl->row[k],
+						   sl->grad + (size_t)k * sl->gstride, sl->dim[k],
+						   e.step + 1, s->w[0].trow);
+		pthread_mutex_lock(&s->mu);
+		s->qhead = (s->qhead + 1) % s->qcap;
+		s->qlen--;
+		s->applied++;
+		uint64_t done = s->applied / (uint64_t)s->N;
+		if (done != s->done) {
+			s->done = done;
+			pthread_cond_broadcast(&s->done_cv);
+		}
+	}
+	pthread_mutex_unlock(&s->mu);
+	return NULL;
+}
+
+static void hy_destroy(void *self)
+{
+	hybrid_t *s = self;
+	if (!s)
+		return;
+	if (s->started) {
+		pthread_mutex_lock(&s->mu);
+		s->stop = 1;
+		pthread_cond_signal(&s->more);
+		pthread_mutex_unlock(&s->mu);
+		pthread_join(s->th, NULL);
+	}
+	for (int i = 0; s->w && i < s->N; i++) {
+		for (uint64_t k = 0; s->w[i].slot && k <= s->tau; k++) {
+			free(s->w[i].slot[k].row);
+			free(s->w[i].slot[k].dim);
+			free(s->w[i].slot[k].grad);
+		}
+		free(s->w[i].slot);
+		free(s->w[i].trow);
+	}
+	pthread_barrier_destroy(&s->bar);
+	pthread_mutex_destroy(&s->mu);
+	pthread_cond_destroy(&s->more);
+	pthread_cond_destroy(&s->done_cv);
+	free(s->w);
+	free(s->q);
+	free(s->g);
+	free(s->owner);
+	free(s->own_state);
+	free(s);
+}
+
+static int hy_create(void **self, const st_sync_env_t *env)
+{
+	double tau = cfg_num(env->cfg, "staleness", -1);
+	if (!(tau >= 0) || tau > 1e6 || tau != (double)(uint64_t)tau) {
+		st_error("sync hybrid: staleness must be an integer >= 0 (got %g): the "
+			 "steps a worker may run ahead of the oldest un-applied embedding "
+			 "update", tau);
+		return ST_EJOB;
+	}
+	hybrid_t *s = calloc(1, sizeof *s);
+	if (!s)
+		return ST_ENOMEM;
+	s->env = *env;
+	s->N = env->n_workers;
+	s->tau = (uint64_t)tau;
+	pthread_barrier_init(&s->bar, NULL, (unsigned)s->N);
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->more, NULL);
+	pthread_cond_init(&s->done_cv, NULL);
+	int nt = st_model_ntensors(env->model);
+	size_t nst = st_sync_dense_state_floats(env);
+	int rd = st_model_max_row_dim(env->model);
+	size_t rowf = (size_t)rd + st_optim_state_floats(env->sparse_opt, (size_t)rd) + 1;
+	s->qcap = (uint32_t)((uint64_t)s->N * (s->tau + 1));
+	s->q = calloc(s->qcap, sizeof *s->q);
+	s->owner = calloc((size_t)nt + 1, sizeof(int));
+	s->g = calloc((size_t)s->N, sizeof *s->g);
+	s->state = env->dense_state;
+	if (!s->state)
+		s->state = s->own_state = malloc(sizeof(float) * (nst ? nst : 1));
+	s->t = env->dense_t ? env->dense_t : &s->own_t;
+	s->w = calloc((size_t)s->N, sizeof *s->w);
+	int ok = s->q && s->owner && s->g && s->state && s->w;
+	for (int i = 0; ok && i < s->N; i++) {
+		s->w[i].slot = calloc(s->tau + 1, sizeof(slot_t));
+		s->w[i].trow = malloc(sizeof(float) * rowf);
+		ok = s->w[i].slot && s->w[i].trow;
+	}
+	if (!ok) {
+		hy_destroy(s);
+		return ST_ENOMEM;
+	}
+	if (s->own_state)
+		st_sync_dense_state_init(env, s->state);
+	/* Tensor owners: each tensor to the least-loaded worker, in order (the
+	 * split balances work only; sums run in worker order). */
+	size_t *load = calloc((size_t)s->N, sizeof(size_t));
+	if (!load) {
+		hy_destroy(s);
+		return ST_ENOMEM;
+	}
+	for (int i = 0; i < nt; i++) {
+		int best = 0;
+		for (int w = 1; w < s->N; w++)
+			if (load[w] < load[best])
+				best = w;
+		s->owner[i] = best;
+		load[best] += tensor_len(env->model, i) + 64;
+	}
+	free(load);
+	if (pthread_create(&s->th, NULL, embedding_main, s) != 0)
+		st_die("sync hybrid: cannot start the embedding worker thread");
+	s->started = 1;
+	*self = s;
+	return ST_OK;
+}
+
+static int hy_begin_batch(void *self, uint32_t n_uniq)
+{
+	(void)self;
+	(void)n_uniq;
+	return ST_OK;
+}
+
+static const float *hy_begin_step(void *self, int w, uint64_t step)
+{
+	hybrid_t *s = self;
+	const uint64_t st = s->w[w].steps;   /* this step's index */
+	(void)step;
+	pthread_mutex_lock(&s->mu);
+	while (s->done + s->tau < st) {
+		if (st__sync_hybrid_block_hook)
+			st__sync_hybrid_block_hook(st__sync_hybrid_hook_arg, w, st);
+		pthread_cond_wait(&s->done_cv, &s->mu);
+	}
+	uint64_t lag = st - (s->done < st ? s->done : st);
+	pthread_mutex_unlock(&s->mu);
+	stat_add(&s->st.staleness[st_sync_hist_bucket(lag)], 1);
+	return s->env.params;
+}
+
+/* Copies worker w's row gradients into its slot for this step. */
+static int stash(hybrid_t *s, int w, const st_sync_grads_t *g, uint32_t *slot_out)
+{
+	hworker_t *a = &s->w[w];
+	uint32_t k = (uint32_t)(a->steps % (s->tau + 1));
+	slot_t *sl = &a->slot[k];
+	*slot_out = k;
+	sl->n = 0;
+	if (!g->n_examples)
+		return ST_OK;
+	if (g->n_rows > sl->cap || g->gstride != sl->gstride) {
+		uint32_t cap = g->n_rows > sl->cap ? g->n_rows + g->n_rows / 2 : sl->cap;
+		free(sl->row);
+		free(sl->dim);
+		free(sl->grad);
+		sl->row = malloc(sizeof(float *) * cap);
+		sl->dim = malloc(sizeof(uint16_t) * cap);
+		sl->grad = malloc(sizeof(float) * cap * (size_t)g->gstride);
+		sl->gstride = g->gstride;
+		sl->cap = cap;
+		if (!sl->row || !sl->dim || !sl->grad) {
+			sl->cap = 0;
+			return ST_ENOMEM;
+		}
+	}
+	for (uint32_t q = 0; q < g->n_rows; q++) {
+		uint32_t u = g->uidx[q];
+		if (!g->rows[u])
+			continue;
+		sl->row[sl->n] = g->rows[u];
+		sl->dim[sl->n] = g->row_dim[u];
+		memcpy(sl->grad + (size_t)sl->n * sl->gstride, g->grad + (size_t)u * g->gstride,
+		       sizeof(float) * g->row_dim[u]);
+		sl->n++;
+	}
+	return ST_OK;
+}
+
+static int hy_apply(void *self, int w, st_sync_grads_t *g)
+{
+	hybrid_t *s = self;
+	const int N = s->N;
+	const st_sync_env_t *env = &s->env;
+	hworker_t *a = &s->w[w];
+	uint32_t slot;
+	int rc = stash(s, w, g, &slot);   /* on failure an empty entry is queued */
+	s->g[w] = g;
+	pthread_barrier_wait(&s->bar);                          /* A */
+	/* Queued only after A: every worker has read its rows for step s, so
+	 * no read of step s sees an update of step s (tau = 0 is exactly
+	 * synchronous). */
+	pthread_mutex_lock(&s->mu);
+	s->q[(s->qhead + s->qlen) % s->qcap] = (entry_t){ .w = w, .slot = slot,
+							  .step = a->steps };
+	s->qlen++;
+	pthread_cond_signal(&s->more);
+	pthread_mutex_unlock(&s->mu);
+	a->steps++;
+	const uint64_t t = *s->t + 1;
+	float *acc = s->g[0]->dense;
+	for (int i = 0; i < st_model_ntensors(env->model); i++) {
+		if (s->owner[i] != w)
+			continue;
+		const st_tensor_info_t *ti = st_model_tensor(env->model, i);
+		size_t len = tensor_len(env->model, i);
+		for (int v = 1; v < N; v++) {
+			if (!s->g[v]->n_examples)
+				continue;
+			const float *gv = s->g[v]->dense + ti->offset;
+			float *d = acc + ti->offset;
+			for (size_t j = 0; j < len; j++)
+				d[j] += gv[j];
+		}
+		st_sync_dense_update_tensor(env, env->params, s->state, acc, i, t);
+	}
+	if (g->n_examples) {
+		uint64_t bytes = sizeof(float) * (uint64_t)env->nparams;
+		for (uint32_t k = 0; k < g->n_rows; k++)
+			bytes += 8 + sizeof(float) * (uint64_t)g->row_dim[g->uidx[k]];
+		stat_add(&s->st.bytes, bytes);
+		stat_add(&s->st.updates, 1);
+	}
+	pthread_barrier_wait(&s->bar);                          /* B */
+	if (w == 0) {
+		*s->t = t;
+		stat_add(&s->st.steps, 1);
+	}
+	return rc;
+}
+
+static void hy_end_batch(void *self, int w)
+{
+	hybrid_t *s = self;
+	const uint64_t st = s->w[w].steps;
+	pthread_mutex_lock(&s->mu);
+	while (s->done < st)
+		pthread_cond_wait(&s->done_cv, &s->mu);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void hy_report(void *self, st_sync_stats_t *out)
+{
+	hybrid_t *s = self;
+	uint64_t *src = (uint64_t *)&s->st, *dst = (uint64_t *)out;
+	for (size_t i = 0; i < sizeof *out / sizeof(uint64_t); i++)
+		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+}
+
+const st_sync_ops_t st_sync_hybrid_ops = {
+	.name = "hybrid",
+	.schedule = ST_SYNC_LOCKSTEP,
+	.flags = ST_SYNC_RELAXED_READS,
+	.create = hy_create,
+	.destroy = hy_destroy,
+	.begin_batch = hy_begin_batch,
+	.begin_step = hy_begin_step,
+	.apply = hy_apply,
+	.end_batch = hy_end_batch,
+	.report = hy_report,
+};

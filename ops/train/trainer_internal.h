@@ -1,0 +1,122 @@
+/*
+ * trainer_internal.h — the trainer's private state, shared by the modules
+ * of the pull, train and push stages (ops/train/trainer.c, ops/pull/pull.c,
+ * ops/push/push.c). Nothing outside those files includes it.
+ */
+#ifndef ST_TRAINER_INTERNAL_H
+#define ST_TRAINER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "ops/metrics/auc.h"
+#include "ops/optim/optim.h"
+#include "ops/train/trainer.h"
+
+#define AUC_REFRESH 65536
+#define MAX_TABLES 16
+
+typedef struct worker {
+	struct st_trainer *tr;
+	int idx;
+	pthread_t tid;
+	int cpu;                   /* OS cpu to pin to, -1 = none */
+	st_model_ws_t *ws;
+	float *gdense;             /* [nparams] */
+	float *gu;                 /* [gcap * gstride] row gradients */
+	float *prow_buf;           /* [gcap * gstride] private row copies (relaxed reads) */
+	float **prow;              /* [gcap] */
+	uint32_t *mark, *touched;  /* [gcap] */
+	uint32_t gcap, stamp;
+	st_auc_acc_t *acc;
+	uint64_t steps;
+	uint64_t step_base;        /* steps when the current policy was created */
+	uint64_t mbs;              /* minibatches computed (straggler schedule) */
+	uint64_t examples;         /* train examples computed */
+	double busy;               /* seconds computing + straggling (worker_eps) */
+	double *ring;              /* [auto_window] last step times (auto) */
+	uint32_t ring_n;           /* samples since the last switch */
+} worker_t;
+
+typedef struct pull_thread {
+	uint64_t *hkeys;
+	uint32_t *hidx;
+	uint32_t hcap;
+	uint64_t *tkeys;           /* per-table key list (several tables) */
+	uint32_t *tpos;
+	float **trows;
+	uint32_t tcap;
+} pull_thread_t;
+
+struct st_trainer {
+	st_model_t *model;
+	st_optim_t sopt, dopt;
+	int n_tables;
+	st_table_t *tables[MAX_TABLES];
+	uint32_t ttl;              /* batches; 0 = rows never expire */
+	uint32_t evict_every;      /* batches between eviction sweeps */
+	int *slot_table;           /* [n_slots] */
+	int n_slots, n_dense, gstride;
+	uint32_t minibatch;
+	int mean_loss;
+	const st_sync_ops_t *sops;
+	void *sync;
+	st_sync_env_t env;
+	st_sync_cfg_t sync_cfg;
+	st_metrics_t *metrics;
+
+	int N;
+	worker_t *w;
+	pthread_barrier_t bar;
+	int started, stop;
+	st_batch_t *cur;
+	uint32_t nmb;              /* minibatches of the current batch */
+	uint32_t next_mb;          /* FREE schedule counter (atomic) */
+	uint64_t gstep;            /* steps begun so far (LOCKSTEP base) */
+	uint64_t gstep_base;       /* gstep when the current policy was created */
+	int err;                   /* first worker error (atomic) */
+
+	/* Dense optimizer state shared by successive policies (sync.h). */
+	float *dstate;
+	uint64_t dt;
+	st_sync_stats_t past;      /* statistics of the policies destroyed */
+	uint64_t batches;          /* train batches done */
+
+	/* st.sync.auto: sub[0] while worker speeds agree, sub[1] otherwise. */
+	int auto_on, auto_cur;
+	st_sync_cfg_t auto_sub[2]; /* deep copies (the job is not kept) */
+	double auto_threshold;
+	uint32_t auto_window;
+	uint64_t switches;
+	st_trainer_time_fn time_fn;
+	void *time_ud;
+
+	st_straggler_cfg_t strag;
+	pthread_mutex_t slow_mu;
+	pthread_cond_t slow_cv;
+	int cancel;                /* under slow_mu */
+
+	float *ev_pred, *ev_label;
+	size_t ev_n, ev_cap;
+	uint64_t since;
+	pull_thread_t pull_t[ST_MAX_STAGE_THREADS];
+};
+
+/* splitmix64's finalizer: hashes for the pull dedup set and the straggler
+ * schedule. */
+static inline uint64_t mix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+	return z ^ (z >> 31);
+}
+
+/* Reports an op failure: through the graph when the op runs in one (ctx->graph),
+ * else logged. Returns code. */
+int st__trainer_fail(st_stage_ctx_t *ctx, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Frees one pull thread's scratch (pull.c). */
+void st__trainer_pull_free(pull_thread_t *p);
+
+#endif
