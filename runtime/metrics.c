@@ -257,6 +257,10 @@ static void tty_metric(const char *name, double v, void *arg)
 	for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
 		if (!strcmp(name, known[i]))
 			return;
+	/* Histogram buckets ("hist.<name>.<range>") go to the metrics file
+	 * only: they would swamp the one-line terminal view. */
+	if (!strncmp(name, "hist.", 5))
+		return;
 	sb_printf(arg, "  %s %.4g", name, v);
 }
 

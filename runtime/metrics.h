@@ -5,7 +5,8 @@
  * written by ops from any thread and read by the progress reporter. Names
  * the reporter knows: "examples" (count of trained examples), "loss"
  * (progressive mean logloss), "auc" (progressive AUC), "bad_records".
- * Other names are printed after those, in registration order.
+ * Other names are printed after those, in registration order, except names
+ * starting with "hist." (histogram buckets), written to the JSON file only.
  *
  * st_progress_t runs one thread ("st-progress-0") that every interval prints
  * a progress line to stderr when stderr is a terminal (examples/s, loss, AUC,

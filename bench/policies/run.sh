@@ -25,8 +25,17 @@
 # SYN_SEEDS="1" CRITEO_EPOCHS=10 CRITEO_SEEDS="1 2 3 4 5"
 # OUT=${TMPDIR:-/tmp}/policies/out DATA=${TMPDIR:-/tmp}/policies/syn-$ROWS
 # ONLY="syn syn2 criteo switch" (which parts run) POLICIES (labels to run, all
-# when empty). A policy whose job does not pass `strata check` is recorded
-# as not available (its error in OUT/NAME.out) and not run.
+# when empty) POLICIES2 (labels of the syn2 part; default allreduce async
+# gba-1024-2 hybrid-2) EXTRA_POLICIES (more "label|policy" lines). A policy
+# whose job does not pass `strata check` is recorded as not available (its
+# error in OUT/NAME.out) and not run; one that check accepts but run refuses
+# shows its error in the table.
+#
+# Timing repeats: run again with OUT=another dir, ONLY="syn syn2" and a few
+# POLICIES, then `python3 bench/policies/table.py OUT OUT2 OUT3` pools them
+# (mean, sd and min-max per cell); `table.py --summary OUT` prints the
+# one-line-per-policy table of docs/policies.md. Full matrix: about 5
+# minutes on 2 free cores (docs/benchmarks.md "Sync policies").
 set -eu
 build=${1:-build}
 root=$(cd "$(dirname "$0")/../.." && pwd)

@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
 """table.py — turns the runs of bench/policies/run.sh into markdown tables.
 
-    python3 bench/policies/table.py OUT_DIR
+    python3 bench/policies/table.py OUT_DIR [MORE_OUT_DIRS...]
+    python3 bench/policies/table.py --summary OUT_DIR [MORE_OUT_DIRS...]
 
 Reads OUT_DIR/index.tsv (one line per run: data, label, straggler, seed, rc,
 wall_s, name, sync), each run's NAME.out (stdout: the "eval auc ... logloss"
 line) and NAME.jsonl (--metrics; the record with "final": true gives
 ex_per_s and the sync_* metrics), and OUT_DIR/switch.tsv when the switch
 experiment ran. Prints one table per data set, the switch table and the
-numbers behind each claim of the papers. Standard library only.
+numbers behind each claim of the papers. Further OUT_DIRs (repetitions of
+some runs, e.g. OUT=... POLICIES="allreduce gba-1024-2" run.sh) are pooled:
+a cell then shows the mean, the sd and the number of runs. The switch table
+comes from the first OUT_DIR. Standard library only.
 """
 import json
 import math
@@ -56,6 +60,8 @@ def eval_lines(path):
 
 def load(outdir):
     runs = []
+    if not os.path.exists(os.path.join(outdir, "index.tsv")):
+        return runs
     with open(os.path.join(outdir, "index.tsv")) as f:
         header = f.readline().rstrip("\n").split("\t")
         for line in f:
@@ -116,6 +122,9 @@ def summary(rs):
               "sync_dropped", "sync_bytes", "sync_updates"):
         s[k] = mean([r[k] for r in ok])
     s["auc_sd"] = sd([r["auc"] for r in ok])
+    s["auc_list"] = {r["seed"]: r["auc"] for r in ok}
+    xs = [r["ex_per_s"] for r in ok if r["ex_per_s"]]
+    s["ex_min"], s["ex_max"] = (min(xs), max(xs)) if xs else (None, None)
     s["wall"] = mean([float(r["wall_s"]) for r in ok if r["wall_s"]])
     return s
 
@@ -124,11 +133,10 @@ def table(runs, data):
     g = group(runs, data)
     if not g:
         return None, {}
-    seeds = sorted({r["seed"] for r in runs if r["data"] == data})
-    multi = len(seeds) > 1
+    multi = any(len(rs) > 1 for rs in g.values())
     lines = []
-    auc_h = "eval AUC (mean ± sd)" if multi else "eval AUC"
-    lines.append(f"| policy | straggler | {auc_h} | logloss | ex/s | ex/s vs no straggler | wall s "
+    auc_h = "eval AUC (mean ± sd, runs)" if multi else "eval AUC"
+    lines.append(f"| policy | straggler | {auc_h} | logloss | ex/s{' (min–max)' if multi else ''} | ex/s vs no straggler | wall s "
                  "| staleness mean / max | dropped | MB sent |")
     lines.append("|---|---|---|---|---|---|---|---|---|---|")
     sums = {}
@@ -152,8 +160,11 @@ def table(runs, data):
         base = sums.get((label, "0"))
         if strag == "1" and base and base["n"] and base["ex_per_s"] and s["ex_per_s"]:
             ratio = f"{s['ex_per_s'] / base['ex_per_s']:.2f}"
+        exs = fmt(s['ex_per_s'], ',.0f')
+        if s["n"] > 1 and s["ex_min"] is not None:
+            exs += f" ({s['ex_min'] / 1e3:,.0f}k–{s['ex_max'] / 1e3:,.0f}k)"
         lines.append(
-            f"| {label} | {st} | {auc} | {fmt(s['logloss'], '.4f')} | {fmt(s['ex_per_s'], ',.0f')} "
+            f"| {label} | {st} | {auc} | {fmt(s['logloss'], '.4f')} | {exs} "
             f"| {ratio} | {fmt(s['wall'], '.1f')} | {fmt(s['sync_staleness_mean'], '.2f')} / "
             f"{fmt(s['sync_staleness_max'], '.0f')} | {fmt(s['sync_dropped'], '.0f')} "
             f"| {fmt(mb, ',.1f')} |")
@@ -234,6 +245,23 @@ def claims(sums, data, only_straggler=False):
     out.append("- ShadowSync (no straggler): " + "; ".join(sh) +
                ("" if fr else "; no fixed-rate variant ran") +
                ". Paper: shadow ≥ fixed rate at equal throughput (ShadowSync §4.1–4.2).")
+    # paired (same seed) AUC differences where there are several seeds
+    pairs = [("gba-1024-2", "allreduce"), ("async", "allreduce"), ("async", "gba-1024-2"),
+             ("hybrid-2", "allreduce"), ("kstep-10", "kstep-1"), ("kstep-100", "kstep-1"),
+             ("shadow-easgd", "shadow-fr-easgd-1"), ("shadow-easgd", "shadow-fr-easgd-5"),
+             ("shadow-ma", "shadow-fr-ma-5")]
+    pl = []
+    for a, b in pairs:
+        sa, sb = sums.get((a, "0")), sums.get((b, "0"))
+        if not sa or not sb or sa["na"] or sb["na"]:
+            continue
+        common = sorted(set(sa["auc_list"]) & set(sb["auc_list"]))
+        if len(common) < 2:
+            continue
+        ds = [sa["auc_list"][k] - sb["auc_list"][k] for k in common]
+        pl.append(f"{a} − {b} {mean(ds):+.4f} ± {sd(ds):.4f}")
+    if pl:
+        out.append("- Paired by seed (no straggler), AUC difference mean ± sd: " + "; ".join(pl) + ".")
     # 5. hybrid matches allreduce within 0.001
     out.append(f"- hybrid − allreduce AUC: {fmt(d(get(sums, 'hybrid-2', '0', 'auc'), ar0), '+.4f')} "
                f"(straggler {fmt(d(get(sums, 'hybrid-2', '1', 'auc'), ar1), '+.4f')}). "
@@ -274,12 +302,47 @@ def switch_table(outdir):
     return "\n".join(lines)
 
 
+def summary_table(runs):
+    """One line per policy: both data sets, with and without straggler."""
+    syn = {k: summary(v) for k, v in group(runs, "syn").items()}
+    cri = {k: summary(v) for k, v in group(runs, "criteo").items()}
+    lines = ["| policy | synthetic AUC | ex/s, no straggler → straggler | staleness mean / max "
+             "| dropped | MB sent | Criteo dev AUC (mean ± sd over seeds) |",
+             "|---|---|---|---|---|---|---|"]
+    for (label, strag), s0 in syn.items():
+        if strag != "0":
+            continue
+        s1 = syn.get((label, "1"))
+        c0 = cri.get((label, "0"))
+        if s0["na"] or not s0["n"]:
+            lines.append(f"| {label} | not run: {(s0['why'] or '')[:80]} | | | | | |")
+            continue
+        sp = f"{s0['ex_per_s'] / 1e3:,.0f}k"
+        if s1 and s1["n"] and s1["ex_per_s"]:
+            sp += f" → {s1['ex_per_s'] / 1e3:,.0f}k ({s1['ex_per_s'] / s0['ex_per_s']:.2f}×)"
+        ca = "—"
+        if c0 and c0["n"]:
+            ca = f"{c0['auc']:.4f} ± {c0['auc_sd'] or 0:.4f}"
+        lines.append(f"| {label} | {s0['auc']:.4f} | {sp} | {fmt(s0['sync_staleness_mean'], '.2f')} / "
+                     f"{fmt(s0['sync_staleness_max'], '.0f')} | {fmt(s0['sync_dropped'], '.0f')} "
+                     f"| {fmt(None if s0['sync_bytes'] is None else s0['sync_bytes'] / 1e6, ',.0f')} | {ca} |")
+    return "\n".join(lines)
+
+
 def main():
-    if len(sys.argv) != 2:
-        sys.stderr.write("usage: table.py OUT_DIR\n")
+    if len(sys.argv) > 1 and sys.argv[1] == "--summary":
+        runs = []
+        for d in sys.argv[2:]:
+            runs += load(d)
+        print(summary_table(runs))
+        return 0
+    if len(sys.argv) < 2:
+        sys.stderr.write("usage: table.py OUT_DIR [MORE_OUT_DIRS: repetitions]\n")
         return 2
     outdir = sys.argv[1]
-    runs = load(outdir)
+    runs = []
+    for d in sys.argv[1:]:
+        runs += load(d)
     for data, title in (("syn", "Synthetic data, 4 workers × 256"),
                         ("syn2", "Synthetic data, 2 workers × 512 (straggler: worker 1 × 3)"),
                         ("criteo", "Criteo sample (train.csv → dev.csv), 4 workers × 256")):

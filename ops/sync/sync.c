@@ -8,6 +8,8 @@
  */
 #include "ops/sync/sync.h"
 
+#include <stdio.h>
+
 #include <math.h>
 #include <string.h>
 
@@ -158,4 +160,20 @@ void st_sync_stats_publish(const st_sync_stats_t *s, st_metrics_t *m)
 		       top ? (double)((UINT64_C(1) << top) - 1) : 0.0);
 	st_metrics_set(m, "sync_dropped", (double)s->dropped);
 	st_metrics_set(m, "sync_bytes", (double)s->bytes);
+	/* The staleness histogram itself, one metric per non-empty bucket:
+	 * "hist.sync_staleness.0", ".1", ".2-3", ".4-7", ... (JSON only). */
+	for (int k = 0; k < ST_SYNC_HIST; k++) {
+		if (!s->staleness[k])
+			continue;
+		char name[48];
+		uint64_t lo = k ? UINT64_C(1) << (k - 1) : 0, hi = k ? (UINT64_C(1) << k) - 1 : 0;
+		if (k == ST_SYNC_HIST - 1)
+			snprintf(name, sizeof name, "hist.sync_staleness.%llu+", (unsigned long long)lo);
+		else if (lo == hi)
+			snprintf(name, sizeof name, "hist.sync_staleness.%llu", (unsigned long long)lo);
+		else
+			snprintf(name, sizeof name, "hist.sync_staleness.%llu-%llu",
+				 (unsigned long long)lo, (unsigned long long)hi);
+		st_metrics_set(m, name, (double)s->staleness[k]);
+	}
 }

@@ -116,6 +116,15 @@ for pol in 'st.sync.async{}' 'st.sync.hop_bs{b=2}' 'st.sync.bsp{b=2}' 'st.sync.h
     -- "$strata" run tests/e2e/jobs/gen_dnn.lua --quiet "${dset[@]}" --set "sync=$pol" \
        --set stages.train.workers=2 --set data.train.limit=40000 --set stages.train.minibatch=256
 done
+"$strata" run tests/e2e/jobs/gen_dnn.lua --quiet "${dset[@]}" --set 'sync=st.sync.async{}' \
+  --set stages.train.workers=2 --set data.train.limit=40000 --metrics "$tmp/as.jsonl" >"$tmp/out" 2>&1
+if tail -n 1 "$tmp/as.jsonl" | grep -q '"hist.sync_staleness.0":' &&
+   tail -n 1 "$tmp/as.jsonl" | grep -q '"sync_staleness_max":' &&
+   tail -n 1 "$tmp/as.jsonl" | grep -q '"sync_dropped":'; then
+  ok "policy metrics: staleness histogram, max and dropped in the metrics file"
+else
+  bad "policy metrics in the metrics file: $(tail -c 300 "$tmp/as.jsonl")"
+fi
 expect "unknown policy is refused before running" 2 "unknown sync policy 'gbaa'" \
   -- "$strata" run tests/e2e/jobs/gen_dnn.lua --quiet "${dset[@]}" --set 'sync={policy="gbaa"}'
 "$strata" run tests/e2e/jobs/gen_phases.lua --quiet "${dset[@]}" \
