@@ -110,16 +110,44 @@ void st_sync_row_update(const st_sync_env_t *env, float *row, const float *g, in
 	st_optim_update(env->sparse_opt, row, row + dim, g, (size_t)dim, t);
 }
 
+/*
+ * Hogwild copies of shared floats. Under ThreadSanitizer every float is a
+ * relaxed atomic access, so the deliberate races are visible to the tool as
+ * atomics and the tests stay clean. Otherwise the copies are memcpy: on
+ * x86-64 and AArch64 an aligned 4-byte float is never torn, also inside a
+ * vector copy, and a relaxed-atomic loop cannot be vectorized — it cost a
+ * quarter of GBA's training time (perf, 4 workers, docs/policies.md). The
+ * copy goes into or out of a private buffer and each value is read once,
+ * so no compiler assumption about the shared floats is relied on.
+ */
+#if defined(__SANITIZE_THREAD__)
+#define ST_SYNC_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define ST_SYNC_TSAN 1
+#endif
+#endif
+
 void st_sync_load_relaxed(float *dst, const float *src, size_t n)
 {
+#ifdef ST_SYNC_TSAN
 	for (size_t i = 0; i < n; i++)
 		__atomic_load(&src[i], &dst[i], __ATOMIC_RELAXED);
+#else
+	memcpy(dst, src, n * sizeof(float));
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);  /* keep the copy where it is */
+#endif
 }
 
 void st_sync_store_relaxed(float *dst, const float *src, size_t n)
 {
+#ifdef ST_SYNC_TSAN
 	for (size_t i = 0; i < n; i++)
 		__atomic_store(&dst[i], (float *)&src[i], __ATOMIC_RELAXED);
+#else
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	memcpy(dst, src, n * sizeof(float));
+#endif
 }
 
 void st_sync_row_update_relaxed(const st_sync_env_t *env, float *row, const float *g,
