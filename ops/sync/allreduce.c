@@ -45,11 +45,6 @@ typedef struct {
 	st_sync_stats_t st;            /* relaxed atomics */
 } allreduce_t;
 
-static void stat_add(uint64_t *p, uint64_t v)
-{
-	__atomic_fetch_add(p, v, __ATOMIC_RELAXED);
-}
-
 static size_t tensor_len(const st_model_t *m, int i)
 {
 	const st_tensor_info_t *ti = st_model_tensor(m, i);
@@ -211,15 +206,15 @@ static int ar_apply(void *self, int w, st_sync_grads_t *g)
 		bytes = sizeof(float) * (uint64_t)env->nparams;
 		for (uint32_t k = 0; k < g->n_rows; k++)
 			bytes += 8 + sizeof(float) * (uint64_t)g->row_dim[g->uidx[k]];
-		stat_add(&s->st.updates, 1);
-		stat_add(&s->st.staleness[0], 1);
+		st_sync_stat_add(&s->st.updates, 1);
+		st_sync_stat_add(&s->st.staleness[0], 1);
 	}
-	stat_add(&s->st.bytes, bytes);
+	st_sync_stat_add(&s->st.bytes, bytes);
 	pthread_barrier_wait(&s->bar);                          /* B */
 	if (w == 0) {
 		/* Read by the others only after the next barrier A. */
 		*s->t = t;
-		stat_add(&s->st.steps, 1);
+		st_sync_stat_add(&s->st.steps, 1);
 	}
 	return ST_OK;
 }

@@ -47,11 +47,6 @@ typedef struct {
 	st_sync_stats_t st;   /* relaxed atomics */
 } async_t;
 
-static void stat_add(uint64_t *p, uint64_t v)
-{
-	__atomic_fetch_add(p, v, __ATOMIC_RELAXED);
-}
-
 static void as_destroy(void *self)
 {
 	async_t *s = self;
@@ -158,10 +153,10 @@ static int as_apply(void *self, int w, st_sync_grads_t *g)
 						   dim, t, a->trow);
 	}
 	__atomic_fetch_add(&s->version, 1, __ATOMIC_RELAXED);
-	stat_add(&s->st.updates, 1);
-	stat_add(&s->st.steps, 1);
-	stat_add(&s->st.staleness[st_sync_hist_bucket(stale)], 1);
-	stat_add(&s->st.bytes, bytes);
+	st_sync_stat_add(&s->st.updates, 1);
+	st_sync_stat_add(&s->st.steps, 1);
+	st_sync_stat_add(&s->st.staleness[st_sync_hist_bucket(stale)], 1);
+	st_sync_stat_add(&s->st.bytes, bytes);
 	return ST_OK;
 }
 

@@ -77,19 +77,6 @@ typedef struct {
 	st_sync_stats_t st;    /* relaxed atomics */
 } bsp_t;
 
-static void stat_add(uint64_t *p, uint64_t v)
-{
-	__atomic_fetch_add(p, v, __ATOMIC_RELAXED);
-}
-
-static double cfg_param(const st_sync_cfg_t *c, const char *key)
-{
-	for (int i = 0; c && i < c->n_params; i++)
-		if (c->keys[i] && !strcmp(c->keys[i], key))
-			return c->vals[i];
-	return -1;
-}
-
 static void bsp_destroy(void *self)
 {
 	bsp_t *s = self;
@@ -113,7 +100,7 @@ static void bsp_destroy(void *self)
 
 static int bsp_create(void **self, const st_sync_env_t *env)
 {
-	double b = cfg_param(env->cfg, "b");
+	double b = st_sync_cfg_num(env->cfg, "b", -1);
 	if (!(b >= 1)) {
 		st_error("sync policy bsp: parameter b (gradients per update, >= 1) is "
 			 "missing or below 1");
@@ -216,7 +203,7 @@ static void flush(bsp_t *s, uint32_t n)
 	s->ns = 0;
 	s->count = 0;
 	s->version++;
-	stat_add(&s->st.steps, 1);
+	st_sync_stat_add(&s->st.steps, 1);
 }
 
 static int bsp_apply(void *self, int w, st_sync_grads_t *g)
@@ -227,7 +214,7 @@ static int bsp_apply(void *self, int w, st_sync_grads_t *g)
 		return ST_OK;
 	uint64_t bytes = sizeof(float) * (uint64_t)env->nparams;
 	pthread_mutex_lock(&s->mu);
-	stat_add(&s->st.staleness[st_sync_hist_bucket(s->version - s->v0[w])], 1);
+	st_sync_stat_add(&s->st.staleness[st_sync_hist_bucket(s->version - s->v0[w])], 1);
 	for (size_t i = 0; i < env->nparams; i++)
 		s->acc[i] += g->dense[i];
 	for (uint32_t k = 0; k < g->n_rows; k++) {
@@ -250,8 +237,8 @@ static int bsp_apply(void *self, int w, st_sync_grads_t *g)
 	if (++s->count == s->b)
 		flush(s, s->count);
 	pthread_mutex_unlock(&s->mu);
-	stat_add(&s->st.updates, 1);
-	stat_add(&s->st.bytes, bytes);
+	st_sync_stat_add(&s->st.updates, 1);
+	st_sync_stat_add(&s->st.bytes, bytes);
 	return ST_OK;
 }
 

@@ -146,11 +146,6 @@ typedef struct {
 	st_sync_stats_t st;
 } gba_t;
 
-static void stat_add(uint64_t *p, uint64_t v)
-{
-	__atomic_fetch_add(p, v, __ATOMIC_RELAXED);
-}
-
 static inline uint64_t mix64(uint64_t z)
 {
 	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
@@ -394,9 +389,9 @@ static int global_step(gba_t *s)
 	for (int m = 0; m < n; m++) {
 		const slot_t *sl = s->buf[m];
 		uint64_t age = k - sl->token;
-		stat_add(&s->st.staleness[st_sync_hist_bucket(age)], 1);
+		st_sync_stat_add(&s->st.staleness[st_sync_hist_bucket(age)], 1);
 		if (age > s->tol) {
-			stat_add(&s->st.dropped, 1);
+			st_sync_stat_add(&s->st.dropped, 1);
 			continue;
 		}
 		kept++;
@@ -409,7 +404,7 @@ static int global_step(gba_t *s)
 			s->agg[j] *= inv;
 		st_sync_dense_update(env, env->params, s->state, s->agg, t);
 	}
-	stat_add(&s->st.updates, (uint64_t)kept);
+	st_sync_stat_add(&s->st.updates, (uint64_t)kept);
 
 	/* Sparse: per ID, Eq. 1 on the ID's staleness; sum of the kept
 	 * gradients over the buffered gradients that touched the ID. Tags are
@@ -460,7 +455,7 @@ static int global_step(gba_t *s)
 
 	*s->t = t;
 	s->k = k + 1;
-	stat_add(&s->st.steps, 1);
+	st_sync_stat_add(&s->st.steps, 1);
 	for (int m = 0; m < n; m++)
 		s->freel[s->nfree++] = s->buf[m];
 	s->nbuf = 0;
@@ -566,7 +561,7 @@ static int gba_apply(void *self, int w, st_sync_grads_t *g)
 	slot_t *sl = s->spare[w];
 	if ((rc = slot_fill(s, sl, w, g, &bytes)) < 0)
 		return rc;
-	stat_add(&s->st.bytes, bytes);
+	st_sync_stat_add(&s->st.bytes, bytes);
 	pthread_mutex_lock(&s->mu);
 	s->inflight[w] = 0;
 	if (s->err < 0) {

@@ -76,20 +76,7 @@ typedef struct {
 	st_sync_stats_t st;   /* relaxed atomics */
 } hopbs_t;
 
-static void stat_add(uint64_t *p, uint64_t v)
-{
-	__atomic_fetch_add(p, v, __ATOMIC_RELAXED);
-}
-
 /* Integer parameter `key` of the job's policy; -1 when absent. */
-static double cfg_param(const st_sync_cfg_t *c, const char *key)
-{
-	for (int i = 0; c && i < c->n_params; i++)
-		if (c->keys[i] && !strcmp(c->keys[i], key))
-			return c->vals[i];
-	return -1;
-}
-
 static void hb_destroy(void *self)
 {
 	hopbs_t *s = self;
@@ -112,7 +99,7 @@ static void hb_destroy(void *self)
 
 static int hb_create(void **self, const st_sync_env_t *env)
 {
-	double b = cfg_param(env->cfg, "b");
+	double b = st_sync_cfg_num(env->cfg, "b", -1);
 	if (!(b >= 0)) {
 		st_error("sync policy hop_bs: parameter b (the staleness bound, >= 0) is "
 			 "missing or negative");
@@ -248,10 +235,10 @@ static void hogwild_apply(hopbs_t *s, hworker_t *a, const st_sync_grads_t *g)
 						   dim, t, a->trow);
 	}
 	__atomic_fetch_add(&s->version, 1, __ATOMIC_RELAXED);
-	stat_add(&s->st.updates, 1);
-	stat_add(&s->st.steps, 1);
-	stat_add(&s->st.staleness[st_sync_hist_bucket(stale)], 1);
-	stat_add(&s->st.bytes, bytes);
+	st_sync_stat_add(&s->st.updates, 1);
+	st_sync_stat_add(&s->st.steps, 1);
+	st_sync_stat_add(&s->st.staleness[st_sync_hist_bucket(stale)], 1);
+	st_sync_stat_add(&s->st.bytes, bytes);
 }
 
 static int hb_apply(void *self, int w, st_sync_grads_t *g)

@@ -85,19 +85,6 @@ typedef struct {
 	st_sync_stats_t st;    /* relaxed atomics */
 } hopbw_t;
 
-static void stat_add(uint64_t *p, uint64_t v)
-{
-	__atomic_fetch_add(p, v, __ATOMIC_RELAXED);
-}
-
-static double cfg_param(const st_sync_cfg_t *c, const char *key)
-{
-	for (int i = 0; c && i < c->n_params; i++)
-		if (c->keys[i] && !strcmp(c->keys[i], key))
-			return c->vals[i];
-	return -1;
-}
-
 static void bw_destroy(void *self)
 {
 	hopbw_t *s = self;
@@ -123,7 +110,7 @@ static void bw_destroy(void *self)
 
 static int bw_create(void **self, const st_sync_env_t *env)
 {
-	double b = cfg_param(env->cfg, "b");
+	double b = st_sync_cfg_num(env->cfg, "b", -1);
 	if (!(b >= 0) || b >= env->n_workers) {
 		st_error("sync policy hop_bw: parameter b (backup workers whose gradients "
 			 "each step drops) must be >= 0 and below the number of train "
@@ -260,7 +247,7 @@ static void close_step(hopbw_t *s)
 			s->sin[u] = 0;
 		}
 		s->ns = 0;
-		stat_add(&s->st.steps, 1);
+		st_sync_stat_add(&s->st.steps, 1);
 	}
 	s->cur++;
 	s->arrived = s->kept = s->empty = 0;
@@ -277,8 +264,8 @@ static int bw_apply(void *self, int w, st_sync_grads_t *g)
 		/* Late: the step closed without us. */
 		pthread_mutex_unlock(&s->mu);
 		if (g->n_examples) {
-			stat_add(&s->st.dropped, 1);
-			stat_add(&s->st.bytes, grad_bytes(&s->env, g));
+			st_sync_stat_add(&s->st.dropped, 1);
+			st_sync_stat_add(&s->st.bytes, grad_bytes(&s->env, g));
 		}
 		return ST_OK;
 	}
@@ -286,9 +273,9 @@ static int bw_apply(void *self, int w, st_sync_grads_t *g)
 	if (g->n_examples) {
 		accumulate(s, g);
 		s->kept++;
-		stat_add(&s->st.updates, 1);
-		stat_add(&s->st.bytes, grad_bytes(&s->env, g));
-		stat_add(&s->st.staleness[st_sync_hist_bucket(s->cur - s->v0[w])], 1);
+		st_sync_stat_add(&s->st.updates, 1);
+		st_sync_stat_add(&s->st.bytes, grad_bytes(&s->env, g));
+		st_sync_stat_add(&s->st.staleness[st_sync_hist_bucket(s->cur - s->v0[w])], 1);
 	} else {
 		s->empty++;
 	}

@@ -107,19 +107,6 @@ void *st__sync_hybrid_hook_arg;
 
 /* A numeric parameter of the job's policy, or def (lang/job.c has the
  * same, but ops does not link the job language). */
-static double cfg_num(const st_sync_cfg_t *c, const char *key, double def)
-{
-	for (int i = 0; i < c->n_params; i++)
-		if (c->keys[i] && !strcmp(c->keys[i], key))
-			return c->vals ? c->vals[i] : def;
-	return def;
-}
-
-static void stat_add(uint64_t *p, uint64_t v)
-{
-	__atomic_fetch_add(p, v, __ATOMIC_RELAXED);
-}
-
 static size_t tensor_len(const st_model_t *m, int i)
 {
 	const st_tensor_info_t *ti = st_model_tensor(m, i);
@@ -194,7 +181,7 @@ static void hy_destroy(void *self)
 
 static int hy_create(void **self, const st_sync_env_t *env)
 {
-	double tau = cfg_num(env->cfg, "staleness", -1);
+	double tau = st_sync_cfg_num(env->cfg, "staleness", -1);
 	if (!(tau >= 0) || tau > 1e6 || tau != (double)(uint64_t)tau) {
 		st_error("sync hybrid: staleness must be an integer >= 0 (got %g): the "
 			 "steps a worker may run ahead of the oldest un-applied embedding "
@@ -279,7 +266,7 @@ static const float *hy_begin_step(void *self, int w, uint64_t step)
 	}
 	uint64_t lag = st - (s->done < st ? s->done : st);
 	pthread_mutex_unlock(&s->mu);
-	stat_add(&s->st.staleness[st_sync_hist_bucket(lag)], 1);
+	st_sync_stat_add(&s->st.staleness[st_sync_hist_bucket(lag)], 1);
 	return s->env.params;
 }
 
@@ -362,13 +349,13 @@ static int hy_apply(void *self, int w, st_sync_grads_t *g)
 		uint64_t bytes = sizeof(float) * (uint64_t)env->nparams;
 		for (uint32_t k = 0; k < g->n_rows; k++)
 			bytes += 8 + sizeof(float) * (uint64_t)g->row_dim[g->uidx[k]];
-		stat_add(&s->st.bytes, bytes);
-		stat_add(&s->st.updates, 1);
+		st_sync_stat_add(&s->st.bytes, bytes);
+		st_sync_stat_add(&s->st.updates, 1);
 	}
 	pthread_barrier_wait(&s->bar);                          /* B */
 	if (w == 0) {
 		*s->t = t;
-		stat_add(&s->st.steps, 1);
+		st_sync_stat_add(&s->st.steps, 1);
 	}
 	return rc;
 }

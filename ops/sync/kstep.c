@@ -84,19 +84,6 @@ typedef struct {
 
 /* A numeric parameter of the job's policy, or def (lang/job.c has the
  * same, but ops does not link the job language). */
-static double cfg_num(const st_sync_cfg_t *c, const char *key, double def)
-{
-	for (int i = 0; i < c->n_params; i++)
-		if (c->keys[i] && !strcmp(c->keys[i], key))
-			return c->vals ? c->vals[i] : def;
-	return def;
-}
-
-static void stat_add(uint64_t *p, uint64_t v)
-{
-	__atomic_fetch_add(p, v, __ATOMIC_RELAXED);
-}
-
 static void range(const kstep_t *s, int w, size_t *lo, size_t *hi)
 {
 	size_t n = s->env.nparams;
@@ -123,7 +110,7 @@ static void ks_destroy(void *self)
 
 static int ks_create(void **self, const st_sync_env_t *env)
 {
-	double k = cfg_num(env->cfg, "k", 0);
+	double k = st_sync_cfg_num(env->cfg, "k", 0);
 	if (!(k >= 1) || k != floor(k)) {
 		st_error("sync kstep: k must be an integer >= 1 (got %g)", k);
 		return ST_EJOB;
@@ -294,8 +281,8 @@ static int ks_apply(void *self, int w, st_sync_grads_t *g)
 	if (g->n_examples) {
 		for (uint32_t q = 0; q < g->n_rows; q++)
 			bytes += 8 + sizeof(float) * (uint64_t)g->row_dim[g->uidx[q]];
-		stat_add(&s->st.updates, 1);
-		stat_add(&s->st.staleness[0], 1);
+		st_sync_stat_add(&s->st.updates, 1);
+		st_sync_stat_add(&s->st.staleness[0], 1);
 	}
 	if (merge) {
 		size_t lo, hi;
@@ -305,14 +292,14 @@ static int ks_apply(void *self, int w, st_sync_grads_t *g)
 		bytes += (uint64_t)(2 * (N - 1)) * 2 * sizeof(float) * (uint64_t)env->nparams /
 			 (uint64_t)N;
 	}
-	stat_add(&s->st.bytes, bytes);
+	st_sync_stat_add(&s->st.bytes, bytes);
 	if (a->upd)
-		stat_add(&s->st.steps, 1);
+		st_sync_stat_add(&s->st.steps, 1);
 	pthread_barrier_wait(&s->bar);                          /* B */
 	if (w == 0) {
 		s->merged_last = merge;   /* read by others only after a barrier */
 		if (merge)
-			stat_add(&s->merges, 1);
+			st_sync_stat_add(&s->merges, 1);
 	}
 	return ST_OK;
 }

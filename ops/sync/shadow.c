@@ -108,19 +108,6 @@ void *st__sync_shadow_hook_arg;
 
 /* A numeric parameter of the job's policy, or def (lang/job.c has the
  * same, but ops does not link the job language). */
-static double cfg_num(const st_sync_cfg_t *c, const char *key, double def)
-{
-	for (int i = 0; i < c->n_params; i++)
-		if (c->keys[i] && !strcmp(c->keys[i], key))
-			return c->vals ? c->vals[i] : def;
-	return def;
-}
-
-static void stat_add(uint64_t *p, uint64_t v)
-{
-	__atomic_fetch_add(p, v, __ATOMIC_RELAXED);
-}
-
 static inline float ld(const float *p)
 {
 	float v;
@@ -140,11 +127,11 @@ static void note_sync(shadow_t *s, int i)
 	uint64_t now = __atomic_load_n(&a->steps, __ATOMIC_RELAXED);
 	uint64_t gap = now - a->last;
 	a->last = now;
-	stat_add(&s->st.staleness[st_sync_hist_bucket(gap)], 1);
-	stat_add(&s->gap_sum, gap);
-	stat_add(&s->syncs, 1);
+	st_sync_stat_add(&s->st.staleness[st_sync_hist_bucket(gap)], 1);
+	st_sync_stat_add(&s->gap_sum, gap);
+	st_sync_stat_add(&s->syncs, 1);
 	uint64_t n = s->env.nparams;
-	stat_add(&s->st.bytes, s->algo == EASGD ? 2 * sizeof(float) * n
+	st_sync_stat_add(&s->st.bytes, s->algo == EASGD ? 2 * sizeof(float) * n
 			       : (uint64_t)(2 * (s->N - 1)) * sizeof(float) * n /
 				 (uint64_t)s->N);
 }
@@ -220,7 +207,7 @@ static void *shadow_main(void *arg)
 		if (__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE))
 			break;
 		round_all(s);
-		stat_add(&s->rounds, 1);
+		st_sync_stat_add(&s->rounds, 1);
 	}
 	return NULL;
 }
@@ -263,9 +250,9 @@ static const char *cfg_str(const st_sync_cfg_t *c, const char *key)
 static int sh_create(void **self, const st_sync_env_t *env)
 {
 	const char *algo = cfg_str(env->cfg, "algo");
-	double alpha = cfg_num(env->cfg, "alpha", 0.5);
-	double eta = cfg_num(env->cfg, "eta", 1.0);
-	double every = cfg_num(env->cfg, "every", 0);
+	double alpha = st_sync_cfg_num(env->cfg, "alpha", 0.5);
+	double eta = st_sync_cfg_num(env->cfg, "eta", 1.0);
+	double every = st_sync_cfg_num(env->cfg, "every", 0);
 	int kind = !algo || !strcmp(algo, "easgd") ? EASGD
 		 : !strcmp(algo, "ma") ? MA : !strcmp(algo, "bmuf") ? BMUF : -1;
 	if (kind < 0 || !(alpha > 0 && alpha <= 1) || !(eta > 0) || !(every >= 0) ||
@@ -394,9 +381,9 @@ static int sh_apply(void *self, int w, st_sync_grads_t *g)
 			st_sync_row_update_relaxed(env, g->rows[u], g->grad + (size_t)u * g->gstride,
 						   dim, ts, a->trow);
 	}
-	stat_add(&s->st.bytes, bytes);
-	stat_add(&s->st.updates, 1);
-	stat_add(&s->st.steps, 1);
+	st_sync_stat_add(&s->st.bytes, bytes);
+	st_sync_stat_add(&s->st.updates, 1);
+	st_sync_stat_add(&s->st.steps, 1);
 	uint64_t n = __atomic_add_fetch(&a->steps, 1, __ATOMIC_RELAXED);
 	if (s->every) {
 		if (n % s->every == 0)

@@ -159,6 +159,14 @@ void st_sync_row_update_relaxed(const st_sync_env_t *env, float *row, const floa
 	st_sync_store_relaxed(row, tmp, nf);
 }
 
+double st_sync_cfg_num(const st_sync_cfg_t *cfg, const char *key, double def)
+{
+	for (int i = 0; cfg && i < cfg->n_params; i++)
+		if (cfg->keys[i] && !strcmp(cfg->keys[i], key))
+			return cfg->vals ? cfg->vals[i] : def;
+	return def;
+}
+
 int st_sync_hist_bucket(uint64_t s)
 {
 	if (s == 0)

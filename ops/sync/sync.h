@@ -170,6 +170,14 @@ void st_sync_row_update_relaxed(const st_sync_env_t *env, float *row, const floa
 /* Relaxed-atomic copies (Hogwild reads and writes of shared floats). */
 void st_sync_load_relaxed(float *dst, const float *src, size_t n);
 void st_sync_store_relaxed(float *dst, const float *src, size_t n);
+/* The numeric parameter `key` of the policy's job settings, or def. */
+double st_sync_cfg_num(const st_sync_cfg_t *cfg, const char *key, double def);
+/* Adds to a statistics counter with a relaxed atomic (stats are read while
+ * workers run; slightly stale values are fine). */
+static inline void st_sync_stat_add(uint64_t *p, uint64_t v)
+{
+	__atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+}
 /* Bucket of a staleness value in st_sync_stats_t.staleness. */
 int st_sync_hist_bucket(uint64_t staleness);
 /* Publishes stats as metrics: "sync_updates", "sync_staleness_mean",
