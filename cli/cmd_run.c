@@ -504,7 +504,16 @@ int st_cmd_run(int argc, char **argv)
 	}
 	int mrc = st_trainer_create(&rc_.model, job, rc_.metrics);
 	if (mrc < 0) {
-		st_error("cannot create the model: %s", st_strerror(mrc));
+		/* A setting only the model or policy can check (a global batch
+		 * that is not a multiple of the minibatch, k-step without Adam):
+		 * a job error like the others, reported before any training. */
+		if (mrc == ST_EJOB || mrc == ST_EINVAL) {
+			fprintf(stderr, "strata: %s: the job's model or sync settings are invalid "
+				"(see above); nothing was trained\n", job->file);
+			ec = ST_EXIT_USAGE;
+		} else {
+			st_error("cannot create the model: %s", st_strerror(mrc));
+		}
 		goto stop;
 	}
 	if (rc_.pin)

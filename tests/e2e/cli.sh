@@ -125,6 +125,9 @@ if tail -n 1 "$tmp/as.jsonl" | grep -q '"hist.sync_staleness.0":' &&
 else
   bad "policy metrics in the metrics file: $(tail -c 300 "$tmp/as.jsonl")"
 fi
+expect "gba with a global batch that is not a multiple of the minibatch" 2 "must be a multiple of the local batch" \
+  -- "$strata" run tests/e2e/jobs/gen_dnn.lua --quiet "${dset[@]}" \
+     --set 'sync=st.sync.gba{global_batch=1000}' --set stages.train.workers=2 --set stages.train.minibatch=256
 expect "unknown policy is refused before running" 2 "unknown sync policy 'gbaa'" \
   -- "$strata" run tests/e2e/jobs/gen_dnn.lua --quiet "${dset[@]}" --set 'sync={policy="gbaa"}'
 "$strata" run tests/e2e/jobs/gen_phases.lua --quiet "${dset[@]}" \
