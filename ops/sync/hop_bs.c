@@ -207,38 +207,8 @@ static const float *hb_begin_step(void *self, int w, uint64_t step)
 /* Hogwild application of one worker's gradients (as async.c). */
 static void hogwild_apply(hopbs_t *s, hworker_t *a, const st_sync_grads_t *g)
 {
-	const st_sync_env_t *env = &s->env;
-	uint64_t stale = __atomic_load_n(&s->version, __ATOMIC_RELAXED) - a->v0;
-	uint64_t t = __atomic_add_fetch(s->t, 1, __ATOMIC_RELAXED);
-	for (int i = 0; i < st_model_ntensors(env->model); i++) {
-		const st_tensor_info_t *ti = st_model_tensor(env->model, i);
-		size_t len = (size_t)ti->shape[0] * (size_t)(ti->ndim == 2 ? ti->shape[1] : 1);
-		size_t so = st_sync_dense_state_offset(env, i);
-		size_t sl = st_sync_dense_state_offset(env, i + 1) - so;
-		if (!len)
-			continue;
-		st_sync_load_relaxed(a->tw, env->params + ti->offset, len);
-		st_sync_load_relaxed(a->ts, s->state + so, sl);
-		st_optim_update_rows(env->dense_opt, a->tw, a->ts, g->dense + ti->offset,
-				     ti->ndim == 2 ? (size_t)ti->shape[0] : 1,
-				     ti->ndim == 2 ? (size_t)ti->shape[1] : (size_t)ti->shape[0], t);
-		st_sync_store_relaxed(env->params + ti->offset, a->tw, len);
-		st_sync_store_relaxed(s->state + so, a->ts, sl);
-	}
-	uint64_t bytes = sizeof(float) * (uint64_t)env->nparams;
-	for (uint32_t k = 0; k < g->n_rows; k++) {
-		uint32_t u = g->uidx[k];
-		int dim = g->row_dim[u];
-		bytes += 8 + sizeof(float) * (uint64_t)dim;
-		if (g->rows[u])
-			st_sync_row_update_relaxed(env, g->rows[u], g->grad + (size_t)u * g->gstride,
-						   dim, t, a->trow);
-	}
-	__atomic_fetch_add(&s->version, 1, __ATOMIC_RELAXED);
-	st_sync_stat_add(&s->st.updates, 1);
-	st_sync_stat_add(&s->st.steps, 1);
-	st_sync_stat_add(&s->st.staleness[st_sync_hist_bucket(stale)], 1);
-	st_sync_stat_add(&s->st.bytes, bytes);
+	st_sync_apply_hogwild(&s->env, s->state, s->t, &s->version, a->v0, g, a->tw, a->ts,
+			      a->trow, &s->st);
 }
 
 static int hb_apply(void *self, int w, st_sync_grads_t *g)

@@ -159,6 +159,43 @@ void st_sync_row_update_relaxed(const st_sync_env_t *env, float *row, const floa
 	st_sync_store_relaxed(row, tmp, nf);
 }
 
+void st_sync_apply_hogwild(const st_sync_env_t *env, float *state, uint64_t *t_ctr,
+			   uint64_t *version, uint64_t v0, const st_sync_grads_t *g,
+			   float *tw, float *ts, float *trow, st_sync_stats_t *st)
+{
+	uint64_t stale = __atomic_load_n(version, __ATOMIC_RELAXED) - v0;
+	uint64_t t = __atomic_add_fetch(t_ctr, 1, __ATOMIC_RELAXED);
+	for (int i = 0; i < st_model_ntensors(env->model); i++) {
+		const st_tensor_info_t *ti = st_model_tensor(env->model, i);
+		size_t len = (size_t)ti->shape[0] * (size_t)(ti->ndim == 2 ? ti->shape[1] : 1);
+		size_t so = st_sync_dense_state_offset(env, i);
+		size_t sl = st_sync_dense_state_offset(env, i + 1) - so;
+		if (!len)
+			continue;
+		st_sync_load_relaxed(tw, env->params + ti->offset, len);
+		st_sync_load_relaxed(ts, state + so, sl);
+		st_optim_update_rows(env->dense_opt, tw, ts, g->dense + ti->offset,
+				     ti->ndim == 2 ? (size_t)ti->shape[0] : 1,
+				     ti->ndim == 2 ? (size_t)ti->shape[1] : (size_t)ti->shape[0], t);
+		st_sync_store_relaxed(env->params + ti->offset, tw, len);
+		st_sync_store_relaxed(state + so, ts, sl);
+	}
+	uint64_t bytes = sizeof(float) * (uint64_t)env->nparams;
+	for (uint32_t k = 0; k < g->n_rows; k++) {
+		uint32_t u = g->uidx[k];
+		int dim = g->row_dim[u];
+		bytes += 8 + sizeof(float) * (uint64_t)dim;
+		if (g->rows[u])
+			st_sync_row_update_relaxed(env, g->rows[u], g->grad + (size_t)u * g->gstride,
+						   dim, t, trow);
+	}
+	__atomic_fetch_add(version, 1, __ATOMIC_RELAXED);
+	st_sync_stat_add(&st->updates, 1);
+	st_sync_stat_add(&st->steps, 1);
+	st_sync_stat_add(&st->staleness[st_sync_hist_bucket(stale)], 1);
+	st_sync_stat_add(&st->bytes, bytes);
+}
+
 double st_sync_cfg_num(const st_sync_cfg_t *cfg, const char *key, double def)
 {
 	for (int i = 0; cfg && i < cfg->n_params; i++)

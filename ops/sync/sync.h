@@ -170,6 +170,17 @@ void st_sync_row_update_relaxed(const st_sync_env_t *env, float *row, const floa
 /* Relaxed-atomic copies (Hogwild reads and writes of shared floats). */
 void st_sync_load_relaxed(float *dst, const float *src, size_t n);
 void st_sync_store_relaxed(float *dst, const float *src, size_t n);
+/* Hogwild application of one worker's gradients (async, hop_bs): one
+ * optimizer step of every dense tensor (state: the policy's dense optimizer
+ * state) and of every touched row, each read and written with relaxed
+ * atomics; *t_ctr is the shared optimizer step counter, *version the
+ * policy's update count and v0 its value when the worker read its
+ * parameters (the staleness). tw/ts: scratch for the largest tensor and its
+ * state; trow: one row and its state. Adds to *st. Thread-safe by design of
+ * Hogwild (updates may be lost, never torn). */
+void st_sync_apply_hogwild(const st_sync_env_t *env, float *state, uint64_t *t_ctr,
+			   uint64_t *version, uint64_t v0, const st_sync_grads_t *g,
+			   float *tw, float *ts, float *trow, st_sync_stats_t *st);
 /* The numeric parameter `key` of the policy's job settings, or def. */
 double st_sync_cfg_num(const st_sync_cfg_t *cfg, const char *key, double def);
 /* Adds to a statistics counter with a relaxed atomic (stats are read while
