@@ -36,6 +36,21 @@ static int push_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 		if (rejected)
 			st_metrics_set(tr->metrics, "not_admitted", (double)rejected);
 	}
+	/* storage.mem is validated by the job language, but the RAM cache that
+	 * enforces it (LRU+LFU with spill to SSD) is not built yet: say so
+	 * once, instead of silently using more memory than the job allows. */
+	if (tr->mem_budget && !tr->mem_warned) {
+		uint64_t bytes = 0;
+		for (int i = 0; i < tr->n_tables; i++)
+			bytes += (uint64_t)st_table_size(tr->tables[i]) *
+				 st_table_row_bytes(tr->tables[i]);
+		if (bytes > tr->mem_budget) {
+			st_warn("the embedding table uses %.1f MB, more than storage.mem (%.1f MB): "
+				"this version keeps every row in RAM (no eviction to SSD yet)",
+				(double)bytes / 1e6, (double)tr->mem_budget / 1e6);
+			tr->mem_warned = 1;
+		}
+	}
 	*out = b;
 	return ST_OK;
 }

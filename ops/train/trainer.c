@@ -341,6 +341,7 @@ int st_trainer_create(st_trainer_t **out, const st_job_t *job, st_metrics_t *met
 	 * never evicts a row a batch still uses (push runs the sweep, in batch
 	 * order). Sweeps scan every row, so they run every ttl/8 batches: a row
 	 * goes between ttl and ttl + ttl/8 batches after its last use. */
+	tr->mem_budget = job->mem_bytes;
 	if (mc->ttl_steps > 0) {
 		uint64_t inflight = 8;
 		const st_stage_cfg_t *sc[] = { &job->read, &job->pull, &job->train_stage,

@@ -55,6 +55,8 @@ struct st_trainer {
 	st_table_t *tables[MAX_TABLES];
 	uint32_t ttl;              /* batches; 0 = rows never expire */
 	uint32_t evict_every;      /* batches between eviction sweeps */
+	uint64_t mem_budget;       /* storage.mem in bytes; 0 = unlimited */
+	int mem_warned;            /* push thread only */
 	int *slot_table;           /* [n_slots] */
 	int n_slots, n_dense, gstride;
 	uint32_t minibatch;

@@ -128,6 +128,9 @@ fi
 expect "gba with a global batch that is not a multiple of the minibatch" 2 "must be a multiple of the local batch" \
   -- "$strata" run tests/e2e/jobs/gen_dnn.lua --quiet "${dset[@]}" \
      --set 'sync=st.sync.gba{global_batch=1000}' --set stages.train.workers=2 --set stages.train.minibatch=256
+expect "a memory budget smaller than the table is reported" 0 "more than storage.mem" \
+  -- "$strata" run tests/e2e/jobs/gen_dnn.lua "${dset[@]}" --quiet \
+     --set 'storage={mem="64KiB"}' --set data.train.limit=20000
 expect "unknown policy is refused before running" 2 "unknown sync policy 'gbaa'" \
   -- "$strata" run tests/e2e/jobs/gen_dnn.lua --quiet "${dset[@]}" --set 'sync={policy="gbaa"}'
 "$strata" run tests/e2e/jobs/gen_phases.lua --quiet "${dset[@]}" \
