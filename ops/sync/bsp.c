@@ -57,20 +57,10 @@ typedef struct {
 	float *own_state;
 	uint64_t *t;           /* optimizer steps applied (Adam's step number) */
 	uint64_t own_t;
-	float *acc;            /* [nparams] dense gradient sum */
 	uint32_t count;        /* gradients in the buffer */
 	uint64_t version;      /* optimizer steps applied */
 	int ended;             /* workers past end_batch in this batch */
-	/* sparse buffer, addressed by the batch's unique-key index u */
-	uint32_t cap;          /* unique keys the arrays hold */
-	int maxdim;            /* floats per u in sacc */
-	float *sacc;           /* [cap * maxdim] row gradient sums */
-	float **srow;          /* [cap] shared row of u */
-	uint16_t *sdim;        /* [cap] */
-	uint8_t *sin;          /* [cap] 1: u is in slist */
-	uint32_t *slist;       /* [cap] keys in the buffer */
-	uint32_t ns;
-	float *trow;           /* one row + state while updating */
+	st_sync_gradbuf_t buf; /* the gradients since the last step */
 	/* ---- per worker ---- */
 	float **snap;          /* [N][nparams] parameters read at begin_step */
 	uint64_t *v0;          /* [N] version at begin_step */
@@ -87,13 +77,7 @@ static void bsp_destroy(void *self)
 	free(s->snap);
 	free(s->v0);
 	free(s->own_state);
-	free(s->acc);
-	free(s->sacc);
-	free(s->srow);
-	free(s->sdim);
-	free(s->sin);
-	free(s->slist);
-	free(s->trow);
+	st_sync_gradbuf_fini(&s->buf);
 	pthread_mutex_destroy(&s->mu);
 	free(s);
 }
@@ -115,18 +99,13 @@ static int bsp_create(void **self, const st_sync_env_t *env)
 	pthread_mutex_init(&s->mu, NULL);
 	size_t np = env->nparams ? env->nparams : 1;
 	size_t nst = st_sync_dense_state_floats(env);
-	s->maxdim = st_model_max_row_dim(env->model);
-	size_t rowf = (size_t)s->maxdim +
-		      st_optim_state_floats(env->sparse_opt, (size_t)s->maxdim) + 1;
 	s->state = env->dense_state;
 	if (!s->state)
 		s->state = s->own_state = malloc(sizeof(float) * (nst ? nst : 1));
 	s->t = env->dense_t ? env->dense_t : &s->own_t;
-	s->acc = calloc(np, sizeof(float));
-	s->trow = malloc(sizeof(float) * rowf);
 	s->snap = calloc((size_t)s->N, sizeof *s->snap);
 	s->v0 = calloc((size_t)s->N, sizeof *s->v0);
-	int ok = s->state && s->acc && s->trow && s->snap && s->v0;
+	int ok = st_sync_gradbuf_init(&s->buf, env) == ST_OK && s->state && s->snap && s->v0;
 	for (int i = 0; ok && i < s->N; i++)
 		ok = (s->snap[i] = malloc(sizeof(float) * np)) != NULL;
 	if (!ok) {
@@ -144,29 +123,7 @@ static int bsp_begin_batch(void *self, uint32_t n_uniq)
 	bsp_t *s = self;
 	/* No worker runs and the buffer is empty (flushed at end of batch). */
 	s->ended = 0;
-	if (n_uniq <= s->cap)
-		return ST_OK;
-	size_t n = n_uniq;
-	float *sacc = realloc(s->sacc, sizeof(float) * n * (size_t)(s->maxdim ? s->maxdim : 1));
-	if (sacc)
-		s->sacc = sacc;
-	float **srow = realloc(s->srow, sizeof *srow * n);
-	if (srow)
-		s->srow = srow;
-	uint16_t *sdim = realloc(s->sdim, sizeof *sdim * n);
-	if (sdim)
-		s->sdim = sdim;
-	uint8_t *sin = realloc(s->sin, n);
-	if (sin)
-		s->sin = sin;
-	uint32_t *slist = realloc(s->slist, sizeof *slist * n);
-	if (slist)
-		s->slist = slist;
-	if (!sacc || !srow || !sdim || !sin || !slist)
-		return ST_ENOMEM;
-	memset(s->sin, 0, n);
-	s->cap = n_uniq;
-	return ST_OK;
+	return st_sync_gradbuf_reserve(&s->buf, n_uniq);
 }
 
 static const float *bsp_begin_step(void *self, int w, uint64_t step)
@@ -185,22 +142,7 @@ static const float *bsp_begin_step(void *self, int w, uint64_t step)
 static void flush(bsp_t *s, uint32_t n)
 {
 	const st_sync_env_t *env = &s->env;
-	const float inv = 1.0f / (float)n;
-	const uint64_t t = ++*s->t;
-	for (size_t i = 0; i < env->nparams; i++)
-		s->acc[i] *= inv;
-	st_sync_dense_update(env, env->params, s->state, s->acc, t);
-	memset(s->acc, 0, sizeof(float) * env->nparams);
-	for (uint32_t k = 0; k < s->ns; k++) {
-		uint32_t u = s->slist[k];
-		float *g = s->sacc + (size_t)u * s->maxdim;
-		for (int j = 0; j < s->sdim[u]; j++)
-			g[j] *= inv;
-		if (s->srow[u])
-			st_sync_row_update_relaxed(env, s->srow[u], g, s->sdim[u], t, s->trow);
-		s->sin[u] = 0;
-	}
-	s->ns = 0;
+	st_sync_gradbuf_apply(&s->buf, env, s->state, 1.0f / (float)n, ++*s->t);
 	s->count = 0;
 	s->version++;
 	st_sync_stat_add(&s->st.steps, 1);
@@ -215,25 +157,9 @@ static int bsp_apply(void *self, int w, st_sync_grads_t *g)
 	uint64_t bytes = sizeof(float) * (uint64_t)env->nparams;
 	pthread_mutex_lock(&s->mu);
 	st_sync_stat_add(&s->st.staleness[st_sync_hist_bucket(s->version - s->v0[w])], 1);
-	for (size_t i = 0; i < env->nparams; i++)
-		s->acc[i] += g->dense[i];
-	for (uint32_t k = 0; k < g->n_rows; k++) {
-		uint32_t u = g->uidx[k];
-		const int dim = g->row_dim[u];
-		const float *gu = g->grad + (size_t)u * g->gstride;
-		float *a = s->sacc + (size_t)u * s->maxdim;
-		bytes += 8 + sizeof(float) * (uint64_t)dim;
-		if (!s->sin[u]) {
-			s->sin[u] = 1;
-			s->slist[s->ns++] = u;
-			s->srow[u] = g->rows[u];
-			s->sdim[u] = (uint16_t)dim;
-			memcpy(a, gu, sizeof(float) * (size_t)dim);
-		} else {
-			for (int j = 0; j < dim; j++)
-				a[j] += gu[j];
-		}
-	}
+	st_sync_gradbuf_add(&s->buf, env, g);
+	for (uint32_t k = 0; k < g->n_rows; k++)
+		bytes += 8 + sizeof(float) * (uint64_t)g->row_dim[g->uidx[k]];
 	if (++s->count == s->b)
 		flush(s, s->count);
 	pthread_mutex_unlock(&s->mu);

@@ -69,16 +69,7 @@ typedef struct {
 	uint64_t own_t;
 	uint64_t cur;          /* the step collecting gradients = steps closed */
 	int arrived, kept, empty;  /* of step cur */
-	float *acc;            /* [nparams] dense sum of the kept gradients */
-	uint32_t cap;
-	int maxdim;
-	float *sacc;           /* [cap * maxdim] row gradient sums */
-	float **srow;
-	uint16_t *sdim;
-	uint8_t *sin;
-	uint32_t *slist;
-	uint32_t ns;
-	float *trow;
+	st_sync_gradbuf_t buf; /* the kept gradients of the open step */
 	uint64_t *wstep;       /* [N] step of worker w's next apply */
 	uint64_t *v0;          /* [N] cur at worker w's begin_step */
 	float **snap;          /* [N][nparams] */
@@ -96,13 +87,7 @@ static void bw_destroy(void *self)
 	free(s->v0);
 	free(s->wstep);
 	free(s->own_state);
-	free(s->acc);
-	free(s->sacc);
-	free(s->srow);
-	free(s->sdim);
-	free(s->sin);
-	free(s->slist);
-	free(s->trow);
+	st_sync_gradbuf_fini(&s->buf);
 	pthread_mutex_destroy(&s->mu);
 	pthread_cond_destroy(&s->cv);
 	free(s);
@@ -127,19 +112,15 @@ static int bw_create(void **self, const st_sync_env_t *env)
 	pthread_cond_init(&s->cv, NULL);
 	size_t np = env->nparams ? env->nparams : 1;
 	size_t nst = st_sync_dense_state_floats(env);
-	s->maxdim = st_model_max_row_dim(env->model);
-	size_t rowf = (size_t)s->maxdim +
-		      st_optim_state_floats(env->sparse_opt, (size_t)s->maxdim) + 1;
 	s->state = env->dense_state;
 	if (!s->state)
 		s->state = s->own_state = malloc(sizeof(float) * (nst ? nst : 1));
 	s->t = env->dense_t ? env->dense_t : &s->own_t;
-	s->acc = calloc(np, sizeof(float));
-	s->trow = malloc(sizeof(float) * rowf);
 	s->snap = calloc((size_t)s->N, sizeof *s->snap);
 	s->v0 = calloc((size_t)s->N, sizeof *s->v0);
 	s->wstep = calloc((size_t)s->N, sizeof *s->wstep);
-	int ok = s->state && s->acc && s->trow && s->snap && s->v0 && s->wstep;
+	int ok = st_sync_gradbuf_init(&s->buf, env) == ST_OK && s->state && s->snap && s->v0 &&
+		 s->wstep;
 	for (int i = 0; ok && i < s->N; i++)
 		ok = (s->snap[i] = malloc(sizeof(float) * np)) != NULL;
 	if (!ok) {
@@ -157,29 +138,7 @@ static int bw_begin_batch(void *self, uint32_t n_uniq)
 	hopbw_t *s = self;
 	/* No worker runs; every step of the last batch is closed, so the
 	 * buffers are empty. */
-	if (n_uniq <= s->cap)
-		return ST_OK;
-	size_t n = n_uniq;
-	float *sacc = realloc(s->sacc, sizeof(float) * n * (size_t)(s->maxdim ? s->maxdim : 1));
-	if (sacc)
-		s->sacc = sacc;
-	float **srow = realloc(s->srow, sizeof *srow * n);
-	if (srow)
-		s->srow = srow;
-	uint16_t *sdim = realloc(s->sdim, sizeof *sdim * n);
-	if (sdim)
-		s->sdim = sdim;
-	uint8_t *sin = realloc(s->sin, n);
-	if (sin)
-		s->sin = sin;
-	uint32_t *slist = realloc(s->slist, sizeof *slist * n);
-	if (slist)
-		s->slist = slist;
-	if (!sacc || !srow || !sdim || !sin || !slist)
-		return ST_ENOMEM;
-	memset(s->sin, 0, n);
-	s->cap = n_uniq;
-	return ST_OK;
+	return st_sync_gradbuf_reserve(&s->buf, n_uniq);
 }
 
 static const float *bw_begin_step(void *self, int w, uint64_t step)
@@ -204,24 +163,7 @@ static uint64_t grad_bytes(const st_sync_env_t *env, const st_sync_grads_t *g)
 /* Adds a kept gradient to the buffers. Under mu. */
 static void accumulate(hopbw_t *s, const st_sync_grads_t *g)
 {
-	for (size_t i = 0; i < s->env.nparams; i++)
-		s->acc[i] += g->dense[i];
-	for (uint32_t k = 0; k < g->n_rows; k++) {
-		uint32_t u = g->uidx[k];
-		const int dim = g->row_dim[u];
-		const float *gu = g->grad + (size_t)u * g->gstride;
-		float *a = s->sacc + (size_t)u * s->maxdim;
-		if (!s->sin[u]) {
-			s->sin[u] = 1;
-			s->slist[s->ns++] = u;
-			s->srow[u] = g->rows[u];
-			s->sdim[u] = (uint16_t)dim;
-			memcpy(a, gu, sizeof(float) * (size_t)dim);
-		} else {
-			for (int j = 0; j < dim; j++)
-				a[j] += gu[j];
-		}
-	}
+	st_sync_gradbuf_add(&s->buf, &s->env, g);
 }
 
 /* Closes step cur: applies the kept gradients (if any) and wakes the
@@ -231,22 +173,7 @@ static void close_step(hopbw_t *s)
 	const st_sync_env_t *env = &s->env;
 	if (s->kept) {
 		const float f = (float)(s->N - s->empty) / (float)s->kept;
-		const uint64_t t = ++*s->t;
-		for (size_t i = 0; i < env->nparams; i++)
-			s->acc[i] *= f;
-		st_sync_dense_update(env, env->params, s->state, s->acc, t);
-		memset(s->acc, 0, sizeof(float) * env->nparams);
-		for (uint32_t k = 0; k < s->ns; k++) {
-			uint32_t u = s->slist[k];
-			float *g = s->sacc + (size_t)u * s->maxdim;
-			for (int j = 0; j < s->sdim[u]; j++)
-				g[j] *= f;
-			if (s->srow[u])
-				st_sync_row_update_relaxed(env, s->srow[u], g, s->sdim[u], t,
-							   s->trow);
-			s->sin[u] = 0;
-		}
-		s->ns = 0;
+		st_sync_gradbuf_apply(&s->buf, env, s->state, f, ++*s->t);
 		st_sync_stat_add(&s->st.steps, 1);
 	}
 	s->cur++;

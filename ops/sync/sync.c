@@ -7,8 +7,10 @@
  * passes (the relaxed variants exist precisely for memory others write).
  */
 #include "ops/sync/sync.h"
+#include "runtime/err.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 #include <math.h>
 #include <string.h>
@@ -194,6 +196,98 @@ void st_sync_apply_hogwild(const st_sync_env_t *env, float *state, uint64_t *t_c
 	st_sync_stat_add(&st->steps, 1);
 	st_sync_stat_add(&st->staleness[st_sync_hist_bucket(stale)], 1);
 	st_sync_stat_add(&st->bytes, bytes);
+}
+
+int st_sync_gradbuf_init(st_sync_gradbuf_t *b, const st_sync_env_t *env)
+{
+	memset(b, 0, sizeof *b);
+	b->maxdim = st_model_max_row_dim(env->model);
+	size_t rowf = (size_t)b->maxdim +
+		      st_optim_state_floats(env->sparse_opt, (size_t)b->maxdim) + 1;
+	b->dense = calloc(env->nparams ? env->nparams : 1, sizeof(float));
+	b->trow = malloc(sizeof(float) * rowf);
+	return b->dense && b->trow ? ST_OK : ST_ENOMEM;
+}
+
+int st_sync_gradbuf_reserve(st_sync_gradbuf_t *b, uint32_t n_uniq)
+{
+	if (n_uniq <= b->cap)
+		return ST_OK;
+	size_t n = n_uniq;
+	float *sum = realloc(b->sum, sizeof(float) * n * (size_t)(b->maxdim ? b->maxdim : 1));
+	if (sum)
+		b->sum = sum;
+	float **row = realloc(b->row, sizeof *row * n);
+	if (row)
+		b->row = row;
+	uint16_t *dim = realloc(b->dim, sizeof *dim * n);
+	if (dim)
+		b->dim = dim;
+	uint8_t *in = realloc(b->in, n);
+	if (in)
+		b->in = in;
+	uint32_t *list = realloc(b->list, sizeof *list * n);
+	if (list)
+		b->list = list;
+	if (!sum || !row || !dim || !in || !list)
+		return ST_ENOMEM;
+	memset(b->in, 0, n);
+	b->cap = n_uniq;
+	return ST_OK;
+}
+
+void st_sync_gradbuf_add(st_sync_gradbuf_t *b, const st_sync_env_t *env,
+			 const st_sync_grads_t *g)
+{
+	for (size_t i = 0; i < env->nparams; i++)
+		b->dense[i] += g->dense[i];
+	for (uint32_t k = 0; k < g->n_rows; k++) {
+		uint32_t u = g->uidx[k];
+		const int dim = g->row_dim[u];
+		const float *gu = g->grad + (size_t)u * g->gstride;
+		float *a = b->sum + (size_t)u * b->maxdim;
+		if (!b->in[u]) {
+			b->in[u] = 1;
+			b->list[b->ns++] = u;
+			b->row[u] = g->rows[u];
+			b->dim[u] = (uint16_t)dim;
+			memcpy(a, gu, sizeof(float) * (size_t)dim);
+		} else {
+			for (int j = 0; j < dim; j++)
+				a[j] += gu[j];
+		}
+	}
+}
+
+void st_sync_gradbuf_apply(st_sync_gradbuf_t *b, const st_sync_env_t *env, float *state,
+			   float scale, uint64_t t)
+{
+	for (size_t i = 0; i < env->nparams; i++)
+		b->dense[i] *= scale;
+	st_sync_dense_update(env, env->params, state, b->dense, t);
+	memset(b->dense, 0, sizeof(float) * env->nparams);
+	for (uint32_t k = 0; k < b->ns; k++) {
+		uint32_t u = b->list[k];
+		float *g = b->sum + (size_t)u * b->maxdim;
+		for (int j = 0; j < b->dim[u]; j++)
+			g[j] *= scale;
+		if (b->row[u])
+			st_sync_row_update_relaxed(env, b->row[u], g, b->dim[u], t, b->trow);
+		b->in[u] = 0;
+	}
+	b->ns = 0;
+}
+
+void st_sync_gradbuf_fini(st_sync_gradbuf_t *b)
+{
+	free(b->dense);
+	free(b->sum);
+	free(b->row);
+	free(b->dim);
+	free(b->in);
+	free(b->list);
+	free(b->trow);
+	memset(b, 0, sizeof *b);
 }
 
 double st_sync_cfg_num(const st_sync_cfg_t *cfg, const char *key, double def)

@@ -181,6 +181,36 @@ void st_sync_store_relaxed(float *dst, const float *src, size_t n);
 void st_sync_apply_hogwild(const st_sync_env_t *env, float *state, uint64_t *t_ctr,
 			   uint64_t *version, uint64_t v0, const st_sync_grads_t *g,
 			   float *tw, float *ts, float *trow, st_sync_stats_t *st);
+/* A buffer that sums workers' gradients until a policy applies them as one
+ * optimizer step (bsp, hop_bw): the dense sum and, per unique key u of the
+ * batch, the sum of its row gradients. Callers serialize access. */
+typedef struct st_sync_gradbuf {
+	float *dense;          /* [nparams] dense gradient sum */
+	int maxdim;            /* floats per u in sum */
+	uint32_t cap;          /* unique keys the arrays hold */
+	float *sum;            /* [cap * maxdim] row gradient sums */
+	float **row;           /* [cap] shared row of u */
+	uint16_t *dim;         /* [cap] */
+	uint8_t *in;           /* [cap] 1: u is in list */
+	uint32_t *list;        /* [ns] keys in the buffer */
+	uint32_t ns;
+	float *trow;           /* one row + state while updating */
+} st_sync_gradbuf_t;
+
+/* ST_OK or ST_ENOMEM (then st_sync_gradbuf_fini is still safe). */
+int st_sync_gradbuf_init(st_sync_gradbuf_t *b, const st_sync_env_t *env);
+/* Room for a batch of n_uniq unique keys; the buffer must be empty. */
+int st_sync_gradbuf_reserve(st_sync_gradbuf_t *b, uint32_t n_uniq);
+/* Adds one worker's dense and row gradients. */
+void st_sync_gradbuf_add(st_sync_gradbuf_t *b, const st_sync_env_t *env,
+			 const st_sync_grads_t *g);
+/* Scales the sums by `scale`, applies one optimizer step t to the dense
+ * parameters (state: dense optimizer state) and to every buffered row
+ * (relaxed atomics), and empties the buffer. */
+void st_sync_gradbuf_apply(st_sync_gradbuf_t *b, const st_sync_env_t *env, float *state,
+			   float scale, uint64_t t);
+void st_sync_gradbuf_fini(st_sync_gradbuf_t *b);
+
 /* The numeric parameter `key` of the policy's job settings, or def. */
 double st_sync_cfg_num(const st_sync_cfg_t *cfg, const char *key, double def);
 /* Adds to a statistics counter with a relaxed atomic (stats are read while
