@@ -67,6 +67,7 @@ void st_job_free(st_job_t *job)
 	for (size_t i = 0; i < sizeof(stages) / sizeof(stages[0]); i++)
 		free(stages[i]->near);
 	free(job->ssd_path);
+	free(job->ssd_read);
 	sync_fini(&job->sync);
 	for (int i = 0; job->phases && i < job->n_phases; i++) {
 		free(job->phases[i].name);
@@ -286,6 +287,12 @@ int st_job_dump(const st_job_t *job, FILE *f)
 	fprintf(f, "storage.mem = %" PRIu64 "\n", job->mem_bytes);
 	put_str(f, "storage.ssd.path", job->ssd_path);
 	fprintf(f, "storage.ssd.budget = %" PRIu64 "\n", job->ssd_bytes);
+	if (job->ssd_path) {
+		fprintf(f, "storage.ssd.file_size = %" PRIu64 "\n", job->ssd_file_bytes);
+		fprintf(f, "storage.ssd.queue_depth = %d\n", job->ssd_queue_depth);
+		put_str(f, "storage.ssd.read", job->ssd_read);
+		fprintf(f, "storage.ssd.lru = %g\n", job->ssd_lru);
+	}
 	dump_sync(f, "sync", &job->sync);
 	const st_straggler_cfg_t *sg = &job->stragglers;
 	if (sg->enabled && sg->random)

@@ -141,7 +141,11 @@ typedef struct st_job {
 
 	uint64_t mem_bytes;    /* host-tier budget; 0 = unlimited */
 	char *ssd_path;        /* NULL: no SSD tier */
-	uint64_t ssd_bytes;
+	uint64_t ssd_bytes;     /* SSD budget; 0 = unlimited */
+	uint64_t ssd_file_bytes; /* bytes per SSD file */
+	int ssd_queue_depth;
+	char *ssd_read;         /* "auto", "block" or "file" */
+	double ssd_lru;         /* LRU segment's share of the RAM tier */
 
 	st_sync_cfg_t sync;
 	st_straggler_cfg_t stragglers;

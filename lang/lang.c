@@ -666,6 +666,10 @@ static int convert(lua_State *L)
 	j->mem_bytes = (uint64_t)get_int(L, t, "mem_bytes", 0);
 	j->ssd_path = get_str(L, t, "ssd_path");
 	j->ssd_bytes = (uint64_t)get_int(L, t, "ssd_bytes", 0);
+	j->ssd_file_bytes = (uint64_t)get_int(L, t, "ssd_file_bytes", 4 << 20);
+	j->ssd_queue_depth = (int)get_int(L, t, "ssd_queue_depth", 32);
+	j->ssd_read = get_str(L, t, "ssd_read");
+	j->ssd_lru = get_num(L, t, "ssd_lru", 0.5);
 
 	int sy = push_table(L, t, "sync");
 	if (sy) {

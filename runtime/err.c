@@ -48,6 +48,7 @@ const char *st_strerror(int code)
 	case ST_EJOB: return "invalid job file";
 	case ST_ESTAGE: return "pipeline stage failed";
 	case ST_EFORMAT: return "unknown or unsupported format";
+	case ST_ECORRUPT: return "corrupt stored data (checksum or framing)";
 	case ST_ECANCELED: return "canceled";
 	case ST_EPIPE: return "queue closed";
 	default: break;

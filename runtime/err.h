@@ -27,6 +27,7 @@ enum {
 	ST_EJOB = -4098,        /* invalid job file */
 	ST_ESTAGE = -4099,      /* a pipeline stage failed */
 	ST_EFORMAT = -4100,     /* unsupported or unknown file format */
+	ST_ECORRUPT = -4101,    /* stored data failed its checksum or framing */
 };
 
 /* Returns a static string for an ST_E* code (or any -errno). Thread-safe. */

@@ -132,8 +132,8 @@ static int pull_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 	}
 	if (rc < 0) {
 		free(uslot);
-		return op_fail(ctx, rc, "batch %llu: out of memory growing the tables",
-			       (unsigned long long)b->seq);
+		return op_fail(ctx, rc, "batch %llu: parameter store: %s",
+			       (unsigned long long)b->seq, st_strerror(rc));
 	}
 	/* The row width of every unique key, for train (b->aux, freed with the
 	 * batch). The slot array is reused in place. */

@@ -5,6 +5,8 @@
  * (model.ttl, in batches, every ttl/8 batches, in batch order so no row of a
  * batch in flight is older than the TTL) and the row / admission metrics.
  * dump frees the batch (checkpoints and exports arrive with their issue).
+ * With an SSD tier, push unpins the batch's rows (pinned by pull-sparse):
+ * from then on the RAM tier may evict them.
  *
  * Threads: one push thread and one dump thread (graph stages).
  */
@@ -17,6 +19,10 @@ static int push_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 			st_batch_t **out)
 {
 	st_trainer_t *tr = state;
+	/* The batch's updates are applied (every policy applies a batch's row
+	 * updates before its end_batch): its rows may be evicted again. */
+	if (tr->store_root[0])
+		st_table_unpin(tr->tables[0], b->rows, b->n_uniq);
 	if (tr->ttl && !b->eval && b->seq > tr->ttl && b->seq % tr->evict_every == 0) {
 		uint64_t ev = 0;
 		for (int i = 0; i < tr->n_tables; i++)
@@ -24,29 +30,20 @@ static int push_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 		if (tr->metrics)
 			st_metrics_add(tr->metrics, "evicted", (double)ev);
 	}
-	if (tr->metrics) {
-		uint64_t rows = 0, rejected = 0;
-		for (int i = 0; i < tr->n_tables; i++) {
-			st_table_stats_t ts;
-			st_table_stats(tr->tables[i], &ts);
-			rows += ts.rows;
-			rejected += ts.rejected;
-		}
-		st_metrics_set(tr->metrics, "rows", (double)rows);
-		if (rejected)
-			st_metrics_set(tr->metrics, "not_admitted", (double)rejected);
-	}
-	/* storage.mem is validated by the job language, but the RAM cache that
-	 * enforces it (LRU+LFU with spill to SSD) is not built yet: say so
-	 * once, instead of silently using more memory than the job allows. */
-	if (tr->mem_budget && !tr->mem_warned) {
+	if (tr->metrics)
+		st__trainer_store_metrics(tr);
+	/* Without storage.ssd there is nowhere to evict rows to: storage.mem
+	 * is then a limit the job is told about, once, when the table passes
+	 * it, instead of silently using more memory than the job allows. */
+	if (tr->mem_budget && !tr->store_root[0] && !tr->mem_warned) {
 		uint64_t bytes = 0;
 		for (int i = 0; i < tr->n_tables; i++)
 			bytes += (uint64_t)st_table_size(tr->tables[i]) *
 				 st_table_row_bytes(tr->tables[i]);
 		if (bytes > tr->mem_budget) {
 			st_warn("the embedding table uses %.1f MB, more than storage.mem (%.1f MB): "
-				"this version keeps every row in RAM (no eviction to SSD yet)",
+				"without storage.ssd every row stays in RAM (add storage.ssd to "
+				"evict cold rows to SSD)",
 				(double)bytes / 1e6, (double)tr->mem_budget / 1e6);
 			tr->mem_warned = 1;
 		}

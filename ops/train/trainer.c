@@ -213,8 +213,7 @@ void st_trainer_destroy(st_trainer_t *tr)
 	free(tr->w);
 	for (int i = 0; i < ST_MAX_STAGE_THREADS; i++)
 		st__trainer_pull_free(&tr->pull_t[i]);
-	for (int i = 0; i < tr->n_tables; i++)
-		st_table_destroy(tr->tables[i]);
+	st__trainer_tables_destroy(tr);
 	free(tr->slot_table);
 	st_model_destroy(tr->model);
 	free(tr->ev_pred);
@@ -298,6 +297,7 @@ int st_trainer_create(st_trainer_t **out, const st_job_t *job, st_metrics_t *met
 	if (!strcmp(type, "lr") || tr->sopt.kind == ST_OPT_FTRL)
 		scale = 0.0f;   /* FTRL's closed form assumes rows start at w = 0 */
 	int tdim[MAX_TABLES];
+	st_table_opts_t base[MAX_TABLES];
 	tr->slot_table = calloc((size_t)tr->n_slots, sizeof(int));
 	if (!tr->slot_table) {
 		rc = ST_ENOMEM;
@@ -313,7 +313,7 @@ int st_trainer_create(st_trainer_t **out, const st_job_t *job, st_metrics_t *met
 				rc = ST_EJOB;
 				goto fail;
 			}
-			st_table_opts_t to = {
+			base[t] = (st_table_opts_t){
 				.dim = (uint32_t)rd,
 				.state_dim = (uint32_t)st_optim_state_floats(&tr->sopt, (size_t)rd),
 				.seed = job->seed + (uint64_t)t,
@@ -326,13 +326,13 @@ int st_trainer_create(st_trainer_t **out, const st_job_t *job, st_metrics_t *met
 							      ? mc->admit_min_count : 0),
 				.admit_prob = mc->admit_prob,
 			};
-			if ((rc = st_table_create(&tr->tables[t], &to)) < 0)
-				goto fail;
 			tdim[t] = rd;
 			tr->n_tables++;
 		}
 		tr->slot_table[s] = t;
 	}
+	if ((rc = st__trainer_tables_create(tr, job, tdim, base)) < 0)
+		goto fail;
 
 	/* TTL (model.ttl) counts batches: the store's clock is the batch
 	 * sequence number that pull stamps on every row it resolves. Rows of
@@ -423,7 +423,10 @@ int st_trainer_set_row(st_trainer_t *tr, int slot, uint64_t key, const float *ro
 	int rc = st_table_get_or_create(t, key, 0, &r);
 	if (rc < 0)
 		return rc;
+	if (!r)
+		return ST_EINVAL;   /* not admitted */
 	memcpy(r, row, sizeof(float) * (size_t)st_model_row_dim(tr->model, slot));
+	st_table_unpin(t, &r, 1);
 	return ST_OK;
 }
 

@@ -57,6 +57,8 @@ struct st_trainer {
 	uint32_t evict_every;      /* batches between eviction sweeps */
 	uint64_t mem_budget;       /* storage.mem in bytes; 0 = unlimited */
 	int mem_warned;            /* push thread only */
+	int over_warned;           /* push thread only */
+	char store_root[4096];     /* "<ssd.path>/strata-store", "" without SSD */
 	int *slot_table;           /* [n_slots] */
 	int n_slots, n_dense, gstride;
 	uint32_t minibatch;
@@ -120,5 +122,13 @@ int st__trainer_fail(st_stage_ctx_t *ctx, int code, const char *fmt, ...)
 
 /* Frees one pull thread's scratch (pull.c). */
 void st__trainer_pull_free(pull_thread_t *p);
+
+/* ops/train/store.c: the tables (and their SSD tiers) from tdim[] and the
+ * per-table base options; st__trainer_store_metrics publishes row, cache
+ * and SSD metrics (push thread). */
+int st__trainer_tables_create(st_trainer_t *tr, const st_job_t *job, const int *tdim,
+			      const st_table_opts_t *base);
+void st__trainer_tables_destroy(st_trainer_t *tr);
+void st__trainer_store_metrics(st_trainer_t *tr);
 
 #endif

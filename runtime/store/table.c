@@ -41,63 +41,13 @@
  * probability admission is a function of (seed, key) only; count admission
  * depends only on how many creating lookups a key had.
  */
-#include "runtime/store/table.h"
+#include "runtime/store/table_internal.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/err.h"
-
-#define EMPTY UINT32_MAX
-#define ROW_BITS 24u
-#define ROW_MASK ((1u << ROW_BITS) - 1)
-#define MAX_ROWS ROW_MASK          /* row ROW_MASK with tag 0xff would read as EMPTY */
-#define INIT_CAP 256u
-#define META_WORDS 4u              /* last_step, freq, key (2 words) */
-
-typedef struct {
-	uint64_t key;
-	uint32_t count, step;
-} cand_t;
-
-typedef struct {
-	pthread_mutex_t mu;
-	uint32_t *idx;
-	uint32_t cap;         /* power of two */
-	uint32_t n;           /* live rows */
-	uint32_t used;        /* rows ever allocated (high-water mark) */
-	uint32_t free_head;   /* first free row, or EMPTY */
-	uint32_t n_free;
-	float **chunks;
-	uint32_t n_chunks, chunks_cap;
-	cand_t *cand;         /* admission candidates; key UINT64_MAX... see cand_used */
-	uint8_t *cand_used;
-	uint32_t cand_cap, cand_n;
-	uint64_t admitted, rejected, evicted;
-	char pad[64];         /* keep neighbouring shards' locks on other lines */
-} shard_t;
-
-struct st_table {
-	st_table_opts_t o;
-	uint32_t stride;      /* floats (and meta words) per row */
-	uint32_t chunk_bits, chunk_rows;
-	uint32_t shard_bits;
-	uint64_t prob_cut;    /* admit when hash(seed, key) < prob_cut; 0 = always */
-	shard_t *shards;
-};
-
-static inline uint64_t mix64(uint64_t z)
-{
-	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-	return z ^ (z >> 31);
-}
-
-static inline uint32_t tag_of(uint64_t h)
-{
-	return (uint32_t)(h >> 40) & 0xffu;
-}
 
 int st_table_create(st_table_t **out, const st_table_opts_t *o)
 {
@@ -111,7 +61,12 @@ int st_table_create(st_table_t **out, const st_table_opts_t *o)
 		return ST_ENOMEM;
 	t->o = *o;
 	t->o.n_shards = ns;
-	t->stride = o->dim + o->state_dim + META_WORDS;
+	t->lead = o->cache_rows ? CACHE_WORDS : 0;
+	t->stride = t->lead + o->dim + o->state_dim + META_WORDS;
+	if (o->cache_rows && !o->ssd) {
+		free(t);
+		return ST_EINVAL;
+	}
 	if (o->admit_prob > 0.0 && o->admit_prob < 1.0)
 		t->prob_cut = (uint64_t)(o->admit_prob * 18446744073709551616.0);
 	/* Chunks of about 16 KiB (at least 16 rows): the last, partly used chunk
@@ -144,6 +99,13 @@ int st_table_create(st_table_t **out, const st_table_opts_t *o)
 		}
 		memset(s->idx, 0xff, sizeof(uint32_t) * INIT_CAP);
 	}
+	if (o->cache_rows) {
+		int rc = st__cache_open(t);
+		if (rc < 0) {
+			st_table_destroy(t);
+			return rc;
+		}
+	}
 	*out = t;
 	return ST_OK;
 }
@@ -152,8 +114,10 @@ void st_table_destroy(st_table_t *t)
 {
 	if (!t)
 		return;
+	st__cache_close(t);
 	for (uint32_t i = 0; i < t->o.n_shards; i++) {
 		shard_t *s = &t->shards[i];
+		st__cache_free_shard(s);
 		for (uint32_t c = 0; c < s->n_chunks; c++)
 			free(s->chunks[c]);
 		free(s->chunks);
@@ -166,48 +130,7 @@ void st_table_destroy(st_table_t *t)
 	free(t);
 }
 
-static inline float *row_ptr(const st_table_t *t, const shard_t *s, uint32_t r)
-{
-	return s->chunks[r >> t->chunk_bits] +
-	       (size_t)(r & (t->chunk_rows - 1)) * t->stride;
-}
-
-static inline st_table_meta_t *meta_of(const st_table_t *t, float *row)
-{
-	return (st_table_meta_t *)(row + t->o.dim + t->o.state_dim);
-}
-
-/* The key sits after the metadata; a row is only 4-byte aligned, so it is
- * copied, not dereferenced as a uint64_t. */
-static inline uint64_t row_key(const st_table_t *t, const float *row)
-{
-	uint64_t k;
-	memcpy(&k, row + t->o.dim + t->o.state_dim + 2, sizeof k);
-	return k;
-}
-
-static inline void set_row_key(const st_table_t *t, float *row, uint64_t k)
-{
-	memcpy(row + t->o.dim + t->o.state_dim + 2, &k, sizeof k);
-}
-
-/* Probe for key; returns the index position holding it or the empty one
- * where it would go. The index is never full (load <= 3/4), so the loop
- * ends. */
-static inline uint32_t probe(const st_table_t *t, const shard_t *s, uint64_t key, uint64_t h)
-{
-	uint32_t mask = s->cap - 1, i = (uint32_t)h & mask, tag = tag_of(h);
-	for (;;) {
-		uint32_t e = s->idx[i];
-		if (e == EMPTY)
-			return i;
-		if ((e >> ROW_BITS) == tag && row_key(t, row_ptr(t, s, e & ROW_MASK)) == key)
-			return i;
-		i = (i + 1) & mask;
-	}
-}
-
-static int grow_index(const st_table_t *t, shard_t *s)
+int st__table_grow_index(const st_table_t *t, shard_t *s)
 {
 	uint32_t ncap = s->cap * 2;
 	if (ncap == 0)
@@ -234,7 +157,7 @@ static int grow_index(const st_table_t *t, shard_t *s)
 
 /* Removes the entry at position i, shifting later entries of its probe run
  * back so that every remaining key stays reachable from its home. */
-static void index_delete(const st_table_t *t, shard_t *s, uint32_t i)
+void st__table_index_delete(const st_table_t *t, shard_t *s, uint32_t i)
 {
 	uint32_t mask = s->cap - 1, j = i;
 	for (;;) {
@@ -254,7 +177,7 @@ static void index_delete(const st_table_t *t, shard_t *s, uint32_t i)
 }
 
 /* Deterministic initial values of a new row from (seed, key). */
-static void init_row(const st_table_t *t, uint64_t key, float *row)
+void st__table_init_row(const st_table_t *t, uint64_t key, float *row)
 {
 	uint64_t base = mix64(key ^ mix64(t->o.seed + UINT64_C(0x632be59bd9b4e019)));
 	float a = t->o.init_scale;
@@ -273,14 +196,6 @@ static void init_row(const st_table_t *t, uint64_t key, float *row)
 	m->last_step = 0;
 	m->freq = 0;
 	set_row_key(t, row, key);
-}
-
-static inline void touch(st_table_meta_t *m, uint32_t step)
-{
-	__atomic_store_n(&m->last_step, step, __ATOMIC_RELAXED);
-	uint32_t f = __atomic_load_n(&m->freq, __ATOMIC_RELAXED);
-	if (f != UINT32_MAX)
-		__atomic_store_n(&m->freq, f + 1, __ATOMIC_RELAXED);
 }
 
 /* ---- admission candidates -------------------------------------------- */
@@ -340,7 +255,7 @@ static void cand_delete(shard_t *s, uint32_t i)
 
 /* With the shard locked: counts one occurrence of an absent key. Returns 1
  * when the key is admitted now, 0 when not (yet), ST_ENOMEM. */
-static int admit(const st_table_t *t, shard_t *s, uint64_t key, uint64_t h, uint32_t step)
+int st__table_admit(const st_table_t *t, shard_t *s, uint64_t key, uint64_t h, uint32_t step)
 {
 	if (t->prob_cut) {
 		uint64_t d = mix64(key ^ mix64(t->o.seed ^ UINT64_C(0xa0761d6478bd642f)));
@@ -367,7 +282,7 @@ static int admit(const st_table_t *t, shard_t *s, uint64_t key, uint64_t h, uint
 
 /* With the shard locked: a row number for a new row, from the free list or
  * the end of the slab. Returns ST_ENOMEM. */
-static int64_t alloc_row(const st_table_t *t, shard_t *s)
+int64_t st__table_alloc_row(const st_table_t *t, shard_t *s)
 {
 	if (s->free_head != EMPTY) {
 		uint32_t r = s->free_head;
@@ -407,7 +322,7 @@ static int get_or_create_locked(st_table_t *t, shard_t *s, uint64_t key, uint64_
 	int created = 0;
 	uint32_t pos = probe(t, s, key, h);
 	if (s->idx[pos] == EMPTY) {
-		int a = admit(t, s, key, h, step);
+		int a = st__table_admit(t, s, key, h, step);
 		if (a <= 0) {
 			if (a == 0)
 				s->rejected++;
@@ -415,14 +330,14 @@ static int get_or_create_locked(st_table_t *t, shard_t *s, uint64_t key, uint64_
 			return a;
 		}
 		if ((s->n + 1) * 4 > s->cap * 3) {
-			if (grow_index(t, s) < 0)
+			if (st__table_grow_index(t, s) < 0)
 				return ST_ENOMEM;
 			pos = probe(t, s, key, h);
 		}
-		int64_t r = alloc_row(t, s);
+		int64_t r = st__table_alloc_row(t, s);
 		if (r < 0)
 			return (int)r;
-		init_row(t, key, row_ptr(t, s, (uint32_t)r));
+		st__table_init_row(t, key, row_ptr(t, s, (uint32_t)r));
 		s->idx[pos] = (tag_of(h) << ROW_BITS) | (uint32_t)r;
 		__atomic_store_n(&s->n, s->n + 1, __ATOMIC_RELAXED);
 		s->admitted++;
@@ -435,13 +350,10 @@ static int get_or_create_locked(st_table_t *t, shard_t *s, uint64_t key, uint64_
 	return created;
 }
 
-static inline shard_t *shard_of(const st_table_t *t, uint64_t h)
-{
-	return &t->shards[t->shard_bits ? h >> (64 - t->shard_bits) : 0];
-}
-
 int st_table_get_or_create(st_table_t *t, uint64_t key, uint32_t step, float **row)
 {
+	if (t->ssd)
+		return st__cache_resolve(t, &key, 1, step, 1, row);
 	uint64_t h = mix64(key);
 	shard_t *s = shard_of(t, h);
 	pthread_mutex_lock(&s->mu);
@@ -452,8 +364,8 @@ int st_table_get_or_create(st_table_t *t, uint64_t key, uint32_t step, float **r
 
 #define PREFETCH_AHEAD 8
 
-int st_table_resolve(st_table_t *t, const uint64_t *keys, uint32_t n, uint32_t step,
-		     int create, float **rows)
+int st__table_group(const st_table_t *t, const uint64_t *keys, uint32_t n, uint64_t **hs_out,
+		    uint32_t **order_out, uint32_t **end_out)
 {
 	uint32_t ns = t->o.n_shards;
 	uint64_t *hs = malloc(sizeof(uint64_t) * (n ? n : 1));
@@ -478,6 +390,22 @@ int st_table_resolve(st_table_t *t, const uint64_t *keys, uint32_t n, uint32_t s
 		order[start[sh]++] = i;
 	}
 	/* start[i] is now the end of shard i's run. */
+	*hs_out = hs;
+	*order_out = order;
+	*end_out = start;
+	return ST_OK;
+}
+
+int st_table_resolve(st_table_t *t, const uint64_t *keys, uint32_t n, uint32_t step,
+		     int create, float **rows)
+{
+	if (t->ssd)
+		return st__cache_resolve(t, keys, n, step, create, rows);
+	uint64_t *hs;
+	uint32_t *order, *start;
+	if (st__table_group(t, keys, n, &hs, &order, &start) < 0)
+		return ST_ENOMEM;
+	uint32_t ns = t->o.n_shards;
 	int created = 0, rc = 0;
 	uint32_t a = 0;
 	for (uint32_t sh = 0; sh < ns && rc >= 0; sh++) {
@@ -554,15 +482,15 @@ uint64_t st_table_evict_older(st_table_t *t, uint32_t now_step, uint32_t ttl)
 			}
 			uint32_t r = e & ROW_MASK;
 			float *row = row_ptr(t, s, r);
-			if (!stale(now_step, meta_of(t, row)->last_step, ttl)) {
+			if (!stale(now_step, meta_of(t, row)->last_step, ttl) ||
+			    (t->ssd && __atomic_load_n(&cw_of(row)->pins, __ATOMIC_ACQUIRE))) {
 				i++;
 				continue;
 			}
-			index_delete(t, s, i);
-			memcpy(row, &s->free_head, sizeof s->free_head);
-			s->free_head = r;
-			s->n_free++;
-			__atomic_store_n(&s->n, s->n - 1, __ATOMIC_RELAXED);
+			if (t->ssd)
+				st__cache_unlink(t, s, r);
+			st__table_index_delete(t, s, i);
+			st__table_free_row(t, s, r);
 			s->evicted++;
 			total++;
 		}
@@ -575,6 +503,14 @@ uint64_t st_table_evict_older(st_table_t *t, uint32_t now_step, uint32_t ttl)
 		pthread_mutex_unlock(&s->mu);
 	}
 	return total;
+}
+
+void st__table_free_row(const st_table_t *t, shard_t *s, uint32_t r)
+{
+	memcpy(row_ptr(t, s, r), &s->free_head, sizeof s->free_head);
+	s->free_head = r;
+	s->n_free++;
+	__atomic_store_n(&s->n, s->n - 1, __ATOMIC_RELAXED);
 }
 
 /* ---- counters ---------------------------------------------------------- */
@@ -590,6 +526,7 @@ uint64_t st_table_size(const st_table_t *t)
 void st_table_stats(st_table_t *t, st_table_stats_t *out)
 {
 	memset(out, 0, sizeof(*out));
+	out->over_budget = __atomic_load_n(&t->over_budget, __ATOMIC_RELAXED);
 	for (uint32_t i = 0; i < t->o.n_shards; i++) {
 		shard_t *s = &t->shards[i];
 		pthread_mutex_lock(&s->mu);
@@ -599,6 +536,15 @@ void st_table_stats(st_table_t *t, st_table_stats_t *out)
 		out->candidates += s->cand_n;
 		out->evicted += s->evicted;
 		out->free_rows += s->n_free;
+		out->hits_lru += s->hits_lru;
+		out->hits_lfu += s->hits_lfu;
+		out->misses += s->misses;
+		out->loads += s->loads;
+		out->lru_to_lfu += s->lru_to_lfu;
+		out->spilled += s->spilled;
+		out->cold_rows += s->cold_n;
+		out->lru_rows += s->n_lru;
+		out->lfu_rows += s->n_lfu;
 		pthread_mutex_unlock(&s->mu);
 	}
 }

@@ -23,6 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runtime/store/ssd.h"
+
 typedef struct st_table st_table_t;
 
 typedef struct st_table_opts {
@@ -37,6 +39,14 @@ typedef struct st_table_opts {
 				     lookup; 0 and 1 = at once */
 	double admit_prob;    /* admit with this probability, decided by
 				 hash(seed, key); 0 (unset) and >= 1 = always */
+	/* Cache mode: the RAM tier as a cache over an SSD tier (cache.c). 0:
+	 * every row stays in RAM. Else RAM holds about cache_rows rows (split
+	 * evenly over the shards) besides pinned ones; colder rows go to ssd. */
+	uint64_t cache_rows;
+	double lru_frac;      /* LRU segment's share of cache_rows; 0 = 0.5 */
+	const st_ssd_opts_t *ssd; /* required with cache_rows; the table opens
+				     the store (its relocate and arg are the
+				     table's own) and closes it on destroy */
 } st_table_opts_t;
 
 /* Counters (st_table_stats). */
@@ -48,6 +58,15 @@ typedef struct st_table_stats {
 	uint64_t candidates;  /* keys counting towards min_count right now */
 	uint64_t evicted;     /* rows removed by st_table_evict_older so far */
 	uint64_t free_rows;   /* evicted slots waiting to be reused */
+	/* Cache mode (0 otherwise). Lookups by where they found the row: */
+	uint64_t hits_lru, hits_lfu; /* in RAM, in each segment */
+	uint64_t loads;       /* read back from SSD */
+	uint64_t misses;      /* absent everywhere: created (or not admitted) */
+	uint64_t lru_to_lfu;  /* rows moved from the LRU to the LFU segment */
+	uint64_t spilled;     /* rows written to SSD on eviction */
+	uint64_t cold_rows;   /* rows on SSD only (rows counts RAM rows) */
+	uint64_t lru_rows, lfu_rows;
+	uint64_t over_budget; /* evictions that found every candidate pinned */
 } st_table_stats_t;
 
 /* Per-row metadata, right after the floats of a row. */
@@ -64,7 +83,8 @@ int st_table_create(st_table_t **out, const st_table_opts_t *o);
 void st_table_destroy(st_table_t *t);
 
 /* Finds the row of key, creating and initializing it when absent and
- * admitted; records step in last_step and counts freq. *row points to the
+ * admitted (in cache mode loading it from SSD when it is there, and pinning
+ * it: the caller unpins it with st_table_unpin); records step in last_step and counts freq. *row points to the
  * row's first float and stays valid until st_table_destroy or until the row
  * is evicted. Returns 1 if the row was created, 0 if it existed or the key
  * is not admitted (then *row = NULL), ST_ENOMEM. Thread-safe; for one key
@@ -81,7 +101,20 @@ int st_table_get_or_create(st_table_t *t, uint64_t key, uint32_t step, float **r
 int st_table_resolve(st_table_t *t, const uint64_t *keys, uint32_t n, uint32_t step,
 		     int create, float **rows);
 
-/* The row of key, or NULL if absent. Does not touch metadata. Thread-safe. */
+/* In cache mode every row resolve returns is pinned: it is neither evicted
+ * nor moved until unpinned, once per resolve that returned it. Rows in flight
+ * (pulled, trained, pushed) stay pinned (hierarchical-gpu-parameter-server.md
+ * Appendix D). Rows hit while another thread loads them from SSD are
+ * waited for. Errors besides ST_ENOMEM in cache mode: ST_ECORRUPT (an SSD
+ * record failed its checksum; logged with file and offset), the SSD tier's
+ * write error (ST_ENOSPC, ST_EIO). */
+
+/* Unpins rows (NULL entries are skipped) returned by resolve of a table in
+ * cache mode; no-op for a table without one. Thread-safe, lock-free. */
+void st_table_unpin(const st_table_t *t, float *const *rows, uint32_t n);
+
+/* The row of key in RAM, or NULL if absent (or only on SSD). Does not touch
+ * metadata or pins. Thread-safe. */
 float *st_table_find(st_table_t *t, uint64_t key);
 
 /* Metadata of a row returned by this table (reads/writes with __atomic). */
@@ -111,9 +144,25 @@ uint64_t st_table_evict_older(st_table_t *t, uint32_t now_step, uint32_t ttl);
  * each shard, not of the whole table). */
 void st_table_stats(st_table_t *t, st_table_stats_t *s);
 
-/* Calls fn(key, row, arg) for every row, shard by shard with that shard's
- * lock held: fn must not call back into the table. Order is unspecified. */
+/* Calls fn(key, row, arg) for every row in RAM, shard by shard with that
+ * shard's lock held: fn must not call back into the table. Order is
+ * unspecified. */
 void st_table_foreach(st_table_t *t, void (*fn)(uint64_t key, float *row, void *arg),
 		      void *arg);
+
+/* Like st_table_foreach, for every row of both tiers: rows on SSD are read
+ * (a shard at a time, lock held) into a scratch row that fn may read but
+ * whose writes are lost. Returns ST_OK, ST_ENOMEM or the SSD read error.
+ * Not concurrent with resolve. */
+int st_table_foreach_all(st_table_t *t, void (*fn)(uint64_t key, float *row, void *arg),
+			 void *arg);
+
+/* Cache mode: writes every unpinned RAM row to SSD and flushes the SSD
+ * tier, so that the store directory holds the whole table (reopen with
+ * ssd->fresh = 0 recovers it). ST_OK or the SSD error. No-op otherwise. */
+int st_table_spill_all(st_table_t *t);
+
+/* The SSD tier (cache mode) or NULL. */
+st_ssd_t *st_table_ssd(const st_table_t *t);
 
 #endif

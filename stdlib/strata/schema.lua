@@ -190,6 +190,10 @@ S.storage = {
 S.ssd = {
 	{ "path", "str", required = true, nonempty = true },
 	{ "budget", "size", default = 0 },
+	{ "file_size", "size", default = 4194304 },
+	{ "queue_depth", "int", min = 1, max = 4096, default = 32 },
+	{ "read", "str", enum = { "auto", "block", "file" }, default = "auto" },
+	{ "lru", "num", gt = 0, lt = 1, default = 0.5 },
 }
 
 S.output = {

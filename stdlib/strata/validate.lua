@@ -860,6 +860,12 @@ function V:job(job)
 		if ssnode then
 			local ssd = self:record(ssnode, job.storage.ssd, schema.ssd)
 			out.ssd_path, out.ssd_bytes = ssd.path, ssd.budget
+			out.ssd_file_bytes, out.ssd_queue_depth = ssd.file_size, ssd.queue_depth
+			out.ssd_read, out.ssd_lru = ssd.read, ssd.lru
+			if ssd.file_size < 65536 then
+				self:ferr(ssnode, "file_size",
+					"storage.ssd.file_size must be at least 64KiB, got %d bytes", ssd.file_size)
+			end
 		end
 	end
 

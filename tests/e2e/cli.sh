@@ -144,5 +144,30 @@ else
   bad "phases allreduce -> async (exit $rc): $(tail -3 "$tmp/out")"
 fi
 
+# The SSD tier: a budget of ~2 MB for a model of ~200k rows (about 20 MB).
+mkdir -p "$tmp/ssd"
+"$strata" run tests/e2e/jobs/gen_dnn.lua --quiet "${dset[@]}" --set stages.read.batch_size=512 \
+  --set "storage={mem=\"3MiB\",ssd={path=\"$tmp/ssd\",file_size=\"256KiB\"}}" \
+  --metrics "$tmp/ssd.jsonl" >"$tmp/out" 2>&1
+rc=$?
+last=$(grep "\"cache.hit\"" "$tmp/ssd.jsonl" 2>/dev/null | tail -n 1)
+if [ $rc -eq 0 ] && grep -Eq "eval +auc" "$tmp/out" &&
+   echo "$last" | grep -q '"cache.hit":' &&
+   echo "$last" | grep -Eq '"ssd.rows_read":[1-9]' &&
+   echo "$last" | grep -Eq '"cache.rows_ssd":[1-9]' && [ ! -e "$tmp/ssd/strata-store" ]; then
+  ok "a model 10x its RAM budget trains with the SSD tier and cleans up"
+else
+  bad "SSD tier run (exit $rc): $(tail -3 "$tmp/out") $(echo "$last" | tail -c 400)"
+fi
+expect "a missing SSD path is refused before training" 2 "storage.ssd.path $tmp/nope: No such file" \
+  -- "$strata" run tests/e2e/jobs/gen_dnn.lua --quiet "${dset[@]}" \
+     --set "storage={mem=\"64MiB\",ssd={path=\"$tmp/nope\"}}"
+expect "a RAM budget below one batch is refused with the size that would do" 2 "fewer than one batch can use.*raise storage.mem to at least" \
+  -- "$strata" run tests/e2e/jobs/gen_dnn.lua --quiet "${dset[@]}" \
+     --set "storage={mem=\"1MiB\",ssd={path=\"$tmp/ssd\"}}"
+expect "a bad SSD read mode is refused with file:line" 2 "storage.ssd.read must be" \
+  -- "$strata" check tests/e2e/jobs/gen_dnn.lua \
+     --set "storage={mem=\"64MiB\",ssd={path=\"$tmp/ssd\",read=\"sometimes\"}}"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -1,0 +1,244 @@
+/*
+ * store.c — the trainer's parameter store: one host table per distinct row
+ * width, and, when the job has storage.ssd, the RAM tier of each table as a
+ * cache over its own SSD tier (runtime/store/cache.c, ssd.c;
+ * hierarchical-gpu-parameter-server.md Sections 5-6).
+ *
+ * Budget. storage.mem is split over the tables in proportion to the bytes
+ * their slots' rows take (row bytes x slots), and turned into a row count
+ * per table from the RAM bytes of a cached row (floats, metadata, cache
+ * words, index). The SSD tier's own index (the cold map, about 28 bytes per
+ * row on SSD) is not part of the budget; it is reported as ssd.index_mb.
+ *
+ * Files. Each table's SSD tier lives in <ssd.path>/strata-store/t<k>/,
+ * started fresh for every run (the store is the run's working memory, not a
+ * checkpoint; checkpoints are the dump stage's) and removed at the end.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ops/train/trainer_internal.h"
+#include "runtime/err.h"
+
+/* RAM bytes of one cached row besides its floats: metadata 16, cache words
+ * 16, index about 7. */
+#define ROW_OVERHEAD 39
+
+static int read_mode(const char *s)
+{
+	if (s && !strcmp(s, "block"))
+		return ST_SSD_READ_BLOCK;
+	if (s && !strcmp(s, "file"))
+		return ST_SSD_READ_FILE;
+	return ST_SSD_READ_AUTO;
+}
+
+/* Creates <path>/strata-store; refuses a path that is missing, not a
+ * directory or not writable, naming it. */
+static int store_root(const st_job_t *job, char *root, size_t n)
+{
+	struct stat sb;
+	if (stat(job->ssd_path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+		st_error("storage.ssd.path %s: %s", job->ssd_path,
+			 stat(job->ssd_path, &sb) != 0 ? strerror(errno) : "not a directory");
+		return ST_EJOB;
+	}
+	if (access(job->ssd_path, W_OK | X_OK) != 0) {
+		st_error("storage.ssd.path %s: not writable (%s)", job->ssd_path, strerror(errno));
+		return ST_EJOB;
+	}
+	snprintf(root, n, "%s/strata-store", job->ssd_path);
+	if (mkdir(root, 0755) != 0 && errno != EEXIST) {
+		st_error("storage.ssd.path: cannot create %s: %s", root, strerror(errno));
+		return ST_EJOB;
+	}
+	return ST_OK;
+}
+
+int st__trainer_tables_create(st_trainer_t *tr, const st_job_t *job, const int *tdim,
+			      const st_table_opts_t *base)
+{
+	int nslots[MAX_TABLES] = { 0 };
+	for (int s = 0; s < tr->n_slots; s++)
+		nslots[tr->slot_table[s]]++;
+	uint64_t total_w = 0, row_b[MAX_TABLES];
+	for (int t = 0; t < tr->n_tables; t++) {
+		size_t floats = (size_t)base[t].dim + base[t].state_dim;
+		row_b[t] = floats * sizeof(float) + ROW_OVERHEAD;
+		total_w += row_b[t] * (uint64_t)nslots[t];
+	}
+	const int cached = job->ssd_path != NULL;
+	uint64_t cache_rows[MAX_TABLES] = { 0 };
+	if (cached && !job->mem_bytes) {
+		st_error("storage.ssd needs storage.mem: the RAM budget decides which rows go "
+			 "to SSD");
+		return ST_EJOB;
+	}
+	for (int t = 0; cached && t < tr->n_tables; t++) {
+		double share = (double)row_b[t] * nslots[t] / (double)total_w;
+		cache_rows[t] = (uint64_t)((double)job->mem_bytes * share) / row_b[t];
+		/* One batch may touch batch_size rows of each of the table's
+		 * slots; fewer rows than that cannot hold the working set (the
+		 * paper's pinned working parameters, Appendix D). */
+		uint64_t need = (uint64_t)job->batch_size * (uint64_t)nslots[t];
+		if (cache_rows[t] < need) {
+			st_error("storage.mem = %.1f MiB holds %llu rows of table %d (%llu bytes each), "
+				 "fewer than one batch can use (batch_size %d x %d slots = %llu rows): "
+				 "raise storage.mem to at least %.1f MiB or lower "
+				 "stages.read.batch_size",
+				 (double)job->mem_bytes / 1048576.0,
+				 (unsigned long long)cache_rows[t], t, (unsigned long long)row_b[t],
+				 job->batch_size, nslots[t], (unsigned long long)need,
+				 (double)need * (double)total_w / nslots[t] / 1048576.0);
+			return ST_EJOB;
+		}
+	}
+	char root[4096];
+	if (cached) {
+		int rc = store_root(job, root, sizeof root);
+		if (rc < 0)
+			return rc;
+		snprintf(tr->store_root, sizeof tr->store_root, "%s", root);
+	}
+	for (int t = 0; t < tr->n_tables; t++) {
+		st_table_opts_t to = base[t];
+		st_ssd_opts_t so;
+		char dir[4200];
+		if (cached) {
+			to.cache_rows = cache_rows[t];
+			/* Shards of at least ~256 rows, so that each shard's LRU and
+			 * LFU segments are long enough to mean something. */
+			uint32_t ns = 64;
+			while (ns > 1 && to.cache_rows / ns < 256)
+				ns /= 2;
+			to.n_shards = ns;
+			to.lru_frac = job->ssd_lru;
+			snprintf(dir, sizeof dir, "%s/t%d", root, t);
+			so = (st_ssd_opts_t){
+				.dir = dir,
+				.payload_bytes = (uint32_t)((to.dim + to.state_dim + 2) * sizeof(float)),
+				.file_bytes = job->ssd_file_bytes,
+				.queue_depth = (uint32_t)job->ssd_queue_depth,
+				.budget_bytes = job->ssd_bytes / (uint64_t)tr->n_tables,
+				.read_mode = read_mode(job->ssd_read),
+				.fresh = 1,
+			};
+			to.ssd = &so;
+		}
+		int rc = st_table_create(&tr->tables[t], &to);
+		if (rc < 0) {
+			if (rc == ST_EINVAL)
+				st_error("table %d (dim %d): invalid settings", t, tdim[t]);
+			return rc;
+		}
+	}
+	return ST_OK;
+}
+
+/* Removes the files of one SSD tier directory, then the directory. */
+static void remove_dir(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	struct dirent *e;
+	char p[4400];
+	while ((e = readdir(d))) {
+		size_t n = strlen(e->d_name);
+		if (n > 4 && (!strcmp(e->d_name + n - 4, ".sst") || !strcmp(e->d_name + n - 4, ".tmp"))) {
+			snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+			unlink(p);
+		}
+	}
+	closedir(d);
+	rmdir(dir);
+}
+
+void st__trainer_tables_destroy(st_trainer_t *tr)
+{
+	for (int i = 0; i < tr->n_tables; i++) {
+		st_table_destroy(tr->tables[i]);
+		tr->tables[i] = NULL;
+		if (tr->store_root[0]) {
+			char dir[4200];
+			snprintf(dir, sizeof dir, "%s/t%d", tr->store_root, i);
+			remove_dir(dir);
+		}
+	}
+	if (tr->store_root[0])
+		rmdir(tr->store_root);
+}
+
+void st__trainer_store_metrics(st_trainer_t *tr)
+{
+	uint64_t rows = 0, rejected = 0;
+	st_table_stats_t sum = { 0 };
+	st_ssd_stats_t ss = { 0 };
+	uint64_t live_bytes = 0;
+	for (int i = 0; i < tr->n_tables; i++) {
+		st_table_stats_t ts;
+		st_table_stats(tr->tables[i], &ts);
+		rows += ts.rows + ts.cold_rows;
+		rejected += ts.rejected;
+		sum.hits_lru += ts.hits_lru;
+		sum.hits_lfu += ts.hits_lfu;
+		sum.loads += ts.loads;
+		sum.misses += ts.misses;
+		sum.spilled += ts.spilled;
+		sum.cold_rows += ts.cold_rows;
+		sum.rows += ts.rows;
+		sum.over_budget += ts.over_budget;
+		st_ssd_t *ssd = st_table_ssd(tr->tables[i]);
+		if (ssd) {
+			st_ssd_stats_t x;
+			st_ssd_stats(ssd, &x);
+			ss.disk_bytes += x.disk_bytes;
+			ss.live_records += x.live_records;
+			ss.bytes_read += x.bytes_read;
+			ss.read_ios += x.read_ios;
+			ss.read_records += x.read_records;
+			ss.bytes_written += x.bytes_written;
+			ss.compact_seconds += x.compact_seconds;
+			ss.record_bytes = x.record_bytes;
+			ss.stale_records += x.stale_records;
+			live_bytes += x.live_records * x.record_bytes;
+		}
+	}
+	st_metrics_t *m = tr->metrics;
+	st_metrics_set(m, "rows", (double)rows);
+	if (rejected)
+		st_metrics_set(m, "not_admitted", (double)rejected);
+	if (!tr->store_root[0])
+		return;
+	double look = (double)(sum.hits_lru + sum.hits_lfu + sum.loads + sum.misses);
+	st_metrics_set(m, "cache.rows_ram", (double)sum.rows);
+	st_metrics_set(m, "cache.rows_ssd", (double)sum.cold_rows);
+	if (look > 0) {
+		st_metrics_set(m, "cache.hit", (double)(sum.hits_lru + sum.hits_lfu) / look);
+		st_metrics_set(m, "cache.hit_lru", (double)sum.hits_lru / look);
+		st_metrics_set(m, "cache.hit_lfu", (double)sum.hits_lfu / look);
+		st_metrics_set(m, "cache.ssd_load", (double)sum.loads / look);
+	}
+	st_metrics_set(m, "ssd.rows_read", (double)sum.loads);
+	st_metrics_set(m, "ssd.rows_written", (double)sum.spilled);
+	st_metrics_set(m, "ssd.read_mb", (double)ss.bytes_read / 1e6);
+	st_metrics_set(m, "ssd.read_ios", (double)ss.read_ios);
+	st_metrics_set(m, "ssd.write_mb", (double)ss.bytes_written / 1e6);
+	if (ss.read_records)
+		st_metrics_set(m, "ssd.read_amp", (double)ss.bytes_read /
+				   ((double)ss.read_records * ss.record_bytes));
+	st_metrics_set(m, "ssd.disk_mb", (double)ss.disk_bytes / 1e6);
+	st_metrics_set(m, "ssd.live_mb", (double)live_bytes / 1e6);
+	st_metrics_set(m, "ssd.index_mb", (double)sum.cold_rows * 28.0 / 1e6);
+	st_metrics_set(m, "ssd.compact_s", ss.compact_seconds);
+	if (sum.over_budget && !tr->over_warned) {
+		st_warn("the RAM tier went over storage.mem: every row it could evict was pinned by "
+			"batches in flight (lower stages.*.queue or raise storage.mem)");
+		tr->over_warned = 1;
+	}
+}
