@@ -54,6 +54,7 @@ int st_cmd_run(int argc, char **argv);
 int st_cmd_check(int argc, char **argv);
 int st_cmd_plan(int argc, char **argv);
 int st_cmd_gen(int argc, char **argv);
+int st_cmd_inspect(int argc, char **argv);
 int st_cmd_help(int argc, char **argv);
 
 /* Prints the help of one command to f; returns 0, or -1 if unknown. */

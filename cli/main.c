@@ -5,6 +5,7 @@
  *   strata check JOB.lua    validate a job file, run nothing
  *   strata plan JOB.lua     print the compiled graph and thread placement
  *   strata gen              write synthetic Criteo-format data
+ *   strata inspect PATH     summarize a checkpoint or export directory
  *   strata help [COMMAND]
  *
  * Exit codes: 0 ok, 1 the job failed, 2 usage or job-file error.
@@ -63,6 +64,18 @@ static const char *const help_gen =
 	"seed, whatever the thread count. Defaults: --seed 1 --zipf 1.1\n"
 	"--vocab 1000000 --files 1 --eval-rows 0 --threads = cores.\n";
 
+static const char *const help_inspect =
+	"usage: strata inspect PATH\n"
+	"\n"
+	"Summarizes a checkpoint (ckpt-<step>) or export (export-<seq>-full|delta)\n"
+	"directory: kind, step, job name and hash, data position and sync state; each\n"
+	"file with its size and whether its checksum matches the manifest; the dense\n"
+	"tensors with shapes and total parameters; each table's rows, dim and\n"
+	"state_dim, and the deleted keys of deltas. PATH may also be a directory of\n"
+	"checkpoints and exports (listed, with the export apply order) or a single\n"
+	".rows or .safetensors file. Formats: docs/formats.md.\n"
+	"Exit status: 0 intact, 1 damaged or missing files, 2 usage error.\n";
+
 static const char *const help_help =
 	"usage: strata help [COMMAND]\n";
 
@@ -78,6 +91,7 @@ void st_cli_usage(FILE *f)
 		"  check JOB.lua   validate a job file\n"
 		"  plan JOB.lua    print the compiled pipeline and thread placement\n"
 		"  gen             write synthetic Criteo-format data\n"
+		"  inspect PATH    summarize a checkpoint or export directory\n"
 		"  help [COMMAND]  help on a command\n"
 		"\n"
 		"options: --help, --version\n"
@@ -89,7 +103,7 @@ int st_cli_help_for(const char *cmd, FILE *f)
 {
 	const struct { const char *name, *text; } h[] = {
 		{ "run", help_run }, { "check", help_check }, { "plan", help_plan },
-		{ "gen", help_gen }, { "help", help_help },
+		{ "gen", help_gen }, { "help", help_help }, { "inspect", help_inspect },
 	};
 	for (size_t i = 0; i < sizeof h / sizeof h[0]; i++) {
 		if (!strcmp(cmd, h[i].name)) {
@@ -252,6 +266,7 @@ int main(int argc, char **argv)
 		{ "run", st_cmd_run }, { "check", st_cmd_check },
 		{ "plan", st_cmd_plan }, { "gen", st_cmd_gen },
 		{ "help", st_cmd_help },
+		{ "inspect", st_cmd_inspect },
 	};
 	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
 		if (!strcmp(cmd, cmds[i].name))

@@ -1,0 +1,95 @@
+/*
+ * dumpio.h — file plumbing shared by the checkpoint and export formats.
+ * The st__dumpio functions are private to ops/dump/ and its tests;
+ * st_dumpio_sum_t is part of the public API of the writers.
+ *
+ * A st__dumpio_t writes one file through a buffer while it hashes every byte
+ * with XXH3-64, so a checkpoint's manifest gets each file's size and checksum
+ * without reading the file back. Closing fsyncs. Every failure (ENOSPC
+ * included) closes and unlinks the partial file, so a failed write never
+ * leaves a file that looks whole.
+ *
+ * The helpers below also read files whole or hashed, fsync directories and
+ * remove checkpoint directories.
+ *
+ * Library-grade: includes only the C library, libxxhash and err.h codes.
+ * Not thread-safe per object; distinct objects may be used by distinct
+ * threads (except the test hooks, which are process-wide).
+ */
+#ifndef ST_DUMP_DUMPIO_H
+#define ST_DUMP_DUMPIO_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Every on-disk integer and float of ops/dump is little-endian. The float
+ * payloads are copied with memcpy, so a big-endian host would need byte
+ * swaps that this version does not have. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "ops/dump writes little-endian files with memcpy; big-endian hosts are not supported"
+#endif
+
+/* Size and XXH3-64 (seed 0) of a whole file, as written or as read back. */
+typedef struct st_dumpio_sum {
+	uint64_t bytes;
+	uint64_t xxh3;
+} st_dumpio_sum_t;
+
+typedef struct st__dumpio st__dumpio_t;
+
+/*
+ * Test hooks: when non-NULL they replace write(2) and fsync(2) for every
+ * dumpio writer (same contract: return -1 and set errno on failure). Tests
+ * use them to simulate a full disk; production code never sets them. Set
+ * them only while no writer runs.
+ */
+extern ssize_t (*st__dumpio_write_hook)(int fd, const void *buf, size_t n);
+extern int (*st__dumpio_fsync_hook)(int fd);
+
+/* Creates (truncates) path for writing. Returns ST_OK and *out, or a negative
+ * errno-style code with "path: reason" in err (err may be NULL). The caller
+ * must finish the object with st__dumpio_close or st__dumpio_abort. */
+int st__dumpio_open(st__dumpio_t **out, const char *path, char *err, size_t errlen);
+
+/* Appends n bytes. Returns ST_OK or an error (ST_ENOSPC for a full disk);
+ * after an error the file is already closed and unlinked, later writes
+ * return the same error, and close returns it too. */
+int st__dumpio_write(st__dumpio_t *f, const void *buf, size_t n);
+
+/* Bytes accepted so far. */
+uint64_t st__dumpio_tell(const st__dumpio_t *f);
+
+/* Flushes, fsyncs and closes; frees f. On success fills *sum (may be NULL)
+ * and returns ST_OK; on failure unlinks the file and returns the error with
+ * the message in err. */
+int st__dumpio_close(st__dumpio_t *f, st_dumpio_sum_t *sum, char *err, size_t errlen);
+
+/* Closes, unlinks and frees (NULL-safe). */
+void st__dumpio_abort(st__dumpio_t *f);
+
+/* Maps an errno value to an ST_E code: ENOSPC and EDQUOT to ST_ENOSPC,
+ * ENOENT to ST_ENOENT, the rest to -errno. */
+int st__dumpio_errno(int e);
+
+/* Reads the whole regular file into a malloc'ed buffer (*buf, *len; the
+ * caller frees *buf). Files longer than max_len give ST_EFORMAT. Returns
+ * ST_OK, ST_ENOENT, ST_EIO, ST_ENOMEM, with "path: reason" in err. */
+int st__dumpio_read_all(const char *path, size_t max_len, uint8_t **buf, size_t *len,
+			char *err, size_t errlen);
+
+/* Size and XXH3-64 of a file, read in chunks. ST_OK or an errno-style code. */
+int st__dumpio_hash_file(const char *path, st_dumpio_sum_t *sum, char *err, size_t errlen);
+
+/* fsyncs a directory (so renames and creations in it are durable). */
+int st__dumpio_fsync_dir(const char *path, char *err, size_t errlen);
+
+/* Removes a directory and everything below it (no symlinks are followed).
+ * ST_OK if it is gone (also if it never existed), else an errno code. */
+int st__dumpio_rmtree(const char *path);
+
+/* snprintf into err when err is non-NULL. */
+void st__dumpio_seterr(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+#endif

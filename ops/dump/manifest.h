@@ -1,0 +1,110 @@
+/*
+ * manifest.h — manifest.yaml of a checkpoint or export directory.
+ *
+ * The manifest says what a directory is (kind, job, step, export sequence),
+ * where training stood (data position per reader shard, sync-policy state,
+ * RNG state) and which files belong to it, each with its size and XXH3-64.
+ * Its last line is "# manifest xxh3: <16 hex digits>", the XXH3-64 of every
+ * byte before that line, so the manifest itself is verified too (YAML
+ * readers see a comment). The schema with an example is in docs/formats.md.
+ *
+ * Emitted with libyaml's emitter and parsed with its document API. Parsing
+ * is strict: unknown format versions, unknown or repeated fields, missing
+ * required fields and values of the wrong type are errors that name the
+ * file, the line and the field.
+ *
+ * Thread-safety: reentrant; a parsed manifest is immutable.
+ */
+#ifndef ST_DUMP_MANIFEST_H
+#define ST_DUMP_MANIFEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ops/dump/dumpio.h"
+
+#define ST_MANIFEST_VERSION 1
+#define ST_MANIFEST_NAME "manifest.yaml"
+
+typedef enum st_manifest_kind {
+	ST_MANIFEST_CHECKPOINT = 0,
+	ST_MANIFEST_EXPORT_FULL,
+	ST_MANIFEST_EXPORT_DELTA,
+} st_manifest_kind_t;
+
+/* Where one reader shard stood: the next record to read is at byte offset
+ * `offset` of `file`, after `records` records. */
+typedef struct st_manifest_shard {
+	int64_t shard;
+	char *file;
+	uint64_t offset;
+	uint64_t records;
+} st_manifest_shard_t;
+
+typedef struct st_manifest_kv {
+	char *key;
+	char *value;
+} st_manifest_kv_t;
+
+typedef struct st_manifest_file {
+	char *name;           /* a plain file name inside the directory */
+	uint64_t bytes;
+	uint64_t xxh3;
+} st_manifest_file_t;
+
+/*
+ * The manifest. For emitting, the caller fills it in any storage (strings
+ * are only read). A parsed manifest owns every pointer and is freed with
+ * st_manifest_free; never pass a caller-built one to it.
+ */
+typedef struct st_manifest {
+	int format_version;          /* parse: the file's (always 1 today); emit: ignored */
+	st_manifest_kind_t kind;
+	char *job_name;              /* required */
+	char *job_hash;              /* required: identifies the job's model-relevant settings */
+	char *model;                 /* optional model description (NULL = none) */
+	int64_t step;                /* training step, >= 0 */
+	int64_t seq;                 /* exports: sequence number >= 0; checkpoints: -1 */
+	int64_t created;             /* Unix seconds, UTC */
+	st_manifest_shard_t *shards;
+	size_t n_shards;
+	char *sync_policy;           /* optional (NULL = none) */
+	st_manifest_kv_t *sync_state;
+	size_t n_sync_state;
+	uint64_t *rng;
+	size_t n_rng;
+	st_manifest_file_t *files;
+	size_t n_files;
+} st_manifest_t;
+
+/* Emits m as YAML with the trailing checksum line. ST_OK and *out (a
+ * NUL-terminated malloc'ed string the caller frees) and *len; ST_EINVAL for
+ * a missing required field or a file name with '/' (message in err). */
+int st_manifest_emit(const st_manifest_t *m, char **out, size_t *len, char *err, size_t errlen);
+
+/* Parses text (len bytes; `name` labels messages). ST_OK and *out (free with
+ * st_manifest_free); ST_EFORMAT for bad YAML, an unknown version, a missing
+ * or unknown field; ST_ECORRUPT when the checksum line is missing or wrong;
+ * ST_ENOMEM. */
+int st_manifest_parse(const char *text, size_t len, const char *name, st_manifest_t **out,
+		      char *err, size_t errlen);
+
+/* emit + write + fsync (dumpio); *sum may be NULL. */
+int st_manifest_write(const char *path, const st_manifest_t *m, st_dumpio_sum_t *sum,
+		      char *err, size_t errlen);
+
+/* read + parse; ST_ENOENT if the file is absent. */
+int st_manifest_read(const char *path, st_manifest_t **out, char *err, size_t errlen);
+
+void st_manifest_free(st_manifest_t *m);
+
+/* The file entry named name, or NULL. */
+const st_manifest_file_t *st_manifest_find_file(const st_manifest_t *m, const char *name);
+
+/* Value of a sync-state key, or NULL. */
+const char *st_manifest_sync_get(const st_manifest_t *m, const char *key);
+
+/* "checkpoint", "export-full", "export-delta". */
+const char *st_manifest_kind_name(st_manifest_kind_t k);
+
+#endif
