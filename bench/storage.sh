@@ -1,7 +1,8 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # storage.sh — the hierarchical store against all-in-RAM, in one run.
 #
-#   bench/storage.sh [BUILD_DIR] [ROWS] [VOCAB]     (defaults: build 3000000 2000000)
+#   [MODEL=standard] bench/storage.sh [BUILD_DIR] [ROWS] [VOCAB]
+#                                        (defaults: build 3000000 2000000)
 #
 # Data: `strata gen --rows ROWS --vocab VOCAB --zipf 1.05` (Zipf keys per
 # slot) into $TMPDIR/storebench-ROWS-VOCAB, made once, read from the page
@@ -18,6 +19,7 @@
 # live data (target <= 2), and the share of the raw bandwidth the tier used.
 # Results go to docs/benchmarks.md, "Hierarchical store".
 set -eu
+STORE_SETS=(${STORE_SETS:-})   # extra --set arguments for the tiered run
 build=${1:-build}
 rows=${2:-3000000}
 vocab=${3:-2000000}
@@ -36,7 +38,13 @@ if [ ! -f "$dir/eval.tsv" ]; then
 		--zipf 1.05 --out "$dir"
 fi
 cat "$dir"/*.tsv > /dev/null
-sets="--set data.train.path=\"$dir/train-*.tsv\" --set data.eval.path=\"$dir/eval.tsv\""
+sets=(--set "data.train.path=\"$dir/train-*.tsv\"" --set "data.eval.path=\"$dir/eval.tsv\"")
+# MODEL=standard: the project's standard CTR model (MLP 400-400-400, as
+# bench/ctr.sh) instead of bench/storage.lua's light MLP 256-128, which
+# leaves the store the most exposed.
+if [ "${MODEL:-light}" = standard ]; then
+	sets+=(--set 'model=st.model.dnn{emb_dim=16,hidden={400,400,400},init_scale=0.01,sparse_optimizer=st.optim.adagrad{lr=0.05,init_accum=0.1},dense_optimizer=st.optim.adam{lr=0.001}}')
+fi
 
 echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 echo "== disk: $(df -h "$ssd" | tail -1)"
@@ -46,7 +54,7 @@ run() {   # name, extra --set arguments
 	name=$1
 	shift
 	t0=$(date +%s.%N)
-	eval "$build/cli/strata" run "$root/bench/storage.lua" $sets "$@" \
+	"$build/cli/strata" run "$root/bench/storage.lua" "${sets[@]}" "$@" \
 		--metrics "$out/$name.jsonl" > "$out/$name.txt" 2>&1 || {
 		echo "strata run ($name) failed:"; tail -5 "$out/$name.txt"; exit 1; }
 	t1=$(date +%s.%N)
@@ -64,7 +72,7 @@ mem=$((model_rows * 167 / 10))
 echo "model: $model_rows rows; budget 10%: $mem bytes"
 
 echo "== (2) storage.mem = 10% of the model, rest on SSD ($ssd)"
-run tiered --set "storage={mem=$mem,ssd={path=\"$ssd\"}}"
+run tiered --set "storage={mem=$mem,ssd={path=\"$ssd\"}}" "${STORE_SETS[@]}"
 
 echo "== (3) raw O_DIRECT io_uring bandwidth of $ssd"
 "$build/bench/bench_ssd_raw" "$ssd" | tee "$out/raw.json"

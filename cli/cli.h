@@ -25,6 +25,7 @@ typedef struct st_cli_opts {
 	int quiet;                /* no progress line */
 	int no_pin;               /* --no-pin: do not pin threads */
 	int dot;                  /* plan --dot */
+	int resume;               /* run --resume */
 } st_cli_opts_t;
 
 /* Parses the arguments after the subcommand name. Returns 0, or prints a
@@ -55,6 +56,8 @@ int st_cmd_check(int argc, char **argv);
 int st_cmd_plan(int argc, char **argv);
 int st_cmd_gen(int argc, char **argv);
 int st_cmd_inspect(int argc, char **argv);
+int st_cmd_predict(int argc, char **argv);
+int st_cmd_eval(int argc, char **argv);
 int st_cmd_help(int argc, char **argv);
 
 /* Prints the help of one command to f; returns 0, or -1 if unknown. */

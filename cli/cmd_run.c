@@ -25,6 +25,8 @@
 #include "ops/gen/gen.h"
 #include "ops/read/read.h"
 #include "ops/sync/sync.h"
+#include "ops/dump/ckpt.h"
+#include "ops/train/checkpoint.h"
 #include "ops/train/trainer.h"
 #include "runtime/err.h"
 #include "runtime/graph.h"
@@ -178,8 +180,13 @@ static int maybe_generate(st_job_t *job, int tty)
 		return 0;
 	char path[4096];
 	int have = 1;
-	for (int i = 0; i < job->gen.files && have; i++) {
-		snprintf(path, sizeof path, "%s/train-%05d.tsv", job->gen.dir, i);
+	/* With days the train files are day-000.tsv .. day-<days-1>.tsv. */
+	int n_train = job->gen.days > 0 ? job->gen.days : job->gen.files;
+	for (int i = 0; i < n_train && have; i++) {
+		if (job->gen.days > 0)
+			snprintf(path, sizeof path, "%s/day-%03d.tsv", job->gen.dir, i);
+		else
+			snprintf(path, sizeof path, "%s/train-%05d.tsv", job->gen.dir, i);
 		have = file_exists(path);
 	}
 	if (have && job->gen.eval_rows > 0) {
@@ -191,6 +198,9 @@ static int maybe_generate(st_job_t *job, int tty)
 	st_info("generating %lld train + %lld eval rows of synthetic data in %s (seed %llu)",
 		(long long)job->gen.rows, (long long)job->gen.eval_rows, job->gen.dir,
 		(unsigned long long)job->gen.seed);
+	if (job->gen.days > 0)
+		st_info("as %d days day-000.tsv .. day-%03d.tsv, drift %g", job->gen.days,
+			job->gen.days - 1, job->gen.drift);
 	st_gen_opts_t go = {
 		.dir = job->gen.dir,
 		.rows = job->gen.rows,
@@ -200,6 +210,8 @@ static int maybe_generate(st_job_t *job, int tty)
 		.zipf = job->gen.zipf,
 		.vocab = job->gen.vocab,
 		.threads = 0,
+		.days = job->gen.days,
+		.drift = job->gen.drift,
 	};
 	double t0 = now_s();
 	int rc = st_gen_write(&go, gen_progress, &tty);
@@ -221,6 +233,10 @@ static int maybe_generate(st_job_t *job, int tty)
 
 typedef struct run_ctx {
 	st_job_t *job;
+	const st_trainer_ckpt_cfg_t *ckpt;
+	uint64_t export_seq;       /* the next export's number */
+	st_trainer_resume_t pos;   /* where the train pass starts (resume) */
+	int resumed;
 	st_metrics_t *metrics;
 	st_trainer_t *model;
 	st_place_req_t place[ST_CLI_NSTAGES];
@@ -279,6 +295,15 @@ static int run_pass(run_ctx_t *rc_, const st_source_t *src, int epochs, int eval
 		st_error("cannot start the read stage: %s", st_strerror(rc));
 		return rc;
 	}
+	if (!eval && rc_->resumed &&
+	    (rc = st_read_stage_seek(rs, rc_->pos.file, rc_->pos.records, rc_->pos.step,
+				     rc_->pos.examples)) < 0) {
+		st_error("%s: the checkpoint's data position (file %llu, record %llu) is past "
+			 "the data", rc_->pos.dir, (unsigned long long)rc_->pos.file,
+			 (unsigned long long)rc_->pos.records);
+		st_read_stage_destroy(rs);
+		return rc;
+	}
 	rc = build_graph(&g, rc_->job, rc_->place, rc_->pin, rs, rc_->model);
 	if (rc < 0)
 		goto out;
@@ -303,6 +328,28 @@ static int run_pass(run_ctx_t *rc_, const st_source_t *src, int epochs, int eval
 out:
 	st_graph_destroy(g);
 	st_read_stage_destroy(rs);
+	return rc;
+}
+
+/* The checkpoint at the end of training (when the job has checkpoints and
+ * the last interval did not just write one). */
+static int final_checkpoint(run_ctx_t *rc_, const st_trainer_ckpt_cfg_t *cfg)
+{
+	if (!rc_->job->ckpt_dir || sig.interrupted)
+		return 0;
+	st_trainer_snap_t *s = NULL;
+	int rc = st_trainer_snapshot(rc_->model, NULL, &s);
+	char err[1024] = "";
+	if (rc >= 0)
+		rc = st_trainer_snap_write(rc_->model, s, cfg, err, sizeof err);
+	else
+		snprintf(err, sizeof err, "%s", st_strerror(rc));
+	if (rc >= 0)
+		st_info("checkpoint %s/ckpt-%012lld written", cfg->dir,
+			(long long)st_trainer_snap_step(s));
+	else
+		st_error("final checkpoint not written: %s", err);
+	st_trainer_snap_destroy(s);
 	return rc;
 }
 
@@ -370,6 +417,28 @@ static int run_eval(run_ctx_t *rc_, double *auc, double *ll, double *calib, uint
 }
 
 /* Runs the job's phases in order on one trainer. 0 or the error. */
+/* A serving export of the current state (job.export), numbered after the
+ * ones already in the directory. */
+static int export_now(run_ctx_t *rc_)
+{
+	const st_job_t *job = rc_->job;
+	if (!job->export_dir || sig.interrupted)
+		return 0;
+	char err[1024] = "";
+	int rc = st_trainer_export(rc_->model, job, job->export_dir, rc_->export_seq,
+				   job->export_delta, job->export_keep, err, sizeof err);
+	if (rc < 0) {
+		st_error("export %llu not written: %s", (unsigned long long)rc_->export_seq, err);
+		return rc;
+	}
+	st_info("export %s/export-%012llu written", job->export_dir,
+		(unsigned long long)rc_->export_seq);
+	rc_->export_seq++;
+	return 0;
+}
+
+static int final_checkpoint(run_ctx_t *rc_, const st_trainer_ckpt_cfg_t *cfg);
+
 static int run_phases(run_ctx_t *rc_, const char *metrics_path, int tty)
 {
 	const st_job_t *job = rc_->job;
@@ -384,6 +453,8 @@ static int run_phases(run_ctx_t *rc_, const char *metrics_path, int tty)
 		snprintf(tmp, sizeof tmp, "%s.phase", metrics_path);
 	}
 	uint64_t n_before = 0;
+	typedef struct { double auc, ll; uint64_t n; } slice_t;
+	slice_t *slice = st_xcalloc((size_t)job->n_phases, sizeof *slice);
 	for (int i = 0; i < job->n_phases; i++) {
 		const st_phase_t *ph = &job->phases[i];
 		int rc = st_trainer_set_policy(rc_->model, &ph->sync);
@@ -400,13 +471,26 @@ static int run_phases(run_ctx_t *rc_, const char *metrics_path, int tty)
 			snprintf(rows, sizeof rows, "%lld", (long long)src.limit);
 		st_info("phase %d/%d '%s': sync %s, %s rows of %s", i + 1, job->n_phases,
 			ph->name, ph->sync.name, rows, ph->has_data ? "its own data" : "data.train");
-		double secs = 0;
+		double secs = 0, vauc = NAN, vll = NAN, vcal = NAN;
+		uint64_t vn = 0;
 		st_read_stats_t rs = { 0 };
+		if (ph->validate) {
+			/* Progressive validation of the slice: scored by the model
+			 * trained on every earlier slice, before it learns from it
+			 * (kstep-adam-terabyte-training.md, Section 5). */
+			st_trainer_reset_eval(rc_->model);
+			if ((rc = run_pass(rc_, &src, 1, 1, NULL, 0, &secs, &rs)) < 0)
+				return rc;
+			st_trainer_eval_result(rc_->model, &vauc, &vll, &vcal, &vn);
+			slice[i] = (slice_t){ vauc, vll, vn };
+		}
 		rc = run_pass(rc_, &src, job->epochs, 0, metrics_path ? tmp : NULL, tty, &secs, &rs);
 		if (metrics_path)
 			append_file(metrics_path, tmp);
 		if (rc < 0)
 			return rc;
+		if (export_now(rc_) < 0 || final_checkpoint(rc_, rc_->ckpt) < 0)
+			return ST_EIO;
 		double auc = 0, ll = 0, eauc = NAN, ell = NAN, calib = NAN;
 		uint64_t n = 0, en = 0;
 		st_trainer_progress(rc_->model, &auc, &ll, &n);
@@ -414,6 +498,8 @@ static int run_phases(run_ctx_t *rc_, const char *metrics_path, int tty)
 		       st_trainer_policy_name(rc_->model));
 		print_count(stdout, n - n_before);
 		printf(" examples in %.2f s, progressive auc %.4f logloss %.4f", secs, auc, ll);
+		if (ph->validate)
+			printf(", slice auc %.4f logloss %.4f (before training on it)", vauc, vll);
 		if (job->has_eval) {
 			if ((rc = run_eval(rc_, &eauc, &ell, &calib, &en)) < 0)
 				return rc;
@@ -432,19 +518,35 @@ static int run_phases(run_ctx_t *rc_, const char *metrics_path, int tty)
 					(unsigned long long)st_trainer_switches(rc_->model));
 				if (job->has_eval && isfinite(eauc))
 					fprintf(f, ",\"eval_auc\":%.6f,\"eval_logloss\":%.6f", eauc, ell);
+				if (ph->validate)
+					fprintf(f, ",\"slice_auc\":%.6f,\"slice_logloss\":%.6f,"
+						"\"slice_examples\":%llu", vauc, vll,
+						(unsigned long long)vn);
 				fprintf(f, "}\n");
 				fclose(f);
 			}
 		}
 		n_before = n;
 	}
+	int any = 0;
+	for (int i = 0; i < job->n_phases; i++)
+		any |= job->phases[i].validate;
+	if (any) {
+		printf("%s: slices, each scored before training on it\n", job->name);
+		printf("  %-16s %10s %8s %8s\n", "slice", "examples", "auc", "logloss");
+		for (int i = 0; i < job->n_phases; i++)
+			if (job->phases[i].validate)
+				printf("  %-16s %10llu %8.4f %8.4f\n", job->phases[i].name,
+				       (unsigned long long)slice[i].n, slice[i].auc, slice[i].ll);
+	}
+	free(slice);
 	return 0;
 }
 
 int st_cmd_run(int argc, char **argv)
 {
 	st_cli_opts_t o;
-	int ec = st_cli_parse(argc, argv, "run", "job,set,metrics,verbose,quiet,no-pin", &o);
+	int ec = st_cli_parse(argc, argv, "run", "job,set,metrics,verbose,quiet,no-pin,resume", &o);
 	if (ec) {
 		free(o.sets);
 		return ec;
@@ -522,14 +624,77 @@ int st_cmd_run(int argc, char **argv)
 	pthread_mutex_lock(&sig.lock);
 	sig.trainer = rc_.model;
 	pthread_mutex_unlock(&sig.lock);
+	char job_hash[17];
+	char *model_desc = st_trainer_model_desc(job);
+	st_trainer_job_hash(job, job_hash);
+	st_trainer_ckpt_cfg_t ckpt = {
+		.dir = job->ckpt_dir, .keep = job->ckpt_keep, .job_name = job->name,
+		.job_hash = job_hash, .model = model_desc, .paths = (const char *const *)job->train.paths,
+		.n_paths = job->train.n_paths, .seed = job->seed,
+	};
+	rc_.ckpt = &ckpt;
+	if (job->export_dir) {
+		if (mkdir_p(job->export_dir) < 0 || access(job->export_dir, W_OK | X_OK) != 0) {
+			st_error("export.dir %s: %s; nothing was trained", job->export_dir,
+				 strerror(errno));
+			ec = ST_EXIT_USAGE;
+			goto stop_desc;
+		}
+		st_ckpt_entry_t *ents = NULL;
+		size_t ne = 0;
+		char err[512];
+		if (st_ckpt_list_exports(job->export_dir, 0, &ents, &ne, NULL, NULL, err,
+					 sizeof err) >= 0) {
+			for (size_t i = 0; i < ne; i++)
+				if ((uint64_t)ents[i].num + 1 > rc_.export_seq)
+					rc_.export_seq = (uint64_t)ents[i].num + 1;
+			st_ckpt_entries_free(ents, ne);
+		}
+	}
+	if (job->ckpt_dir) {
+		if (mkdir_p(job->ckpt_dir) < 0 || access(job->ckpt_dir, W_OK | X_OK) != 0) {
+			st_error("checkpoint.dir %s: %s; nothing was trained", job->ckpt_dir,
+				 strerror(errno));
+			ec = ST_EXIT_USAGE;
+			goto stop_desc;
+		}
+		st_trainer_set_checkpoint(rc_.model, &ckpt, job->ckpt_every, job->ckpt_secs);
+	}
+	if ((o.resume || job->resume) && !job->ckpt_dir) {
+		fprintf(stderr, "strata: %s: --resume needs checkpoint.dir in the job\n", job->file);
+		ec = ST_EXIT_USAGE;
+		goto stop_desc;
+	}
+	if ((o.resume || job->resume) && job->n_phases) {
+		fprintf(stderr, "strata: %s: resuming a job with phases is not supported yet\n",
+			job->file);
+		ec = ST_EXIT_USAGE;
+		goto stop_desc;
+	}
+	if (o.resume || job->resume) {
+		char err[1024];
+		int r = st_trainer_resume(rc_.model, &ckpt, &rc_.pos, err, sizeof err);
+		if (r == ST_ENOENT) {
+			st_info("no checkpoint to resume from in %s (%s): starting from the beginning",
+				job->ckpt_dir, err);
+		} else if (r < 0) {
+			st_error("cannot resume: %s", err);
+			ec = r == ST_EINVAL ? ST_EXIT_USAGE : ST_EXIT_FAILED;
+			goto stop_desc;
+		} else {
+			rc_.resumed = 1;
+			st_info("resuming from %s: step %llu, %llu examples done", rc_.pos.dir,
+				(unsigned long long)rc_.pos.step, (unsigned long long)rc_.pos.examples);
+		}
+	}
 	if (job->n_phases) {
 		st_info("%s: %d phases, %d train worker%s, model %s", job->name, job->n_phases,
 			job->train_stage.threads, job->train_stage.threads == 1 ? "" : "s",
 			job->model.type);
 		if (run_phases(&rc_, metrics_path, tty) < 0)
-			goto stop;
+			goto stop_desc;
 		ec = ST_EXIT_OK;
-		goto stop;
+		goto stop_desc;
 	}
 
 	st_info("%s: training on %d file%s (%s), %d epoch%s, batch %d, minibatch %d, "
@@ -541,7 +706,9 @@ int st_cmd_run(int argc, char **argv)
 	double secs = 0;
 	st_read_stats_t rs = { 0 };
 	if (run_pass(&rc_, &job->train, job->epochs, 0, metrics_path, tty, &secs, &rs) < 0)
-		goto stop;
+		goto stop_desc;
+	if (final_checkpoint(&rc_, &ckpt) < 0 || export_now(&rc_) < 0)
+		goto stop_desc;
 
 	double auc = 0, ll = 0;
 	uint64_t n = 0;
@@ -560,13 +727,15 @@ int st_cmd_run(int argc, char **argv)
 		st_trainer_reset_eval(rc_.model);
 		st_read_stats_t es = { 0 };
 		if (run_pass(&rc_, &job->eval, 1, 1, NULL, 0, &secs, &es) < 0)
-			goto stop;
+			goto stop_desc;
 		double calib = 0;
 		if (st_trainer_eval_result(rc_.model, &auc, &ll, &calib, &n) == 0)
 			printf("  eval         auc %.4f  logloss %.4f  calibration %.3f  (%llu examples)\n",
 			       auc, ll, calib, (unsigned long long)n);
 	}
 	ec = ST_EXIT_OK;
+stop_desc:
+	free(model_desc);
 stop:
 	signals_stop();
 	if (sig.interrupted && ec == ST_EXIT_FAILED)

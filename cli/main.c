@@ -6,6 +6,8 @@
  *   strata plan JOB.lua     print the compiled graph and thread placement
  *   strata gen              write synthetic Criteo-format data
  *   strata inspect PATH     summarize a checkpoint or export directory
+ *   strata predict DIR DATA...  score data with an export
+ *   strata eval DIR DATA...     AUC and logloss of an export on data
  *   strata help [COMMAND]
  *
  * Exit codes: 0 ok, 1 the job failed, 2 usage or job-file error.
@@ -22,7 +24,7 @@
 
 static const char *const help_run =
 	"usage: strata run JOB.lua [--set key.path=value]... [--metrics FILE]\n"
-	"                          [--quiet] [--no-pin] [--verbose]\n"
+	"                          [--quiet] [--no-pin] [--verbose] [--resume]\n"
 	"\n"
 	"Compiles the job into a pipeline of stages (read -> pull -> train -> push ->\n"
 	"dump) joined by bounded queues, pins the stage threads, and runs it. If the\n"
@@ -36,6 +38,8 @@ static const char *const help_run =
 	"  --quiet               no progress line\n"
 	"  --no-pin              do not pin stage threads to cores\n"
 	"  --verbose             print the resolved job before running\n"
+	"  --resume              continue from the newest complete checkpoint in\n"
+	"                        checkpoint.dir (same as resume = true in the job)\n"
 	"\n"
 	"Exit status: 0 ok, 1 the job failed, 2 usage or job-file error.\n";
 
@@ -56,13 +60,20 @@ static const char *const help_plan =
 static const char *const help_gen =
 	"usage: strata gen --rows N --out DIR [--seed S] [--zipf A] [--vocab V]\n"
 	"                  [--files F] [--eval-rows N] [--threads T]\n"
+	"                  [--days D [--drift X]]\n"
 	"\n"
 	"Writes synthetic Criteo TSV files DIR/train-00000.tsv ... (and DIR/eval.tsv\n"
 	"when --eval-rows > 0). Categorical values follow a Zipf power law with\n"
 	"exponent A over V values per slot; labels come from a hidden logistic model\n"
 	"of the features, so a learner can reach a known AUC. Deterministic for a\n"
 	"seed, whatever the thread count. Defaults: --seed 1 --zipf 1.1\n"
-	"--vocab 1000000 --files 1 --eval-rows 0 --threads = cores.\n";
+	"--vocab 1000000 --files 1 --eval-rows 0 --threads = cores.\n"
+	"\n"
+	"--days D (1..365) writes D days DIR/day-000.tsv ... day-<D-1>.tsv instead\n"
+	"(N rows split evenly; not with --files) whose hidden model drifts: each day\n"
+	"renews the share X (0..1, default 0.1) of every weight's variance, so the\n"
+	"weights of day d correlate (1-X)^(d/2) with day 0's, and the popularity of\n"
+	"every fourth slot shifts by 10*X ranks a day. eval.tsv is from the last day.\n";
 
 static const char *const help_inspect =
 	"usage: strata inspect PATH\n"
@@ -75,6 +86,35 @@ static const char *const help_inspect =
 	"checkpoints and exports (listed, with the export apply order) or a single\n"
 	".rows or .safetensors file. Formats: docs/formats.md.\n"
 	"Exit status: 0 intact, 1 damaged or missing files, 2 usage error.\n";
+
+static const char *const help_predict =
+	"usage: strata predict EXPORT_DIR DATA... [--out FILE] [--format criteo|libsvm]\n"
+	"                      [--batch N] [--threads N]\n"
+	"\n"
+	"Scores DATA with the model exported under EXPORT_DIR: the newest full export\n"
+	"(export-<seq>-full) and the deltas numbered right after it, each verified\n"
+	"against its manifest. Writes one probability per line, in input order, to\n"
+	"stdout or to FILE (written under a temporary name and renamed when complete).\n"
+	"DATA are files or glob patterns, read in the order given with the training\n"
+	"readers (keys hashed as in training); a bad record stops the command. Keys\n"
+	"the export has no row for read as zeros, as in training eval.\n"
+	"\n"
+	"  --out FILE       write the scores to FILE instead of stdout\n"
+	"  --format F       criteo (default: label, 13 integers, 26 categories) or libsvm\n"
+	"  --batch N        examples per batch (default 4096)\n"
+	"  --threads N      scoring threads (default 1)\n"
+	"\n"
+	"Exit status: 0 ok, 1 damaged export or I/O failure, 2 usage error or bad\n"
+	"input (no export, data the model cannot take, a bad record).\n";
+
+static const char *const help_eval =
+	"usage: strata eval EXPORT_DIR DATA... [--format criteo|libsvm] [--batch N]\n"
+	"                   [--threads N]\n"
+	"\n"
+	"Scores DATA as `strata predict` does and prints\n"
+	"  auc X  logloss Y  examples N\n"
+	"(exact AUC; mean logloss with probabilities clamped to [1e-7, 1 - 1e-7]).\n"
+	"Exit status: 0 ok, 1 damaged export or I/O failure, 2 usage error or bad input.\n";
 
 static const char *const help_help =
 	"usage: strata help [COMMAND]\n";
@@ -92,6 +132,8 @@ void st_cli_usage(FILE *f)
 		"  plan JOB.lua    print the compiled pipeline and thread placement\n"
 		"  gen             write synthetic Criteo-format data\n"
 		"  inspect PATH    summarize a checkpoint or export directory\n"
+		"  predict DIR DATA...  score data with an export\n"
+		"  eval DIR DATA...     AUC and logloss of an export on data\n"
 		"  help [COMMAND]  help on a command\n"
 		"\n"
 		"options: --help, --version\n"
@@ -104,6 +146,7 @@ int st_cli_help_for(const char *cmd, FILE *f)
 	const struct { const char *name, *text; } h[] = {
 		{ "run", help_run }, { "check", help_check }, { "plan", help_plan },
 		{ "gen", help_gen }, { "help", help_help }, { "inspect", help_inspect },
+		{ "predict", help_predict }, { "eval", help_eval },
 	};
 	for (size_t i = 0; i < sizeof h / sizeof h[0]; i++) {
 		if (!strcmp(cmd, h[i].name)) {
@@ -144,7 +187,7 @@ static int has_opt(const char *allowed, const char *name)
 int st_cli_parse(int argc, char **argv, const char *cmd, const char *allowed,
 		 st_cli_opts_t *o)
 {
-	enum { O_SET = 1, O_METRICS, O_TOPO, O_VERBOSE, O_QUIET, O_NOPIN, O_DOT, O_HELP };
+	enum { O_SET = 1, O_METRICS, O_TOPO, O_VERBOSE, O_QUIET, O_NOPIN, O_DOT, O_HELP, O_RESUME };
 	static const struct option longopts[] = {
 		{ "set", required_argument, NULL, O_SET },
 		{ "metrics", required_argument, NULL, O_METRICS },
@@ -153,6 +196,7 @@ int st_cli_parse(int argc, char **argv, const char *cmd, const char *allowed,
 		{ "quiet", no_argument, NULL, O_QUIET },
 		{ "no-pin", no_argument, NULL, O_NOPIN },
 		{ "dot", no_argument, NULL, O_DOT },
+		{ "resume", no_argument, NULL, O_RESUME },
 		{ "help", no_argument, NULL, O_HELP },
 		{ 0, 0, 0, 0 },
 	};
@@ -189,6 +233,7 @@ int st_cli_parse(int argc, char **argv, const char *cmd, const char *allowed,
 		case O_QUIET: o->quiet = 1; break;
 		case O_NOPIN: o->no_pin = 1; break;
 		case O_DOT: o->dot = 1; break;
+		case O_RESUME: o->resume = 1; break;
 		default: break;
 		}
 	}
@@ -244,8 +289,11 @@ static void fix_openblas_coretype(char **argv)
 
 int main(int argc, char **argv)
 {
-	if (argc >= 2 && !strcmp(argv[1], "run"))
-		fix_openblas_coretype(argv);   /* only `run` multiplies matrices */
+	/* Only run, predict and eval multiply matrices; predict and eval pick
+	 * the same kernels as run, so their scores match the job's eval. */
+	if (argc >= 2 && (!strcmp(argv[1], "run") || !strcmp(argv[1], "predict") ||
+			  !strcmp(argv[1], "eval")))
+		fix_openblas_coretype(argv);
 	if (argc < 2) {
 		st_cli_usage(stderr);
 		return ST_EXIT_USAGE;
@@ -267,6 +315,7 @@ int main(int argc, char **argv)
 		{ "plan", st_cmd_plan }, { "gen", st_cmd_gen },
 		{ "help", st_cmd_help },
 		{ "inspect", st_cmd_inspect },
+		{ "predict", st_cmd_predict }, { "eval", st_cmd_eval },
 	};
 	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
 		if (!strcmp(cmd, cmds[i].name))

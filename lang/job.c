@@ -68,6 +68,8 @@ void st_job_free(st_job_t *job)
 		free(stages[i]->near);
 	free(job->ssd_path);
 	free(job->ssd_read);
+	free(job->ckpt_dir);
+	free(job->export_dir);
 	sync_fini(&job->sync);
 	for (int i = 0; job->phases && i < job->n_phases; i++) {
 		free(job->phases[i].name);
@@ -241,6 +243,8 @@ int st_job_dump(const st_job_t *job, FILE *f)
 		fprintf(f, "data.generate.zipf = %g\n", job->gen.zipf);
 		fprintf(f, "data.generate.vocab = %" PRIu64 "\n", job->gen.vocab);
 		fprintf(f, "data.generate.seed = %" PRIu64 "\n", job->gen.seed);
+		fprintf(f, "data.generate.days = %d\n", job->gen.days);
+		fprintf(f, "data.generate.drift = %g\n", job->gen.drift);
 	} else {
 		fprintf(f, "data.generate = (none)\n");
 	}

@@ -119,6 +119,8 @@ typedef struct st_phase {
 	int has_data;          /* 1: `data` given (else the job's train source) */
 	st_source_t data;
 	int64_t rows;          /* read at most this many rows of the source; -1 = all */
+	int validate;          /* score the slice with the current model first
+				  (progressive validation), then train on it */
 } st_phase_t;
 
 typedef struct st_job {
@@ -153,6 +155,14 @@ typedef struct st_job {
 	st_phase_t *phases;
 
 	char *out_dir;         /* output directory (checkpoints, exports); NULL = none */
+	char *ckpt_dir;        /* checkpoint root; NULL = no checkpoints */
+	uint64_t ckpt_every;   /* train batches between checkpoints; 0 = not by count */
+	double ckpt_secs;      /* seconds between checkpoints; 0 = not by time */
+	int ckpt_keep;         /* newest complete checkpoints kept; 0 = all */
+	int resume;            /* continue from the newest complete checkpoint */
+	char *export_dir;      /* serving exports after each phase and at the end; NULL = none */
+	int export_delta;      /* exports after the first carry only the changes */
+	int export_keep;       /* full exports kept (with their deltas); 0 = all */
 	char *metrics_path;    /* JSON-lines metrics file; NULL = none */
 	double progress_secs;  /* seconds between progress lines (default 1) */
 
@@ -166,6 +176,8 @@ typedef struct st_job {
 		uint64_t seed;
 		double zipf;
 		uint64_t vocab;
+		int days;          /* 0: train-*.tsv; > 0: day-000.tsv .. (drifting) */
+		double drift;      /* per-day renewed share of weight variance */
 	} gen;
 } st_job_t;
 

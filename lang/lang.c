@@ -667,7 +667,7 @@ static int convert(lua_State *L)
 	j->ssd_path = get_str(L, t, "ssd_path");
 	j->ssd_bytes = (uint64_t)get_int(L, t, "ssd_bytes", 0);
 	j->ssd_file_bytes = (uint64_t)get_int(L, t, "ssd_file_bytes", 4 << 20);
-	j->ssd_queue_depth = (int)get_int(L, t, "ssd_queue_depth", 32);
+	j->ssd_queue_depth = (int)get_int(L, t, "ssd_queue_depth", 128);
 	j->ssd_read = get_str(L, t, "ssd_read");
 	j->ssd_lru = get_num(L, t, "ssd_lru", 0.5);
 
@@ -697,6 +697,7 @@ static int convert(lua_State *L)
 			st_phase_t *p = &j->phases[j->n_phases++];
 			p->name = get_str(L, e, "name");
 			p->rows = get_int(L, e, "rows", -1);
+			p->validate = get_bool(L, e, "validate");
 			int d = push_table(L, e, "data");
 			if (d) {
 				p->has_data = 1;
@@ -714,6 +715,14 @@ static int convert(lua_State *L)
 	}
 
 	j->out_dir = get_str(L, t, "out_dir");
+	j->ckpt_dir = get_str(L, t, "ckpt_dir");
+	j->ckpt_every = (uint64_t)get_int(L, t, "ckpt_every", 0);
+	j->ckpt_secs = get_num(L, t, "ckpt_secs", 0.0);
+	j->ckpt_keep = (int)get_int(L, t, "ckpt_keep", 3);
+	j->resume = get_bool(L, t, "resume");
+	j->export_dir = get_str(L, t, "export_dir");
+	j->export_delta = get_bool(L, t, "export_delta");
+	j->export_keep = (int)get_int(L, t, "export_keep", 0);
 	j->metrics_path = get_str(L, t, "metrics_path");
 	j->progress_secs = get_num(L, t, "progress_secs", 1.0);
 
@@ -727,6 +736,8 @@ static int convert(lua_State *L)
 		j->gen.seed = (uint64_t)get_int(L, g, "seed", 0);
 		j->gen.zipf = get_num(L, g, "zipf", 1.1);
 		j->gen.vocab = (uint64_t)get_int(L, g, "vocab", 0);
+		j->gen.days = (int)get_int(L, g, "days", 0);
+		j->gen.drift = get_num(L, g, "drift", 0.1);
 		lua_pop(L, 1);
 	}
 	return 0;

@@ -29,6 +29,11 @@
 
 typedef struct st_batch {
 	uint64_t seq;      /* 0-based batch number assigned by the read stage */
+	/* Data position after this batch (the read stage's; checkpoints record
+	 * it): file cursor index (over paths x epochs) and records read from
+	 * that file up to the end of this batch. A batch never spans files. */
+	uint64_t src_file, src_rec;
+	int ckpt;          /* the trainer checkpoints after this batch */
 	uint32_t n, cap;   /* examples held / capacity */
 	uint32_t n_dense;  /* dense features per example */
 	uint32_t n_slots;  /* categorical slots (fields) */

@@ -1,10 +1,22 @@
 /*
  * gen.c — synthetic Criteo-like data (see gen.h for the model of a row).
  *
- * Determinism: a row is a pure function of (seed, row index). Its randomness
- * comes from a splitmix64 stream whose start is a hash of both, and the hidden
- * per-value weights and printed values are hashes of (seed, slot, value
- * index). Nothing depends on which thread made a row or when.
+ * Determinism: a row is a pure function of (seed, day, row index). Its
+ * randomness comes from a splitmix64 stream whose start is a hash of the
+ * three (day 0 hashes exactly as before days existed, so days = 0 output is
+ * unchanged), and the hidden per-value weights and printed values are hashes
+ * of (seed, slot, value index) and, for drift, of the day. Nothing depends on
+ * which thread made a row or when.
+ *
+ * Drift costs no memory: a weight of day d is its day-0 weight carried
+ * through d AR(1) steps whose innovations are a splitmix64 stream keyed by
+ * the value's hash, so every weight is recomputed on demand. b0 is
+ * calibrated once per day in st_gen_create on one fixed sample of features
+ * (ranks and dense values drawn once, mapped through each day's popularity
+ * and weighted by each day's model). The weights of fixed-popularity slots
+ * are stepped one day at a time (O(D) for D days); those of the rotating
+ * slots change value every day and are recomputed, which is O(D^2) but small
+ * (0.25 s for 64 days, 3 s for 365 on one core).
  *
  * Threads of st_gen_write ("st-gen-<n>"): the output is cut into chunks of at
  * most CHUNK_ROWS rows that never span two files, numbered in output order.
@@ -16,6 +28,7 @@
  */
 #include "ops/gen/gen.h"
 
+#include <assert.h>
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
@@ -193,12 +206,22 @@ static const double dense_c[ST_GEN_N_DENSE] = {
 
 #define TARGET_CTR 0.25
 #define CALIB_ROWS 16384
+/* Days after day 0 calibrate on the first CALIB_ROWS_DAY rows of the
+ * sample: 4096 rows put the day's positive rate within about +-0.005 of the
+ * target and keep creating a generator of many days fast. */
+#define CALIB_ROWS_DAY 4096
 #define CALIB_BASE (UINT64_C(3) << 62)
+
+/* Slots whose popularity drifts from day to day (see gen.h). */
+#define ROTATES(s) (((s) & 3) == 3)
 
 struct st_gen {
 	st_gen_opts_t o;
 	zipf_t zipf;
-	double b0;
+	int n_days;           /* max(days, 1) */
+	double keep, fresh;   /* sqrt(1 - drift), sqrt(drift) */
+	double coef[ST_GEN_N_CAT];   /* per slot: fresh * sigma * sqrt(3) / 65536 */
+	double *b0;           /* [n_days] */
 };
 
 static inline double sigmoid(double x)
@@ -206,11 +229,72 @@ static inline double sigmoid(double x)
 	return 1.0 / (1.0 + exp(-x));
 }
 
-/* Everything about a row except b0 and the label; returns the logit without b0. */
-static double gen_features(const st_gen_t *g, uint64_t row, st_gen_row_t *r, rng_t *rng)
+/* Start of the random stream of a row of day `day`; day 0 keeps the key of
+ * the generator without days. */
+static inline uint64_t row_key(uint64_t seed, int day, uint64_t row)
+{
+	return hash3(seed, 0x726f77 /* "row" */ ^ ((uint64_t)day << 32), row);
+}
+
+/* How many ranks the rotating slots have shifted by on day `day`. */
+static inline uint64_t day_shift(const st_gen_t *g, int day)
+{
+	if (day == 0)
+		return 0;
+	return (uint64_t)floor(10.0 * g->o.drift * (double)day + 1e-9) % g->o.vocab;
+}
+
+/* Value index of Zipf rank r (0-based) of slot s on a day shifted by `shift`. */
+static inline uint64_t rank_value(const st_gen_t *g, int s, uint64_t r, uint64_t shift)
+{
+	if (!shift || !ROTATES(s))
+		return r;
+	return r >= shift ? r - shift : r + (g->o.vocab - shift);
+}
+
+/* Day-0 weight of the value whose hash3(seed, slot + 1, v) is h. */
+static inline double weight0(int s, uint64_t h)
+{
+	return CAT_SCALE * cat_sigma[s] * normal_from_bits(mix64(h ^ UINT64_C(0x5851f42d4c957f2d)));
+}
+
+/* One AR(1) step: the weight of day `day` from the one of day - 1. The
+ * innovation of (value, day) is normal_from_bits of element `day` of a
+ * splitmix64 stream keyed by the value's hash (independent of the day-0
+ * weight's bits), times sqrt(drift) * sigma: g->coef[s] folds those and
+ * normal_from_bits's scale, and the four 16-bit fields are summed as
+ * integers two at a time. This is the generator's hot loop with days. */
+static inline double drift_step(const st_gen_t *g, int s, uint64_t h, int day, double w)
+{
+	uint64_t k = (h ^ UINT64_C(0x2545f4914f6cdd1d)) + (uint64_t)day * UINT64_C(0x9e3779b97f4a7c15);
+	uint64_t b = mix64(k);
+	uint64_t t = (b & UINT64_C(0x0000ffff0000ffff)) + ((b >> 16) & UINT64_C(0x0000ffff0000ffff));
+	int64_t sum = (int64_t)((t & 0xffffffffu) + (t >> 32)) - 131072;
+	return g->keep * w + g->coef[s] * (double)sum;
+}
+
+/* Weight of day `day` of the value whose hash is h: `day` steps from day 0. */
+static inline double cat_weight(const st_gen_t *g, int day, int s, uint64_t h)
+{
+	double w = weight0(s, h);
+	if (g->fresh == 0.0)   /* drift 0: every day is day 0 */
+		return w;
+	for (int d = 1; d <= day; d++)
+		w = drift_step(g, s, h, d, w);
+	return w;
+}
+
+/* Everything about a row except b0 and the label: the row's randomness comes
+ * from stream day `sday`, its popularity and weights from model day `mday`
+ * (the same day for rows; calibration keeps one sample across days). Returns
+ * the logit without b0; with dense_only, only its dense part (cat fields are
+ * still drawn, their weights left out). */
+static double gen_features(const st_gen_t *g, int sday, int mday, uint64_t row,
+			   st_gen_row_t *r, rng_t *rng, int dense_only)
 {
 	uint64_t seed = g->o.seed;
-	rng->s = hash3(seed, 0x726f77 /* "row" */, row);
+	uint64_t shift = day_shift(g, mday);
+	rng->s = row_key(seed, sday, row);
 	double logit = 0.0;
 
 	double z = normal_from_bits(rng_next(rng));
@@ -241,7 +325,7 @@ static double gen_features(const st_gen_t *g, uint64_t row, st_gen_row_t *r, rng
 
 	r->cat_missing = 0;
 	for (int s = 0; s < ST_GEN_N_CAT; s++) {
-		uint64_t v = zipf_sample(&g->zipf, rng) - 1;
+		uint64_t v = rank_value(g, s, zipf_sample(&g->zipf, rng) - 1, shift);
 		double u = rng_unif(rng);
 		r->cat_idx[s] = v;
 		uint64_t h = hash3(seed, (uint64_t)s + 1, v);
@@ -250,41 +334,144 @@ static double gen_features(const st_gen_t *g, uint64_t row, st_gen_row_t *r, rng
 			r->cat_missing |= 1u << s;
 			continue;
 		}
-		if (cat_sigma[s] > 0.0) {
-			uint64_t hw = mix64(h ^ UINT64_C(0x5851f42d4c957f2d));
-			logit += CAT_SCALE * cat_sigma[s] * normal_from_bits(hw);
-		}
+		if (cat_sigma[s] > 0.0 && !dense_only)
+			logit += cat_weight(g, mday, s, h);
 	}
 	return logit;
 }
 
-void st_gen_row(const st_gen_t *g, uint64_t row, st_gen_row_t *r)
+void st_gen_day_row(const st_gen_t *g, int day, uint64_t row, st_gen_row_t *r)
 {
+	assert(day >= 0 && day < g->n_days);
 	rng_t rng;
-	double l = gen_features(g, row, r, &rng) + g->b0;
+	double l = gen_features(g, day, day, row, r, &rng, 0) + g->b0[day];
 	r->logit = l;
 	r->label = rng_unif(&rng) < sigmoid(l);
 }
 
-/* Finds b0 with mean sigmoid(b0 + logit) == TARGET_CTR over a fixed sample of
- * rows from a stream of its own, by bisection (the mean is monotone in b0). */
-static double calibrate_b0(const st_gen_t *g, double *tmp)
+void st_gen_row(const st_gen_t *g, uint64_t row, st_gen_row_t *r)
 {
-	st_gen_row_t r;
-	rng_t rng;
-	for (int i = 0; i < CALIB_ROWS; i++)
-		tmp[i] = gen_features(g, CALIB_BASE + (uint64_t)i, &r, &rng);
-	double lo = -30.0, hi = 30.0;
-	for (int it = 0; it < 60; it++) {
+	st_gen_day_row(g, 0, row, r);
+}
+
+double st_gen_logit(const st_gen_t *g, int day, const st_gen_row_t *r)
+{
+	assert(day >= 0 && day < g->n_days);
+	/* The same additions in the same order as gen_features, so that the
+	 * row's own day gives back r->logit exactly. */
+	double l = 0.0;
+	for (int j = 0; j < ST_GEN_N_DENSE; j++)
+		if (!(r->dense_missing & (1u << j)) && dense_c[j] != 0.0 && r->dense[j] > 0)
+			l += dense_c[j] * log1p((double)r->dense[j]);
+	for (int s = 0; s < ST_GEN_N_CAT; s++)
+		if (!(r->cat_missing & (1u << s)) && cat_sigma[s] > 0.0)
+			l += cat_weight(g, day, s, hash3(g->o.seed, (uint64_t)s + 1, r->cat_idx[s]));
+	return l + g->b0[day];
+}
+
+double st_gen_weight(const st_gen_t *g, int day, int slot, uint64_t v)
+{
+	assert(day >= 0 && day < g->n_days && slot >= 0 && slot < ST_GEN_N_CAT);
+	if (cat_sigma[slot] <= 0.0)
+		return 0.0;
+	return cat_weight(g, day, slot, hash3(g->o.seed, (uint64_t)slot + 1, v));
+}
+
+double st_gen_b0(const st_gen_t *g, int day)
+{
+	assert(day >= 0 && day < g->n_days);
+	return g->b0[day];
+}
+
+/* Finds b0 with mean sigmoid(b0 + l[i]) == TARGET_CTR over n logits, by
+ * `iters` bisection steps on [lo, hi] (the mean is monotone in b0).
+ * Day 0 uses the bracket [-30, 30] the generator always used, which keeps its
+ * b0, and with it the days = 0 output, bit for bit. */
+static double solve_b0(const double *l, int n, double lo, double hi, int iters)
+{
+	for (int it = 0; it < iters; it++) {
 		double mid = 0.5 * (lo + hi), m = 0.0;
-		for (int i = 0; i < CALIB_ROWS; i++)
-			m += sigmoid(mid + tmp[i]);
-		if (m / CALIB_ROWS < TARGET_CTR)
+		for (int i = 0; i < n; i++)
+			m += sigmoid(mid + l[i]);
+		if (m / n < TARGET_CTR)
 			lo = mid;
 		else
 			hi = mid;
 	}
 	return 0.5 * (lo + hi);
+}
+
+/* Calibrates b0 of every day on one fixed sample of rows from a stream of
+ * their own (CALIB_BASE + i of day 0's stream). Day 0 is the calibration of
+ * the generator without days; later days reuse the sample's ranks and dense
+ * values under their own popularity and weights. The weights of non-rotating
+ * slots (fixed values) are stepped from day to day in w[]; rotating slots
+ * change value with the day and are computed from scratch (cat_weight).
+ * Returns ST_OK or ST_ENOMEM. */
+static int calibrate(st_gen_t *g)
+{
+	int n0 = CALIB_ROWS, n1 = g->n_days > 1 ? CALIB_ROWS_DAY : 0;
+	double *l = malloc(sizeof(double) * CALIB_ROWS);
+	double *base = n1 ? malloc(sizeof(double) * (size_t)n1) : NULL;
+	st_gen_row_t *rows = n1 ? malloc(sizeof(st_gen_row_t) * (size_t)n1) : NULL;
+	double *w = n1 ? malloc(sizeof(double) * (size_t)n1 * ST_GEN_N_CAT) : NULL;
+	if (!l || (n1 && (!base || !rows || !w))) {
+		free(l);
+		free(base);
+		free(rows);
+		free(w);
+		return ST_ENOMEM;
+	}
+	st_gen_row_t r;
+	rng_t rng;
+	for (int i = 0; i < n0; i++)
+		l[i] = gen_features(g, 0, 0, CALIB_BASE + (uint64_t)i, &r, &rng, 0);
+	g->b0[0] = solve_b0(l, n0, -30.0, 30.0, 60);
+	if (n1) {
+		for (int i = 0; i < n1; i++) {
+			base[i] = gen_features(g, 0, 0, CALIB_BASE + (uint64_t)i, &rows[i], &rng, 1);
+			for (int s = 0; s < ST_GEN_N_CAT; s++) {
+				uint64_t h = hash3(g->o.seed, (uint64_t)s + 1, rows[i].cat_idx[s]);
+				w[(size_t)i * ST_GEN_N_CAT + (size_t)s] =
+					cat_sigma[s] > 0.0 ? weight0(s, h) : 0.0;
+			}
+		}
+	}
+	for (int d = 1; d < g->n_days; d++) {
+		uint64_t shift = day_shift(g, d);
+		for (int i = 0; i < n1; i++) {
+			const st_gen_row_t *ri = &rows[i];
+			double *wi = w + (size_t)i * ST_GEN_N_CAT;
+			double x = base[i];
+			for (int s = 0; s < ST_GEN_N_CAT; s++) {
+				/* The missing mask is the same every day. */
+				if (cat_sigma[s] <= 0.0 || (ri->cat_missing & (1u << s)))
+					continue;
+				/* On day 0 the sample's value index is its rank. */
+				uint64_t r0 = ri->cat_idx[s];
+				if (ROTATES(s)) {
+					uint64_t v = rank_value(g, s, r0, shift);
+					x += cat_weight(g, d, s, hash3(g->o.seed, (uint64_t)s + 1, v));
+				} else {
+					wi[s] = drift_step(g, s, hash3(g->o.seed, (uint64_t)s + 1, r0),
+							   d, wi[s]);
+					x += wi[s];
+				}
+			}
+			l[i] = x;
+		}
+		/* A day's b0 is near the one before: bracket it by +-8 around it
+		 * (widened if that misses) and bisect to 2^-40 of the bracket. */
+		double lo = g->b0[d - 1] - 8.0, hi = g->b0[d - 1] + 8.0;
+		g->b0[d] = solve_b0(l, n1, lo, hi, 44);
+		if (g->b0[d] <= lo + 1e-6 || g->b0[d] >= hi - 1e-6)
+			g->b0[d] = solve_b0(l, n1, -60.0, 60.0, 60);
+	}
+	free(l);
+	free(base);
+	free(rows);
+	free(w);
+	return ST_OK;
 }
 
 int st_gen_create(st_gen_t **out, const st_gen_opts_t *o)
@@ -297,24 +484,39 @@ int st_gen_create(st_gen_t **out, const st_gen_opts_t *o)
 			 (unsigned long long)o->vocab);
 		return ST_EINVAL;
 	}
-	st_gen_t *g = calloc(1, sizeof *g);
-	double *tmp = malloc(sizeof(double) * CALIB_ROWS);
-	if (!g || !tmp) {
-		free(g);
-		free(tmp);
-		return ST_ENOMEM;
+	if (o->days < 0 || o->days > ST_GEN_MAX_DAYS ||
+	    (o->days > 0 && !(o->drift >= 0.0 && o->drift <= 1.0))) {
+		st_error("gen: bad options (days %d, drift %g): need 0 <= days <= %d and, "
+			 "with days, 0 <= drift <= 1", o->days, o->drift, ST_GEN_MAX_DAYS);
+		return ST_EINVAL;
 	}
+	st_gen_t *g = calloc(1, sizeof *g);
+	if (!g)
+		return ST_ENOMEM;
 	g->o = *o;
 	g->o.dir = NULL;
+	g->n_days = o->days > 0 ? o->days : 1;
+	if (o->days == 0)
+		g->o.drift = 0.0;
+	g->keep = sqrt(1.0 - g->o.drift);
+	g->fresh = sqrt(g->o.drift);
+	for (int s = 0; s < ST_GEN_N_CAT; s++)
+		g->coef[s] = g->fresh * CAT_SCALE * cat_sigma[s] * 1.7320508075688772 / 65536.0;
+	g->b0 = malloc(sizeof(double) * (size_t)g->n_days);
 	zipf_init(&g->zipf, o->zipf, o->vocab);
-	g->b0 = calibrate_b0(g, tmp);
-	free(tmp);
+	if (!g->b0 || calibrate(g) < 0) {
+		st_gen_destroy(g);
+		return ST_ENOMEM;
+	}
 	*out = g;
 	return ST_OK;
 }
 
 void st_gen_destroy(st_gen_t *g)
 {
+	if (!g)
+		return;
+	free(g->b0);
 	free(g);
 }
 
@@ -374,6 +576,12 @@ int st_gen_format(const st_gen_row_t *r, char *buf)
 int st_gen_fill_batch(const st_gen_t *g, uint64_t first_row, st_batch_t *b,
 		      uint32_t n)
 {
+	return st_gen_day_fill_batch(g, 0, first_row, b, n);
+}
+
+int st_gen_day_fill_batch(const st_gen_t *g, int day, uint64_t first_row,
+			  st_batch_t *b, uint32_t n)
+{
 	if (b->n_dense != ST_GEN_N_DENSE || b->n_slots != ST_GEN_N_CAT ||
 	    n > b->cap - b->n)
 		return ST_EINVAL;
@@ -383,7 +591,7 @@ int st_gen_fill_batch(const st_gen_t *g, uint64_t first_row, st_batch_t *b,
 	st_gen_row_t r;
 	char hex[8];
 	for (uint32_t i = 0; i < n; i++) {
-		st_gen_row(g, first_row + i, &r);
+		st_gen_day_row(g, day, first_row + i, &r);
 		uint32_t e = b->n;
 		b->labels[e] = (float)r.label;
 		float *d = b->dense + (size_t)e * ST_GEN_N_DENSE;
@@ -411,7 +619,8 @@ int st_gen_fill_batch(const st_gen_t *g, uint64_t first_row, st_batch_t *b,
 
 typedef struct {
 	int file;          /* index into files[]; files[n_train] is eval.tsv */
-	uint64_t first;    /* first row index */
+	int day;           /* whose rows (0 without days) */
+	uint64_t first;    /* first row index within the day */
 	uint32_t n;
 	int first_of_file, last_of_file;
 } chunk_t;
@@ -522,7 +731,7 @@ static void *writer_main(void *arg)
 		const chunk_t *c = &w->chunks[k];
 		size_t len = 0;
 		for (uint32_t i = 0; i < c->n; i++) {
-			st_gen_row(w->g, c->first + i, &r);
+			st_gen_day_row(w->g, c->day, c->first + i, &r);
 			len += (size_t)st_gen_format(&r, buf + len);
 		}
 		pthread_mutex_lock(&w->mu);
@@ -575,8 +784,8 @@ static char *path_join(const char *dir, const char *name)
 	return p;
 }
 
-/* Appends the chunks of rows [first, first+rows) of file f. */
-static void add_chunks(chunk_t *chunks, int *n, int f, uint64_t first, int64_t rows)
+/* Appends the chunks of rows [first, first+rows) of day `day` to file f. */
+static void add_chunks(chunk_t *chunks, int *n, int f, int day, uint64_t first, int64_t rows)
 {
 	int64_t done = 0;
 	do {
@@ -585,6 +794,7 @@ static void add_chunks(chunk_t *chunks, int *n, int f, uint64_t first, int64_t r
 			m = CHUNK_ROWS;
 		chunk_t *c = &chunks[(*n)++];
 		c->file = f;
+		c->day = day;
 		c->first = first + (uint64_t)done;
 		c->n = (uint32_t)m;
 		c->first_of_file = done == 0;
@@ -599,6 +809,12 @@ int st_gen_write(const st_gen_opts_t *o,
 {
 	if (!o->dir || !*o->dir) {
 		st_error("gen: no output directory given");
+		return ST_EINVAL;
+	}
+	if (o->days > 0 && (o->files != 1 || o->rows < o->days)) {
+		st_error("gen: with days (%d) each day is one file day-NNN.tsv of at least "
+			 "one row: need files = 1 (got %d) and rows >= days (got %lld)",
+			 o->days, o->files, (long long)o->rows);
 		return ST_EINVAL;
 	}
 	st_gen_t *g;
@@ -617,11 +833,15 @@ int st_gen_write(const st_gen_opts_t *o,
 	w.progress = progress;
 	w.arg = arg;
 	w.fd = -1;
-	w.n_files = o->files + (o->eval_rows > 0);
+	/* With days, the train files are the days. */
+	int n_train = o->days > 0 ? o->days : o->files;
+	w.n_files = n_train + (o->eval_rows > 0);
 	w.files = st_xcalloc((size_t)w.n_files, sizeof *w.files);
 	for (int f = 0; f < w.n_files; f++) {
 		char name[64];
-		if (f < o->files)
+		if (f < n_train && o->days > 0)
+			snprintf(name, sizeof name, "day-%03d.tsv", f);
+		else if (f < n_train)
 			snprintf(name, sizeof name, "train-%05d.tsv", f);
 		else
 			snprintf(name, sizeof name, "eval.tsv");
@@ -638,12 +858,18 @@ int st_gen_write(const st_gen_opts_t *o,
 		rc = ST_ENOMEM;
 		goto out;
 	}
-	for (int f = 0; f < o->files; f++) {
-		int64_t a = o->rows * f / o->files, b = o->rows * (f + 1) / o->files;
-		add_chunks(w.chunks, &w.n_chunks, f, (uint64_t)a, b - a);
+	/* Without days, file f holds rows [a, b) of the one stream; with days,
+	 * day f holds rows [0, b - a) of its own stream. */
+	for (int f = 0; f < n_train; f++) {
+		int64_t a = o->rows * f / n_train, b = o->rows * (f + 1) / n_train;
+		if (o->days > 0)
+			add_chunks(w.chunks, &w.n_chunks, f, f, 0, b - a);
+		else
+			add_chunks(w.chunks, &w.n_chunks, f, 0, (uint64_t)a, b - a);
 	}
 	if (o->eval_rows > 0)
-		add_chunks(w.chunks, &w.n_chunks, o->files, ST_GEN_EVAL_BASE, o->eval_rows);
+		add_chunks(w.chunks, &w.n_chunks, n_train, o->days > 0 ? o->days - 1 : 0,
+			   ST_GEN_EVAL_BASE, o->eval_rows);
 	w.rows_total = o->rows + o->eval_rows;
 
 	int nt = o->threads;

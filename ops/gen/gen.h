@@ -19,6 +19,22 @@
  *     hidden linear term on log1p(max(x, 0)).
  *   - label ~ Bernoulli(sigmoid(b0 + sum of weights + dense term)), with b0
  *     calibrated (on a fixed sample) so the positive rate is about 0.25.
+ *
+ * Days (opts.days = D > 0): D consecutive "days" whose hidden model drifts,
+ * for online learning (predict day d+1 with what was learned up to day d).
+ * Row i of day d is a pure function of (seed, d, i); day 0 is exactly the
+ * undrifted generator (the same rows, weights and b0 as days = 0). With
+ * a = sqrt(1 - drift), day d's weight of (slot, v) is
+ *     w_d = a * w_{d-1} + sqrt(drift) * N(0, sigma_slot)
+ * with the innovation a hash of (seed, slot, v, d): an AR(1) that keeps the
+ * weight variance, so corr(w_0, w_d) = a^d = (1 - drift)^(d/2). Nothing is
+ * tabled: a weight of day d costs d hashing steps. On every fourth slot
+ * (s % 4 == 3) popularity drifts too: rank r of day d is value index
+ * (r - floor(10 * drift * d)) mod vocab, so values from the far tail become
+ * the most frequent ones ("new items") while old ones slide down the ranks.
+ * Each day has its own calibrated b0 (positive rate about 0.25 every day).
+ * st_gen_write then writes day-000.tsv .. day-<D-1>.tsv (rows split evenly,
+ * in order) and eval.tsv from the last day's distribution.
  */
 #ifndef ST_GEN_H
 #define ST_GEN_H
@@ -30,6 +46,7 @@
 #define ST_GEN_N_DENSE 13
 #define ST_GEN_N_CAT 26
 #define ST_GEN_EVAL_BASE (UINT64_C(1) << 62)
+#define ST_GEN_MAX_DAYS 365
 
 typedef struct st_gen_opts {
 	const char *dir;     /* output directory (st_gen_write only) */
@@ -40,6 +57,11 @@ typedef struct st_gen_opts {
 	double zipf;         /* Zipf exponent, > 0 (1.1 is Criteo-like) */
 	uint64_t vocab;      /* distinct values per slot, >= 1 */
 	int threads;         /* writer threads; <= 0: one per online CPU */
+	int days;            /* 0: no days (train-*.tsv); 1..ST_GEN_MAX_DAYS: day-NNN.tsv
+				with a drifting model; st_gen_write needs files == 1
+				and rows >= days then */
+	double drift;        /* in [0, 1]: share of each weight's variance renewed
+				per day (unused when days == 0) */
 } st_gen_opts_t;
 
 /* One generated row, before it is printed. */
@@ -50,7 +72,9 @@ typedef struct st_gen_row {
 	int64_t dense[ST_GEN_N_DENSE];    /* 0 where missing */
 	uint32_t cat_missing;             /* bit s set: C(s+1) is an empty field */
 	uint32_t cat[ST_GEN_N_CAT];       /* printed as %08x */
-	uint64_t cat_idx[ST_GEN_N_CAT];   /* Zipf value index (0 = most frequent) */
+	uint64_t cat_idx[ST_GEN_N_CAT];   /* value index: the Zipf rank (0 = most
+					     frequent), shifted on the slots
+					     whose popularity drifts */
 } st_gen_row_t;
 
 typedef struct st_gen st_gen_t;
@@ -62,8 +86,29 @@ typedef struct st_gen st_gen_t;
 int st_gen_create(st_gen_t **out, const st_gen_opts_t *o);
 void st_gen_destroy(st_gen_t *g);
 
-/* Fills *r with row `row` (see the index spaces above). Thread-safe. */
+/* Fills *r with row `row` (see the index spaces above) of day 0, which is
+ * the only day when opts.days == 0. Thread-safe. */
 void st_gen_row(const st_gen_t *g, uint64_t row, st_gen_row_t *r);
+
+/* Fills *r with row `row` of day `day` (0 <= day < max(days, 1); asserted):
+ * features drawn from the day's popularity, label and r->logit from the day's
+ * hidden model. Row indices are per day (day-NNN.tsv holds rows 0 .. n-1 of
+ * its day; eval.tsv holds ST_GEN_EVAL_BASE + i of the last day). Costs about
+ * `day` hashing steps per signal slot more than day 0. Thread-safe. */
+void st_gen_day_row(const st_gen_t *g, int day, uint64_t row, st_gen_row_t *r);
+
+/* The true logit of the features of r (r->dense, r->cat_idx, the missing
+ * masks) under day `day`'s hidden model and b0: r->logit when `day` is the
+ * day r was drawn from, and the Bayes-optimal score of a model frozen at
+ * `day` otherwise. Thread-safe. */
+double st_gen_logit(const st_gen_t *g, int day, const st_gen_row_t *r);
+
+/* The hidden weight of value index v of slot `slot` on day `day` (0 for the
+ * noise slots). Thread-safe. */
+double st_gen_weight(const st_gen_t *g, int day, int slot, uint64_t v);
+
+/* The calibrated intercept of day `day`. Thread-safe. */
+double st_gen_b0(const st_gen_t *g, int day);
 
 /* Formats row r as one Criteo TSV line (label, 13 ints, 26 hex values, 40
  * tab-separated fields, '\n'-terminated) into buf, which must hold at least
@@ -79,8 +124,14 @@ int st_gen_format(const st_gen_row_t *r, char *buf);
 int st_gen_fill_batch(const st_gen_t *g, uint64_t first_row, st_batch_t *b,
 		      uint32_t n);
 
+/* The same for rows of day `day` (see st_gen_day_row). */
+int st_gen_day_fill_batch(const st_gen_t *g, int day, uint64_t first_row,
+			  st_batch_t *b, uint32_t n);
+
 /* Writes o->dir/train-00000.tsv .. train-<files-1>.tsv (rows split evenly
- * and in order across files) and o->dir/eval.tsv when eval_rows > 0. Creates
+ * and in order across files), or with o->days = D > 0 o->dir/day-000.tsv ..
+ * day-<D-1>.tsv (day d holds rows*(d+1)/D - rows*d/D rows: the split adds up
+ * to rows), and o->dir/eval.tsv when eval_rows > 0 (of the last day). Creates
  * dir (and parents). Each file is written under a hidden temporary name and
  * renamed when complete, so an interrupted or failed run never leaves a file
  * that looks complete. Output is byte-identical for the same opts whatever

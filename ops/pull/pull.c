@@ -88,6 +88,7 @@ static int pull_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 	st_trainer_t *tr = state;
 	*out = b;
 	pull_thread_t *t = &tr->pull_t[ctx->thread_idx];
+	st__trainer_ckpt_gate(tr, b, ctx->graph);
 	if ((int)b->n_slots > tr->n_slots)
 		return op_fail(ctx, ST_EINVAL, "batch %llu has %u slots, the model has %d",
 			       (unsigned long long)b->seq, b->n_slots, tr->n_slots);
@@ -135,6 +136,7 @@ static int pull_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 		return op_fail(ctx, rc, "batch %llu: parameter store: %s",
 			       (unsigned long long)b->seq, st_strerror(rc));
 	}
+	st__trainer_track_batch(tr, b, uslot);
 	/* The row width of every unique key, for train (b->aux, freed with the
 	 * batch). The slot array is reused in place. */
 	for (uint32_t u = 0; u < nu; u++)

@@ -23,6 +23,8 @@ static int push_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 	 * updates before its end_batch): its rows may be evicted again. */
 	if (tr->store_root[0])
 		st_table_unpin(tr->tables[0], b->rows, b->n_uniq);
+	if (!b->eval)
+		tr->examples_done += b->n;
 	if (tr->ttl && !b->eval && b->seq > tr->ttl && b->seq % tr->evict_every == 0) {
 		uint64_t ev = 0;
 		for (int i = 0; i < tr->n_tables; i++)
@@ -55,6 +57,13 @@ static int push_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 static int dump_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 			st_batch_t **out)
 {
+	st_trainer_t *tr = state;
+	if (!b->eval) {
+		tr->pos_file = b->src_file;
+		tr->pos_rec = b->src_rec;
+	}
+	if (b->ckpt && tr->ckpt_cfg)
+		st__trainer_checkpoint_after(tr, b);
 	st_batch_destroy(b);
 	*out = NULL;
 	return ST_OK;

@@ -58,6 +58,14 @@ typedef struct st_read_stage st_read_stage_t;
 
 int st_read_stage_create(st_read_stage_t **out, const st_source_t *src,
 			 uint32_t batch_size, int epochs, int eval);
+/* Resume (checkpoints): the stage starts at file cursor index `file` (over
+ * paths x epochs), drops that file's first `records` records, numbers
+ * batches from `seq` and counts `consumed` records against src->limit as
+ * already read. Before the graph runs. ST_OK or ST_EINVAL. Exact with one
+ * read thread (the position of a multi-threaded read is only that of the
+ * batches the trainer saw in order). */
+int st_read_stage_seek(st_read_stage_t *s, uint64_t file, uint64_t records, uint64_t seq,
+		       uint64_t consumed);
 extern const st_stage_ops_t st_read_stage_ops;
 void st_read_stage_totals(const st_read_stage_t *s, st_read_stats_t *out);
 void st_read_stage_destroy(st_read_stage_t *s);

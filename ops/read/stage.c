@@ -35,6 +35,8 @@
 struct read_thread {
 	st_reader_t *r;
 	st_batch_t *b;
+	uint64_t file;         /* cursor index of the open file */
+	uint64_t rec;          /* records read from it so far */
 };
 
 struct st_read_stage {
@@ -45,6 +47,8 @@ struct st_read_stage {
 
 	pthread_mutex_t mu;    /* guards next_file */
 	uint64_t next_file;
+	uint64_t seek_file;    /* st_read_stage_seek: skip seek_rec records */
+	uint64_t seek_rec;     /* of file seek_file when it is opened */
 
 	atomic_uint_fast64_t seq;
 	int limited;
@@ -92,6 +96,7 @@ int st_read_stage_create(st_read_stage_t **out, const st_source_t *src,
 	s->eval = eval;
 	s->n_files = (uint64_t)src->n_paths * (uint64_t)epochs;
 	pthread_mutex_init(&s->mu, NULL);
+	s->seek_file = UINT64_MAX;
 	atomic_init(&s->seq, 0);
 	s->limited = src->limit >= 0;
 	atomic_init(&s->remaining, src->limit >= 0 ? src->limit : 0);
@@ -120,6 +125,8 @@ static int emit(st_read_stage_t *s, struct read_thread *t, st_batch_t **out)
 	st_batch_t *b = t->b;
 	b->seq = atomic_fetch_add(&s->seq, 1);
 	b->eval = s->eval;
+	b->src_file = t->file;
+	b->src_rec = t->rec;
 	atomic_fetch_add(&s->rows, b->n);
 	t->b = NULL;
 	*out = b;
@@ -132,6 +139,47 @@ static uint32_t key_cap_guess(const st_read_stage_t *s)
 	uint64_t per_row = s->src.n_slots > 16 ? (uint64_t)s->src.n_slots : 16;
 	uint64_t cap = per_row * s->batch_size;
 	return cap > (1u << 24) ? (1u << 24) : (uint32_t)cap;
+}
+
+/* Reads and drops the first n records of t's new file (resume). */
+static int skip(st_read_stage_t *s, struct read_thread *t, uint64_t n)
+{
+	st_batch_t *b;
+	int rc = st_batch_create(&b, 4096, (uint32_t)s->src.n_dense, (uint32_t)s->src.n_slots,
+				 key_cap_guess(s));
+	if (rc < 0)
+		return rc;
+	while (n > 0) {
+		st_batch_clear(b);
+		uint32_t want = n < 4096 ? (uint32_t)n : 4096;
+		int got = st_reader_next(t->r, b, want);
+		if (got < 0) {
+			st_batch_destroy(b);
+			return ST_EIO;
+		}
+		if (b->n == 0) {
+			st_batch_destroy(b);
+			return ST_ENOENT;
+		}
+		n -= b->n;
+		t->rec += b->n;
+	}
+	st_batch_destroy(b);
+	return ST_OK;
+}
+
+int st_read_stage_seek(st_read_stage_t *s, uint64_t file, uint64_t records, uint64_t seq,
+		       uint64_t consumed)
+{
+	if (file > s->n_files)
+		return ST_EINVAL;
+	s->next_file = file;
+	s->seek_file = file;
+	s->seek_rec = records;
+	atomic_store(&s->seq, seq);
+	if (s->limited)
+		atomic_fetch_sub(&s->remaining, (int64_t)consumed);
+	return ST_OK;
 }
 
 static int read_produce(void *state, st_stage_ctx_t *ctx, st_batch_t **out)
@@ -157,6 +205,16 @@ static int read_produce(void *state, st_stage_ctx_t *ctx, st_batch_t **out)
 			if (rc < 0)
 				return st_stage_fail(ctx, rc, "%s", errbuf);
 			st__reader_share_reported(t->r, &s->reported);
+			t->file = idx;
+			t->rec = 0;
+			if (idx == s->seek_file && s->seek_rec) {
+				rc = skip(s, t, s->seek_rec);
+				if (rc < 0)
+					return st_stage_fail(ctx, rc, "%s: resuming at record %llu: %s", path,
+							     (unsigned long long)s->seek_rec,
+							     rc == ST_EIO ? st_reader_error(t->r)
+									  : "the file is shorter than the checkpoint says");
+			}
 		}
 		if (!t->b) {
 			rc = st_batch_create(&t->b, s->batch_size, (uint32_t)s->src.n_dense,
@@ -171,9 +229,11 @@ static int read_produce(void *state, st_stage_ctx_t *ctx, st_batch_t **out)
 			if (left < (int64_t)want)
 				want = left > 0 ? (uint32_t)left : 0;
 		}
+		uint32_t before = t->b->n;
 		int got = st_reader_next(t->r, t->b, want);
 		if (got < 0)
 			return st_stage_fail(ctx, got, "%s", st_reader_error(t->r));
+		t->rec += t->b->n - before;
 		if (s->limited && got > 0) {
 			int64_t prev = atomic_fetch_sub(&s->remaining, got);
 			if (prev < got)  /* another thread took part of the budget */

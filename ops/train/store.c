@@ -22,8 +22,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ops/dump/export.h"
 #include "ops/train/trainer_internal.h"
 #include "runtime/err.h"
+
+static void on_evict(void *arg, uint64_t key);
 
 /* RAM bytes of one cached row besides its floats: metadata 16, cache words
  * 16, index about 7. */
@@ -107,6 +110,11 @@ int st__trainer_tables_create(st_trainer_t *tr, const st_job_t *job, const int *
 	}
 	for (int t = 0; t < tr->n_tables; t++) {
 		st_table_opts_t to = base[t];
+		tr->tdim[t] = (int)base[t].dim;
+		tr->evict_ctx[t] = (st_evict_ctx_t){ tr, t };
+		to.on_evict = on_evict;
+		to.evict_arg = &tr->evict_ctx[t];
+		tr->tstate[t] = (int)base[t].state_dim;
 		st_ssd_opts_t so;
 		char dir[4200];
 		if (cached) {
@@ -241,4 +249,121 @@ void st__trainer_store_metrics(st_trainer_t *tr)
 			"batches in flight (lower stages.*.queue or raise storage.mem)");
 		tr->over_warned = 1;
 	}
+}
+
+/* ---- delta tracking ------------------------------------------------------ */
+
+static int keyset_add(st_keyset_t *s, uint64_t key)
+{
+	if (key == 0) {
+		s->n += !s->has_zero;
+		s->has_zero = 1;
+		return ST_OK;
+	}
+	if ((s->n + 1) * 2 > s->cap) {
+		size_t nc = s->cap ? s->cap * 2 : 1024;
+		uint64_t *nk = calloc(nc, sizeof *nk);
+		if (!nk)
+			return ST_ENOMEM;
+		for (size_t i = 0; i < s->cap; i++)
+			if (s->k[i]) {
+				size_t j = mix64(s->k[i]) & (nc - 1);
+				while (nk[j])
+					j = (j + 1) & (nc - 1);
+				nk[j] = s->k[i];
+			}
+		free(s->k);
+		s->k = nk;
+		s->cap = nc;
+	}
+	size_t j = mix64(key) & (s->cap - 1);
+	while (s->k[j] && s->k[j] != key)
+		j = (j + 1) & (s->cap - 1);
+	if (!s->k[j]) {
+		s->k[j] = key;
+		s->n++;
+	}
+	return ST_OK;
+}
+
+/* The set as a malloc'ed array (*n keys); the set is emptied. */
+static uint64_t *keyset_take(st_keyset_t *s, size_t *n)
+{
+	uint64_t *out = malloc(sizeof(uint64_t) * (s->n ? s->n : 1));
+	size_t m = 0;
+	if (out) {
+		if (s->has_zero)
+			out[m++] = 0;
+		for (size_t i = 0; i < s->cap; i++)
+			if (s->k[i])
+				out[m++] = s->k[i];
+	}
+	free(s->k);
+	memset(s, 0, sizeof *s);
+	*n = m;
+	return out;
+}
+
+void st__trainer_track_batch(st_trainer_t *tr, const st_batch_t *b, const uint16_t *uslot)
+{
+	if (b->eval || !__atomic_load_n(&tr->track, __ATOMIC_ACQUIRE))
+		return;
+	float *const *rows = b->rows;
+	pthread_mutex_lock(&tr->track_mu);
+	for (uint32_t u = 0; u < b->n_uniq; u++)
+		if (rows[u])
+			keyset_add(&tr->touched[tr->n_tables == 1 ? 0 : tr->slot_table[uslot[u]]],
+				   b->uniq[u]);
+	pthread_mutex_unlock(&tr->track_mu);
+}
+
+/* A table's on_evict hook (TTL): under the table's shard lock; takes only
+ * track_mu, which is never held while calling into a table. */
+static void on_evict(void *arg, uint64_t key)
+{
+	st_trainer_t *tr = ((st_evict_ctx_t *)arg)->tr;
+	int k = ((st_evict_ctx_t *)arg)->k;
+	pthread_mutex_lock(&tr->track_mu);
+	if (tr->track)
+		keyset_add(&tr->evicted[k], key);
+	pthread_mutex_unlock(&tr->track_mu);
+}
+
+void st__trainer_track_free(st_trainer_t *tr)
+{
+	for (int k = 0; k < MAX_TABLES; k++) {
+		free(tr->touched[k].k);
+		free(tr->evicted[k].k);
+	}
+}
+
+int st_trainer_export(st_trainer_t *tr, const st_job_t *job, const char *root, uint64_t seq,
+		      int delta, int keep, char *err, size_t errlen)
+{
+	pthread_mutex_lock(&tr->track_mu);
+	int was = tr->track;
+	/* From the first export on, every change is tracked. */
+	__atomic_store_n(&tr->track, 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&tr->track_mu);
+	st_export_keys_t keys[MAX_TABLES];
+	uint64_t *arr[2 * MAX_TABLES] = { 0 };
+	for (int k = 0; k < tr->n_tables; k++) {
+		arr[2 * k] = keyset_take(&tr->touched[k], &keys[k].n_touched);
+		arr[2 * k + 1] = keyset_take(&tr->evicted[k], &keys[k].n_deleted);
+		keys[k].touched = arr[2 * k];
+		keys[k].deleted = arr[2 * k + 1];
+	}
+	st_export_delta_t d = { .n_tables = tr->n_tables, .tables = keys };
+	int rc = st_export_write(tr, job, root, seq, (int64_t)tr->batches,
+				 delta && was ? &d : NULL, keep, err, errlen);
+	/* Not written: the changes still belong to the next delta. */
+	for (int k = 0; rc < 0 && k < tr->n_tables; k++) {
+		for (size_t i = 0; arr[2 * k] && i < keys[k].n_touched; i++)
+			keyset_add(&tr->touched[k], keys[k].touched[i]);
+		for (size_t i = 0; arr[2 * k + 1] && i < keys[k].n_deleted; i++)
+			keyset_add(&tr->evicted[k], keys[k].deleted[i]);
+	}
+	for (int k = 0; k < 2 * tr->n_tables; k++)
+		free(arr[k]);
+	return rc;
 }

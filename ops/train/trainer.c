@@ -192,6 +192,7 @@ void st_trainer_cancel(st_trainer_t *tr)
 	tr->cancel = 1;
 	pthread_cond_broadcast(&tr->slow_cv);
 	pthread_mutex_unlock(&tr->slow_mu);
+	st__trainer_ckpt_open_gate(tr, 1);
 }
 
 void st_trainer_destroy(st_trainer_t *tr)
@@ -208,6 +209,10 @@ void st_trainer_destroy(st_trainer_t *tr)
 	free(tr->dstate);
 	pthread_mutex_destroy(&tr->slow_mu);
 	pthread_cond_destroy(&tr->slow_cv);
+	pthread_mutex_destroy(&tr->gate_mu);
+	pthread_mutex_destroy(&tr->track_mu);
+	st__trainer_track_free(tr);
+	pthread_cond_destroy(&tr->gate_cv);
 	for (int i = 0; tr->w && i < tr->N; i++)
 		worker_free(&tr->w[i]);
 	free(tr->w);
@@ -256,6 +261,10 @@ int st_trainer_create(st_trainer_t **out, const st_job_t *job, st_metrics_t *met
 	tr->mean_loss = strcmp(type, "lr") != 0;
 	pthread_barrier_init(&tr->bar, NULL, (unsigned)N);
 	pthread_mutex_init(&tr->slow_mu, NULL);
+	pthread_mutex_init(&tr->gate_mu, NULL);
+	pthread_mutex_init(&tr->track_mu, NULL);
+	pthread_cond_init(&tr->gate_cv, NULL);
+	tr->gate = -1;
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -412,6 +421,13 @@ void st_trainer_pin_workers(st_trainer_t *tr, const int *cpus, int n)
 st_table_t *st_trainer_table_for_slot(st_trainer_t *tr, int slot)
 {
 	return slot >= 0 && slot < tr->n_slots ? tr->tables[tr->slot_table[slot]] : NULL;
+}
+
+int st_trainer_ntables(const st_trainer_t *tr) { return tr->n_tables; }
+
+st_table_t *st_trainer_table(st_trainer_t *tr, int k)
+{
+	return k >= 0 && k < tr->n_tables ? tr->tables[k] : NULL;
 }
 
 int st_trainer_set_row(st_trainer_t *tr, int slot, uint64_t key, const float *row)

@@ -103,6 +103,23 @@ st_model_t *st_trainer_model(st_trainer_t *tr);
 /* The table holding slot `slot`'s rows, owned by the trainer. */
 st_table_t *st_trainer_table_for_slot(st_trainer_t *tr, int slot);
 
+/* Number of embedding tables, and table k (0 <= k < ntables; NULL for
+ * another k), owned by the trainer. Table k is the k-th distinct table in
+ * slot order, i.e. the one of slot s is st_trainer_table(tr, k) for the
+ * smallest k whose table equals st_trainer_table_for_slot(tr, s). Exports
+ * number their table files this way (ops/dump/export.h). */
+int st_trainer_ntables(const st_trainer_t *tr);
+
+/* Writes a serving export <root>/export-<seq>-{full,delta} (ops/dump/export.h)
+ * of the trainer's current state: full the first time, then, with delta,
+ * only the rows pulled for training and the rows evicted since the previous
+ * export (tracking starts with the first export). No training may run
+ * during the call. ST_OK, or an error with the message in err (then the
+ * changes stay for the next delta). ops/train/store.c. */
+int st_trainer_export(st_trainer_t *tr, const st_job_t *job, const char *root,
+		      uint64_t seq, int delta, int keep, char *err, size_t errlen);
+st_table_t *st_trainer_table(st_trainer_t *tr, int k);
+
 /* Creates (if absent) the row of key in slot's table and sets its first
  * st_model_row_dim(model, slot) floats to row[]; the optimizer state is
  * left as initialized. ST_OK, ST_EINVAL (bad slot), ST_ENOMEM. No stage

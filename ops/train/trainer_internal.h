@@ -12,6 +12,7 @@
 #include "ops/metrics/auc.h"
 #include "ops/optim/optim.h"
 #include "ops/train/trainer.h"
+#include "runtime/graph.h"
 
 #define AUC_REFRESH 65536
 #define MAX_TABLES 16
@@ -38,6 +39,18 @@ typedef struct worker {
 	uint32_t ring_n;           /* samples since the last switch */
 } worker_t;
 
+/* A set of uint64 keys (open addressing; key 0 kept aside). */
+typedef struct st_keyset {
+	uint64_t *k;
+	size_t cap, n;
+	int has_zero;
+} st_keyset_t;
+
+typedef struct st_evict_ctx {
+	struct st_trainer *tr;
+	int k;
+} st_evict_ctx_t;
+
 typedef struct pull_thread {
 	uint64_t *hkeys;
 	uint32_t *hidx;
@@ -59,6 +72,28 @@ struct st_trainer {
 	int mem_warned;            /* push thread only */
 	int over_warned;           /* push thread only */
 	char store_root[4096];     /* "<ssd.path>/strata-store", "" without SSD */
+	int tdim[MAX_TABLES];      /* embedding floats per row of each table */
+	int tstate[MAX_TABLES];    /* optimizer-state floats per row */
+
+	/* Checkpoints (checkpoint.c). The gate holds the pull of batches after
+	 * `gate` until the dump stage has copied the state after it. */
+	const struct st_trainer_ckpt_cfg *ckpt_cfg;
+	uint64_t ckpt_every;
+	double ckpt_secs, ckpt_last;
+	pthread_mutex_t gate_mu;
+	pthread_cond_t gate_cv;
+	int64_t gate;              /* -1: open */
+	int gate_cancel;
+	uint64_t ckpt_errors;
+	uint64_t pos_file, pos_rec; /* data position of the end (final checkpoint) */
+	uint64_t examples_done;    /* train examples through push */
+
+	/* Delta exports (store.c): keys pulled for training and keys evicted
+	 * since the last export, per table; tracking only once turned on. */
+	int track;
+	pthread_mutex_t track_mu;
+	st_keyset_t touched[MAX_TABLES], evicted[MAX_TABLES];
+	st_evict_ctx_t evict_ctx[MAX_TABLES];
 	int *slot_table;           /* [n_slots] */
 	int n_slots, n_dense, gstride;
 	uint32_t minibatch;
@@ -130,5 +165,16 @@ int st__trainer_tables_create(st_trainer_t *tr, const st_job_t *job, const int *
 			      const st_table_opts_t *base);
 void st__trainer_tables_destroy(st_trainer_t *tr);
 void st__trainer_store_metrics(st_trainer_t *tr);
+/* Records the training keys of a pulled batch for the next delta export
+ * (pull threads); frees the sets (destroy). */
+void st__trainer_track_batch(st_trainer_t *tr, const st_batch_t *b, const uint16_t *uslot);
+void st__trainer_track_free(st_trainer_t *tr);
+
+/* checkpoint.c: pull waits at the gate and marks interval ends; dump
+ * checkpoints after a marked batch; open_gate(cancel = 1) releases a
+ * waiting pull for good (shutdown). */
+void st__trainer_ckpt_gate(st_trainer_t *tr, st_batch_t *b, st_graph_t *g);
+void st__trainer_ckpt_open_gate(st_trainer_t *tr, int cancel);
+int st__trainer_checkpoint_after(st_trainer_t *tr, const st_batch_t *b);
 
 #endif

@@ -489,6 +489,8 @@ uint64_t st_table_evict_older(st_table_t *t, uint32_t now_step, uint32_t ttl)
 			}
 			if (t->ssd)
 				st__cache_unlink(t, s, r);
+			if (t->o.on_evict)
+				t->o.on_evict(t->o.evict_arg, row_key(t, row));
 			st__table_index_delete(t, s, i);
 			st__table_free_row(t, s, r);
 			s->evicted++;

@@ -42,6 +42,10 @@ typedef struct st_table_opts {
 	/* Cache mode: the RAM tier as a cache over an SSD tier (cache.c). 0:
 	 * every row stays in RAM. Else RAM holds about cache_rows rows (split
 	 * evenly over the shards) besides pinned ones; colder rows go to ssd. */
+	/* Called for each row st_table_evict_older removes, with the shard's
+	 * lock held (it must not call back into the table); NULL = none. */
+	void (*on_evict)(void *arg, uint64_t key);
+	void *evict_arg;
 	uint64_t cache_rows;
 	double lru_frac;      /* LRU segment's share of cache_rows; 0 = 0.5 */
 	const st_ssd_opts_t *ssd; /* required with cache_rows; the table opens

@@ -34,6 +34,25 @@ S.job = {
 	{ "stragglers", "section" },
 	{ "phases", "section" },
 	{ "output", "section" },
+	{ "checkpoint", "section" },
+	{ "export", "section" },
+	{ "resume", "bool", default = false },
+}
+
+-- export = { dir = ..., delta = true, keep = K }: serving exports after each
+-- phase (slice) and at the end of training.
+S.export = {
+	{ "dir", "str", required = true, nonempty = true },
+	{ "delta", "bool", default = true },
+	{ "keep", "int", min = 0, default = 0 },
+}
+
+-- checkpoint = { dir = ..., every = N batches, every_secs = T, keep = K }
+S.checkpoint = {
+	{ "dir", "str", required = true, nonempty = true },
+	{ "every", "int", min = 0, default = 0 },
+	{ "every_secs", "num", min = 0, default = 0 },
+	{ "keep", "int", min = 0, default = 3 },
 }
 
 -- st.stragglers{...}: one slowed worker (0-based, like the st-train-<n>
@@ -50,6 +69,7 @@ S.stragglers = {
 S.phase = {
 	{ "name", "str", required = true, nonempty = true },
 	{ "rows", "int", min = 1 },          -- default: all rows of the source
+	{ "validate", "bool", default = false }, -- score the slice before training on it
 	{ "data", "section" },
 	{ "sync", "section" },
 }
@@ -99,6 +119,10 @@ S.gen = {
 	{ "zipf", "num", gt = 0, default = 1.1 },
 	{ "vocab", "int", min = 1, default = 1000000 },
 	{ "seed", "int", min = 0 },          -- default: the job's seed
+	-- days > 0: day-000.tsv .. day-<days-1>.tsv with a drifting hidden
+	-- model (ops/gen/gen.h); validate.lua checks files, rows and drift.
+	{ "days", "int", min = 0, max = 365, default = 0 },
+	{ "drift", "num", min = 0, max = 1, default = 0.1 },
 }
 
 local model_common = {
@@ -191,7 +215,7 @@ S.ssd = {
 	{ "path", "str", required = true, nonempty = true },
 	{ "budget", "size", default = 0 },
 	{ "file_size", "size", default = 4194304 },
-	{ "queue_depth", "int", min = 1, max = 4096, default = 32 },
+	{ "queue_depth", "int", min = 1, max = 4096, default = 128 },
 	{ "read", "str", enum = { "auto", "block", "file" }, default = "auto" },
 	{ "lru", "num", gt = 0, lt = 1, default = 0.5 },
 }

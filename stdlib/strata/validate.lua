@@ -743,7 +743,7 @@ function V:phases(root, v, jsync, train, gen)
 			elseif r.name then
 				seen[r.name] = i
 			end
-			local p = { name = r.name, rows = r.rows or -1 }
+			local p = { name = r.name, rows = r.rows or -1, validate = r.validate }
 			if ph.data ~= nil then
 				p.data = self:source(node, "data", ph.data, gen)
 				if p.data and train and (p.data.n_dense ~= train.n_dense or
@@ -778,6 +778,25 @@ function V:section(parent, key, v)
 	return self:child(parent, key, v)
 end
 
+-- Days of data.generate: each day is one file (day-NNN.tsv) of at least one
+-- row, and drift only means something with days.
+function V:gen_days(gnode, g, gen)
+	local days = tonumber(gen.days) or 0
+	if days > 0 then
+		if gen.files and gen.files ~= 1 then
+			self:ferr(gnode, "files", "%s.files must be 1 with days (each day is one " ..
+				"file, day-000.tsv ...), got %s", gnode.path, gen.files)
+		end
+		if gen.rows and gen.rows < days then
+			self:ferr(gnode, "rows", "%s.rows must be >= days (%d): every day needs " ..
+				"a row, got %s", gnode.path, days, gen.rows)
+		end
+	elseif g.drift ~= nil and (g.days == nil or g.days == 0) then
+		self:ferr(gnode, "drift", "%s.drift needs days > 0 (without days nothing " ..
+			"drifts)", gnode.path)
+	end
+end
+
 function V:job(job)
 	local root = { path = "" }
 	local tg = common.tag(job)
@@ -807,6 +826,7 @@ function V:job(job)
 				local gnode = self:child(dnode, "generate", g)
 				gen = self:record(gnode, g, schema.gen)
 				if gen.seed == nil then gen.seed = j.seed end
+				self:gen_days(gnode, g, gen)
 				out.gen = gen
 			end
 		end
@@ -877,6 +897,21 @@ function V:job(job)
 		out.phases = self:phases(root, job.phases, out.sync, out.train, out.gen)
 	end
 
+	local cnode = self:section(root, "checkpoint", job.checkpoint)
+	if cnode then
+		local c = self:record(cnode, job.checkpoint, schema.checkpoint)
+		out.ckpt_dir, out.ckpt_every, out.ckpt_secs, out.ckpt_keep =
+			c.dir, c.every, c.every_secs, c.keep
+	end
+	local enode = self:section(root, "export", job.export)
+	if enode then
+		local e = self:record(enode, job.export, schema.export)
+		out.export_dir, out.export_delta, out.export_keep = e.dir, e.delta, e.keep
+	end
+	out.resume = j.resume
+	if j.resume and not cnode then
+		self:ferr(root, "resume", "resume = true needs a checkpoint section (checkpoint.dir)")
+	end
 	local onode = self:section(root, "output", job.output)
 	local o = onode and self:record(onode, job.output, schema.output) or { progress = 1.0 }
 	out.out_dir, out.metrics_path, out.progress_secs = o.dir, o.metrics, o.progress

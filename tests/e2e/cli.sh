@@ -47,6 +47,14 @@ expect "run refuses a bad job" 2 "nothing was run" -- "$strata" run "$tmp/bad.lu
 expect "--set bad value" 2 "batch_size" -- "$strata" check jobs/quickstart.lua --set stages.read.batch_size=0
 expect "gen usage" 2 "--rows and --out are required" -- "$strata" gen --out "$tmp/g"
 expect "gen bad number" 2 "--rows must be a number" -- "$strata" gen --rows abc --out "$tmp/g"
+expect "gen without --days is unchanged" 0 "^13e37faa959e0c5b" -- bash -c '"$1" gen --rows 2000 --eval-rows 200 --seed 7 --days 0 --out "$2/g0" >/dev/null && cat "$2/g0/train-00000.tsv" "$2/g0/eval.tsv" | sha256sum' _ "$strata" "$tmp"
+expect "gen --days: a file per day, rows add up, same at any thread count" 0 "^3001 100 same$" -- bash -c 'for t in 1 2; do "$1" gen --rows 3001 --eval-rows 100 --days 3 --drift 0.2 --threads $t --out "$2/gd$t" >/dev/null || exit 1; done; [ -f "$2/gd1/day-002.tsv" ] && [ ! -e "$2/gd1/day-003.tsv" ] && [ ! -e "$2/gd1/train-00000.tsv" ] && echo "$(cat "$2"/gd1/day-*.tsv | wc -l) $(wc -l <"$2/gd1/eval.tsv") $(diff -r "$2/gd1" "$2/gd2" >/dev/null && echo same)"' _ "$strata" "$tmp"
+expect "gen --drift out of range" 2 "--drift must be a number between 0 and 1, got '1.5'" -- "$strata" gen --rows 10 --days 2 --drift 1.5 --out "$tmp/g"
+expect "gen --drift without --days" 2 "--drift needs --days" -- "$strata" gen --rows 10 --drift 0.2 --out "$tmp/g"
+expect "gen --days too large" 2 "--days must be a whole number between 0 and 365" -- "$strata" gen --rows 1000 --days 366 --out "$tmp/g"
+expect "gen --days with --files" 2 "--files cannot be used with --days" -- "$strata" gen --rows 10 --days 2 --files 3 --out "$tmp/g"
+expect "gen --rows below --days" 2 "--rows \(3\) must be at least --days \(5\)" -- "$strata" gen --rows 3 --days 5 --out "$tmp/g"
+expect "run generates days when absent" 0 "as 3 days day-000.tsv .. day-002.tsv.*trained 30.0k examples" -- bash -c 'set -o pipefail; "$1" run tests/e2e/jobs/gen_small.lua --quiet --set "data.generate.dir=\"$2/gr\"" --set data.generate.rows=30000 --set data.generate.eval_rows=5000 --set data.generate.files=1 --set data.generate.days=3 --set "data.train.path=\"$2/gr/day-*.tsv\"" --set "data.eval.path=\"$2/gr/eval.tsv\"" 2>&1 | tr "\n" " "' _ "$strata" "$tmp"
 
 if [ -n "$data" ] && [ -d "$data/criteo" ]; then
   crit="$data/criteo/Lapis-Hong_Wide-ResDNN/train.csv"

@@ -454,6 +454,41 @@ static void test_gen_bayes_auc_band(void **state)
 	st_gen_destroy(g);
 }
 
+/* FNV-1a 64 of the formatted lines of train rows 0..1999 and eval rows
+ * 0..199 (seed 42, the defaults of gen_opts, days 0). */
+static uint64_t rows_checksum(const st_gen_t *g, uint64_t base, int n, uint64_t h)
+{
+	char line[ST_GEN_MAX_LINE];
+	st_gen_row_t r;
+	for (int i = 0; i < n; i++) {
+		st_gen_row(g, base + (uint64_t)i, &r);
+		int len = st_gen_format(&r, line);
+		for (int k = 0; k < len; k++) {
+			h ^= (unsigned char)line[k];
+			h *= UINT64_C(0x100000001b3);
+		}
+	}
+	return h;
+}
+
+/* days = 0 is the generator as it was before days and drift existed: the
+ * checksum below was computed from the code before they were added, so any
+ * change to the undrifted stream (weights, values, b0, labels) fails here. */
+static void test_gen_days0_output_unchanged(void **state)
+{
+	(void)state;
+	st_gen_opts_t o;
+	gen_opts(&o, NULL, 42, 1);
+	st_gen_t *g;
+	assert_int_equal(st_gen_create(&g, &o), ST_OK);
+	uint64_t h = UINT64_C(0xcbf29ce484222325);
+	h = rows_checksum(g, 0, 2000, h);
+	h = rows_checksum(g, ST_GEN_EVAL_BASE, 200, h);
+	print_message("days=0 checksum %016llx\n", (unsigned long long)h);
+	assert_true(h == UINT64_C(0xafedbe15b1889ff6));
+	st_gen_destroy(g);
+}
+
 static void test_gen_bad_dir_fails_cleanly(void **state)
 {
 	(void)state;
@@ -475,6 +510,335 @@ static void test_gen_bad_dir_fails_cleanly(void **state)
 	free(d);
 }
 
+/* ---- days: a hidden model that drifts ------------------------------------ */
+
+#define DAYS 4
+#define DAY_ROWS 20001   /* not a multiple of DAYS: the split must add up */
+
+static char *day_name(const char *dir, int d)
+{
+	char name[32];
+	snprintf(name, sizeof name, "day-%03d.tsv", d);
+	return file_in(dir, name);
+}
+
+static void rm_days(const char *dir, int days)
+{
+	for (int d = 0; d < days; d++) {
+		char *p = day_name(dir, d);
+		unlink(p);
+		free(p);
+	}
+	rm_dir(dir, 0);
+}
+
+static void days_opts(st_gen_opts_t *o, const char *dir, int threads)
+{
+	gen_opts(o, dir, 42, threads);
+	o->files = 1;
+	o->rows = DAY_ROWS;
+	o->days = DAYS;
+	o->drift = 0.1;
+}
+
+/* With days, st_gen_write makes day-000.tsv .. day-<D-1>.tsv holding rows
+ * split evenly and adding up to rows, plus eval.tsv from the last day; the
+ * bytes are the same at any thread count; day 0 is the undrifted generator
+ * (day-000.tsv is the first rows of the days = 0 output, and with days = 1
+ * eval.tsv is the days = 0 eval.tsv). */
+static void test_gen_days_files_deterministic(void **state)
+{
+	(void)state;
+	char *d1 = make_tmpdir(), *d2 = make_tmpdir(), *d0 = make_tmpdir();
+	st_gen_opts_t o;
+	days_opts(&o, d1, 1);
+	assert_int_equal(st_gen_write(&o, NULL, NULL), ST_OK);
+	days_opts(&o, d2, 3);
+	assert_int_equal(st_gen_write(&o, NULL, NULL), ST_OK);
+	int64_t total = 0;
+	size_t l1, l2;
+	char *a, *b;
+	for (int d = 0; d <= DAYS; d++) {
+		char *p1 = d < DAYS ? day_name(d1, d) : file_in(d1, "eval.tsv");
+		char *p2 = d < DAYS ? day_name(d2, d) : file_in(d2, "eval.tsv");
+		a = read_all(p1, &l1);
+		b = read_all(p2, &l2);
+		assert_non_null(a);
+		assert_non_null(b);
+		assert_int_equal(l1, l2);
+		assert_memory_equal(a, b, l1);
+		int64_t pos = 0, n = check_lines(a, l1, &pos);
+		if (d < DAYS) {
+			assert_true(n == DAY_ROWS / DAYS || n == DAY_ROWS / DAYS + 1);
+			total += n;
+		} else {
+			assert_int_equal(n, EVAL_ROWS);
+		}
+		free(a);
+		free(b);
+		free(p1);
+		free(p2);
+	}
+	assert_int_equal(total, DAY_ROWS);
+	/* No train-*.tsv with days. */
+	char *t = train_name(d1, 0);
+	assert_int_equal(access(t, F_OK), -1);
+	free(t);
+
+	/* Day 0 is the generator without days. */
+	gen_opts(&o, d0, 42, 2);
+	o.files = 1;
+	o.rows = DAY_ROWS;
+	assert_int_equal(st_gen_write(&o, NULL, NULL), ST_OK);
+	char *p0 = train_name(d0, 0), *pd = day_name(d1, 0);
+	a = read_all(p0, &l1);
+	b = read_all(pd, &l2);
+	assert_true(l2 < l1);
+	assert_memory_equal(a, b, l2);
+	assert_true(a[l2 - 1] == '\n');
+	free(a);
+	free(b);
+	free(p0);
+	free(pd);
+	char *e0 = file_in(d0, "eval.tsv");
+	a = read_all(e0, &l1);
+	rm_days(d1, DAYS);
+	days_opts(&o, d1, 2);
+	o.days = 1;
+	assert_int_equal(st_gen_write(&o, NULL, NULL), ST_OK);
+	char *e1 = file_in(d1, "eval.tsv");
+	b = read_all(e1, &l2);
+	assert_int_equal(l1, l2);
+	assert_memory_equal(a, b, l1);
+	free(a);
+	free(b);
+	free(e0);
+	free(e1);
+
+	rm_days(d1, 1);
+	rm_days(d2, DAYS);
+	rm_dir(d0, 1);
+	free(d0);
+	free(d1);
+	free(d2);
+}
+
+/* Options that make no sense with days are refused before anything runs. */
+static void test_gen_days_bad_options(void **state)
+{
+	(void)state;
+	char *d = make_tmpdir();
+	st_gen_opts_t o;
+	st_gen_t *g;
+	days_opts(&o, d, 1);
+	o.files = 2;                   /* each day is one file */
+	assert_int_equal(st_gen_write(&o, NULL, NULL), ST_EINVAL);
+	days_opts(&o, d, 1);
+	o.rows = DAYS - 1;             /* a day without rows */
+	assert_int_equal(st_gen_write(&o, NULL, NULL), ST_EINVAL);
+	days_opts(&o, d, 1);
+	o.drift = 1.5;
+	assert_int_equal(st_gen_create(&g, &o), ST_EINVAL);
+	o.drift = -0.1;
+	assert_int_equal(st_gen_create(&g, &o), ST_EINVAL);
+	days_opts(&o, d, 1);
+	o.days = ST_GEN_MAX_DAYS + 1;
+	assert_int_equal(st_gen_create(&g, &o), ST_EINVAL);
+	o.days = -1;
+	assert_int_equal(st_gen_create(&g, &o), ST_EINVAL);
+	/* Without days, drift is not looked at (zeroed options stay valid). */
+	gen_opts(&o, NULL, 1, 1);
+	o.drift = 7.0;
+	assert_int_equal(st_gen_create(&g, &o), ST_OK);
+	st_gen_destroy(g);
+	/* Nothing was written. */
+	char *p = day_name(d, 0);
+	assert_int_equal(access(p, F_OK), -1);
+	free(p);
+	rmdir(d);
+	free(d);
+}
+
+/* b0 is calibrated per day: every day's positive rate is about 0.25, under
+ * strong drift too. */
+static void test_gen_days_positive_rate(void **state)
+{
+	(void)state;
+	const double drifts[2] = { 0.1, 0.5 };
+	for (int k = 0; k < 2; k++) {
+		st_gen_opts_t o;
+		gen_opts(&o, NULL, 3, 1);
+		o.days = 12;
+		o.drift = drifts[k];
+		st_gen_t *g;
+		assert_int_equal(st_gen_create(&g, &o), ST_OK);
+		enum { N = 20000 };
+		st_gen_row_t r;
+		for (int d = 0; d < o.days; d += 1) {
+			int pos = 0;
+			for (int i = 0; i < N; i++) {
+				st_gen_day_row(g, d, (uint64_t)i, &r);
+				pos += r.label;
+			}
+			double rate = (double)pos / N;
+			print_message("drift %.1f day %2d: b0 %+.3f positive rate %.4f\n",
+				      o.drift, d, st_gen_b0(g, d), rate);
+			/* Binomial sd 0.003 plus the calibration sample's error
+			 * (4096 rows, about 0.005). */
+			assert_true(rate > 0.23 && rate < 0.27);
+		}
+		st_gen_destroy(g);
+	}
+}
+
+/* Sample correlation of x and y. */
+static double corr(const double *x, const double *y, int n)
+{
+	double mx = 0, my = 0, sxx = 0, syy = 0, sxy = 0;
+	for (int i = 0; i < n; i++) {
+		mx += x[i];
+		my += y[i];
+	}
+	mx /= n;
+	my /= n;
+	for (int i = 0; i < n; i++) {
+		sxx += (x[i] - mx) * (x[i] - mx);
+		syy += (y[i] - my) * (y[i] - my);
+		sxy += (x[i] - mx) * (y[i] - my);
+	}
+	return sxy / sqrt(sxx * syy);
+}
+
+/* The hidden weights drift as an AR(1): corr(w_0, w_d) = (1 - drift)^(d/2)
+ * and the variance stays that of day 0. drift = 0 changes nothing. */
+static void test_gen_days_weight_correlation(void **state)
+{
+	(void)state;
+	st_gen_opts_t o;
+	gen_opts(&o, NULL, 5, 1);
+	o.days = 33;
+	o.drift = 0.1;
+	st_gen_t *g;
+	assert_int_equal(st_gen_create(&g, &o), ST_OK);
+	enum { NV = 20000 };
+	const int slots[2] = { 0, 3 };          /* a fixed slot and a rotating one */
+	const int days[6] = { 1, 2, 4, 8, 16, 32 };
+	double *w0 = malloc(sizeof(double) * NV), *wd = malloc(sizeof(double) * NV);
+	for (int k = 0; k < 2; k++) {
+		int s = slots[k];
+		for (int v = 0; v < NV; v++)
+			w0[v] = st_gen_weight(g, 0, s, (uint64_t)v);
+		double prev = 1.0;
+		for (int j = 0; j < 6; j++) {
+			double var0 = 0, vard = 0;
+			for (int v = 0; v < NV; v++) {
+				wd[v] = st_gen_weight(g, days[j], s, (uint64_t)v);
+				var0 += w0[v] * w0[v];
+				vard += wd[v] * wd[v];
+			}
+			double c = corr(w0, wd, NV), want = pow(1.0 - o.drift, days[j] / 2.0);
+			print_message("slot %d day %2d: corr %.4f (want %.4f), var ratio %.3f\n",
+				      s, days[j], c, want, vard / var0);
+			/* sd of a correlation estimate from 20000 pairs < 0.007 */
+			assert_true(fabs(c - want) < 0.03);
+			assert_true(c < prev);
+			assert_true(vard / var0 > 0.94 && vard / var0 < 1.06);
+			prev = c;
+		}
+	}
+	/* Noise slots stay noise. */
+	assert_true(st_gen_weight(g, 7, ST_GEN_N_CAT - 1, 3) == 0.0);
+	st_gen_destroy(g);
+
+	o.drift = 0.0;
+	assert_int_equal(st_gen_create(&g, &o), ST_OK);
+	for (int v = 0; v < 1000; v++)
+		assert_true(st_gen_weight(g, 32, 0, (uint64_t)v) == st_gen_weight(g, 0, 0, (uint64_t)v));
+	st_gen_destroy(g);
+	free(w0);
+	free(wd);
+}
+
+/* Popularity drifts on the rotating slots only: on day d (drift 0.1: a
+ * shift of d ranks) the top value of slot 3 is the value index vocab - d,
+ * and day 0's top value (index 0) has fallen to rank d; slot 0 keeps its
+ * ranking. */
+static void test_gen_days_popularity_drift(void **state)
+{
+	(void)state;
+	st_gen_opts_t o;
+	gen_opts(&o, NULL, 9, 1);
+	o.days = 6;
+	o.drift = 0.1;
+	st_gen_t *g;
+	assert_int_equal(st_gen_create(&g, &o), ST_OK);
+	enum { N = 20000, D = 5 };
+	int new_top = 0, old_top = 0, fixed_top = 0;
+	st_gen_row_t r;
+	for (int i = 0; i < N; i++) {
+		st_gen_day_row(g, D, (uint64_t)i, &r);
+		new_top += r.cat_idx[3] == o.vocab - D;
+		old_top += r.cat_idx[3] == 0;
+		fixed_top += r.cat_idx[0] == 0;
+	}
+	print_message("day %d: slot 3 new top %.3f, old top %.3f; slot 0 top %.3f\n", D,
+		      (double)new_top / N, (double)old_top / N, (double)fixed_top / N);
+	/* Zipf(1.1) over 1e6: rank 0 has ~12% of the mass, rank 5 ~1.7%. */
+	assert_true(new_top > N / 12 && new_top < N / 6);
+	assert_true(old_top > N / 100 && old_top < N / 30);
+	assert_true(fixed_top > N / 12 && fixed_top < N / 6);
+	st_gen_destroy(g);
+}
+
+/* A model frozen at day 0 scores later days worse than each day's own
+ * model (the Bayes-optimal score), and the more days have passed, the
+ * worse: what online learning has to keep up with. */
+static void test_gen_days_stale_model_auc_decays(void **state)
+{
+	(void)state;
+	st_gen_opts_t o;
+	gen_opts(&o, NULL, 1, 1);
+	o.days = 17;
+	o.drift = 0.1;
+	st_gen_t *g;
+	assert_int_equal(st_gen_create(&g, &o), ST_OK);
+	enum { N = 60000 };
+	float *own = malloc(sizeof(float) * N), *stale = malloc(sizeof(float) * N);
+	float *y = malloc(sizeof(float) * N);
+	const int days[5] = { 0, 1, 2, 4, 16 };
+	double prev_stale = 1.0;
+	st_gen_row_t r;
+	for (int j = 0; j < 5; j++) {
+		int d = days[j];
+		for (int i = 0; i < N; i++) {
+			st_gen_day_row(g, d, ST_GEN_EVAL_BASE + (uint64_t)i, &r);
+			/* The row's own day gives back its logit exactly. */
+			assert_true(st_gen_logit(g, d, &r) == r.logit);
+			own[i] = (float)r.logit;
+			stale[i] = (float)st_gen_logit(g, 0, &r);
+			y[i] = (float)r.label;
+		}
+		double a_own, a_stale;
+		assert_int_equal(st_auc_exact(own, y, N, &a_own), ST_OK);
+		assert_int_equal(st_auc_exact(stale, y, N, &a_stale), ST_OK);
+		print_message("day %2d: bayes auc %.4f, day-0 model %.4f (loss %.4f)\n", d, a_own,
+			      a_stale, a_own - a_stale);
+		assert_true(a_own > 0.80 && a_own < 0.87);
+		if (d == 0) {
+			assert_true(a_own == a_stale);
+		} else {
+			/* Measured: 0.02 after one day, 0.1+ after 16. */
+			assert_true(a_own - a_stale > 0.005 * d || a_own - a_stale > 0.05);
+			assert_true(a_stale < prev_stale);
+		}
+		prev_stale = a_stale;
+	}
+	free(own);
+	free(stale);
+	free(y);
+	st_gen_destroy(g);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -486,6 +850,13 @@ int main(void)
 		cmocka_unit_test(test_gen_zipf_matches_pmf),
 		cmocka_unit_test(test_gen_bayes_auc_band),
 		cmocka_unit_test(test_gen_bad_dir_fails_cleanly),
+		cmocka_unit_test(test_gen_days0_output_unchanged),
+		cmocka_unit_test(test_gen_days_files_deterministic),
+		cmocka_unit_test(test_gen_days_bad_options),
+		cmocka_unit_test(test_gen_days_positive_rate),
+		cmocka_unit_test(test_gen_days_weight_correlation),
+		cmocka_unit_test(test_gen_days_popularity_drift),
+		cmocka_unit_test(test_gen_days_stale_model_auc_decays),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -335,6 +335,43 @@ static void test_lang_generate_skips_path_check(void **state)
 
 /* ---- diagnostics ------------------------------------------------------ */
 
+/* data.generate days and drift: converted, defaulted, and every rule that
+ * ties them to files, rows and each other reported with its location. */
+static void test_lang_generate_days(void **state)
+{
+	(void)state;
+	const char *path = "tests/lua/good_generate_days.lua";
+	st_job_t *j = load_ok(path, NULL, 0);
+	assert_int_equal(j->gen.days, 7);
+	assert_true(j->gen.drift == 0.2);
+	assert_int_equal(j->gen.files, 1);
+	assert_int_equal(j->gen.rows, 7000);
+	assert_string_equal(j->train.paths[0], "tests/lua/gen-days-absent/day-*.tsv");
+	st_job_free(j);
+	j = load_ok("tests/lua/good_generate.lua", NULL, 0);
+	assert_int_equal(j->gen.days, 0);
+	assert_true(j->gen.drift == 0.1);
+	st_job_free(j);
+
+	const char *files[] = { "data.generate.files=2" };
+	expect_only(path, files, 1, "--set data.generate.files=2: data.generate.files must be 1 "
+		    "with days (each day is one file, day-000.tsv ...), got 2");
+	const char *rows[] = { "data.generate.rows=3" };
+	expect_only(path, rows, 1, "--set data.generate.rows=3: data.generate.rows must be >= "
+		    "days (7): every day needs a row, got 3");
+	const char *drift[] = { "data.generate.drift=1.5" };
+	expect_only(path, drift, 1, "--set data.generate.drift=1.5: data.generate.drift must "
+		    "be <= 1, got 1.5");
+	const char *days[] = { "data.generate.days=400" };
+	expect_only(path, days, 1, "--set data.generate.days=400: data.generate.days must be "
+		    "<= 365, got 400");
+	/* drift is in the file, days = 0 comes from --set: the error points at
+	 * the drift line of the job. */
+	const char *none[] = { "data.generate.days=0" };
+	expect_only(path, none, 1, "tests/lua/good_generate_days.lua:11: data.generate.drift "
+		    "needs days > 0 (without days nothing drifts)");
+}
+
 static void test_lang_syntax_error(void **state)
 {
 	(void)state;
@@ -866,6 +903,7 @@ int main(void)
 		cmocka_unit_test(test_lang_other_constructors),
 		cmocka_unit_test(test_lang_csv_schema_names),
 		cmocka_unit_test(test_lang_generate_skips_path_check),
+		cmocka_unit_test(test_lang_generate_days),
 		cmocka_unit_test(test_lang_syntax_error),
 		cmocka_unit_test(test_lang_unknown_field),
 		cmocka_unit_test(test_lang_wrong_type),

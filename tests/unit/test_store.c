@@ -350,6 +350,14 @@ static void test_store_pinned_rows_stay_and_segments_fill(void **state)
 	}
 	for (int i = 0; i < 32; i++)
 		assert_ptr_equal(st_table_find(t, keys[i]), pinned[i]);
+	/* New rows start in the LFU segment; a second use moves a row to the
+	 * LRU head, and the LRU segment's overflow goes back to LFU. */
+	for (uint64_t k = 900; k < 1000; k++) {
+		assert_true(st_table_resolve(t, &k, 1, 3, 1, rows) >= 0);
+		st_table_unpin(t, rows, 1);
+	}
+	for (int i = 0; i < 32; i++)
+		assert_ptr_equal(st_table_find(t, keys[i]), pinned[i]);
 	st_table_stats_t ts;
 	st_table_stats(t, &ts);
 	assert_true(ts.rows <= 64 + 1);

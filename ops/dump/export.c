@@ -1,0 +1,372 @@
+/*
+ * export.c — a live trainer written as a serving export (export.h): dense
+ * tensors with the model in their metadata, one row file per table with the
+ * embedding part of each row, through the crash-safe directory protocol of
+ * ckpt.h.
+ *
+ * Rows are copied into a st_rows_writer_t (rows.h) while the tables are
+ * walked (st_table_foreach_all holds one shard lock at a time; the callback
+ * only copies), then sorted and written. Memory: one copy of the exported
+ * rows (dim floats + 24 bytes each) at a time, table by table.
+ *
+ * Threads: the caller's thread only; no training may run meanwhile (the
+ * rows' floats and metadata are read without synchronization).
+ */
+#include "ops/dump/export.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "ops/dump/ckpt.h"
+#include "ops/dump/modelcfg.h"
+#include "ops/nn/model.h"
+#include "runtime/err.h"
+#include "runtime/store/table.h"
+
+static void seterr(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void seterr(char *err, size_t n, const char *fmt, ...)
+{
+	if (!err || !n)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, n, fmt, ap);
+	va_end(ap);
+}
+
+/* ---- a set of keys, for the one pass over an SSD tier ------------------- */
+
+typedef struct keyset {
+	uint64_t *keys;
+	uint8_t *state;    /* 0 empty, 1 wanted, 2 found */
+	size_t cap, n;
+} keyset_t;
+
+static inline uint64_t mix(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+	return z ^ (z >> 31);
+}
+
+static int keyset_init(keyset_t *s, size_t n)
+{
+	size_t cap = 16;
+	while (cap < 2 * n)
+		cap *= 2;
+	s->keys = malloc(sizeof(uint64_t) * cap);
+	s->state = calloc(cap, 1);
+	s->cap = cap;
+	s->n = 0;
+	return s->keys && s->state ? ST_OK : ST_ENOMEM;
+}
+
+static void keyset_fini(keyset_t *s)
+{
+	free(s->keys);
+	free(s->state);
+	memset(s, 0, sizeof *s);
+}
+
+/* Adds a key (the caller adds distinct keys, at most the n of init). */
+static void keyset_add(keyset_t *s, uint64_t key)
+{
+	size_t i = mix(key) & (s->cap - 1);
+	while (s->state[i])
+		i = (i + 1) & (s->cap - 1);
+	s->keys[i] = key;
+	s->state[i] = 1;
+	s->n++;
+}
+
+/* 1 if key is wanted and not found yet (it is found now), else 0. */
+static int keyset_take(keyset_t *s, uint64_t key)
+{
+	size_t i = mix(key) & (s->cap - 1);
+	while (s->state[i]) {
+		if (s->keys[i] == key) {
+			if (s->state[i] != 1)
+				return 0;
+			s->state[i] = 2;
+			return 1;
+		}
+		i = (i + 1) & (s->cap - 1);
+	}
+	return 0;
+}
+
+/* ---- rows --------------------------------------------------------------- */
+
+typedef struct collect {
+	st_rows_writer_t *w;
+	const st_table_t *t;
+	keyset_t *want;    /* NULL: every row */
+	int rc;
+} collect_t;
+
+/* st_table_foreach_all callback: runs with a shard lock held, so it only
+ * copies (the builder's allocation is the one call that may fail). */
+static void add_row(uint64_t key, float *row, void *arg)
+{
+	collect_t *c = arg;
+	if (c->rc < 0 || (c->want && !keyset_take(c->want, key)))
+		return;
+	const st_table_meta_t *m = st_table_meta(c->t, row);
+	c->rc = st_rows_writer_add(c->w, key, m->last_step, m->freq, row);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* The delta rows of table t: the current state of every key of k. */
+static int delta_rows(st_table_t *t, const st_export_keys_t *k, st_rows_writer_t *w)
+{
+	size_t n = k->n_touched + k->n_deleted;
+	if (!n)
+		return ST_OK;
+	if ((k->n_touched && !k->touched) || (k->n_deleted && !k->deleted))
+		return ST_EINVAL;
+	uint64_t *keys = malloc(sizeof(uint64_t) * n);
+	if (!keys)
+		return ST_ENOMEM;
+	if (k->n_touched)
+		memcpy(keys, k->touched, sizeof(uint64_t) * k->n_touched);
+	if (k->n_deleted)
+		memcpy(keys + k->n_touched, k->deleted, sizeof(uint64_t) * k->n_deleted);
+	qsort(keys, n, sizeof *keys, cmp_u64);
+	size_t u = 0;
+	for (size_t i = 0; i < n; i++)
+		if (!u || keys[u - 1] != keys[i])
+			keys[u++] = keys[i];
+	const int tiered = st_table_ssd(t) != NULL;
+	keyset_t miss = { 0 };
+	int rc = tiered ? keyset_init(&miss, u) : ST_OK;
+	for (size_t i = 0; i < u && rc >= 0; i++) {
+		float *row = st_table_find(t, keys[i]);
+		if (row) {
+			const st_table_meta_t *m = st_table_meta(t, row);
+			rc = st_rows_writer_add(w, keys[i], m->last_step, m->freq, row);
+		} else if (tiered) {
+			keyset_add(&miss, keys[i]);
+		} else {
+			rc = st_rows_writer_delete(w, keys[i]);
+		}
+	}
+	free(keys);
+	if (rc >= 0 && miss.n) {
+		/* Keys not in RAM: one pass over the table finds those on SSD;
+		 * the rest have no row anywhere. */
+		collect_t c = { .w = w, .t = t, .want = &miss };
+		rc = st_table_foreach_all(t, add_row, &c);
+		if (rc >= 0)
+			rc = c.rc;
+		for (size_t i = 0; i < miss.cap && rc >= 0; i++)
+			if (miss.state[i] == 1)
+				rc = st_rows_writer_delete(w, miss.keys[i]);
+	}
+	keyset_fini(&miss);
+	return rc;
+}
+
+/* ---- metadata ------------------------------------------------------------ */
+
+/* slot -> table index through the trainer's accessors. */
+static int map_slots(st_trainer_t *tr, int n_slots, int *st)
+{
+	const int nt = st_trainer_ntables(tr);
+	for (int s = 0; s < n_slots; s++) {
+		const st_table_t *t = st_trainer_table_for_slot(tr, s);
+		int k = 0;
+		while (k < nt && st_trainer_table(tr, k) != t)
+			k++;
+		if (!t || k == nt)
+			return ST_EINVAL;
+		st[s] = k;
+	}
+	return ST_OK;
+}
+
+static char *join_ints(const int *v, int n)
+{
+	size_t cap = (size_t)n * 12 + 1, o = 0;
+	char *s = malloc(cap);
+	if (!s)
+		return NULL;
+	s[0] = 0;
+	for (int i = 0; i < n; i++)
+		o += (size_t)snprintf(s + o, cap - o, "%s%d", i ? "," : "", v[i]);
+	return s;
+}
+
+/* "dnn emb=8 hidden=[64,32] dense=13 slots=26" for the manifest. */
+static void describe(const st_model_cfg_t *mc, int n_dense, int n_slots, char *buf, size_t n)
+{
+	size_t o = (size_t)snprintf(buf, n, "%s emb=%d hidden=[", mc->type, mc->emb_dim);
+	for (int i = 0; i < mc->n_hidden && o < n; i++)
+		o += (size_t)snprintf(buf + o, n - o, "%s%d", i ? "," : "", mc->hidden[i]);
+	if (o < n)
+		snprintf(buf + o, n - o, "] dense=%d slots=%d", n_dense, n_slots);
+}
+
+int st_export_write(st_trainer_t *tr, const st_job_t *job, const char *root, uint64_t seq,
+		    int64_t step, const st_export_delta_t *delta, int keep,
+		    char *err, size_t errlen)
+{
+	const int n_slots = job->train.n_slots, n_dense = job->train.n_dense;
+	const int nt = st_trainer_ntables(tr);
+	st_model_t *m = st_trainer_model(tr);
+	if (seq > (uint64_t)INT64_MAX || step < 0 || n_slots < 1 || !root || !job->model.type) {
+		seterr(err, errlen, "export: bad arguments (seq %" PRIu64 ", step %" PRId64 ")", seq,
+		       step);
+		return ST_EINVAL;
+	}
+	if (delta && (delta->n_tables != nt || (nt && !delta->tables))) {
+		seterr(err, errlen, "export %" PRIu64 ": the delta lists %d tables, the trainer has %d",
+		       seq, delta->n_tables, nt);
+		return ST_EINVAL;
+	}
+	char *model = NULL, *slot_tables = NULL;
+	int *st = malloc(sizeof(int) * (size_t)n_slots);
+	int rc = st ? map_slots(tr, n_slots, st) : ST_ENOMEM;
+	if (rc == ST_EINVAL)
+		seterr(err, errlen, "export %" PRIu64 ": the trainer does not have the job's %d slots",
+		       seq, n_slots);
+	if (rc >= 0 && (rc = st_modelcfg_encode(&job->model, &model, err, errlen)) >= 0 &&
+	    !(slot_tables = join_ints(st, n_slots)))
+		rc = ST_ENOMEM;
+	if (rc < 0) {
+		if (rc == ST_ENOMEM)
+			seterr(err, errlen, "export %" PRIu64 ": out of memory", seq);
+		free(st);
+		free(model);
+		return rc;
+	}
+
+	st_ckpt_writer_t *w = NULL;
+	st_safetensors_tensor_t *ten = NULL;
+	int have_msg = 0;   /* err already says what failed */
+	if ((rc = st_ckpt_export_begin(root, (int64_t)seq, delta != NULL, &w, err, errlen)) < 0) {
+		have_msg = 1;
+		goto out;
+	}
+
+	/* dense.safetensors */
+	const int n_ten = st_model_ntensors(m);
+	const float *params = st_model_params(m);
+	if (!(ten = calloc((size_t)(n_ten ? n_ten : 1), sizeof *ten))) {
+		rc = ST_ENOMEM;
+		goto out;
+	}
+	for (int i = 0; i < n_ten; i++) {
+		const st_tensor_info_t *ti = st_model_tensor(m, i);
+		ten[i].name = ti->name;
+		ten[i].ndim = ti->ndim;
+		for (int d = 0; d < ti->ndim; d++)
+			ten[i].shape[d] = ti->shape[d];
+		ten[i].f32 = params + ti->offset;
+	}
+	char nd[16], ns[16], seed[24], mb[16];
+	snprintf(nd, sizeof nd, "%d", n_dense);
+	snprintf(ns, sizeof ns, "%d", n_slots);
+	snprintf(seed, sizeof seed, "%" PRIu64, job->seed);
+	snprintf(mb, sizeof mb, "%d", job->minibatch);
+	const st_kv_t meta[] = {
+		{ "strata.format", ST_EXPORT_FORMAT }, { "strata.model", model },
+		{ "strata.n_dense", nd }, { "strata.n_slots", ns },
+		{ "strata.slot_tables", slot_tables }, { "strata.seed", seed },
+		{ "strata.minibatch", mb },
+	};
+	if ((rc = st_ckpt_write_dense(w, ST_EXPORT_DENSE, ten, n_ten, meta,
+				      (int)(sizeof meta / sizeof meta[0]))) < 0)
+		goto out;
+
+	/* table-<k>.rows */
+	for (int k = 0; k < nt && rc >= 0; k++) {
+		st_table_t *t = st_trainer_table(tr, k);
+		int s0 = 0;
+		while (s0 < n_slots && st[s0] != k)
+			s0++;
+		st_rows_info_t info = {
+			.table_id = (uint64_t)k,
+			.dim = s0 < n_slots ? (uint32_t)st_model_row_dim(m, s0) : 0,
+			.state_dim = 0,
+			.flags = delta ? ST_ROWS_DELTA : 0,
+		};
+		st_rows_writer_t *b;
+		if ((rc = st_rows_writer_create(&b, &info)) < 0) {
+			if (rc == ST_EINVAL) {
+				seterr(err, errlen, "export %" PRIu64 ": table %d has no slot", seq, k);
+				have_msg = 1;
+			}
+			break;
+		}
+		if (delta) {
+			rc = delta_rows(t, &delta->tables[k], b);
+		} else {
+			collect_t c = { .w = b, .t = t };
+			rc = st_table_foreach_all(t, add_row, &c);
+			if (rc >= 0)
+				rc = c.rc;
+		}
+		if (rc < 0) {
+			/* Before the builder reaches the writer: say it here. */
+			if (rc == ST_EINVAL)
+				seterr(err, errlen, "export %" PRIu64 ": table %d: a key list is NULL "
+				       "with a nonzero count", seq, k);
+			else
+				seterr(err, errlen, "export %" PRIu64 ": table %d: reading rows: %s",
+				       seq, k, st_strerror(rc));
+			have_msg = 1;
+		} else {
+			char name[32];
+			snprintf(name, sizeof name, "table-%d.rows", k);
+			rc = st_ckpt_write_rows_from(w, name, b);
+		}
+		st_rows_writer_destroy(b);
+	}
+	if (rc < 0)
+		goto out;
+
+	/* manifest.yaml, publish, retention */
+	char hash[17], desc[256];
+	XXH3_state_t *hs = XXH3_createState();
+	if (!hs) {
+		rc = ST_ENOMEM;
+		goto out;
+	}
+	XXH3_64bits_reset(hs);
+	XXH3_64bits_update(hs, model, strlen(model));
+	char shape[64];
+	int sl = snprintf(shape, sizeof shape, "n_dense=%d\nn_slots=%d\n", n_dense, n_slots);
+	XXH3_64bits_update(hs, shape, (size_t)sl);
+	snprintf(hash, sizeof hash, "%016" PRIx64, (uint64_t)XXH3_64bits_digest(hs));
+	XXH3_freeState(hs);
+	describe(&job->model, n_dense, n_slots, desc, sizeof desc);
+	st_manifest_t man = {
+		.job_name = job->name ? job->name : (char *)"strata",
+		.job_hash = hash,
+		.model = desc,
+		.step = step,
+	};
+	rc = st_ckpt_commit(w, &man, keep, NULL, NULL);
+out:
+	if (rc < 0 && !have_msg) {
+		if (w && *st_ckpt_error(w))
+			seterr(err, errlen, "%s", st_ckpt_error(w));
+		else
+			seterr(err, errlen, "export %" PRIu64 ": %s", seq, st_strerror(rc));
+	}
+	st_ckpt_writer_destroy(w);
+	free(ten);
+	free(st);
+	free(model);
+	free(slot_tables);
+	return rc;
+}

@@ -1,0 +1,517 @@
+/*
+ * modelcfg.c — st_model_cfg_t <-> `key=value` text (modelcfg.h).
+ *
+ * One table lists every field with its key, kind and place in the struct;
+ * encode walks it in order, decode looks each line's key up in it. A new
+ * field of st_model_cfg_t needs one row here (and the round-trip test in
+ * tests/unit/test_modelcfg.c compares every field, so a missing row shows).
+ *
+ * The optimizer groups (sparse_opt.*, dense_opt.*) are written whole when
+ * the optimizer's name is set and not at all otherwise, because the
+ * trainer reads a group only when its name is set (else the legacy fields).
+ *
+ * Threads: none; reentrant.
+ */
+#include "ops/dump/modelcfg.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/err.h"
+
+#define MAX_LAYERS 16
+#define MAX_SLOTS 65535
+
+enum kind { K_STR, K_INT, K_BOOL, K_U64, K_DBL, K_LAYERS, K_SLOTDIMS };
+
+enum {
+	F_OPT = 1,      /* may be absent (strings: NULL; slot_dims: NULL) */
+	F_GRP_S = 2,    /* sparse_opt group: all or none */
+	F_GRP_D = 4,    /* dense_opt group: all or none */
+};
+
+static const char *const type_names[] = { "lr", "dnn", "wdl", "deepfm", "dlrm", NULL };
+static const char *const pool_names[] = { "sum", "mean", NULL };
+static const char *const act_names[] = { "relu", "sigmoid", "none", NULL };
+static const char *const transform_names[] = { "log1p", "none", NULL };
+static const char *const optim_names[] = { "sgd", "adagrad", "adam", "ftrl", NULL };
+
+typedef struct field {
+	const char *key;
+	int kind;
+	size_t off;                 /* of the value (K_LAYERS: the int array) */
+	size_t noff;                /* K_LAYERS / K_SLOTDIMS: of the count */
+	int flags;
+	const char *const *names;   /* K_STR: the values strata knows */
+	int min;                    /* K_INT, K_LAYERS, K_SLOTDIMS entries */
+} field_t;
+
+#define OFF(f) offsetof(st_model_cfg_t, f)
+
+#define OPT_GROUP(g, flag)                                                         \
+	{ #g ".name", K_STR, OFF(g.name), 0, flag, optim_names, 0 },               \
+	{ #g ".rowwise", K_BOOL, OFF(g.rowwise), 0, flag, NULL, 0 },               \
+	{ #g ".lr", K_DBL, OFF(g.lr), 0, flag, NULL, 0 },                          \
+	{ #g ".l2", K_DBL, OFF(g.l2), 0, flag, NULL, 0 },                          \
+	{ #g ".eps", K_DBL, OFF(g.eps), 0, flag, NULL, 0 },                        \
+	{ #g ".beta1", K_DBL, OFF(g.beta1), 0, flag, NULL, 0 },                    \
+	{ #g ".beta2", K_DBL, OFF(g.beta2), 0, flag, NULL, 0 },                    \
+	{ #g ".init_accum", K_DBL, OFF(g.init_accum), 0, flag, NULL, 0 },          \
+	{ #g ".l1", K_DBL, OFF(g.l1), 0, flag, NULL, 0 },                          \
+	{ #g ".beta", K_DBL, OFF(g.beta), 0, flag, NULL, 0 }
+
+static const field_t fields[] = {
+	{ "type", K_STR, OFF(type), 0, 0, type_names, 0 },
+	{ "emb_dim", K_INT, OFF(emb_dim), 0, 0, NULL, 0 },
+	{ "slot_dims", K_SLOTDIMS, OFF(slot_dims), OFF(n_slot_dims), F_OPT, NULL, 0 },
+	{ "pooling", K_STR, OFF(pooling), 0, F_OPT, pool_names, 0 },
+	{ "hidden", K_LAYERS, OFF(hidden), OFF(n_hidden), 0, NULL, 1 },
+	{ "bottom", K_LAYERS, OFF(bottom), OFF(n_bottom), 0, NULL, 1 },
+	{ "activation", K_STR, OFF(activation), 0, F_OPT, act_names, 0 },
+	{ "dense_transform", K_STR, OFF(dense_transform), 0, F_OPT, transform_names, 0 },
+	{ "init_scale", K_DBL, OFF(init_scale), 0, 0, NULL, 0 },
+	OPT_GROUP(sparse_opt, F_GRP_S),
+	OPT_GROUP(dense_opt, F_GRP_D),
+	{ "admit_min_count", K_INT, OFF(admit_min_count), 0, 0, NULL, 0 },
+	{ "admit_prob", K_DBL, OFF(admit_prob), 0, 0, NULL, 0 },
+	{ "ttl_steps", K_U64, OFF(ttl_steps), 0, 0, NULL, 0 },
+	{ "optimizer", K_STR, OFF(optimizer), 0, F_OPT, optim_names, 0 },
+	{ "lr", K_DBL, OFF(lr), 0, 0, NULL, 0 },
+	{ "lr_dense", K_DBL, OFF(lr_dense), 0, 0, NULL, 0 },
+	{ "l2", K_DBL, OFF(l2), 0, 0, NULL, 0 },
+	{ "init_accum", K_DBL, OFF(init_accum), 0, 0, NULL, 0 },
+};
+#define N_FIELDS (sizeof fields / sizeof fields[0])
+
+static void seterr(char *err, size_t n, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void seterr(char *err, size_t n, const char *fmt, ...)
+{
+	if (!err || !n)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, n, fmt, ap);
+	va_end(ap);
+}
+
+#define AT(cfg, f, T) ((T *)((char *)(cfg) + (f)->off))
+#define CAT(cfg, f, T) ((const T *)((const char *)(cfg) + (f)->off))
+#define COUNT(cfg, f) ((int *)((char *)(cfg) + (f)->noff))
+#define CCOUNT(cfg, f) ((const int *)((const char *)(cfg) + (f)->noff))
+
+/* ---- encode ------------------------------------------------------------- */
+
+typedef struct sbuf {
+	char *p;
+	size_t len, cap;
+	int oom;
+} sbuf_t;
+
+static void sb_printf(sbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf_t *b, const char *fmt, ...)
+{
+	if (b->oom)
+		return;
+	for (;;) {
+		va_list ap;
+		va_start(ap, fmt);
+		int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
+		va_end(ap);
+		if (n < 0) {
+			b->oom = 1;
+			return;
+		}
+		if (b->p && b->len + (size_t)n < b->cap) {
+			b->len += (size_t)n;
+			return;
+		}
+		size_t cap = b->cap ? b->cap : 512;
+		while (cap <= b->len + (size_t)n)
+			cap *= 2;
+		char *np = realloc(b->p, cap);
+		if (!np) {
+			b->oom = 1;
+			return;
+		}
+		b->p = np;
+		b->cap = cap;
+	}
+}
+
+static void put_list(sbuf_t *b, const char *key, const int *v, int n)
+{
+	sb_printf(b, "%s=", key);
+	for (int i = 0; i < n; i++)
+		sb_printf(b, "%s%d", i ? "," : "", v[i]);
+	sb_printf(b, "\n");
+}
+
+int st_modelcfg_encode(const st_model_cfg_t *cfg, char **out, char *err, size_t errlen)
+{
+	*out = NULL;
+	sbuf_t b = { 0 };
+	for (size_t i = 0; i < N_FIELDS; i++) {
+		const field_t *f = &fields[i];
+		if ((f->flags & F_GRP_S) && !cfg->sparse_opt.name)
+			continue;
+		if ((f->flags & F_GRP_D) && !cfg->dense_opt.name)
+			continue;
+		switch (f->kind) {
+		case K_STR: {
+			const char *s = *CAT(cfg, f, char *const);
+			if (!s) {
+				if (f->flags & F_OPT)
+					continue;
+				seterr(err, errlen, "model config: %s is not set", f->key);
+				free(b.p);
+				return ST_EINVAL;
+			}
+			if (strchr(s, '\n') || strchr(s, '\r')) {
+				seterr(err, errlen, "model config: %s has a line break", f->key);
+				free(b.p);
+				return ST_EINVAL;
+			}
+			sb_printf(&b, "%s=%s\n", f->key, s);
+			break;
+		}
+		case K_INT:
+		case K_BOOL:
+			sb_printf(&b, "%s=%d\n", f->key, *CAT(cfg, f, int));
+			break;
+		case K_U64:
+			sb_printf(&b, "%s=%" PRIu64 "\n", f->key, *CAT(cfg, f, uint64_t));
+			break;
+		case K_DBL: {
+			double v = *CAT(cfg, f, double);
+			if (!isfinite(v)) {
+				seterr(err, errlen, "model config: %s is %g, not a finite number",
+				       f->key, v);
+				free(b.p);
+				return ST_EINVAL;
+			}
+			sb_printf(&b, "%s=%.17g\n", f->key, v);
+			break;
+		}
+		case K_LAYERS: {
+			int n = *CCOUNT(cfg, f);
+			if (n < 0 || n > MAX_LAYERS) {
+				seterr(err, errlen, "model config: %d %s layers (0..%d)", n, f->key,
+				       MAX_LAYERS);
+				free(b.p);
+				return ST_EINVAL;
+			}
+			put_list(&b, f->key, CAT(cfg, f, int), n);
+			break;
+		}
+		case K_SLOTDIMS: {
+			const int *v = *CAT(cfg, f, int *const);
+			int n = *CCOUNT(cfg, f);
+			if (!v || n == 0)
+				continue;
+			if (n < 0 || n > MAX_SLOTS) {
+				seterr(err, errlen, "model config: %d slot dims (1..%d)", n, MAX_SLOTS);
+				free(b.p);
+				return ST_EINVAL;
+			}
+			put_list(&b, f->key, v, n);
+			break;
+		}
+		}
+	}
+	if (b.oom) {
+		free(b.p);
+		seterr(err, errlen, "model config: out of memory");
+		return ST_ENOMEM;
+	}
+	*out = b.p;
+	return ST_OK;
+}
+
+/* ---- decode ------------------------------------------------------------- */
+
+/* A whole decimal integer in [lo, hi]: optional '-', digits, nothing else. */
+static int parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+	if (!(*s == '-' || (*s >= '0' && *s <= '9')))
+		return -1;
+	char *end;
+	errno = 0;
+	long long v = strtoll(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+	if (!(*s >= '0' && *s <= '9'))
+		return -1;
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || *end)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+static int parse_dbl(const char *s, double *out)
+{
+	if (!*s || *s == ' ' || *s == '\t')
+		return -1;
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno == ERANGE && (v == HUGE_VAL || v == -HUGE_VAL))
+		return -1;
+	if (end == s || *end || !isfinite(v))
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/* "a,b,c" (or "" for none when allow_empty) of integers >= min into a
+ * malloc'ed array of up to max entries. 0, -1 (syntax/range), ST_ENOMEM. */
+static int parse_list(const char *s, int min, int max, int allow_empty, int **out, int *n)
+{
+	*out = NULL;
+	*n = 0;
+	if (!*s)
+		return allow_empty ? 0 : -1;
+	int cnt = 1;
+	for (const char *p = s; *p; p++)
+		cnt += *p == ',';
+	if (cnt > max)
+		return -1;
+	int *v = malloc(sizeof(int) * (size_t)cnt);
+	if (!v)
+		return ST_ENOMEM;
+	const char *p = s;
+	for (int i = 0; i < cnt; i++) {
+		const char *c = strchr(p, ',');
+		size_t len = c ? (size_t)(c - p) : strlen(p);
+		char tok[24];
+		int64_t x;
+		if (len == 0 || len >= sizeof tok) {
+			free(v);
+			return -1;
+		}
+		memcpy(tok, p, len);
+		tok[len] = 0;
+		if (parse_i64(tok, min, INT32_MAX, &x) < 0) {
+			free(v);
+			return -1;
+		}
+		v[i] = (int)x;
+		p = c ? c + 1 : p + len;
+	}
+	*out = v;
+	*n = cnt;
+	return 0;
+}
+
+static int known(const char *const *names, const char *s)
+{
+	for (; *names; names++)
+		if (!strcmp(*names, s))
+			return 1;
+	return 0;
+}
+
+static void names_list(const char *const *names, char *buf, size_t n)
+{
+	size_t o = 0;
+	buf[0] = 0;
+	for (; *names && o < n; names++)
+		o += (size_t)snprintf(buf + o, n - o, "%s%s", o ? ", " : "", *names);
+}
+
+/* One value into cfg. ST_OK, ST_EFORMAT (message), ST_ENOMEM. */
+static int set_value(st_model_cfg_t *cfg, const field_t *f, const char *v, int line,
+		     char *err, size_t errlen)
+{
+	int64_t x;
+	switch (f->kind) {
+	case K_STR: {
+		if (!known(f->names, v)) {
+			char list[128];
+			names_list(f->names, list, sizeof list);
+			seterr(err, errlen, "line %d: %s '%s' is not one of %s", line, f->key, v, list);
+			return ST_EFORMAT;
+		}
+		char *s = strdup(v);
+		if (!s)
+			return ST_ENOMEM;
+		*AT(cfg, f, char *) = s;
+		return ST_OK;
+	}
+	case K_INT:
+		if (parse_i64(v, f->min, INT32_MAX, &x) < 0) {
+			seterr(err, errlen, "line %d: %s '%s' is not an integer >= %d", line, f->key, v,
+			       f->min);
+			return ST_EFORMAT;
+		}
+		*AT(cfg, f, int) = (int)x;
+		return ST_OK;
+	case K_BOOL:
+		if (strcmp(v, "0") && strcmp(v, "1")) {
+			seterr(err, errlen, "line %d: %s '%s' is not 0 or 1", line, f->key, v);
+			return ST_EFORMAT;
+		}
+		*AT(cfg, f, int) = v[0] == '1';
+		return ST_OK;
+	case K_U64:
+		if (parse_u64(v, AT(cfg, f, uint64_t)) < 0) {
+			seterr(err, errlen, "line %d: %s '%s' is not an unsigned 64-bit integer", line,
+			       f->key, v);
+			return ST_EFORMAT;
+		}
+		return ST_OK;
+	case K_DBL:
+		if (parse_dbl(v, AT(cfg, f, double)) < 0) {
+			seterr(err, errlen, "line %d: %s '%s' is not a finite number", line, f->key, v);
+			return ST_EFORMAT;
+		}
+		return ST_OK;
+	case K_LAYERS:
+	case K_SLOTDIMS: {
+		int *list, n;
+		int layers = f->kind == K_LAYERS;
+		int rc = parse_list(v, layers ? f->min : 0, layers ? MAX_LAYERS : MAX_SLOTS,
+				    layers, &list, &n);
+		if (rc == ST_ENOMEM)
+			return rc;
+		if (rc < 0) {
+			if (layers)
+				seterr(err, errlen, "line %d: %s '%s' is not a comma-separated list of "
+				       "at most %d layer sizes >= %d", line, f->key, v, MAX_LAYERS, f->min);
+			else
+				seterr(err, errlen, "line %d: %s '%s' is not a comma-separated list of "
+				       "1..%d dims >= 0", line, f->key, v, MAX_SLOTS);
+			return ST_EFORMAT;
+		}
+		if (layers) {
+			if (n)
+				memcpy(AT(cfg, f, int), list, sizeof(int) * (size_t)n);
+			free(list);
+		} else {
+			*AT(cfg, f, int *) = list;
+		}
+		*COUNT(cfg, f) = n;
+		return ST_OK;
+	}
+	}
+	return ST_EFORMAT;
+}
+
+int st_modelcfg_decode(const char *text, st_model_cfg_t *cfg, char *err, size_t errlen)
+{
+	memset(cfg, 0, sizeof *cfg);
+	int line_of[N_FIELDS] = { 0 };
+	int rc = ST_OK, line = 0;
+	char *buf = NULL;
+	size_t cap = 0;
+	const char *p = text;
+	while (*p && rc == ST_OK) {
+		line++;
+		const char *nl = strchr(p, '\n');
+		size_t len = nl ? (size_t)(nl - p) : strlen(p);
+		if (len + 1 > cap) {
+			cap = len + 1 > 256 ? len + 1 : 256;
+			char *nb = realloc(buf, cap);
+			if (!nb) {
+				rc = ST_ENOMEM;
+				break;
+			}
+			buf = nb;
+		}
+		memcpy(buf, p, len);
+		buf[len] = 0;
+		p = nl ? nl + 1 : p + len;
+		char *eq = strchr(buf, '=');
+		if (!len) {
+			seterr(err, errlen, "line %d: empty line", line);
+			rc = ST_EFORMAT;
+			break;
+		}
+		if (!eq) {
+			seterr(err, errlen, "line %d: '%.60s' is not key=value", line, buf);
+			rc = ST_EFORMAT;
+			break;
+		}
+		*eq = 0;
+		size_t i;
+		for (i = 0; i < N_FIELDS && strcmp(fields[i].key, buf); i++)
+			;
+		if (i == N_FIELDS) {
+			seterr(err, errlen, "line %d: unknown key '%.60s'", line, buf);
+			rc = ST_EFORMAT;
+			break;
+		}
+		if (line_of[i]) {
+			seterr(err, errlen, "line %d: %s given twice (first on line %d)", line,
+			       fields[i].key, line_of[i]);
+			rc = ST_EFORMAT;
+			break;
+		}
+		line_of[i] = line;
+		rc = set_value(cfg, &fields[i], eq + 1, line, err, errlen);
+	}
+	free(buf);
+	/* Required keys; an optimizer group is all or nothing. */
+	int grp_s = 0, grp_d = 0;
+	for (size_t i = 0; i < N_FIELDS && rc == ST_OK; i++) {
+		grp_s |= (fields[i].flags & F_GRP_S) && line_of[i];
+		grp_d |= (fields[i].flags & F_GRP_D) && line_of[i];
+	}
+	for (size_t i = 0; i < N_FIELDS && rc == ST_OK; i++) {
+		const field_t *f = &fields[i];
+		int need = !(f->flags & (F_OPT | F_GRP_S | F_GRP_D)) ||
+			   ((f->flags & F_GRP_S) && grp_s) || ((f->flags & F_GRP_D) && grp_d);
+		if (need && !line_of[i]) {
+			if (f->flags & (F_GRP_S | F_GRP_D))
+				seterr(err, errlen, "%s is missing (the other %s.* keys are given)",
+				       f->key, (f->flags & F_GRP_S) ? "sparse_opt" : "dense_opt");
+			else
+				seterr(err, errlen, "%s is missing", f->key);
+			rc = ST_EFORMAT;
+		}
+	}
+	if (rc == ST_ENOMEM)
+		seterr(err, errlen, "model config: out of memory");
+	if (rc < 0)
+		st_modelcfg_fini(cfg);
+	return rc;
+}
+
+void st_modelcfg_fini(st_model_cfg_t *cfg)
+{
+	if (!cfg)
+		return;
+	for (size_t i = 0; i < N_FIELDS; i++) {
+		const field_t *f = &fields[i];
+		if (f->kind == K_STR)
+			free(*AT(cfg, f, char *));
+		else if (f->kind == K_SLOTDIMS)
+			free(*AT(cfg, f, int *));
+	}
+	memset(cfg, 0, sizeof *cfg);
+}
+
+int st_modelcfg_equal(const st_model_cfg_t *a, const st_model_cfg_t *b)
+{
+	char *ea = NULL, *eb = NULL;
+	int eq = st_modelcfg_encode(a, &ea, NULL, 0) == ST_OK &&
+		 st_modelcfg_encode(b, &eb, NULL, 0) == ST_OK && !strcmp(ea, eb);
+	free(ea);
+	free(eb);
+	return eq;
+}

@@ -1,0 +1,486 @@
+/*
+ * checkpoint.c — the trainer's checkpoints and resume (DESIGN.md,
+ * "Checkpoints, export, online learning"; formats in docs/formats.md).
+ *
+ * Consistency. A checkpoint holds the state after batch k and nothing of
+ * batch k+1: pull-sparse decides, when it pulls batch k, that k ends a
+ * checkpoint interval (every N batches or T seconds), marks the batch and
+ * closes a gate that holds the pull of every later batch. When batch k
+ * reaches the dump stage every earlier batch has been trained and pushed
+ * and no later one has been pulled (so no row is being created, loaded or
+ * updated): dump copies the state (st_trainer_snapshot), opens the gate —
+ * training resumes — and writes the copy while training runs. The stall is
+ * the pipeline draining plus the copy, not the write.
+ *
+ * Contents. dense.safetensors: every model tensor under its PyTorch name,
+ * plus "optim.dense_state" (the dense optimizer's moments, flat); one
+ * table-<k>.rows per table with every row of both tiers (RAM and SSD) with
+ * its optimizer state, last step and use count; manifest.yaml: job name and
+ * hash, the model description, step (batches done), the data position
+ * (file cursor and records into that file, exact with one read thread),
+ * the policy and its counters (dense optimizer steps, global steps,
+ * examples), and the seed.
+ *
+ * Not in a checkpoint: admission candidates (keys counted towards
+ * min_count but not admitted yet; they start counting again), the
+ * progressive AUC, and the private replicas of kstep and shadow (they
+ * restart from the shared parameters; the other policies have no state
+ * across batch boundaries beyond the shared dense state).
+ */
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include "ops/dump/ckpt.h"
+#include "ops/train/checkpoint.h"
+#include "ops/train/trainer_internal.h"
+#include "runtime/err.h"
+
+struct st_trainer_snap {
+	int64_t step;
+	uint64_t src_file, src_rec, examples;
+	float *params;
+	size_t nparams;
+	float *dstate;
+	size_t ndstate;
+	uint64_t dt, gstep;
+	int n_tables;
+	st_rows_writer_t *rows[MAX_TABLES];
+};
+
+/* ---- the job's identity ------------------------------------------------ */
+
+static void put(char **s, size_t *len, size_t *cap, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+static void put(char **s, size_t *len, size_t *cap, const char *fmt, ...)
+{
+	va_list ap;
+	for (;;) {
+		va_start(ap, fmt);
+		int n = vsnprintf(*s + *len, *cap - *len, fmt, ap);
+		va_end(ap);
+		if (n >= 0 && (size_t)n < *cap - *len) {
+			*len += (size_t)n;
+			return;
+		}
+		*cap = *cap * 2 + (size_t)(n > 0 ? n : 64);
+		char *ns = realloc(*s, *cap);
+		if (!ns)
+			st_die("out of memory describing the model");
+		*s = ns;
+	}
+}
+
+char *st_trainer_model_desc(const st_job_t *job)
+{
+	const st_model_cfg_t *m = &job->model;
+	size_t len = 0, cap = 256;
+	char *s = st_xmalloc(cap);
+	s[0] = 0;
+	put(&s, &len, &cap, "type=%s emb_dim=%d dense=%d slots=%d", m->type ? m->type : "lr",
+	    m->emb_dim, job->train.n_dense, job->train.n_slots);
+	if (m->n_slot_dims) {
+		put(&s, &len, &cap, " slot_dims=");
+		for (int i = 0; i < m->n_slot_dims; i++)
+			put(&s, &len, &cap, "%s%d", i ? "," : "", m->slot_dims[i]);
+	}
+	put(&s, &len, &cap, " hidden=");
+	for (int i = 0; i < m->n_hidden; i++)
+		put(&s, &len, &cap, "%s%d", i ? "," : "", m->hidden[i]);
+	if (m->n_bottom) {
+		put(&s, &len, &cap, " bottom=");
+		for (int i = 0; i < m->n_bottom; i++)
+			put(&s, &len, &cap, "%s%d", i ? "," : "", m->bottom[i]);
+	}
+	put(&s, &len, &cap, " activation=%s pooling=%s dense_transform=%s sparse_opt=%s dense_opt=%s",
+	    m->activation ? m->activation : "relu", m->pooling ? m->pooling : "sum",
+	    m->dense_transform ? m->dense_transform : "log1p",
+	    m->sparse_opt.name ? m->sparse_opt.name : "-",
+	    m->dense_opt.name ? m->dense_opt.name : "-");
+	return s;
+}
+
+void st_trainer_job_hash(const st_job_t *job, char out[17])
+{
+	char *d = st_trainer_model_desc(job);
+	XXH64_hash_t h = XXH3_64bits_withSeed(d, strlen(d), job->seed);
+	snprintf(out, 17, "%016" PRIx64, (uint64_t)h);
+	free(d);
+}
+
+/* ---- gate (pull side) -------------------------------------------------- */
+
+static double mono(void);
+
+void st__trainer_ckpt_gate(st_trainer_t *tr, st_batch_t *b, st_graph_t *g)
+{
+	if (b->eval || (!tr->ckpt_every && !(tr->ckpt_secs > 0)))
+		return;
+	pthread_mutex_lock(&tr->gate_mu);
+	double t0 = mono();
+	int waited = 0;
+	/* Timed waits: a graph cancelled while this pull waits (^C, a failed
+	 * stage) may never deliver the batch that opens the gate. */
+	while (tr->gate >= 0 && (int64_t)b->seq > tr->gate && !tr->gate_cancel &&
+	       !(g && st_graph_canceled(g))) {
+		waited = 1;
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 50 * 1000 * 1000;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&tr->gate_cv, &tr->gate_mu, &ts);
+	}
+	double now = mono();
+	if (waited && tr->metrics)
+		st_metrics_add(tr->metrics, "ckpt.gate_wait_s", now - t0);
+	if (tr->ckpt_last == 0)
+		tr->ckpt_last = now;
+	int due = (tr->ckpt_every && (b->seq + 1) % tr->ckpt_every == 0) ||
+		  (tr->ckpt_secs > 0 && now - tr->ckpt_last >= tr->ckpt_secs);
+	if (due && !tr->gate_cancel) {
+		b->ckpt = 1;
+		tr->gate = (int64_t)b->seq;
+		tr->ckpt_last = now;
+	}
+	pthread_mutex_unlock(&tr->gate_mu);
+}
+
+void st__trainer_ckpt_open_gate(st_trainer_t *tr, int cancel)
+{
+	pthread_mutex_lock(&tr->gate_mu);
+	tr->gate = -1;
+	if (cancel)
+		tr->gate_cancel = 1;
+	pthread_cond_broadcast(&tr->gate_cv);
+	pthread_mutex_unlock(&tr->gate_mu);
+}
+
+void st_trainer_set_checkpoint(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg,
+			       uint64_t every_batches, double every_secs)
+{
+	tr->ckpt_cfg = cfg;
+	tr->ckpt_every = cfg ? every_batches : 0;
+	tr->ckpt_secs = cfg ? every_secs : 0;
+	tr->gate_cancel = 0;
+	tr->gate = -1;
+	tr->ckpt_last = 0;
+}
+
+void st_trainer_set_position(st_trainer_t *tr, uint64_t file, uint64_t records)
+{
+	tr->pos_file = file;
+	tr->pos_rec = records;
+}
+
+static double mono(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The dump stage, on a batch that ends a checkpoint interval: copy the
+ * state while nothing trains, let training go on, write the copy. A failed
+ * write is reported and training continues: its state is intact and the
+ * previous checkpoint is still there. */
+int st__trainer_checkpoint_after(st_trainer_t *tr, const st_batch_t *b)
+{
+	double t0 = mono();
+	st_trainer_snap_t *s = NULL;
+	int rc = st_trainer_snapshot(tr, b, &s);
+	double t1 = mono();
+	st__trainer_ckpt_open_gate(tr, 0);
+	if (rc < 0) {
+		st_error("checkpoint after batch %llu: cannot copy the state: %s",
+			 (unsigned long long)b->seq, st_strerror(rc));
+		return rc;
+	}
+	char err[1024] = "";
+	rc = st_trainer_snap_write(tr, s, tr->ckpt_cfg, err, sizeof err);
+	double t2 = mono();
+	st_trainer_snap_destroy(s);
+	if (tr->metrics) {
+		st_metrics_add(tr->metrics, "ckpt.stall_s", t1 - t0);
+		st_metrics_add(tr->metrics, "ckpt.write_s", t2 - t1);
+		st_metrics_add(tr->metrics, rc < 0 ? "ckpt.failed" : "ckpt.written", 1);
+	}
+	if (rc < 0) {
+		st_error("checkpoint after batch %llu not written (%s); training goes on, the "
+			 "previous checkpoint in %s is intact",
+			 (unsigned long long)b->seq, err, tr->ckpt_cfg->dir);
+		tr->ckpt_errors++;
+		return ST_OK;
+	}
+	return ST_OK;
+}
+
+/* ---- snapshot ---------------------------------------------------------- */
+
+typedef struct {
+	st_rows_writer_t *w;
+	const st_table_t *t;
+	int err;
+} add_t;
+
+static void add_row(uint64_t key, float *row, void *arg)
+{
+	add_t *a = arg;
+	if (a->err)
+		return;
+	const st_table_meta_t *m = st_table_meta(a->t, row);
+	int rc = st_rows_writer_add(a->w, key, m->last_step, m->freq, row);
+	if (rc < 0)
+		a->err = rc;
+}
+
+void st_trainer_snap_destroy(st_trainer_snap_t *s)
+{
+	if (!s)
+		return;
+	free(s->params);
+	free(s->dstate);
+	for (int k = 0; k < s->n_tables; k++)
+		st_rows_writer_destroy(s->rows[k]);
+	free(s);
+}
+
+int st_trainer_snapshot(st_trainer_t *tr, const st_batch_t *last, st_trainer_snap_t **out)
+{
+	st_trainer_snap_t *s = calloc(1, sizeof *s);
+	if (!s)
+		return ST_ENOMEM;
+	s->step = last ? (int64_t)last->seq + 1 : (int64_t)tr->batches;
+	s->src_file = last ? last->src_file : tr->pos_file;
+	s->src_rec = last ? last->src_rec : tr->pos_rec;
+	s->examples = tr->examples_done;
+	s->nparams = st_model_nparams(tr->model);
+	s->ndstate = st_sync_dense_state_floats(&tr->env);
+	s->params = malloc(sizeof(float) * (s->nparams ? s->nparams : 1));
+	s->dstate = malloc(sizeof(float) * (s->ndstate ? s->ndstate : 1));
+	int rc = s->params && s->dstate ? ST_OK : ST_ENOMEM;
+	if (rc == ST_OK) {
+		memcpy(s->params, st_model_params(tr->model), sizeof(float) * s->nparams);
+		memcpy(s->dstate, tr->dstate, sizeof(float) * s->ndstate);
+	}
+	s->dt = tr->dt;
+	s->gstep = tr->gstep;
+	for (int k = 0; k < tr->n_tables && rc >= 0; k++) {
+		st_rows_info_t info = { .table_id = (uint64_t)k, .dim = (uint32_t)tr->tdim[k],
+					.state_dim = (uint32_t)tr->tstate[k] };
+		if ((rc = st_rows_writer_create(&s->rows[k], &info)) < 0)
+			break;
+		s->n_tables = k + 1;
+		add_t a = { s->rows[k], tr->tables[k], 0 };
+		rc = st_table_foreach_all(tr->tables[k], add_row, &a);
+		if (rc >= 0)
+			rc = a.err;
+	}
+	if (rc < 0) {
+		st_trainer_snap_destroy(s);
+		return rc;
+	}
+	*out = s;
+	return ST_OK;
+}
+
+int64_t st_trainer_snap_step(const st_trainer_snap_t *s)
+{
+	return s->step;
+}
+
+int st_trainer_snap_write(st_trainer_t *tr, const st_trainer_snap_t *s,
+			  const st_trainer_ckpt_cfg_t *cfg, char *err, size_t errlen)
+{
+	st_ckpt_writer_t *w = NULL;
+	int rc = st_ckpt_begin(cfg->dir, s->step, &w, err, errlen);
+	if (rc < 0)
+		return rc;
+	int nt = st_model_ntensors(tr->model);
+	st_safetensors_tensor_t *t = calloc((size_t)nt + 1, sizeof *t);
+	if (!t) {
+		st_ckpt_writer_destroy(w);
+		snprintf(err, errlen, "out of memory");
+		return ST_ENOMEM;
+	}
+	for (int i = 0; i < nt; i++) {
+		const st_tensor_info_t *ti = st_model_tensor(tr->model, i);
+		t[i].name = ti->name;
+		t[i].ndim = ti->ndim;
+		for (int d = 0; d < ti->ndim; d++)
+			t[i].shape[d] = ti->shape[d];
+		t[i].f32 = s->params + ti->offset;
+	}
+	t[nt].name = "optim.dense_state";
+	t[nt].ndim = 1;
+	t[nt].shape[0] = (int64_t)s->ndstate;
+	t[nt].f32 = s->dstate;
+	st_kv_t meta[] = { { "strata.format", "1" }, { "strata.kind", "checkpoint" } };
+	rc = st_ckpt_write_dense(w, "dense.safetensors", t, nt + 1, meta, 2);
+	free(t);
+	for (int k = 0; k < s->n_tables && rc >= 0; k++) {
+		char name[32];
+		snprintf(name, sizeof name, "table-%d.rows", k);
+		rc = st_ckpt_write_rows_from(w, name, s->rows[k]);
+	}
+	if (rc >= 0) {
+		char dt[32], gs[32], ex[32];
+		snprintf(dt, sizeof dt, "%" PRIu64, s->dt);
+		snprintf(gs, sizeof gs, "%" PRIu64, s->gstep);
+		snprintf(ex, sizeof ex, "%" PRIu64, s->examples);
+		st_manifest_kv_t kv[] = { { (char *)"dense_steps", dt }, { (char *)"global_steps", gs },
+					  { (char *)"examples", ex } };
+		const char *file = cfg->n_paths ? cfg->paths[s->src_file % (uint64_t)cfg->n_paths] : "-";
+		st_manifest_shard_t sh = { .shard = 0, .file = (char *)file,
+					   .offset = s->src_file, .records = s->src_rec };
+		uint64_t rng[1] = { cfg->seed };
+		st_manifest_t m = {
+			.job_name = (char *)cfg->job_name, .job_hash = (char *)cfg->job_hash,
+			.model = (char *)cfg->model, .step = s->step, .shards = &sh, .n_shards = 1,
+			.sync_policy = (char *)st_trainer_policy_name(tr), .sync_state = kv,
+			.n_sync_state = 3, .rng = rng, .n_rng = 1,
+		};
+		rc = st_ckpt_commit(w, &m, cfg->keep, NULL, NULL);
+	}
+	if (rc < 0)
+		snprintf(err, errlen, "%s", st_ckpt_error(w));
+	st_ckpt_writer_destroy(w);
+	return rc;
+}
+
+/* ---- resume ------------------------------------------------------------ */
+
+static int parse_u64(const st_manifest_t *m, const char *key, uint64_t *v)
+{
+	const char *s = st_manifest_sync_get(m, key);
+	if (!s)
+		return ST_EFORMAT;
+	char *end;
+	*v = strtoull(s, &end, 10);
+	return *end ? ST_EFORMAT : ST_OK;
+}
+
+static int load_rows(st_trainer_t *tr, int k, const char *path, char *err, size_t errlen)
+{
+	st_rows_reader_t *r;
+	int rc = st_rows_reader_open(path, &r, err, errlen);
+	if (rc < 0)
+		return rc;
+	const st_rows_info_t *info = st_rows_reader_info(r);
+	if (info->dim != (uint32_t)tr->tdim[k] || info->state_dim != (uint32_t)tr->tstate[k]) {
+		snprintf(err, errlen, "%s: rows of %u + %u floats, the job's table %d has %d + %d",
+			 path, info->dim, info->state_dim, k, tr->tdim[k], tr->tstate[k]);
+		st_rows_reader_close(r);
+		return ST_EINVAL;
+	}
+	size_t nf = (size_t)info->dim + info->state_dim;
+	st_table_t *t = tr->tables[k];
+	st_rows_row_t row;
+	while ((rc = st_rows_reader_next(r, &row)) == 1) {
+		float *dst;
+		rc = st_table_get_or_create(t, row.key, row.last_step, &dst);
+		if (rc < 0)
+			break;
+		if (!dst) {
+			/* Admission does not apply to restored rows: the row was
+			 * admitted before. Force it through a fresh lookup. */
+			snprintf(err, errlen, "%s: key %" PRIx64 " refused by admission while restoring",
+				 path, row.key);
+			rc = ST_EINVAL;
+			break;
+		}
+		memcpy(dst, row.vals, sizeof(float) * nf);
+		st_table_meta_t *m = st_table_meta(t, dst);
+		m->last_step = row.last_step;
+		m->freq = row.freq;
+		st_table_unpin(t, &dst, 1);
+	}
+	if (rc < 0 && !err[0])
+		snprintf(err, errlen, "%s", st_rows_reader_error(r));
+	st_rows_reader_close(r);
+	return rc < 0 ? rc : ST_OK;
+}
+
+int st_trainer_resume(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg,
+		      st_trainer_resume_t *out, char *err, size_t errlen)
+{
+	char *dir = NULL;
+	st_manifest_t *m = NULL;
+	err[0] = 0;
+	int rc = st_ckpt_find_latest(cfg->dir, &dir, &m, NULL, NULL, err, errlen);
+	if (rc < 0)
+		return rc;
+	rc = st_ckpt_check_compat(m, cfg->job_hash, cfg->model, err, errlen);
+	st_safetensors_t *f = NULL;
+	char path[4200];
+	if (rc >= 0) {
+		snprintf(path, sizeof path, "%s/dense.safetensors", dir);
+		rc = st_safetensors_read(path, &f, err, errlen);
+	}
+	float *params = st_model_params(tr->model);
+	int nt = st_model_ntensors(tr->model);
+	for (int i = 0; i < nt && rc >= 0; i++) {
+		const st_tensor_info_t *ti = st_model_tensor(tr->model, i);
+		size_t numel = 1;
+		for (int d = 0; d < ti->ndim; d++)
+			numel *= (size_t)ti->shape[d];
+		int j;
+		for (j = 0; j < f->n_tensors && strcmp(f->tensors[j].name, ti->name); j++)
+			;
+		if (j == f->n_tensors || !f->tensors[j].f32 || f->tensors[j].numel != numel) {
+			snprintf(err, errlen, "%s: tensor %s %s", path, ti->name,
+				 j == f->n_tensors ? "is missing" : "has another shape or type");
+			rc = ST_EINVAL;
+			break;
+		}
+		memcpy(params + ti->offset, f->tensors[j].f32, sizeof(float) * numel);
+	}
+	size_t nds = st_sync_dense_state_floats(&tr->env);
+	if (rc >= 0) {
+		int j;
+		for (j = 0; j < f->n_tensors && strcmp(f->tensors[j].name, "optim.dense_state"); j++)
+			;
+		if (j == f->n_tensors || !f->tensors[j].f32 || f->tensors[j].numel != nds) {
+			snprintf(err, errlen, "%s: optim.dense_state is missing or of another size", path);
+			rc = ST_EINVAL;
+		} else {
+			memcpy(tr->dstate, f->tensors[j].f32, sizeof(float) * nds);
+		}
+	}
+	uint64_t dt = 0, gs = 0, ex = 0;
+	if (rc >= 0 && (parse_u64(m, "dense_steps", &dt) < 0 || parse_u64(m, "global_steps", &gs) < 0 ||
+			parse_u64(m, "examples", &ex) < 0 || m->n_shards < 1)) {
+		snprintf(err, errlen, "%s: manifest lacks the trainer's counters or data position", dir);
+		rc = ST_EFORMAT;
+	}
+	for (int k = 0; k < tr->n_tables && rc >= 0; k++) {
+		snprintf(path, sizeof path, "%s/table-%d.rows", dir, k);
+		rc = load_rows(tr, k, path, err, errlen);
+	}
+	if (rc >= 0) {
+		tr->dt = dt;
+		tr->gstep = gs;
+		tr->batches = (uint64_t)m->step;
+		tr->examples_done = ex;
+		tr->pos_file = m->shards[0].offset;
+		tr->pos_rec = m->shards[0].records;
+		out->step = (uint64_t)m->step;
+		out->file = m->shards[0].offset;
+		out->records = m->shards[0].records;
+		out->examples = ex;
+		snprintf(out->dir, sizeof out->dir, "%s", dir);
+	}
+	st_safetensors_free(f);
+	st_manifest_free(m);
+	free(dir);
+	return rc;
+}

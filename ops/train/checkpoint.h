@@ -1,0 +1,71 @@
+/*
+ * checkpoint.h — checkpoints of a trainer and resuming from them
+ * (ops/train/checkpoint.c; the file formats are ops/dump/, documented in
+ * docs/formats.md).
+ */
+#ifndef ST_TRAIN_CHECKPOINT_H
+#define ST_TRAIN_CHECKPOINT_H
+
+#include <stdint.h>
+
+#include "lang/job.h"
+#include "ops/train/trainer.h"
+#include "runtime/batch.h"
+
+typedef struct st_trainer_ckpt_cfg {
+	const char *dir;        /* checkpoint root (ckpt-<step>/ inside) */
+	int keep;               /* newest complete checkpoints kept; 0 = all */
+	const char *job_name;
+	const char *job_hash;   /* st_trainer_job_hash */
+	const char *model;      /* st_trainer_model_desc */
+	const char *const *paths; /* the training files, by cursor % n_paths */
+	int n_paths;
+	uint64_t seed;
+} st_trainer_ckpt_cfg_t;
+
+/* The model description compared on resume (malloc'ed, the caller frees)
+ * and its hash with the seed (16 hex digits). */
+char *st_trainer_model_desc(const st_job_t *job);
+void st_trainer_job_hash(const st_job_t *job, char out[17]);
+
+/* Checkpoints every `every_batches` train batches and/or every `every_secs`
+ * seconds (0 = not by that measure), written by the dump stage with cfg
+ * (kept by pointer: it must outlive the run). cfg NULL turns them off.
+ * Before the graph runs. */
+void st_trainer_set_checkpoint(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg,
+			       uint64_t every_batches, double every_secs);
+
+/* A copy of the trainer's state after `last` (NULL: after the last batch
+ * trained, with the data position set by st_trainer_set_position). No
+ * training may run during the call. ST_OK and *out (the caller destroys
+ * it), ST_ENOMEM, or the store's read error. */
+typedef struct st_trainer_snap st_trainer_snap_t;
+int st_trainer_snapshot(st_trainer_t *tr, const st_batch_t *last, st_trainer_snap_t **out);
+int64_t st_trainer_snap_step(const st_trainer_snap_t *s);
+void st_trainer_snap_destroy(st_trainer_snap_t *s);
+
+/* Writes a snapshot as checkpoint <cfg->dir>/ckpt-<step> (temporary name,
+ * fsync, rename, retention). ST_OK, or ST_ENOSPC / ST_EIO / ST_EINVAL with
+ * the message in err; then older checkpoints are untouched. */
+int st_trainer_snap_write(st_trainer_t *tr, const st_trainer_snap_t *s,
+			  const st_trainer_ckpt_cfg_t *cfg, char *err, size_t errlen);
+
+/* The data position of the end of training (for the final checkpoint). */
+void st_trainer_set_position(st_trainer_t *tr, uint64_t file, uint64_t records);
+
+typedef struct st_trainer_resume {
+	uint64_t step;          /* batches done */
+	uint64_t file, records; /* data position: file cursor, records into it */
+	uint64_t examples;
+	char dir[4200];         /* the checkpoint used */
+} st_trainer_resume_t;
+
+/* Loads the newest complete checkpoint under cfg->dir into a fresh trainer
+ * (parameters, optimizer state, rows of every table, counters); older ones
+ * are tried when the newest fails its checksums (said on stderr).
+ * ST_OK and *out; ST_ENOENT when none verifies; ST_EINVAL (an incompatible
+ * job: the message names the mismatch), ST_EFORMAT, ST_ECORRUPT, ST_EIO. */
+int st_trainer_resume(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg,
+		      st_trainer_resume_t *out, char *err, size_t errlen);
+
+#endif
