@@ -296,14 +296,16 @@ static int run_pass(run_ctx_t *rc_, const st_source_t *src, int epochs, int eval
 		return rc;
 	}
 	if (!eval && rc_->resumed &&
-	    (rc = st_read_stage_seek(rs, rc_->pos.file, rc_->pos.records, rc_->pos.step,
-				     rc_->pos.examples)) < 0) {
+	    (rc = st_read_stage_seek(rs, rc_->pos.file, rc_->pos.records, rc_->pos.pass_batches,
+				     rc_->pos.pass_examples)) < 0) {
 		st_error("%s: the checkpoint's data position (file %llu, record %llu) is past "
 			 "the data", rc_->pos.dir, (unsigned long long)rc_->pos.file,
 			 (unsigned long long)rc_->pos.records);
 		st_read_stage_destroy(rs);
 		return rc;
 	}
+	if (!eval)
+		rc_->resumed = 0;   /* only the first training pass continues mid-way */
 	rc = build_graph(&g, rc_->job, rc_->place, rc_->pin, rs, rc_->model);
 	if (rc < 0)
 		goto out;
@@ -455,7 +457,21 @@ static int run_phases(run_ctx_t *rc_, const char *metrics_path, int tty)
 	uint64_t n_before = 0;
 	typedef struct { double auc, ll; uint64_t n; } slice_t;
 	slice_t *slice = st_xcalloc((size_t)job->n_phases, sizeof *slice);
-	for (int i = 0; i < job->n_phases; i++) {
+	for (int i = 0; i < job->n_phases; i++)
+		slice[i] = (slice_t){ NAN, NAN, 0 };
+	/* Resume: phases that ended before the checkpoint are skipped; the one
+	 * it was taken in continues from its data position. */
+	int first = 0, partial = -1;
+	if (rc_->resumed && rc_->pos.phase >= 0) {
+		first = (int)rc_->pos.phase + (rc_->pos.pass_done ? 1 : 0);
+		if (!rc_->pos.pass_done)
+			partial = (int)rc_->pos.phase;
+		else
+			rc_->resumed = 0;
+		st_info("resuming at phase %d/%d%s", first + 1, job->n_phases,
+			partial >= 0 ? " (mid-phase)" : "");
+	}
+	for (int i = first; i < job->n_phases; i++) {
 		const st_phase_t *ph = &job->phases[i];
 		int rc = st_trainer_set_policy(rc_->model, &ph->sync);
 		if (rc < 0) {
@@ -474,7 +490,9 @@ static int run_phases(run_ctx_t *rc_, const char *metrics_path, int tty)
 		double secs = 0, vauc = NAN, vll = NAN, vcal = NAN;
 		uint64_t vn = 0;
 		st_read_stats_t rs = { 0 };
-		if (ph->validate) {
+		st_trainer_begin_pass(rc_->model, i, i == partial ? rc_->pos.pass_batches : 0,
+				      i == partial ? rc_->pos.pass_examples : 0);
+		if (ph->validate && i != partial) {
 			/* Progressive validation of the slice: scored by the model
 			 * trained on every earlier slice, before it learns from it
 			 * (kstep-adam-terabyte-training.md, Section 5). */
@@ -489,6 +507,7 @@ static int run_phases(run_ctx_t *rc_, const char *metrics_path, int tty)
 			append_file(metrics_path, tmp);
 		if (rc < 0)
 			return rc;
+		st_trainer_end_pass(rc_->model);
 		if (export_now(rc_) < 0 || final_checkpoint(rc_, rc_->ckpt) < 0)
 			return ST_EIO;
 		double auc = 0, ll = 0, eauc = NAN, ell = NAN, calib = NAN;
@@ -498,7 +517,7 @@ static int run_phases(run_ctx_t *rc_, const char *metrics_path, int tty)
 		       st_trainer_policy_name(rc_->model));
 		print_count(stdout, n - n_before);
 		printf(" examples in %.2f s, progressive auc %.4f logloss %.4f", secs, auc, ll);
-		if (ph->validate)
+		if (ph->validate && i != partial)
 			printf(", slice auc %.4f logloss %.4f (before training on it)", vauc, vll);
 		if (job->has_eval) {
 			if ((rc = run_eval(rc_, &eauc, &ell, &calib, &en)) < 0)
@@ -518,7 +537,7 @@ static int run_phases(run_ctx_t *rc_, const char *metrics_path, int tty)
 					(unsigned long long)st_trainer_switches(rc_->model));
 				if (job->has_eval && isfinite(eauc))
 					fprintf(f, ",\"eval_auc\":%.6f,\"eval_logloss\":%.6f", eauc, ell);
-				if (ph->validate)
+				if (ph->validate && i != partial)
 					fprintf(f, ",\"slice_auc\":%.6f,\"slice_logloss\":%.6f,"
 						"\"slice_examples\":%llu", vauc, vll,
 						(unsigned long long)vn);
@@ -535,9 +554,12 @@ static int run_phases(run_ctx_t *rc_, const char *metrics_path, int tty)
 		printf("%s: slices, each scored before training on it\n", job->name);
 		printf("  %-16s %10s %8s %8s\n", "slice", "examples", "auc", "logloss");
 		for (int i = 0; i < job->n_phases; i++)
-			if (job->phases[i].validate)
+			if (job->phases[i].validate && slice[i].n)
 				printf("  %-16s %10llu %8.4f %8.4f\n", job->phases[i].name,
 				       (unsigned long long)slice[i].n, slice[i].auc, slice[i].ll);
+			else if (job->phases[i].validate)
+				printf("  %-16s %10s %8s %8s  (%s)\n", job->phases[i].name, "-", "-", "-",
+				       i < first ? "before the resumed checkpoint" : "resumed mid-slice");
 	}
 	free(slice);
 	return 0;
@@ -665,12 +687,6 @@ int st_cmd_run(int argc, char **argv)
 		ec = ST_EXIT_USAGE;
 		goto stop_desc;
 	}
-	if ((o.resume || job->resume) && job->n_phases) {
-		fprintf(stderr, "strata: %s: resuming a job with phases is not supported yet\n",
-			job->file);
-		ec = ST_EXIT_USAGE;
-		goto stop_desc;
-	}
 	if (o.resume || job->resume) {
 		char err[1024];
 		int r = st_trainer_resume(rc_.model, &ckpt, &rc_.pos, err, sizeof err);
@@ -705,8 +721,11 @@ int st_cmd_run(int argc, char **argv)
 		job->train_stage.threads == 1 ? "" : "s", job->sync.name, job->model.type);
 	double secs = 0;
 	st_read_stats_t rs = { 0 };
+	st_trainer_begin_pass(rc_.model, -1, rc_.resumed ? rc_.pos.pass_batches : 0,
+			      rc_.resumed ? rc_.pos.pass_examples : 0);
 	if (run_pass(&rc_, &job->train, job->epochs, 0, metrics_path, tty, &secs, &rs) < 0)
 		goto stop_desc;
+	st_trainer_end_pass(rc_.model);
 	if (final_checkpoint(&rc_, &ckpt) < 0 || export_now(&rc_) < 0)
 		goto stop_desc;
 

@@ -24,19 +24,10 @@
 #include "ops/dump/ckpt.h"
 #include "ops/dump/modelcfg.h"
 #include "ops/nn/model.h"
+#include "ops/dump/dumpio.h"
 #include "runtime/err.h"
 #include "runtime/store/table.h"
 
-static void seterr(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t n, const char *fmt, ...)
-{
-	if (!err || !n)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, n, fmt, ap);
-	va_end(ap);
-}
 
 /* ---- a set of keys, for the one pass over an SSD tier ------------------- */
 
@@ -223,12 +214,12 @@ int st_export_write(st_trainer_t *tr, const st_job_t *job, const char *root, uin
 	const int nt = st_trainer_ntables(tr);
 	st_model_t *m = st_trainer_model(tr);
 	if (seq > (uint64_t)INT64_MAX || step < 0 || n_slots < 1 || !root || !job->model.type) {
-		seterr(err, errlen, "export: bad arguments (seq %" PRIu64 ", step %" PRId64 ")", seq,
+		st__dumpio_seterr(err, errlen, "export: bad arguments (seq %" PRIu64 ", step %" PRId64 ")", seq,
 		       step);
 		return ST_EINVAL;
 	}
 	if (delta && (delta->n_tables != nt || (nt && !delta->tables))) {
-		seterr(err, errlen, "export %" PRIu64 ": the delta lists %d tables, the trainer has %d",
+		st__dumpio_seterr(err, errlen, "export %" PRIu64 ": the delta lists %d tables, the trainer has %d",
 		       seq, delta->n_tables, nt);
 		return ST_EINVAL;
 	}
@@ -236,14 +227,14 @@ int st_export_write(st_trainer_t *tr, const st_job_t *job, const char *root, uin
 	int *st = malloc(sizeof(int) * (size_t)n_slots);
 	int rc = st ? map_slots(tr, n_slots, st) : ST_ENOMEM;
 	if (rc == ST_EINVAL)
-		seterr(err, errlen, "export %" PRIu64 ": the trainer does not have the job's %d slots",
+		st__dumpio_seterr(err, errlen, "export %" PRIu64 ": the trainer does not have the job's %d slots",
 		       seq, n_slots);
 	if (rc >= 0 && (rc = st_modelcfg_encode(&job->model, &model, err, errlen)) >= 0 &&
 	    !(slot_tables = join_ints(st, n_slots)))
 		rc = ST_ENOMEM;
 	if (rc < 0) {
 		if (rc == ST_ENOMEM)
-			seterr(err, errlen, "export %" PRIu64 ": out of memory", seq);
+			st__dumpio_seterr(err, errlen, "export %" PRIu64 ": out of memory", seq);
 		free(st);
 		free(model);
 		return rc;
@@ -302,7 +293,7 @@ int st_export_write(st_trainer_t *tr, const st_job_t *job, const char *root, uin
 		st_rows_writer_t *b;
 		if ((rc = st_rows_writer_create(&b, &info)) < 0) {
 			if (rc == ST_EINVAL) {
-				seterr(err, errlen, "export %" PRIu64 ": table %d has no slot", seq, k);
+				st__dumpio_seterr(err, errlen, "export %" PRIu64 ": table %d has no slot", seq, k);
 				have_msg = 1;
 			}
 			break;
@@ -318,10 +309,10 @@ int st_export_write(st_trainer_t *tr, const st_job_t *job, const char *root, uin
 		if (rc < 0) {
 			/* Before the builder reaches the writer: say it here. */
 			if (rc == ST_EINVAL)
-				seterr(err, errlen, "export %" PRIu64 ": table %d: a key list is NULL "
+				st__dumpio_seterr(err, errlen, "export %" PRIu64 ": table %d: a key list is NULL "
 				       "with a nonzero count", seq, k);
 			else
-				seterr(err, errlen, "export %" PRIu64 ": table %d: reading rows: %s",
+				st__dumpio_seterr(err, errlen, "export %" PRIu64 ": table %d: reading rows: %s",
 				       seq, k, st_strerror(rc));
 			have_msg = 1;
 		} else {
@@ -359,9 +350,9 @@ int st_export_write(st_trainer_t *tr, const st_job_t *job, const char *root, uin
 out:
 	if (rc < 0 && !have_msg) {
 		if (w && *st_ckpt_error(w))
-			seterr(err, errlen, "%s", st_ckpt_error(w));
+			st__dumpio_seterr(err, errlen, "%s", st_ckpt_error(w));
 		else
-			seterr(err, errlen, "export %" PRIu64 ": %s", seq, st_strerror(rc));
+			st__dumpio_seterr(err, errlen, "export %" PRIu64 ": %s", seq, st_strerror(rc));
 	}
 	st_ckpt_writer_destroy(w);
 	free(ten);

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/dump/dumpio.h"
 #include "runtime/err.h"
 
 #define MAX_LAYERS 16
@@ -89,17 +90,6 @@ static const field_t fields[] = {
 };
 #define N_FIELDS (sizeof fields / sizeof fields[0])
 
-static void seterr(char *err, size_t n, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t n, const char *fmt, ...)
-{
-	if (!err || !n)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, n, fmt, ap);
-	va_end(ap);
-}
 
 #define AT(cfg, f, T) ((T *)((char *)(cfg) + (f)->off))
 #define CAT(cfg, f, T) ((const T *)((const char *)(cfg) + (f)->off))
@@ -169,12 +159,12 @@ int st_modelcfg_encode(const st_model_cfg_t *cfg, char **out, char *err, size_t 
 			if (!s) {
 				if (f->flags & F_OPT)
 					continue;
-				seterr(err, errlen, "model config: %s is not set", f->key);
+				st__dumpio_seterr(err, errlen, "model config: %s is not set", f->key);
 				free(b.p);
 				return ST_EINVAL;
 			}
 			if (strchr(s, '\n') || strchr(s, '\r')) {
-				seterr(err, errlen, "model config: %s has a line break", f->key);
+				st__dumpio_seterr(err, errlen, "model config: %s has a line break", f->key);
 				free(b.p);
 				return ST_EINVAL;
 			}
@@ -191,7 +181,7 @@ int st_modelcfg_encode(const st_model_cfg_t *cfg, char **out, char *err, size_t 
 		case K_DBL: {
 			double v = *CAT(cfg, f, double);
 			if (!isfinite(v)) {
-				seterr(err, errlen, "model config: %s is %g, not a finite number",
+				st__dumpio_seterr(err, errlen, "model config: %s is %g, not a finite number",
 				       f->key, v);
 				free(b.p);
 				return ST_EINVAL;
@@ -202,7 +192,7 @@ int st_modelcfg_encode(const st_model_cfg_t *cfg, char **out, char *err, size_t 
 		case K_LAYERS: {
 			int n = *CCOUNT(cfg, f);
 			if (n < 0 || n > MAX_LAYERS) {
-				seterr(err, errlen, "model config: %d %s layers (0..%d)", n, f->key,
+				st__dumpio_seterr(err, errlen, "model config: %d %s layers (0..%d)", n, f->key,
 				       MAX_LAYERS);
 				free(b.p);
 				return ST_EINVAL;
@@ -216,7 +206,7 @@ int st_modelcfg_encode(const st_model_cfg_t *cfg, char **out, char *err, size_t 
 			if (!v || n == 0)
 				continue;
 			if (n < 0 || n > MAX_SLOTS) {
-				seterr(err, errlen, "model config: %d slot dims (1..%d)", n, MAX_SLOTS);
+				st__dumpio_seterr(err, errlen, "model config: %d slot dims (1..%d)", n, MAX_SLOTS);
 				free(b.p);
 				return ST_EINVAL;
 			}
@@ -227,7 +217,7 @@ int st_modelcfg_encode(const st_model_cfg_t *cfg, char **out, char *err, size_t 
 	}
 	if (b.oom) {
 		free(b.p);
-		seterr(err, errlen, "model config: out of memory");
+		st__dumpio_seterr(err, errlen, "model config: out of memory");
 		return ST_ENOMEM;
 	}
 	*out = b.p;
@@ -344,7 +334,7 @@ static int set_value(st_model_cfg_t *cfg, const field_t *f, const char *v, int l
 		if (!known(f->names, v)) {
 			char list[128];
 			names_list(f->names, list, sizeof list);
-			seterr(err, errlen, "line %d: %s '%s' is not one of %s", line, f->key, v, list);
+			st__dumpio_seterr(err, errlen, "line %d: %s '%s' is not one of %s", line, f->key, v, list);
 			return ST_EFORMAT;
 		}
 		char *s = strdup(v);
@@ -355,7 +345,7 @@ static int set_value(st_model_cfg_t *cfg, const field_t *f, const char *v, int l
 	}
 	case K_INT:
 		if (parse_i64(v, f->min, INT32_MAX, &x) < 0) {
-			seterr(err, errlen, "line %d: %s '%s' is not an integer >= %d", line, f->key, v,
+			st__dumpio_seterr(err, errlen, "line %d: %s '%s' is not an integer >= %d", line, f->key, v,
 			       f->min);
 			return ST_EFORMAT;
 		}
@@ -363,21 +353,21 @@ static int set_value(st_model_cfg_t *cfg, const field_t *f, const char *v, int l
 		return ST_OK;
 	case K_BOOL:
 		if (strcmp(v, "0") && strcmp(v, "1")) {
-			seterr(err, errlen, "line %d: %s '%s' is not 0 or 1", line, f->key, v);
+			st__dumpio_seterr(err, errlen, "line %d: %s '%s' is not 0 or 1", line, f->key, v);
 			return ST_EFORMAT;
 		}
 		*AT(cfg, f, int) = v[0] == '1';
 		return ST_OK;
 	case K_U64:
 		if (parse_u64(v, AT(cfg, f, uint64_t)) < 0) {
-			seterr(err, errlen, "line %d: %s '%s' is not an unsigned 64-bit integer", line,
+			st__dumpio_seterr(err, errlen, "line %d: %s '%s' is not an unsigned 64-bit integer", line,
 			       f->key, v);
 			return ST_EFORMAT;
 		}
 		return ST_OK;
 	case K_DBL:
 		if (parse_dbl(v, AT(cfg, f, double)) < 0) {
-			seterr(err, errlen, "line %d: %s '%s' is not a finite number", line, f->key, v);
+			st__dumpio_seterr(err, errlen, "line %d: %s '%s' is not a finite number", line, f->key, v);
 			return ST_EFORMAT;
 		}
 		return ST_OK;
@@ -391,10 +381,10 @@ static int set_value(st_model_cfg_t *cfg, const field_t *f, const char *v, int l
 			return rc;
 		if (rc < 0) {
 			if (layers)
-				seterr(err, errlen, "line %d: %s '%s' is not a comma-separated list of "
+				st__dumpio_seterr(err, errlen, "line %d: %s '%s' is not a comma-separated list of "
 				       "at most %d layer sizes >= %d", line, f->key, v, MAX_LAYERS, f->min);
 			else
-				seterr(err, errlen, "line %d: %s '%s' is not a comma-separated list of "
+				st__dumpio_seterr(err, errlen, "line %d: %s '%s' is not a comma-separated list of "
 				       "1..%d dims >= 0", line, f->key, v, MAX_SLOTS);
 			return ST_EFORMAT;
 		}
@@ -438,12 +428,12 @@ int st_modelcfg_decode(const char *text, st_model_cfg_t *cfg, char *err, size_t 
 		p = nl ? nl + 1 : p + len;
 		char *eq = strchr(buf, '=');
 		if (!len) {
-			seterr(err, errlen, "line %d: empty line", line);
+			st__dumpio_seterr(err, errlen, "line %d: empty line", line);
 			rc = ST_EFORMAT;
 			break;
 		}
 		if (!eq) {
-			seterr(err, errlen, "line %d: '%.60s' is not key=value", line, buf);
+			st__dumpio_seterr(err, errlen, "line %d: '%.60s' is not key=value", line, buf);
 			rc = ST_EFORMAT;
 			break;
 		}
@@ -452,12 +442,12 @@ int st_modelcfg_decode(const char *text, st_model_cfg_t *cfg, char *err, size_t 
 		for (i = 0; i < N_FIELDS && strcmp(fields[i].key, buf); i++)
 			;
 		if (i == N_FIELDS) {
-			seterr(err, errlen, "line %d: unknown key '%.60s'", line, buf);
+			st__dumpio_seterr(err, errlen, "line %d: unknown key '%.60s'", line, buf);
 			rc = ST_EFORMAT;
 			break;
 		}
 		if (line_of[i]) {
-			seterr(err, errlen, "line %d: %s given twice (first on line %d)", line,
+			st__dumpio_seterr(err, errlen, "line %d: %s given twice (first on line %d)", line,
 			       fields[i].key, line_of[i]);
 			rc = ST_EFORMAT;
 			break;
@@ -478,15 +468,15 @@ int st_modelcfg_decode(const char *text, st_model_cfg_t *cfg, char *err, size_t 
 			   ((f->flags & F_GRP_S) && grp_s) || ((f->flags & F_GRP_D) && grp_d);
 		if (need && !line_of[i]) {
 			if (f->flags & (F_GRP_S | F_GRP_D))
-				seterr(err, errlen, "%s is missing (the other %s.* keys are given)",
+				st__dumpio_seterr(err, errlen, "%s is missing (the other %s.* keys are given)",
 				       f->key, (f->flags & F_GRP_S) ? "sparse_opt" : "dense_opt");
 			else
-				seterr(err, errlen, "%s is missing", f->key);
+				st__dumpio_seterr(err, errlen, "%s is missing", f->key);
 			rc = ST_EFORMAT;
 		}
 	}
 	if (rc == ST_ENOMEM)
-		seterr(err, errlen, "model config: out of memory");
+		st__dumpio_seterr(err, errlen, "model config: out of memory");
 	if (rc < 0)
 		st_modelcfg_fini(cfg);
 	return rc;

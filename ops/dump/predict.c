@@ -35,6 +35,7 @@
 #include "ops/dump/modelcfg.h"
 #include "ops/nn/model.h"
 #include "ops/train/trainer.h"
+#include "ops/dump/dumpio.h"
 #include "runtime/err.h"
 
 #define DEFAULT_MINIBATCH 1024
@@ -60,16 +61,6 @@ typedef struct meta {
 	const char *format, *model, *n_dense, *n_slots, *slot_tables, *seed, *minibatch;
 } meta_t;
 
-static void seterr(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t n, const char *fmt, ...)
-{
-	if (!err || !n)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, n, fmt, ap);
-	va_end(ap);
-}
 
 static char *path_join(const char *dir, const char *name)
 {
@@ -186,7 +177,7 @@ static int listed(const st_manifest_t *m, const char *name, char *err, size_t er
 {
 	if (st_manifest_find_file(m, name))
 		return ST_OK;
-	seterr(err, errlen, "file '%s' is not listed in its manifest", name);
+	st__dumpio_seterr(err, errlen, "file '%s' is not listed in its manifest", name);
 	return ST_ECORRUPT;
 }
 
@@ -208,7 +199,7 @@ static int read_table(const char *dir, const st_manifest_t *m, const char *ename
 		return rc == ST_ENOENT ? ST_ECORRUPT : rc;
 	const st_rows_info_t *i = &(*out)->info;
 	if (i->table_id != (uint64_t)k || i->dim != dim || !(i->flags & ST_ROWS_DELTA) != !delta) {
-		seterr(err, errlen, "export %s: %s is table %" PRIu64 " of dim %u (%s); the model's "
+		st__dumpio_seterr(err, errlen, "export %s: %s is table %" PRIu64 " of dim %u (%s); the model's "
 		       "table %d has dim %u and the export is a %s", ename, name, i->table_id, i->dim,
 		       (i->flags & ST_ROWS_DELTA) ? "delta" : "full", k, dim,
 		       delta ? "delta" : "full export");
@@ -231,12 +222,12 @@ static int parse_meta(st_predictor_t *p, const meta_t *m, const char *where, int
 				     m->seed };
 	for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
 		if (!have[i]) {
-			seterr(err, errlen, "%s: no %s in its metadata: not a strata export", where,
+			st__dumpio_seterr(err, errlen, "%s: no %s in its metadata: not a strata export", where,
 			       need[i]);
 			return ST_EFORMAT;
 		}
 	if (strcmp(m->format, ST_EXPORT_FORMAT)) {
-		seterr(err, errlen, "%s: strata.format '%s', this strata reads format %s", where,
+		st__dumpio_seterr(err, errlen, "%s: strata.format '%s', this strata reads format %s", where,
 		       m->format, ST_EXPORT_FORMAT);
 		return ST_EFORMAT;
 	}
@@ -244,7 +235,7 @@ static int parse_meta(st_predictor_t *p, const meta_t *m, const char *where, int
 	if (parse_num(m->n_dense, 0, 1u << 20, &nd) < 0 || parse_num(m->n_slots, 1, 65535, &ns) < 0 ||
 	    parse_num(m->seed, 0, UINT64_MAX, &seed) < 0 ||
 	    (m->minibatch && parse_num(m->minibatch, 1, 1u << 24, &mb) < 0)) {
-		seterr(err, errlen, "%s: bad strata.n_dense '%s', n_slots '%s', seed '%s' or "
+		st__dumpio_seterr(err, errlen, "%s: bad strata.n_dense '%s', n_slots '%s', seed '%s' or "
 		       "minibatch '%s'", where, m->n_dense, m->n_slots, m->seed,
 		       m->minibatch ? m->minibatch : "");
 		return ST_EFORMAT;
@@ -252,7 +243,7 @@ static int parse_meta(st_predictor_t *p, const meta_t *m, const char *where, int
 	char why[256];
 	int rc = st_modelcfg_decode(m->model, &p->cfg, why, sizeof why);
 	if (rc < 0) {
-		seterr(err, errlen, "%s: strata.model: %s", where,
+		st__dumpio_seterr(err, errlen, "%s: strata.model: %s", where,
 		       rc == ST_ENOMEM ? "out of memory" : why);
 		return rc;
 	}
@@ -264,7 +255,7 @@ static int parse_meta(st_predictor_t *p, const meta_t *m, const char *where, int
 		char *end;
 		long v = (*s >= '0' && *s <= '9') ? strtol(s, &end, 10) : -1;
 		if (v < 0 || v >= 16 || (*end != ',' && *end) || (*end == ',') != (i + 1 < ns)) {
-			seterr(err, errlen, "%s: strata.slot_tables '%.80s' is not %" PRIu64
+			st__dumpio_seterr(err, errlen, "%s: strata.slot_tables '%.80s' is not %" PRIu64
 			       " table indexes", where, m->slot_tables, ns);
 			free(st);
 			return ST_EFORMAT;
@@ -285,7 +276,7 @@ static int build_trainer(st_predictor_t *p, const int *slot_tables, const char *
 			 char *err, size_t errlen)
 {
 	if (p->cfg.slot_dims && p->cfg.n_slot_dims != p->info.n_slots) {
-		seterr(err, errlen, "%s: strata.model has %d slot dims for %d slots", where,
+		st__dumpio_seterr(err, errlen, "%s: strata.model has %d slot dims for %d slots", where,
 		       p->cfg.n_slot_dims, p->info.n_slots);
 		return ST_EFORMAT;
 	}
@@ -312,7 +303,7 @@ static int build_trainer(st_predictor_t *p, const int *slot_tables, const char *
 	job.model.init_scale = 0;
 	int rc = st_trainer_create(&p->tr, &job, NULL);
 	if (rc < 0) {
-		seterr(err, errlen, "%s: %s", where, rc == ST_ENOMEM ? "out of memory" :
+		st__dumpio_seterr(err, errlen, "%s: %s", where, rc == ST_ENOMEM ? "out of memory" :
 		       "the model in its metadata cannot be built (see the message above)");
 		return rc == ST_ENOMEM ? rc : ST_EFORMAT;
 	}
@@ -322,13 +313,13 @@ static int build_trainer(st_predictor_t *p, const int *slot_tables, const char *
 	for (int s = 0; s < p->info.n_slots; s++) {
 		mt = slot_tables[s] + 1 > mt ? slot_tables[s] + 1 : mt;
 		if (st_trainer_table(p->tr, slot_tables[s]) != st_trainer_table_for_slot(p->tr, s)) {
-			seterr(err, errlen, "%s: strata.slot_tables puts slot %d in table %d, the "
+			st__dumpio_seterr(err, errlen, "%s: strata.slot_tables puts slot %d in table %d, the "
 			       "model's dims put it elsewhere", where, s, slot_tables[s]);
 			return ST_EFORMAT;
 		}
 	}
 	if (mt != nt) {
-		seterr(err, errlen, "%s: strata.slot_tables names %d tables, the model has %d", where,
+		st__dumpio_seterr(err, errlen, "%s: strata.slot_tables names %d tables, the model has %d", where,
 		       mt, nt);
 		return ST_EFORMAT;
 	}
@@ -347,7 +338,7 @@ static int load_dense(st_predictor_t *p, const st_safetensors_t *f, const char *
 		const st_tensor_info_t *ti = st_model_tensor(m, i);
 		const st_safetensors_tensor_t *t = st_safetensors_find(f, ti->name);
 		if (!t) {
-			seterr(err, errlen, "%s: no tensor '%s', which the model has", where, ti->name);
+			st__dumpio_seterr(err, errlen, "%s: no tensor '%s', which the model has", where, ti->name);
 			return ST_EFORMAT;
 		}
 		int ok = t->dtype == ST_SAFETENSORS_F32 && t->ndim == ti->ndim;
@@ -362,7 +353,7 @@ static int load_dense(st_predictor_t *p, const st_safetensors_t *f, const char *
 			for (int d = 0; d < ti->ndim && w < sizeof want; d++)
 				w += (size_t)snprintf(want + w, sizeof want - w, "%s%d", d ? "," : "",
 						      ti->shape[d]);
-			seterr(err, errlen, "%s: tensor '%s' is %s [%s], the model's is F32 [%s]", where,
+			st__dumpio_seterr(err, errlen, "%s: tensor '%s' is %s [%s], the model's is F32 [%s]", where,
 			       ti->name, st_safetensors_dtype_name(t->dtype), have, want);
 			return ST_EFORMAT;
 		}
@@ -371,7 +362,7 @@ static int load_dense(st_predictor_t *p, const st_safetensors_t *f, const char *
 	if (f->n_tensors != n) {
 		for (int i = 0; i < f->n_tensors; i++)
 			if (st_model_find_tensor(m, f->tensors[i].name) < 0) {
-				seterr(err, errlen, "%s: tensor '%s' is not part of the model", where,
+				st__dumpio_seterr(err, errlen, "%s: tensor '%s' is not part of the model", where,
 				       f->tensors[i].name);
 				break;
 			}
@@ -401,7 +392,7 @@ int st_predictor_open(st_predictor_t **out, const char *root, const st_predictor
 	*out = NULL;
 	struct stat sb;
 	if (stat(root, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-		seterr(err, errlen, "%s: %s", root, stat(root, &sb) != 0 ? "no such directory"
+		st__dumpio_seterr(err, errlen, "%s: %s", root, stat(root, &sb) != 0 ? "no such directory"
 									  : "not a directory");
 		return ST_ENOENT;
 	}
@@ -412,7 +403,7 @@ int st_predictor_open(st_predictor_t **out, const char *root, const st_predictor
 	if (rc < 0)
 		return rc;
 	if (!ne) {
-		seterr(err, errlen, "%s: no complete full export (a directory export-<seq>-full "
+		st__dumpio_seterr(err, errlen, "%s: no complete full export (a directory export-<seq>-full "
 		       "with its manifest.yaml)", root);
 		return ST_ENOENT;
 	}
@@ -432,7 +423,7 @@ int st_predictor_open(st_predictor_t **out, const char *root, const st_predictor
 	/* Every member of the chain must verify (no silent fallback). */
 	for (size_t i = 0; i < ne; i++) {
 		if ((rc = st_ckpt_verify(e[i].path, &mans[i], why, sizeof why)) < 0) {
-			seterr(err, errlen, "export %s: %s", e[i].name, why);
+			st__dumpio_seterr(err, errlen, "export %s: %s", e[i].name, why);
 			if (rc != ST_ENOMEM && rc != ST_EIO)
 				rc = ST_ECORRUPT;
 			goto out;
@@ -450,7 +441,7 @@ int st_predictor_open(st_predictor_t **out, const char *root, const st_predictor
 	char where[600];
 	snprintf(where, sizeof where, "export %s: %s", e[0].name, ST_EXPORT_DENSE);
 	if ((rc = read_dense(e[0].path, mans[0], &base, why, sizeof why)) < 0) {
-		seterr(err, errlen, "export %s: %s", e[0].name, why);
+		st__dumpio_seterr(err, errlen, "export %s: %s", e[0].name, why);
 		goto out;
 	}
 	meta_t bm;
@@ -484,7 +475,7 @@ int st_predictor_open(st_predictor_t **out, const char *root, const st_predictor
 			st_safetensors_free(dense);
 			dense = NULL;
 			if ((rc = read_dense(e[i].path, mans[i], &dense, why, sizeof why)) < 0) {
-				seterr(err, errlen, "export %s: %s", e[i].name, why);
+				st__dumpio_seterr(err, errlen, "export %s: %s", e[i].name, why);
 				goto out;
 			}
 			meta_t dm;
@@ -496,7 +487,7 @@ int st_predictor_open(st_predictor_t **out, const char *root, const st_predictor
 					   : !same(dm.slot_tables, bm.slot_tables) ? "strata.slot_tables"
 					   : NULL;
 			if (diff) {
-				seterr(err, errlen, "export %s: its %s differs from that of %s: the "
+				st__dumpio_seterr(err, errlen, "export %s: its %s differs from that of %s: the "
 				       "exports come from different models", e[i].name, diff, e[0].name);
 				rc = ST_EFORMAT;
 				goto out;
@@ -507,9 +498,9 @@ int st_predictor_open(st_predictor_t **out, const char *root, const st_predictor
 					sizeof why);
 			if (rc < 0) {
 				if (rc == ST_EFORMAT)
-					seterr(err, errlen, "%s", why);
+					st__dumpio_seterr(err, errlen, "%s", why);
 				else
-					seterr(err, errlen, "export %s: %s", e[i].name, why);
+					st__dumpio_seterr(err, errlen, "export %s: %s", e[i].name, why);
 				goto out;
 			}
 			rc = delta ? tab_apply(&tabs[k], rf) : tab_load(&tabs[k], rf);
@@ -532,7 +523,7 @@ int st_predictor_open(st_predictor_t **out, const char *root, const st_predictor
 			if ((rc = st_trainer_set_row(p->tr, s0, tabs[k].keys[i],
 						     tabs[k].vals + i * tabs[k].dim)) < 0 &&
 			    rc != ST_ENOMEM)
-				seterr(err, errlen, "%s: table %d: cannot load the row of key %016" PRIx64
+				st__dumpio_seterr(err, errlen, "%s: table %d: cannot load the row of key %016" PRIx64
 				       ": %s", root, k, tabs[k].keys[i], st_strerror(rc));
 		p->info.rows += tabs[k].n;
 		tab_free(&tabs[k]);
@@ -544,7 +535,7 @@ int st_predictor_open(st_predictor_t **out, const char *root, const st_predictor
 	p->info.last = p->last;
 out:
 	if (rc == ST_ENOMEM)
-		seterr(err, errlen, "%s: out of memory loading the exports", root);
+		st__dumpio_seterr(err, errlen, "%s: out of memory loading the exports", root);
 	for (int k = 0; tabs && p && k < p->info.n_tables; k++)
 		tab_free(&tabs[k]);
 	free(tabs);

@@ -45,6 +45,9 @@
 struct st_trainer_snap {
 	int64_t step;
 	uint64_t src_file, src_rec, examples;
+	int64_t phase;               /* -1: the job has no phases */
+	uint64_t pass_batches, pass_examples; /* of the current pass (phase) */
+	int pass_done;
 	float *params;
 	size_t nparams;
 	float *dstate;
@@ -176,6 +179,20 @@ void st_trainer_set_checkpoint(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cf
 	tr->ckpt_last = 0;
 }
 
+void st_trainer_begin_pass(st_trainer_t *tr, int64_t phase, uint64_t batches_before,
+			   uint64_t examples_before)
+{
+	tr->phase = phase;
+	tr->pass_batches0 = tr->batches - batches_before;
+	tr->pass_examples0 = tr->examples_done - examples_before;
+	tr->pass_done = 0;
+}
+
+void st_trainer_end_pass(st_trainer_t *tr)
+{
+	tr->pass_done = 1;
+}
+
 void st_trainer_set_position(st_trainer_t *tr, uint64_t file, uint64_t records)
 {
 	tr->pos_file = file;
@@ -259,7 +276,13 @@ int st_trainer_snapshot(st_trainer_t *tr, const st_batch_t *last, st_trainer_sna
 	st_trainer_snap_t *s = calloc(1, sizeof *s);
 	if (!s)
 		return ST_ENOMEM;
-	s->step = last ? (int64_t)last->seq + 1 : (int64_t)tr->batches;
+	/* Batches trained so far: with the gate closed, exactly those up to
+	 * `last`. A pass (phase) numbers its batches from 0. */
+	s->step = (int64_t)tr->batches;
+	s->phase = tr->phase;
+	s->pass_batches = tr->batches - tr->pass_batches0;
+	s->pass_examples = tr->examples_done - tr->pass_examples0;
+	s->pass_done = last ? 0 : tr->pass_done;
 	s->src_file = last ? last->src_file : tr->pos_file;
 	s->src_rec = last ? last->src_rec : tr->pos_rec;
 	s->examples = tr->examples_done;
@@ -333,12 +356,18 @@ int st_trainer_snap_write(st_trainer_t *tr, const st_trainer_snap_t *s,
 		rc = st_ckpt_write_rows_from(w, name, s->rows[k]);
 	}
 	if (rc >= 0) {
-		char dt[32], gs[32], ex[32];
+		char dt[32], gs[32], ex[32], ph[32], pb[32], pe[32], pd[8];
 		snprintf(dt, sizeof dt, "%" PRIu64, s->dt);
 		snprintf(gs, sizeof gs, "%" PRIu64, s->gstep);
 		snprintf(ex, sizeof ex, "%" PRIu64, s->examples);
+		snprintf(ph, sizeof ph, "%" PRId64, s->phase);
+		snprintf(pb, sizeof pb, "%" PRIu64, s->pass_batches);
+		snprintf(pe, sizeof pe, "%" PRIu64, s->pass_examples);
+		snprintf(pd, sizeof pd, "%d", s->pass_done);
 		st_manifest_kv_t kv[] = { { (char *)"dense_steps", dt }, { (char *)"global_steps", gs },
-					  { (char *)"examples", ex } };
+					  { (char *)"examples", ex }, { (char *)"phase", ph },
+					  { (char *)"pass_batches", pb }, { (char *)"pass_examples", pe },
+					  { (char *)"pass_done", pd } };
 		const char *file = cfg->n_paths ? cfg->paths[s->src_file % (uint64_t)cfg->n_paths] : "-";
 		st_manifest_shard_t sh = { .shard = 0, .file = (char *)file,
 					   .offset = s->src_file, .records = s->src_rec };
@@ -347,7 +376,7 @@ int st_trainer_snap_write(st_trainer_t *tr, const st_trainer_snap_t *s,
 			.job_name = (char *)cfg->job_name, .job_hash = (char *)cfg->job_hash,
 			.model = (char *)cfg->model, .step = s->step, .shards = &sh, .n_shards = 1,
 			.sync_policy = (char *)st_trainer_policy_name(tr), .sync_state = kv,
-			.n_sync_state = 3, .rng = rng, .n_rng = 1,
+			.n_sync_state = sizeof kv / sizeof kv[0], .rng = rng, .n_rng = 1,
 		};
 		rc = st_ckpt_commit(w, &m, cfg->keep, NULL, NULL);
 	}
@@ -456,9 +485,12 @@ int st_trainer_resume(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg,
 			memcpy(tr->dstate, f->tensors[j].f32, sizeof(float) * nds);
 		}
 	}
-	uint64_t dt = 0, gs = 0, ex = 0;
+	uint64_t dt = 0, gs = 0, ex = 0, pb = 0, pe = 0, pd = 0;
+	const char *phs = st_manifest_sync_get(m, "phase");
 	if (rc >= 0 && (parse_u64(m, "dense_steps", &dt) < 0 || parse_u64(m, "global_steps", &gs) < 0 ||
-			parse_u64(m, "examples", &ex) < 0 || m->n_shards < 1)) {
+			parse_u64(m, "examples", &ex) < 0 || parse_u64(m, "pass_batches", &pb) < 0 ||
+			parse_u64(m, "pass_examples", &pe) < 0 || parse_u64(m, "pass_done", &pd) < 0 ||
+			!phs || m->n_shards < 1)) {
 		snprintf(err, errlen, "%s: manifest lacks the trainer's counters or data position", dir);
 		rc = ST_EFORMAT;
 	}
@@ -477,6 +509,10 @@ int st_trainer_resume(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg,
 		out->file = m->shards[0].offset;
 		out->records = m->shards[0].records;
 		out->examples = ex;
+		out->phase = strtoll(phs, NULL, 10);
+		out->pass_batches = pb;
+		out->pass_examples = pe;
+		out->pass_done = (int)pd;
 		snprintf(out->dir, sizeof out->dir, "%s", dir);
 	}
 	st_safetensors_free(f);

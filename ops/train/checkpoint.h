@@ -53,7 +53,19 @@ int st_trainer_snap_write(st_trainer_t *tr, const st_trainer_snap_t *s,
 /* The data position of the end of training (for the final checkpoint). */
 void st_trainer_set_position(st_trainer_t *tr, uint64_t file, uint64_t records);
 
+/* Passes: a job trains in one pass, or one per phase. Checkpoints record
+ * the phase, the batches and examples of it done, and whether it ended, so
+ * that resume skips the finished phases and continues the current one.
+ * begin_pass: a pass starts (phase -1 without phases) with batches_before /
+ * examples_before of it already done (resume); end_pass: it ended. */
+void st_trainer_begin_pass(st_trainer_t *tr, int64_t phase, uint64_t batches_before,
+			   uint64_t examples_before);
+void st_trainer_end_pass(st_trainer_t *tr);
+
 typedef struct st_trainer_resume {
+	int64_t phase;          /* -1: no phases */
+	uint64_t pass_batches, pass_examples; /* done in that phase (pass) */
+	int pass_done;          /* the phase had ended */
 	uint64_t step;          /* batches done */
 	uint64_t file, records; /* data position: file cursor, records into it */
 	uint64_t examples;

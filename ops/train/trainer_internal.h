@@ -87,6 +87,9 @@ struct st_trainer {
 	uint64_t ckpt_errors;
 	uint64_t pos_file, pos_rec; /* data position of the end (final checkpoint) */
 	uint64_t examples_done;    /* train examples through push */
+	int64_t phase;             /* checkpoint.c: the current pass */
+	uint64_t pass_batches0, pass_examples0;
+	int pass_done;
 
 	/* Delta exports (store.c): keys pulled for training and keys evicted
 	 * since the last export, per table; tracking only once turned on. */

@@ -314,12 +314,7 @@ static int lookup_locked(st_table_t *t, shard_t *s, uint64_t key, uint64_t h, ui
 			return 0;
 		}
 	}
-	if ((s->n + 1) * 4 > s->cap * 3) {
-		if (st__table_grow_index(t, s) < 0)
-			return ST_ENOMEM;
-		pos = probe(t, s, key, h);
-	}
-	int64_t r = st__table_alloc_row(t, s);
+	int64_t r = st__table_insert(t, s, h, &pos);
 	if (r < 0)
 		return (int)r;
 	float *row = row_ptr(t, s, (uint32_t)r);
@@ -342,8 +337,6 @@ static int lookup_locked(st_table_t *t, shard_t *s, uint64_t key, uint64_t h, ui
 		s->misses++;
 		created = 1;
 	}
-	s->idx[pos] = (tag_of(h) << ROW_BITS) | (uint32_t)r;
-	__atomic_store_n(&s->n, s->n + 1, __ATOMIC_RELAXED);
 	/* A new row starts in the LFU segment, at the head of the lowest
 	 * bucket, and joins the LRU segment on its second use: most new keys
 	 * of a Zipf stream never come back, and entering them at the LRU head

@@ -313,6 +313,26 @@ int64_t st__table_alloc_row(const st_table_t *t, shard_t *s)
 	return r;
 }
 
+int64_t st__table_insert(st_table_t *t, shard_t *s, uint64_t h, uint32_t *pos)
+{
+	if ((s->n + 1) * 4 > s->cap * 3) {
+		if (st__table_grow_index(t, s) < 0)
+			return ST_ENOMEM;
+		/* The key is not in the index yet: its place is the first
+		 * empty entry of its probe run in the grown index. */
+		uint32_t mask = s->cap - 1, i = (uint32_t)h & mask;
+		while (s->idx[i] != EMPTY)
+			i = (i + 1) & mask;
+		*pos = i;
+	}
+	int64_t r = st__table_alloc_row(t, s);
+	if (r < 0)
+		return r;
+	s->idx[*pos] = (tag_of(h) << ROW_BITS) | (uint32_t)r;
+	__atomic_store_n(&s->n, s->n + 1, __ATOMIC_RELAXED);
+	return r;
+}
+
 /* With the shard locked: the row of key, created when absent and admitted.
  * Returns 1 if created, 0 if it existed or the key is not admitted (*row =
  * NULL), ST_ENOMEM. */
@@ -329,17 +349,10 @@ static int get_or_create_locked(st_table_t *t, shard_t *s, uint64_t key, uint64_
 			*row = NULL;
 			return a;
 		}
-		if ((s->n + 1) * 4 > s->cap * 3) {
-			if (st__table_grow_index(t, s) < 0)
-				return ST_ENOMEM;
-			pos = probe(t, s, key, h);
-		}
-		int64_t r = st__table_alloc_row(t, s);
+		int64_t r = st__table_insert(t, s, h, &pos);
 		if (r < 0)
 			return (int)r;
 		st__table_init_row(t, key, row_ptr(t, s, (uint32_t)r));
-		s->idx[pos] = (tag_of(h) << ROW_BITS) | (uint32_t)r;
-		__atomic_store_n(&s->n, s->n + 1, __ATOMIC_RELAXED);
 		s->admitted++;
 		created = 1;
 	}

@@ -163,6 +163,10 @@ void st__table_index_delete(const st_table_t *t, shard_t *s, uint32_t i);
 void st__table_init_row(const st_table_t *t, uint64_t key, float *row);
 int st__table_admit(const st_table_t *t, shard_t *s, uint64_t key, uint64_t h, uint32_t step);
 int64_t st__table_alloc_row(const st_table_t *t, shard_t *s);
+/* Puts a new row for an absent key (hash h) in the index: *pos is the empty
+ * entry probe() found, updated when the index grows. Returns the row number
+ * (the caller fills the row, key included, before unlocking) or ST_ENOMEM. */
+int64_t st__table_insert(st_table_t *t, shard_t *s, uint64_t h, uint32_t *pos);
 /* Puts row r (already out of the index) on the free list. */
 void st__table_free_row(const st_table_t *t, shard_t *s, uint32_t r);
 /* Groups key positions by shard: order[] lists positions shard by shard,
