@@ -40,20 +40,27 @@ sets=(--set "data.train.path=\"$dir/train-*.tsv\"" --set 'data.eval=nil' --quiet
 
 echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 echo "== commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-wall() { local t0 t1; t0=$(date +%s.%N); "$@"; t1=$(date +%s.%N); echo "$t1 - $t0" | bc -l; }
+# wall NAME CMD...: runs CMD with stdout/stderr to $out/NAME.{txt,err}; prints seconds.
+wall() {
+	local name=$1 t0 t1
+	shift
+	t0=$(date +%s.%N)
+	"$@" >"$out/$name.txt" 2>"$out/$name.err" || { echo "failed: $*" >&2; tail -3 "$out/$name.err" >&2; exit 1; }
+	t1=$(date +%s.%N)
+	echo "$t1 - $t0" | bc -l
+}
 
 echo "== (1) no checkpoints"
-w1=$(wall "$build/cli/strata" run "$root/bench/storage.lua" "${sets[@]}" 2>"$out/1.err" >"$out/1.txt")
+w1=$(wall 1 "$build/cli/strata" run "$root/bench/storage.lua" "${sets[@]}")
 echo "== (2) a checkpoint every $every batches"
-w2=$(wall "$build/cli/strata" run "$root/bench/storage.lua" "${sets[@]}" \
-	--set "checkpoint={dir=\"$ck\",every=$every,keep=2}" --metrics "$out/2.jsonl" \
-	2>"$out/2.err" >"$out/2.txt")
+w2=$(wall 2 "$build/cli/strata" run "$root/bench/storage.lua" "${sets[@]}" \
+	--set "checkpoint={dir=\"$ck\",every=$every,keep=2}" --metrics "$out/2.jsonl")
 final=$(ls "$ck" | grep '^ckpt-[0-9]*$' | tail -n 1)
 bytes=$(du -sb "$ck/$final" | cut -f1)
 echo "== (3) load: --resume with nothing left to train"
 sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
-w3=$(wall "$build/cli/strata" run "$root/bench/storage.lua" "${sets[@]}" \
-	--set "checkpoint={dir=\"$ck\",every=$every,keep=2}" --resume 2>"$out/3.err" >"$out/3.txt")
+w3=$(wall 3 "$build/cli/strata" run "$root/bench/storage.lua" "${sets[@]}" \
+	--set "checkpoint={dir=\"$ck\",every=$every,keep=2}" --resume)
 echo "== (4) raw sequential write bandwidth of $ck"
 "$build/bench/bench_ssd_raw" "$ck" --size 2G | tail -n 1 > "$out/raw.json"
 cat "$out/raw.json"

@@ -75,7 +75,8 @@ echo "== (2) storage.mem = 10% of the model, rest on SSD ($ssd)"
 run tiered --set "storage={mem=$mem,ssd={path=\"$ssd\"}}" "${STORE_SETS[@]}"
 
 echo "== (3) raw O_DIRECT io_uring bandwidth of $ssd"
-"$build/bench/bench_ssd_raw" "$ssd" | tee "$out/raw.json"
+# At the tier's own queue depth (storage.ssd.queue_depth's default).
+"$build/bench/bench_ssd_raw" "$ssd" --qd 128 | tee "$out/raw.json"
 
 python3 - "$out" "$rows" <<'PY'
 import json, sys

@@ -337,7 +337,7 @@ out:
  * the last interval did not just write one). */
 static int final_checkpoint(run_ctx_t *rc_, const st_trainer_ckpt_cfg_t *cfg)
 {
-	if (!rc_->job->ckpt_dir || sig.interrupted)
+	if (!rc_->job->ckpt_dir || sig.interrupted || st_trainer_checkpoint_current(rc_->model))
 		return 0;
 	st_trainer_snap_t *s = NULL;
 	int rc = st_trainer_snapshot(rc_->model, NULL, &s);

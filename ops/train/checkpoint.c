@@ -316,6 +316,11 @@ int st_trainer_snapshot(st_trainer_t *tr, const st_batch_t *last, st_trainer_sna
 	return ST_OK;
 }
 
+int st_trainer_checkpoint_current(const st_trainer_t *tr)
+{
+	return tr->ckpt_step >= 0 && (uint64_t)tr->ckpt_step == tr->batches;
+}
+
 int64_t st_trainer_snap_step(const st_trainer_snap_t *s)
 {
 	return s->step;
@@ -379,6 +384,8 @@ int st_trainer_snap_write(st_trainer_t *tr, const st_trainer_snap_t *s,
 			.n_sync_state = sizeof kv / sizeof kv[0], .rng = rng, .n_rng = 1,
 		};
 		rc = st_ckpt_commit(w, &m, cfg->keep, NULL, NULL);
+		if (rc >= 0)
+			tr->ckpt_step = s->step;
 	}
 	if (rc < 0)
 		snprintf(err, errlen, "%s", st_ckpt_error(w));
@@ -503,6 +510,7 @@ int st_trainer_resume(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg,
 		tr->gstep = gs;
 		tr->batches = (uint64_t)m->step;
 		tr->examples_done = ex;
+		tr->ckpt_step = m->step;
 		tr->pos_file = m->shards[0].offset;
 		tr->pos_rec = m->shards[0].records;
 		out->step = (uint64_t)m->step;

@@ -42,6 +42,10 @@ void st_trainer_set_checkpoint(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cf
 typedef struct st_trainer_snap st_trainer_snap_t;
 int st_trainer_snapshot(st_trainer_t *tr, const st_batch_t *last, st_trainer_snap_t **out);
 int64_t st_trainer_snap_step(const st_trainer_snap_t *s);
+
+/* 1 if the newest checkpoint written or loaded holds the current state (no
+ * batch trained since), so another one would be a copy. */
+int st_trainer_checkpoint_current(const st_trainer_t *tr);
 void st_trainer_snap_destroy(st_trainer_snap_t *s);
 
 /* Writes a snapshot as checkpoint <cfg->dir>/ckpt-<step> (temporary name,

@@ -266,6 +266,7 @@ int st_trainer_create(st_trainer_t **out, const st_job_t *job, st_metrics_t *met
 	pthread_cond_init(&tr->gate_cv, NULL);
 	tr->gate = -1;
 	tr->phase = -1;
+	tr->ckpt_step = -1;
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

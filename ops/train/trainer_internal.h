@@ -88,6 +88,7 @@ struct st_trainer {
 	uint64_t pos_file, pos_rec; /* data position of the end (final checkpoint) */
 	uint64_t examples_done;    /* train examples through push */
 	int64_t phase;             /* checkpoint.c: the current pass */
+	int64_t ckpt_step;         /* step of the newest checkpoint written or loaded; -1 */
 	uint64_t pass_batches0, pass_examples0;
 	int pass_done;
 
