@@ -726,8 +726,6 @@ int st_cmd_run(int argc, char **argv)
 	if (run_pass(&rc_, &job->train, job->epochs, 0, metrics_path, tty, &secs, &rs) < 0)
 		goto stop_desc;
 	st_trainer_end_pass(rc_.model);
-	if (final_checkpoint(&rc_, &ckpt) < 0 || export_now(&rc_) < 0)
-		goto stop_desc;
 
 	double auc = 0, ll = 0;
 	uint64_t n = 0;
@@ -741,6 +739,8 @@ int st_cmd_run(int argc, char **argv)
 	printf("  read         %llu rows, %llu bad records, %.1f MB\n",
 	       (unsigned long long)rs.rows, (unsigned long long)rs.bad, (double)rs.bytes / 1e6);
 	fflush(stdout);
+	if (final_checkpoint(&rc_, &ckpt) < 0 || export_now(&rc_) < 0)
+		goto stop_desc;
 
 	if (job->has_eval) {
 		st_trainer_reset_eval(rc_.model);
