@@ -153,7 +153,7 @@ else
 fi
 
 # The SSD tier: a budget of ~2 MB for a model of ~200k rows (about 20 MB).
-mkdir -p "$tmp/ssd"
+mkdir -p "$tmp/ssd" "$tmp/ssd-full"
 "$strata" run tests/e2e/jobs/gen_dnn.lua --quiet "${dset[@]}" --set stages.read.batch_size=512 \
   --set "storage={mem=\"3MiB\",ssd={path=\"$tmp/ssd\",file_size=\"256KiB\"}}" \
   --metrics "$tmp/ssd.jsonl" >"$tmp/out" 2>&1
@@ -167,6 +167,9 @@ if [ $rc -eq 0 ] && grep -Eq "eval +auc" "$tmp/out" &&
 else
   bad "SSD tier run (exit $rc): $(tail -3 "$tmp/out") $(echo "$last" | tail -c 400)"
 fi
+expect "an SSD budget the rows outgrow stops the job, naming the path" 1 "ssd-full/strata-store/t0: writing .* over the budget" \
+  -- "$strata" run tests/e2e/jobs/gen_dnn.lua --quiet "${dset[@]}" --set stages.read.batch_size=512 \
+     --set "storage={mem=\"3MiB\",ssd={path=\"$tmp/ssd-full\",file_size=\"256KiB\",budget=\"4MiB\"}}"
 expect "a missing SSD path is refused before training" 2 "storage.ssd.path $tmp/nope: No such file" \
   -- "$strata" run tests/e2e/jobs/gen_dnn.lua --quiet "${dset[@]}" \
      --set "storage={mem=\"64MiB\",ssd={path=\"$tmp/nope\"}}"
