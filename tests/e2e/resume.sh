@@ -86,6 +86,15 @@ else
   bad "unwritable checkpoint dir (exit $rc)"
 fi
 
+"$strata" run "${args[@]}" --set "checkpoint={dir=\"$tmp/p\"}" --set stages.pull.threads=2 \
+  >"$tmp/out" 2>&1
+rc=$?
+if [ $rc -eq 2 ] && grep -q "checkpoint needs stages.pull.threads = 1" "$tmp/out"; then
+  ok "checkpoints with several pull threads are refused, not written inconsistent"
+else
+  bad "checkpoint with 2 pull threads (exit $rc)"
+fi
+
 # Disk full while writing checkpoints (a file-size limit makes the later,
 # larger checkpoints fail with EFBIG): the job reports each failure and
 # keeps training, the earlier checkpoints stay complete and usable, no
