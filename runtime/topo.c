@@ -21,6 +21,9 @@
  *      first in the package of the neighbouring stage (the one before it,
  *      else the one after it), then round-robin across packages, then the
  *      least-used cores.
+ * GPU threads: st_topo_pci_cpus maps a GPU's PCI bus id (from CUDA) to the
+ * cores of its NUMA node through hwloc's PCI objects, with no CUDA call, so
+ * it works (and finds nothing) on machines without the GPU.
  * A class with no device on this machine (no GPU on a laptop) is not an
  * error: the request is placed like an automatic one, so the same job file
  * runs everywhere. An unknown device name is an error (a typo would
@@ -436,6 +439,44 @@ int st_topo_has_device(const st_topo_t *t, const char *name)
 		if (!strcmp(t->devs[i].name, name))
 			return 1;
 	return 0;
+}
+
+int st_topo_pci_cpus(const st_topo_t *t, const char *busid, int *cpus, int max, int *numa)
+{
+	unsigned dom = 0, bus = 0, dev = 0, fn = 0;
+	int len = -1;
+	/* hwloc's own parser accepts trailing garbage; check the form here so
+	 * that a typo is an error, not "no such device". Hex digits only (so
+	 * %x never sees a "0x" prefix), and the whole string consumed. */
+	int ok = busid && busid[strspn(busid, "0123456789abcdefABCDEF:.")] == '\0';
+	if (ok && strchr(busid, ':') != strrchr(busid, ':'))
+		ok = sscanf(busid, "%x:%x:%x.%x%n", &dom, &bus, &dev, &fn, &len) == 4;
+	else if (ok)
+		ok = sscanf(busid, "%x:%x.%x%n", &bus, &dev, &fn, &len) == 3;
+	if (!ok || len < 0 || busid[len] != '\0') {
+		st_error("topo: '%s' is not a PCI bus id (expected DDDD:BB:DD.F, e.g. "
+			 "0000:3b:00.0)", busid ? busid : "(null)");
+		return ST_EINVAL;
+	}
+	if (numa)
+		*numa = -1;
+	hwloc_obj_t o = hwloc_get_pcidev_by_busid(t->h, dom, bus, dev, fn);
+	if (!o)
+		return ST_ENOENT;
+	hwloc_obj_t anc = hwloc_get_non_io_ancestor_obj(t->h, o);
+	hwloc_const_cpuset_t set = anc ? anc->cpuset : hwloc_topology_get_topology_cpuset(t->h);
+	hwloc_const_nodeset_t nodes = anc ? anc->nodeset : NULL;
+	if (numa && nodes && hwloc_bitmap_weight(nodes) == 1)
+		*numa = hwloc_bitmap_first(nodes);
+	int n = 0;
+	for (int c = 0; c < t->ncores; c++) {
+		if (!hwloc_bitmap_isset(set, (unsigned)t->cores[c].pu))
+			continue;
+		if (n < max)
+			cpus[n] = t->cores[c].pu;
+		n++;
+	}
+	return n > 0 ? n : ST_ENOENT;
 }
 
 int st_topo_bind_self(const st_topo_t *t, int cpu)

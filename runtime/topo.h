@@ -42,6 +42,19 @@ int st_topo_place(const st_topo_t *t, st_place_req_t *reqs, int n);
 /* 1 if the topology has an OS device with this exact name ("nvme0n1"). */
 int st_topo_has_device(const st_topo_t *t, const char *name);
 
+/* Placement of a GPU's threads (docs/gpu.md): the cores next to the PCI
+ * device with bus id `busid` — "0000:3b:00.0" or "3b:00.0", the form
+ * cudaDeviceGetPCIBusId and st_gpu_device_info give (hex digits in either
+ * case). cpus[0 .. min(n, max)) receive the OS index of the first PU of each
+ * core in the cpuset of the device's first non-I/O ancestor (its NUMA node
+ * or package), in core order; *numa (may be NULL) the OS index of that
+ * NUMA node, -1 when the locality spans several. Returns the number n of
+ * such cores (>= 1; may exceed max), ST_ENOENT when the topology has no such
+ * PCI device (a machine without that GPU, or hwloc built without PCI
+ * support), ST_EINVAL for a malformed bus id (logged). Needs no CUDA.
+ * Thread-safe (read-only). */
+int st_topo_pci_cpus(const st_topo_t *t, const char *busid, int *cpus, int max, int *numa);
+
 /* Prints packages, cores, NUMA nodes and I/O devices with their locality. */
 void st_topo_print(const st_topo_t *t, FILE *f);
 
