@@ -29,21 +29,11 @@
 #include "runtime/err.h"
 
 typedef struct {
-	float *snap;          /* [nparams] dense params read at begin_step */
-	float *tw, *ts;       /* one tensor and its state, while updating */
-	float *trow;          /* one row and its state, while updating */
-	uint64_t v0;          /* version at begin_step */
-} aworker_t;
-
-typedef struct {
 	st_sync_env_t env;
 	int N;
-	float *state;         /* dense optimizer state (shared, relaxed; env's or own) */
-	float *own_state;     /* allocated here when env has none */
+	st_sync_dense_t dense; /* shared, relaxed atomics (t: step numbers handed out) */
 	uint64_t version;     /* updates applied (atomic) */
-	uint64_t *t;          /* optimizer step numbers handed out (atomic) */
-	uint64_t own_t;
-	aworker_t *w;
+	st_sync_hogwild_t *w;  /* [N] */
 	st_sync_stats_t st;   /* relaxed atomics */
 } async_t;
 
@@ -52,14 +42,10 @@ static void as_destroy(void *self)
 	async_t *s = self;
 	if (!s)
 		return;
-	for (int i = 0; s->w && i < s->N; i++) {
-		free(s->w[i].snap);
-		free(s->w[i].tw);
-		free(s->w[i].ts);
-		free(s->w[i].trow);
-	}
+	for (int i = 0; s->w && i < s->N; i++)
+		st_sync_hogwild_fini(&s->w[i]);
 	free(s->w);
-	free(s->own_state);
+	st_sync_dense_fini(&s->dense);
 	free(s);
 }
 
@@ -70,37 +56,14 @@ static int as_create(void **self, const st_sync_env_t *env)
 		return ST_ENOMEM;
 	s->env = *env;
 	s->N = env->n_workers;
-	size_t nst = st_sync_dense_state_floats(env);
-	size_t maxt = 1, maxs = 1;
-	for (int i = 0; i < st_model_ntensors(env->model); i++) {
-		const st_tensor_info_t *ti = st_model_tensor(env->model, i);
-		size_t len = (size_t)ti->shape[0] * (size_t)(ti->ndim == 2 ? ti->shape[1] : 1);
-		size_t sl = st_sync_dense_state_offset(env, i + 1) - st_sync_dense_state_offset(env, i);
-		maxt = len > maxt ? len : maxt;
-		maxs = sl > maxs ? sl : maxs;
-	}
-	int rd = st_model_max_row_dim(env->model);
-	size_t rowf = (size_t)rd + st_optim_state_floats(env->sparse_opt, (size_t)rd) + 1;
-	s->state = env->dense_state;
-	if (!s->state)
-		s->state = s->own_state = malloc(sizeof(float) * (nst ? nst : 1));
-	s->t = env->dense_t ? env->dense_t : &s->own_t;
 	s->w = calloc((size_t)s->N, sizeof *s->w);
-	int ok = s->state && s->w;
-	for (int i = 0; ok && i < s->N; i++) {
-		aworker_t *a = &s->w[i];
-		a->snap = malloc(sizeof(float) * (env->nparams ? env->nparams : 1));
-		a->tw = malloc(sizeof(float) * maxt);
-		a->ts = malloc(sizeof(float) * maxs);
-		a->trow = malloc(sizeof(float) * rowf);
-		ok = a->snap && a->tw && a->ts && a->trow;
-	}
+	int ok = st_sync_dense_init(&s->dense, env) == ST_OK && s->w;
+	for (int i = 0; ok && i < s->N; i++)
+		ok = st_sync_hogwild_init(&s->w[i], env) == ST_OK;
 	if (!ok) {
 		as_destroy(s);
 		return ST_ENOMEM;
 	}
-	if (s->own_state)
-		st_sync_dense_state_init(env, s->state);
 	*self = s;
 	return ST_OK;
 }
@@ -113,21 +76,14 @@ static int as_begin_batch(void *self, uint32_t n_uniq)
 static const float *as_begin_step(void *self, int w, uint64_t step)
 {
 	async_t *s = self;
-	aworker_t *a = &s->w[w];
-	a->v0 = __atomic_load_n(&s->version, __ATOMIC_RELAXED);
-	st_sync_load_relaxed(a->snap, s->env.params, s->env.nparams);
-	return a->snap;
+	return st_sync_hogwild_read(&s->w[w], &s->env, &s->version);
 }
 
 static int as_apply(void *self, int w, st_sync_grads_t *g)
 {
 	async_t *s = self;
-	aworker_t *a = &s->w[w];
-	const st_sync_env_t *env = &s->env;
-	if (!g->n_examples)
-		return ST_OK;
-	st_sync_apply_hogwild(env, s->state, s->t, &s->version, a->v0, g, a->tw, a->ts,
-			      a->trow, &s->st);
+	if (g->n_examples)
+		st_sync_apply_hogwild(&s->env, &s->dense, &s->version, &s->w[w], g, &s->st);
 	return ST_OK;
 }
 
@@ -137,10 +93,7 @@ static void as_end_batch(void *self, int w)
 
 static void as_report(void *self, st_sync_stats_t *out)
 {
-	async_t *s = self;
-	uint64_t *src = (uint64_t *)&s->st, *dst = (uint64_t *)out;
-	for (size_t i = 0; i < sizeof *out / sizeof(uint64_t); i++)
-		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+	st_sync_stats_read(&((async_t *)self)->st, out);
 }
 
 const st_sync_ops_t st_sync_async_ops = {

@@ -51,12 +51,7 @@ typedef struct {
 	uint32_t b;
 	pthread_mutex_t mu;
 	/* ---- under mu ---- */
-	/* Dense optimizer state and step count: the trainer's (env->dense_state,
-	 * env->dense_t, kept across policy switches) or our own. */
-	float *state;          /* dense optimizer state */
-	float *own_state;
-	uint64_t *t;           /* optimizer steps applied (Adam's step number) */
-	uint64_t own_t;
+	st_sync_dense_t dense; /* t: optimizer steps applied (Adam's step number) */
 	uint32_t count;        /* gradients in the buffer */
 	uint64_t version;      /* optimizer steps applied */
 	int ended;             /* workers past end_batch in this batch */
@@ -72,11 +67,9 @@ static void bsp_destroy(void *self)
 	bsp_t *s = self;
 	if (!s)
 		return;
-	for (int i = 0; s->snap && i < s->N; i++)
-		free(s->snap[i]);
-	free(s->snap);
+	st_sync_snaps_destroy(s->snap, s->N);
 	free(s->v0);
-	free(s->own_state);
+	st_sync_dense_fini(&s->dense);
 	st_sync_gradbuf_fini(&s->buf);
 	pthread_mutex_destroy(&s->mu);
 	free(s);
@@ -97,23 +90,14 @@ static int bsp_create(void **self, const st_sync_env_t *env)
 	s->N = env->n_workers;
 	s->b = b > UINT32_MAX ? UINT32_MAX : (uint32_t)b;
 	pthread_mutex_init(&s->mu, NULL);
-	size_t np = env->nparams ? env->nparams : 1;
-	size_t nst = st_sync_dense_state_floats(env);
-	s->state = env->dense_state;
-	if (!s->state)
-		s->state = s->own_state = malloc(sizeof(float) * (nst ? nst : 1));
-	s->t = env->dense_t ? env->dense_t : &s->own_t;
-	s->snap = calloc((size_t)s->N, sizeof *s->snap);
+	s->snap = st_sync_snaps_create(env);
 	s->v0 = calloc((size_t)s->N, sizeof *s->v0);
-	int ok = st_sync_gradbuf_init(&s->buf, env) == ST_OK && s->state && s->snap && s->v0;
-	for (int i = 0; ok && i < s->N; i++)
-		ok = (s->snap[i] = malloc(sizeof(float) * np)) != NULL;
+	int ok = st_sync_gradbuf_init(&s->buf, env) == ST_OK &&
+		 st_sync_dense_init(&s->dense, env) == ST_OK && s->snap && s->v0;
 	if (!ok) {
 		bsp_destroy(s);
 		return ST_ENOMEM;
 	}
-	if (s->own_state)
-		st_sync_dense_state_init(env, s->state);
 	*self = s;
 	return ST_OK;
 }
@@ -142,7 +126,7 @@ static const float *bsp_begin_step(void *self, int w, uint64_t step)
 static void flush(bsp_t *s, uint32_t n)
 {
 	const st_sync_env_t *env = &s->env;
-	st_sync_gradbuf_apply(&s->buf, env, s->state, 1.0f / (float)n, ++*s->t);
+	st_sync_gradbuf_apply(&s->buf, env, s->dense.state, 1.0f / (float)n, ++*s->dense.t);
 	s->count = 0;
 	s->version++;
 	st_sync_stat_add(&s->st.steps, 1);
@@ -154,17 +138,14 @@ static int bsp_apply(void *self, int w, st_sync_grads_t *g)
 	const st_sync_env_t *env = &s->env;
 	if (!g->n_examples)
 		return ST_OK;
-	uint64_t bytes = sizeof(float) * (uint64_t)env->nparams;
 	pthread_mutex_lock(&s->mu);
 	st_sync_stat_add(&s->st.staleness[st_sync_hist_bucket(s->version - s->v0[w])], 1);
 	st_sync_gradbuf_add(&s->buf, env, g);
-	for (uint32_t k = 0; k < g->n_rows; k++)
-		bytes += 8 + sizeof(float) * (uint64_t)g->row_dim[g->uidx[k]];
 	if (++s->count == s->b)
 		flush(s, s->count);
 	pthread_mutex_unlock(&s->mu);
 	st_sync_stat_add(&s->st.updates, 1);
-	st_sync_stat_add(&s->st.bytes, bytes);
+	st_sync_stat_add(&s->st.bytes, st_sync_grad_bytes(env, g));
 	return ST_OK;
 }
 
@@ -181,10 +162,7 @@ static void bsp_end_batch(void *self, int w)
 
 static void bsp_report(void *self, st_sync_stats_t *out)
 {
-	bsp_t *s = self;
-	uint64_t *src = (uint64_t *)&s->st, *dst = (uint64_t *)out;
-	for (size_t i = 0; i < sizeof *out / sizeof(uint64_t); i++)
-		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+	st_sync_stats_read(&((bsp_t *)self)->st, out);
 }
 
 const st_sync_ops_t st_sync_bsp_ops = {

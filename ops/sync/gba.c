@@ -121,8 +121,7 @@ typedef struct {
 	pthread_mutex_t mu;
 	/* ---- under mu ---- */
 	uint64_t k;              /* global steps done */
-	float *state, *own_state;
-	uint64_t *t, own_t;
+	st_sync_dense_t dense;
 	slot_t *slots;           /* [M + N] */
 	slot_t **buf;            /* [M] the gradient buffer */
 	int nbuf;
@@ -211,21 +210,19 @@ static void gba_destroy(void *self)
 		return;
 	for (int i = 0; s->slots && i < s->M + s->N; i++)
 		slot_free(&s->slots[i]);
-	for (int i = 0; s->snap && i < s->N; i++)
-		free(s->snap[i]);
 	free(s->slots);
 	free(s->buf);
 	free(s->freel);
 	free(s->spare);
 	free(s->token);
 	free(s->inflight);
-	free(s->snap);
+	st_sync_snaps_destroy(s->snap, s->N);
 	free(s->tags);
 	free(s->agg);
 	free(s->ag);
 	free(s->acc);
 	free(s->trow);
-	free(s->own_state);
+	st_sync_dense_fini(&s->dense);
 	pthread_mutex_destroy(&s->mu);
 	free(s);
 }
@@ -296,23 +293,15 @@ static int gba_create(void **self, const st_sync_env_t *env)
 	s->tol = tol ? (uint64_t)*tol : 1;
 	s->gs = st_model_max_row_dim(env->model);
 	size_t np = env->nparams ? env->nparams : 1;
-	size_t nst = st_sync_dense_state_floats(env);
-	s->state = env->dense_state;
-	if (!s->state)
-		s->state = s->own_state = malloc(sizeof(float) * (nst ? nst : 1));
-	s->t = env->dense_t ? env->dense_t : &s->own_t;
 	s->spare = calloc((size_t)s->N, sizeof *s->spare);
 	s->token = calloc((size_t)s->N, sizeof *s->token);
 	s->inflight = calloc((size_t)s->N, 1);
-	s->snap = calloc((size_t)s->N, sizeof *s->snap);
+	s->snap = st_sync_snaps_create(env);
 	s->agg = malloc(sizeof(float) * np);
 	s->trow = malloc(sizeof(float) * ((size_t)s->gs + 1 +
 		st_optim_state_floats(env->sparse_opt, (size_t)s->gs)));
-	int rc = s->state && s->spare && s->token && s->inflight && s->snap && s->agg &&
-		 s->trow ? ST_OK : ST_ENOMEM;
-	for (int w = 0; rc >= 0 && w < s->N; w++)
-		if (!(s->snap[w] = malloc(sizeof(float) * np)))
-			rc = ST_ENOMEM;
+	int rc = st_sync_dense_init(&s->dense, env) == ST_OK && s->spare && s->token &&
+		 s->inflight && s->snap && s->agg && s->trow ? ST_OK : ST_ENOMEM;
 	if (rc >= 0)
 		rc = tag_rebuild(s, 1024, 0);
 	if (rc >= 0 && env->minibatch)
@@ -321,8 +310,6 @@ static int gba_create(void **self, const st_sync_env_t *env)
 		gba_destroy(s);
 		return rc;
 	}
-	if (s->own_state)
-		st_sync_dense_state_init(env, s->state);
 	*self = s;
 	return ST_OK;
 }
@@ -381,7 +368,7 @@ static int global_step(gba_t *s)
 		s->acc = acc;
 		s->acap = ac;
 	}
-	const uint64_t t = *s->t + 1;
+	const uint64_t t = *s->dense.t + 1;
 
 	/* Dense: Eq. 1 on the token; sum of the kept gradients over all n. */
 	memset(s->agg, 0, sizeof(float) * env->nparams);
@@ -402,7 +389,7 @@ static int global_step(gba_t *s)
 		const float inv = 1.0f / (float)n;
 		for (size_t j = 0; j < env->nparams; j++)
 			s->agg[j] *= inv;
-		st_sync_dense_update(env, env->params, s->state, s->agg, t);
+		st_sync_dense_update(env, env->params, s->dense.state, s->agg, t);
 	}
 	st_sync_stat_add(&s->st.updates, (uint64_t)kept);
 
@@ -453,7 +440,7 @@ static int global_step(gba_t *s)
 		s->tags[a->tag].seen = k + 1;
 	}
 
-	*s->t = t;
+	*s->dense.t = t;
 	s->k = k + 1;
 	st_sync_stat_add(&s->st.steps, 1);
 	for (int m = 0; m < n; m++)
@@ -606,10 +593,7 @@ static void gba_end_batch(void *self, int w)
 
 static void gba_report(void *self, st_sync_stats_t *out)
 {
-	gba_t *s = self;
-	uint64_t *src = (uint64_t *)&s->st, *dst = (uint64_t *)out;
-	for (size_t i = 0; i < sizeof *out / sizeof(uint64_t); i++)
-		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+	st_sync_stats_read(&((gba_t *)self)->st, out);
 }
 
 const st_sync_ops_t st_sync_gba_ops = {

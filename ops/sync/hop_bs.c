@@ -50,24 +50,12 @@
 #include "runtime/err.h"
 
 typedef struct {
-	float *snap;          /* [nparams] dense params read at begin_step */
-	float *tw, *ts;       /* one tensor and its state, while updating */
-	float *trow;          /* one row and its state, while updating */
-	uint64_t v0;          /* version at begin_step */
-} hworker_t;
-
-typedef struct {
 	st_sync_env_t env;
 	int N;
 	uint64_t b;           /* the staleness bound */
-	/* Dense optimizer state and step count: the trainer's (env->dense_state,
-	 * env->dense_t, kept across policy switches) or our own. */
-	float *state;         /* dense optimizer state (shared, relaxed) */
-	float *own_state;
+	st_sync_dense_t dense; /* shared, relaxed atomics (t: step numbers handed out) */
 	uint64_t version;     /* updates applied (atomic) */
-	uint64_t *t;          /* optimizer step numbers handed out (atomic) */
-	uint64_t own_t;
-	hworker_t *w;
+	st_sync_hogwild_t *w; /* [N] */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	uint64_t *clock;      /* [N] under mu */
@@ -76,24 +64,19 @@ typedef struct {
 	st_sync_stats_t st;   /* relaxed atomics */
 } hopbs_t;
 
-/* Integer parameter `key` of the job's policy; -1 when absent. */
 static void hb_destroy(void *self)
 {
 	hopbs_t *s = self;
 	if (!s)
 		return;
-	for (int i = 0; s->w && i < s->N; i++) {
-		free(s->w[i].snap);
-		free(s->w[i].tw);
-		free(s->w[i].ts);
-		free(s->w[i].trow);
-	}
+	for (int i = 0; s->w && i < s->N; i++)
+		st_sync_hogwild_fini(&s->w[i]);
 	pthread_mutex_destroy(&s->mu);
 	pthread_cond_destroy(&s->cv);
 	free(s->w);
 	free(s->clock);
 	free(s->active);
-	free(s->own_state);
+	st_sync_dense_fini(&s->dense);
 	free(s);
 }
 
@@ -113,40 +96,18 @@ static int hb_create(void **self, const st_sync_env_t *env)
 	s->b = (uint64_t)b;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
-	size_t nst = st_sync_dense_state_floats(env);
-	size_t maxt = 1, maxs = 1;
-	for (int i = 0; i < st_model_ntensors(env->model); i++) {
-		const st_tensor_info_t *ti = st_model_tensor(env->model, i);
-		size_t len = (size_t)ti->shape[0] * (size_t)(ti->ndim == 2 ? ti->shape[1] : 1);
-		size_t sl = st_sync_dense_state_offset(env, i + 1) - st_sync_dense_state_offset(env, i);
-		maxt = len > maxt ? len : maxt;
-		maxs = sl > maxs ? sl : maxs;
-	}
-	int rd = st_model_max_row_dim(env->model);
-	size_t rowf = (size_t)rd + st_optim_state_floats(env->sparse_opt, (size_t)rd) + 1;
-	s->state = env->dense_state;
-	if (!s->state)
-		s->state = s->own_state = malloc(sizeof(float) * (nst ? nst : 1));
-	s->t = env->dense_t ? env->dense_t : &s->own_t;
 	s->w = calloc((size_t)s->N, sizeof *s->w);
 	s->clock = calloc((size_t)s->N, sizeof *s->clock);
 	s->active = calloc((size_t)s->N, sizeof *s->active);
-	int ok = s->state && s->w && s->clock && s->active;
+	int ok = st_sync_dense_init(&s->dense, env) == ST_OK && s->w && s->clock && s->active;
 	for (int i = 0; ok && i < s->N; i++) {
-		hworker_t *a = &s->w[i];
-		a->snap = malloc(sizeof(float) * (env->nparams ? env->nparams : 1));
-		a->tw = malloc(sizeof(float) * maxt);
-		a->ts = malloc(sizeof(float) * maxs);
-		a->trow = malloc(sizeof(float) * rowf);
-		ok = a->snap && a->tw && a->ts && a->trow;
+		ok = st_sync_hogwild_init(&s->w[i], env) == ST_OK;
 		s->active[i] = 1;
 	}
 	if (!ok) {
 		hb_destroy(s);
 		return ST_ENOMEM;
 	}
-	if (s->own_state)
-		st_sync_dense_state_init(env, s->state);
 	*self = s;
 	return ST_OK;
 }
@@ -190,7 +151,6 @@ static uint64_t min_clock(const hopbs_t *s, uint64_t self_clock)
 static const float *hb_begin_step(void *self, int w, uint64_t step)
 {
 	hopbs_t *s = self;
-	hworker_t *a = &s->w[w];
 	(void)step;
 	pthread_mutex_lock(&s->mu);
 	while (s->clock[w] - min_clock(s, s->clock[w]) > s->b) {
@@ -199,23 +159,14 @@ static const float *hb_begin_step(void *self, int w, uint64_t step)
 		s->waiting--;
 	}
 	pthread_mutex_unlock(&s->mu);
-	a->v0 = __atomic_load_n(&s->version, __ATOMIC_RELAXED);
-	st_sync_load_relaxed(a->snap, s->env.params, s->env.nparams);
-	return a->snap;
-}
-
-/* Hogwild application of one worker's gradients (as async.c). */
-static void hogwild_apply(hopbs_t *s, hworker_t *a, const st_sync_grads_t *g)
-{
-	st_sync_apply_hogwild(&s->env, s->state, s->t, &s->version, a->v0, g, a->tw, a->ts,
-			      a->trow, &s->st);
+	return st_sync_hogwild_read(&s->w[w], &s->env, &s->version);
 }
 
 static int hb_apply(void *self, int w, st_sync_grads_t *g)
 {
 	hopbs_t *s = self;
-	if (g->n_examples)
-		hogwild_apply(s, &s->w[w], g);
+	if (g->n_examples)   /* Hogwild, as async.c */
+		st_sync_apply_hogwild(&s->env, &s->dense, &s->version, &s->w[w], g, &s->st);
 	pthread_mutex_lock(&s->mu);
 	s->clock[w]++;
 	pthread_cond_broadcast(&s->cv);
@@ -234,10 +185,7 @@ static void hb_end_batch(void *self, int w)
 
 static void hb_report(void *self, st_sync_stats_t *out)
 {
-	hopbs_t *s = self;
-	uint64_t *src = (uint64_t *)&s->st, *dst = (uint64_t *)out;
-	for (size_t i = 0; i < sizeof *out / sizeof(uint64_t); i++)
-		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+	st_sync_stats_read(&((hopbs_t *)self)->st, out);
 }
 
 const st_sync_ops_t st_sync_hop_bs_ops = {

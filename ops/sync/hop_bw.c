@@ -61,12 +61,7 @@ typedef struct {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	/* ---- under mu ---- */
-	/* Dense optimizer state and step count: the trainer's (env->dense_state,
-	 * env->dense_t, kept across policy switches) or our own. */
-	float *state;          /* dense optimizer state */
-	float *own_state;
-	uint64_t *t;           /* optimizer steps applied (Adam's step number) */
-	uint64_t own_t;
+	st_sync_dense_t dense; /* t: optimizer steps applied (Adam's step number) */
 	uint64_t cur;          /* the step collecting gradients = steps closed */
 	int arrived, kept, empty;  /* of step cur */
 	st_sync_gradbuf_t buf; /* the kept gradients of the open step */
@@ -81,12 +76,10 @@ static void bw_destroy(void *self)
 	hopbw_t *s = self;
 	if (!s)
 		return;
-	for (int i = 0; s->snap && i < s->N; i++)
-		free(s->snap[i]);
-	free(s->snap);
+	st_sync_snaps_destroy(s->snap, s->N);
 	free(s->v0);
 	free(s->wstep);
-	free(s->own_state);
+	st_sync_dense_fini(&s->dense);
 	st_sync_gradbuf_fini(&s->buf);
 	pthread_mutex_destroy(&s->mu);
 	pthread_cond_destroy(&s->cv);
@@ -110,25 +103,15 @@ static int bw_create(void **self, const st_sync_env_t *env)
 	s->quorum = s->N - (int)b;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
-	size_t np = env->nparams ? env->nparams : 1;
-	size_t nst = st_sync_dense_state_floats(env);
-	s->state = env->dense_state;
-	if (!s->state)
-		s->state = s->own_state = malloc(sizeof(float) * (nst ? nst : 1));
-	s->t = env->dense_t ? env->dense_t : &s->own_t;
-	s->snap = calloc((size_t)s->N, sizeof *s->snap);
+	s->snap = st_sync_snaps_create(env);
 	s->v0 = calloc((size_t)s->N, sizeof *s->v0);
 	s->wstep = calloc((size_t)s->N, sizeof *s->wstep);
-	int ok = st_sync_gradbuf_init(&s->buf, env) == ST_OK && s->state && s->snap && s->v0 &&
-		 s->wstep;
-	for (int i = 0; ok && i < s->N; i++)
-		ok = (s->snap[i] = malloc(sizeof(float) * np)) != NULL;
+	int ok = st_sync_gradbuf_init(&s->buf, env) == ST_OK &&
+		 st_sync_dense_init(&s->dense, env) == ST_OK && s->snap && s->v0 && s->wstep;
 	if (!ok) {
 		bw_destroy(s);
 		return ST_ENOMEM;
 	}
-	if (s->own_state)
-		st_sync_dense_state_init(env, s->state);
 	*self = s;
 	return ST_OK;
 }
@@ -152,20 +135,6 @@ static const float *bw_begin_step(void *self, int w, uint64_t step)
 	return s->snap[w];
 }
 
-static uint64_t grad_bytes(const st_sync_env_t *env, const st_sync_grads_t *g)
-{
-	uint64_t bytes = sizeof(float) * (uint64_t)env->nparams;
-	for (uint32_t k = 0; k < g->n_rows; k++)
-		bytes += 8 + sizeof(float) * (uint64_t)g->row_dim[g->uidx[k]];
-	return bytes;
-}
-
-/* Adds a kept gradient to the buffers. Under mu. */
-static void accumulate(hopbw_t *s, const st_sync_grads_t *g)
-{
-	st_sync_gradbuf_add(&s->buf, &s->env, g);
-}
-
 /* Closes step cur: applies the kept gradients (if any) and wakes the
  * waiters. Under mu. */
 static void close_step(hopbw_t *s)
@@ -173,7 +142,7 @@ static void close_step(hopbw_t *s)
 	const st_sync_env_t *env = &s->env;
 	if (s->kept) {
 		const float f = (float)(s->N - s->empty) / (float)s->kept;
-		st_sync_gradbuf_apply(&s->buf, env, s->state, f, ++*s->t);
+		st_sync_gradbuf_apply(&s->buf, env, s->dense.state, f, ++*s->dense.t);
 		st_sync_stat_add(&s->st.steps, 1);
 	}
 	s->cur++;
@@ -192,16 +161,16 @@ static int bw_apply(void *self, int w, st_sync_grads_t *g)
 		pthread_mutex_unlock(&s->mu);
 		if (g->n_examples) {
 			st_sync_stat_add(&s->st.dropped, 1);
-			st_sync_stat_add(&s->st.bytes, grad_bytes(&s->env, g));
+			st_sync_stat_add(&s->st.bytes, st_sync_grad_bytes(&s->env, g));
 		}
 		return ST_OK;
 	}
 	s->arrived++;
 	if (g->n_examples) {
-		accumulate(s, g);
+		st_sync_gradbuf_add(&s->buf, &s->env, g);
 		s->kept++;
 		st_sync_stat_add(&s->st.updates, 1);
-		st_sync_stat_add(&s->st.bytes, grad_bytes(&s->env, g));
+		st_sync_stat_add(&s->st.bytes, st_sync_grad_bytes(&s->env, g));
 		st_sync_stat_add(&s->st.staleness[st_sync_hist_bucket(s->cur - s->v0[w])], 1);
 	} else {
 		s->empty++;
@@ -222,10 +191,7 @@ static void bw_end_batch(void *self, int w)
 
 static void bw_report(void *self, st_sync_stats_t *out)
 {
-	hopbw_t *s = self;
-	uint64_t *src = (uint64_t *)&s->st, *dst = (uint64_t *)out;
-	for (size_t i = 0; i < sizeof *out / sizeof(uint64_t); i++)
-		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+	st_sync_stats_read(&((hopbw_t *)self)->st, out);
 }
 
 const st_sync_ops_t st_sync_hop_bw_ops = {

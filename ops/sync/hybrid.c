@@ -78,10 +78,7 @@ typedef struct {
 	int N;
 	uint64_t tau;
 	pthread_barrier_t bar;
-	float *state;              /* dense optimizer state (env's or own) */
-	float *own_state;
-	uint64_t *t;               /* dense steps (env's or own; worker 0 advances) */
-	uint64_t own_t;
+	st_sync_dense_t dense;     /* t: dense steps (worker 0 advances) */
 	int *owner;                /* [ntensors] */
 	st_sync_grads_t **g;
 	hworker_t *w;
@@ -104,14 +101,6 @@ typedef struct {
 void (*st__sync_hybrid_apply_hook)(void *arg, int w, uint64_t step);
 void (*st__sync_hybrid_block_hook)(void *arg, int w, uint64_t step);
 void *st__sync_hybrid_hook_arg;
-
-/* A numeric parameter of the job's policy, or def (lang/job.c has the
- * same, but ops does not link the job language). */
-static size_t tensor_len(const st_model_t *m, int i)
-{
-	const st_tensor_info_t *ti = st_model_tensor(m, i);
-	return (size_t)ti->shape[0] * (size_t)(ti->ndim == 2 ? ti->shape[1] : 1);
-}
 
 static void *embedding_main(void *arg)
 {
@@ -175,7 +164,7 @@ static void hy_destroy(void *self)
 	free(s->q);
 	free(s->g);
 	free(s->owner);
-	free(s->own_state);
+	st_sync_dense_fini(&s->dense);
 	free(s);
 }
 
@@ -199,19 +188,15 @@ static int hy_create(void **self, const st_sync_env_t *env)
 	pthread_cond_init(&s->more, NULL);
 	pthread_cond_init(&s->done_cv, NULL);
 	int nt = st_model_ntensors(env->model);
-	size_t nst = st_sync_dense_state_floats(env);
 	int rd = st_model_max_row_dim(env->model);
 	size_t rowf = (size_t)rd + st_optim_state_floats(env->sparse_opt, (size_t)rd) + 1;
 	s->qcap = (uint32_t)((uint64_t)s->N * (s->tau + 1));
 	s->q = calloc(s->qcap, sizeof *s->q);
 	s->owner = calloc((size_t)nt + 1, sizeof(int));
 	s->g = calloc((size_t)s->N, sizeof *s->g);
-	s->state = env->dense_state;
-	if (!s->state)
-		s->state = s->own_state = malloc(sizeof(float) * (nst ? nst : 1));
-	s->t = env->dense_t ? env->dense_t : &s->own_t;
 	s->w = calloc((size_t)s->N, sizeof *s->w);
-	int ok = s->q && s->owner && s->g && s->state && s->w;
+	int ok = st_sync_dense_init(&s->dense, env) == ST_OK && s->q && s->owner && s->g &&
+		 s->w;
 	for (int i = 0; ok && i < s->N; i++) {
 		s->w[i].slot = calloc(s->tau + 1, sizeof(slot_t));
 		s->w[i].trow = malloc(sizeof(float) * rowf);
@@ -221,8 +206,6 @@ static int hy_create(void **self, const st_sync_env_t *env)
 		hy_destroy(s);
 		return ST_ENOMEM;
 	}
-	if (s->own_state)
-		st_sync_dense_state_init(env, s->state);
 	/* Tensor owners: each tensor to the least-loaded worker, in order (the
 	 * split balances work only; sums run in worker order). */
 	size_t *load = calloc((size_t)s->N, sizeof(size_t));
@@ -236,7 +219,7 @@ static int hy_create(void **self, const st_sync_env_t *env)
 			if (load[w] < load[best])
 				best = w;
 		s->owner[i] = best;
-		load[best] += tensor_len(env->model, i) + 64;
+		load[best] += st_sync_tensor_floats(env->model, i) + 64;
 	}
 	free(load);
 	if (pthread_create(&s->th, NULL, embedding_main, s) != 0)
@@ -311,7 +294,6 @@ static int stash(hybrid_t *s, int w, const st_sync_grads_t *g, uint32_t *slot_ou
 static int hy_apply(void *self, int w, st_sync_grads_t *g)
 {
 	hybrid_t *s = self;
-	const int N = s->N;
 	const st_sync_env_t *env = &s->env;
 	hworker_t *a = &s->w[w];
 	uint32_t slot;
@@ -328,33 +310,15 @@ static int hy_apply(void *self, int w, st_sync_grads_t *g)
 	pthread_cond_signal(&s->more);
 	pthread_mutex_unlock(&s->mu);
 	a->steps++;
-	const uint64_t t = *s->t + 1;
-	float *acc = s->g[0]->dense;
-	for (int i = 0; i < st_model_ntensors(env->model); i++) {
-		if (s->owner[i] != w)
-			continue;
-		const st_tensor_info_t *ti = st_model_tensor(env->model, i);
-		size_t len = tensor_len(env->model, i);
-		for (int v = 1; v < N; v++) {
-			if (!s->g[v]->n_examples)
-				continue;
-			const float *gv = s->g[v]->dense + ti->offset;
-			float *d = acc + ti->offset;
-			for (size_t j = 0; j < len; j++)
-				d[j] += gv[j];
-		}
-		st_sync_dense_update_tensor(env, env->params, s->state, acc, i, t);
-	}
+	const uint64_t t = *s->dense.t + 1;
+	st_sync_reduce_dense(env, s->g, s->owner, w, s->dense.state, t);
 	if (g->n_examples) {
-		uint64_t bytes = sizeof(float) * (uint64_t)env->nparams;
-		for (uint32_t k = 0; k < g->n_rows; k++)
-			bytes += 8 + sizeof(float) * (uint64_t)g->row_dim[g->uidx[k]];
-		st_sync_stat_add(&s->st.bytes, bytes);
+		st_sync_stat_add(&s->st.bytes, st_sync_grad_bytes(env, g));
 		st_sync_stat_add(&s->st.updates, 1);
 	}
 	pthread_barrier_wait(&s->bar);                          /* B */
 	if (w == 0) {
-		*s->t = t;
+		*s->dense.t = t;
 		st_sync_stat_add(&s->st.steps, 1);
 	}
 	return rc;
@@ -372,10 +336,7 @@ static void hy_end_batch(void *self, int w)
 
 static void hy_report(void *self, st_sync_stats_t *out)
 {
-	hybrid_t *s = self;
-	uint64_t *src = (uint64_t *)&s->st, *dst = (uint64_t *)out;
-	for (size_t i = 0; i < sizeof *out / sizeof(uint64_t); i++)
-		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+	st_sync_stats_read(&((hybrid_t *)self)->st, out);
 }
 
 const st_sync_ops_t st_sync_hybrid_ops = {

@@ -151,7 +151,7 @@ static int ks_create(void **self, const st_sync_env_t *env)
 		 * optimizer lays them out per tensor as m[len] then v[len]. */
 		for (int ti = 0; env->dense_state && ti < st_model_ntensors(env->model); ti++) {
 			const st_tensor_info_t *inf = st_model_tensor(env->model, ti);
-			size_t len = (size_t)inf->shape[0] * (size_t)(inf->ndim == 2 ? inf->shape[1] : 1);
+			size_t len = st_sync_tensor_floats(env->model, ti);
 			const float *so = env->dense_state + st_sync_dense_state_offset(env, ti);
 			memcpy(a->m + inf->offset, so, sizeof(float) * len);
 			memcpy(a->v + inf->offset, so + len, sizeof(float) * len);
@@ -174,11 +174,6 @@ static const float *ks_begin_step(void *self, int w, uint64_t step)
 	kstep_t *s = self;
 	(void)step;
 	return s->w[w].x;
-}
-
-static inline int touched(const st_sync_grads_t *g, uint32_t u)
-{
-	return g->n_examples && g->mark[u] == g->stamp;
 }
 
 /* Adam's bias-corrected step size and 1/sqrt(1 - b2^t), as ops/optim. */
@@ -251,32 +246,7 @@ static int ks_apply(void *self, int w, st_sync_grads_t *g)
 
 	/* Sparse, as allreduce.c: rows u with u mod N == w; the first toucher
 	 * (lowest worker index) holds the sum. */
-	for (int v = 0; v < N; v++) {
-		const st_sync_grads_t *gv = s->g[v];
-		if (!gv->n_examples)
-			continue;
-		for (uint32_t q = 0; q < gv->n_rows; q++) {
-			uint32_t u = gv->uidx[q];
-			if ((int)(u % (uint32_t)N) != w)
-				continue;
-			int first = 1;
-			for (int p = 0; p < v && first; p++)
-				first = !touched(s->g[p], u);
-			if (!first)
-				continue;
-			float *sum = gv->grad + (size_t)u * gv->gstride;
-			const int dim = gv->row_dim[u];
-			for (int r = v + 1; r < N; r++) {
-				if (!touched(s->g[r], u))
-					continue;
-				const float *gr = s->g[r]->grad + (size_t)u * s->g[r]->gstride;
-				for (int j = 0; j < dim; j++)
-					sum[j] += gr[j];
-			}
-			if (gv->rows[u])
-				st_sync_row_update(env, gv->rows[u], sum, dim, step);
-		}
-	}
+	st_sync_reduce_rows(env, s->g, w, step);
 	uint64_t bytes = 0;
 	if (g->n_examples) {
 		for (uint32_t q = 0; q < g->n_rows; q++)
@@ -328,10 +298,7 @@ static void ks_end_batch(void *self, int w)
 
 static void ks_report(void *self, st_sync_stats_t *out)
 {
-	kstep_t *s = self;
-	uint64_t *src = (uint64_t *)&s->st, *dst = (uint64_t *)out;
-	for (size_t i = 0; i < sizeof *out / sizeof(uint64_t); i++)
-		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+	st_sync_stats_read(&((kstep_t *)self)->st, out);
 }
 
 /* Test and bench access: worker w's replica and second moment, and the

@@ -334,12 +334,6 @@ static const float *sh_begin_step(void *self, int w, uint64_t step)
 	return a->snap;
 }
 
-static size_t tensor_len(const st_model_t *m, int i)
-{
-	const st_tensor_info_t *ti = st_model_tensor(m, i);
-	return (size_t)ti->shape[0] * (size_t)(ti->ndim == 2 ? ti->shape[1] : 1);
-}
-
 /* Foreground sync of replica i (fixed-rate variant). */
 static void sync_one(shadow_t *s, int i)
 {
@@ -364,7 +358,7 @@ static int sh_apply(void *self, int w, st_sync_grads_t *g)
 	/* Tensor by tensor: reload the replica (the shadow thread may have
 	 * blended it since begin_step), step, store. */
 	for (int i = 0; i < st_model_ntensors(env->model); i++) {
-		size_t off = st_model_tensor(env->model, i)->offset, len = tensor_len(env->model, i);
+		size_t off = st_model_tensor(env->model, i)->offset, len = st_sync_tensor_floats(env->model, i);
 		if (!len)
 			continue;
 		st_sync_load_relaxed(a->tmp + off, a->rep + off, len);
@@ -413,10 +407,7 @@ static void sh_end_batch(void *self, int w)
 
 static void sh_report(void *self, st_sync_stats_t *out)
 {
-	shadow_t *s = self;
-	uint64_t *src = (uint64_t *)&s->st, *dst = (uint64_t *)out;
-	for (size_t i = 0; i < sizeof *out / sizeof(uint64_t); i++)
-		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+	st_sync_stats_read(&((shadow_t *)self)->st, out);
 }
 
 /* Test and bench access. Syncs of replicas so far and the sum of their

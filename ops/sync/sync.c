@@ -1,7 +1,9 @@
 /*
  * sync.c — the policy registry and the helpers every policy shares: dense
- * and sparse optimizer steps laid out per tensor / per row, relaxed-atomic
- * copies for Hogwild policies, the staleness histogram.
+ * and sparse optimizer steps laid out per tensor / per row, the dense state
+ * a policy updates (the trainer's or its own), relaxed-atomic copies and
+ * the worker buffers of Hogwild policies, the lockstep reductions in
+ * worker order, the gradient buffer of aggregating policies, statistics.
  *
  * Threads: none. Every helper is reentrant; the caller owns the memory it
  * passes (the relaxed variants exist precisely for memory others write).
@@ -161,41 +163,188 @@ void st_sync_row_update_relaxed(const st_sync_env_t *env, float *row, const floa
 	st_sync_store_relaxed(row, tmp, nf);
 }
 
-void st_sync_apply_hogwild(const st_sync_env_t *env, float *state, uint64_t *t_ctr,
-			   uint64_t *version, uint64_t v0, const st_sync_grads_t *g,
-			   float *tw, float *ts, float *trow, st_sync_stats_t *st)
+size_t st_sync_tensor_floats(const st_model_t *m, int i)
 {
-	uint64_t stale = __atomic_load_n(version, __ATOMIC_RELAXED) - v0;
-	uint64_t t = __atomic_add_fetch(t_ctr, 1, __ATOMIC_RELAXED);
+	const st_tensor_info_t *ti = st_model_tensor(m, i);
+	return (size_t)ti->shape[0] * (size_t)(ti->ndim == 2 ? ti->shape[1] : 1);
+}
+
+int st_sync_dense_init(st_sync_dense_t *d, const st_sync_env_t *env)
+{
+	memset(d, 0, sizeof *d);
+	d->t = env->dense_t ? env->dense_t : &d->own_t;
+	d->state = env->dense_state;
+	if (d->state)
+		return ST_OK;
+	size_t nst = st_sync_dense_state_floats(env);
+	d->state = d->own_state = malloc(sizeof(float) * (nst ? nst : 1));
+	if (!d->state)
+		return ST_ENOMEM;
+	st_sync_dense_state_init(env, d->state);
+	return ST_OK;
+}
+
+void st_sync_dense_fini(st_sync_dense_t *d)
+{
+	free(d->own_state);
+	d->own_state = d->state = NULL;
+}
+
+int st_sync_hogwild_init(st_sync_hogwild_t *h, const st_sync_env_t *env)
+{
+	size_t maxt = 1, maxs = 1;
+	for (int i = 0; i < st_model_ntensors(env->model); i++) {
+		size_t len = st_sync_tensor_floats(env->model, i);
+		size_t sl = st_sync_dense_state_offset(env, i + 1) - st_sync_dense_state_offset(env, i);
+		maxt = len > maxt ? len : maxt;
+		maxs = sl > maxs ? sl : maxs;
+	}
+	int rd = st_model_max_row_dim(env->model);
+	size_t rowf = (size_t)rd + st_optim_state_floats(env->sparse_opt, (size_t)rd) + 1;
+	memset(h, 0, sizeof *h);
+	h->snap = malloc(sizeof(float) * (env->nparams ? env->nparams : 1));
+	h->tw = malloc(sizeof(float) * maxt);
+	h->ts = malloc(sizeof(float) * maxs);
+	h->trow = malloc(sizeof(float) * rowf);
+	return h->snap && h->tw && h->ts && h->trow ? ST_OK : ST_ENOMEM;
+}
+
+void st_sync_hogwild_fini(st_sync_hogwild_t *h)
+{
+	free(h->snap);
+	free(h->tw);
+	free(h->ts);
+	free(h->trow);
+	memset(h, 0, sizeof *h);
+}
+
+const float *st_sync_hogwild_read(st_sync_hogwild_t *h, const st_sync_env_t *env,
+				  const uint64_t *version)
+{
+	h->v0 = __atomic_load_n(version, __ATOMIC_RELAXED);
+	st_sync_load_relaxed(h->snap, env->params, env->nparams);
+	return h->snap;
+}
+
+void st_sync_apply_hogwild(const st_sync_env_t *env, st_sync_dense_t *d, uint64_t *version,
+			   st_sync_hogwild_t *h, const st_sync_grads_t *g,
+			   st_sync_stats_t *st)
+{
+	uint64_t stale = __atomic_load_n(version, __ATOMIC_RELAXED) - h->v0;
+	uint64_t t = __atomic_add_fetch(d->t, 1, __ATOMIC_RELAXED);
 	for (int i = 0; i < st_model_ntensors(env->model); i++) {
 		const st_tensor_info_t *ti = st_model_tensor(env->model, i);
-		size_t len = (size_t)ti->shape[0] * (size_t)(ti->ndim == 2 ? ti->shape[1] : 1);
+		size_t len = st_sync_tensor_floats(env->model, i);
 		size_t so = st_sync_dense_state_offset(env, i);
 		size_t sl = st_sync_dense_state_offset(env, i + 1) - so;
 		if (!len)
 			continue;
-		st_sync_load_relaxed(tw, env->params + ti->offset, len);
-		st_sync_load_relaxed(ts, state + so, sl);
-		st_optim_update_rows(env->dense_opt, tw, ts, g->dense + ti->offset,
+		st_sync_load_relaxed(h->tw, env->params + ti->offset, len);
+		st_sync_load_relaxed(h->ts, d->state + so, sl);
+		st_optim_update_rows(env->dense_opt, h->tw, h->ts, g->dense + ti->offset,
 				     ti->ndim == 2 ? (size_t)ti->shape[0] : 1,
 				     ti->ndim == 2 ? (size_t)ti->shape[1] : (size_t)ti->shape[0], t);
-		st_sync_store_relaxed(env->params + ti->offset, tw, len);
-		st_sync_store_relaxed(state + so, ts, sl);
+		st_sync_store_relaxed(env->params + ti->offset, h->tw, len);
+		st_sync_store_relaxed(d->state + so, h->ts, sl);
 	}
-	uint64_t bytes = sizeof(float) * (uint64_t)env->nparams;
 	for (uint32_t k = 0; k < g->n_rows; k++) {
 		uint32_t u = g->uidx[k];
-		int dim = g->row_dim[u];
-		bytes += 8 + sizeof(float) * (uint64_t)dim;
 		if (g->rows[u])
 			st_sync_row_update_relaxed(env, g->rows[u], g->grad + (size_t)u * g->gstride,
-						   dim, t, trow);
+						   g->row_dim[u], t, h->trow);
 	}
 	__atomic_fetch_add(version, 1, __ATOMIC_RELAXED);
 	st_sync_stat_add(&st->updates, 1);
 	st_sync_stat_add(&st->steps, 1);
 	st_sync_stat_add(&st->staleness[st_sync_hist_bucket(stale)], 1);
-	st_sync_stat_add(&st->bytes, bytes);
+	st_sync_stat_add(&st->bytes, st_sync_grad_bytes(env, g));
+}
+
+float **st_sync_snaps_create(const st_sync_env_t *env)
+{
+	size_t np = env->nparams ? env->nparams : 1;
+	float **snap = calloc((size_t)env->n_workers, sizeof *snap);
+	for (int i = 0; snap && i < env->n_workers; i++) {
+		if (!(snap[i] = malloc(sizeof(float) * np))) {
+			st_sync_snaps_destroy(snap, env->n_workers);
+			return NULL;
+		}
+	}
+	return snap;
+}
+
+void st_sync_snaps_destroy(float **snap, int n_workers)
+{
+	for (int i = 0; snap && i < n_workers; i++)
+		free(snap[i]);
+	free(snap);
+}
+
+uint64_t st_sync_grad_bytes(const st_sync_env_t *env, const st_sync_grads_t *g)
+{
+	uint64_t bytes = sizeof(float) * (uint64_t)env->nparams;
+	for (uint32_t k = 0; k < g->n_rows; k++)
+		bytes += 8 + sizeof(float) * (uint64_t)g->row_dim[g->uidx[k]];
+	return bytes;
+}
+
+void st_sync_reduce_dense(const st_sync_env_t *env, st_sync_grads_t *const *g,
+			  const int *owner, int w, float *state, uint64_t t)
+{
+	float *acc = g[0]->dense;
+	for (int i = 0; i < st_model_ntensors(env->model); i++) {
+		if (owner[i] != w)
+			continue;
+		const st_tensor_info_t *ti = st_model_tensor(env->model, i);
+		size_t len = st_sync_tensor_floats(env->model, i);
+		for (int v = 1; v < env->n_workers; v++) {
+			if (!g[v]->n_examples)
+				continue;
+			const float *gv = g[v]->dense + ti->offset;
+			float *a = acc + ti->offset;
+			for (size_t j = 0; j < len; j++)
+				a[j] += gv[j];
+		}
+		st_sync_dense_update_tensor(env, env->params, state, acc, i, t);
+	}
+}
+
+/* Whether worker gradients g touched unique key u this step. */
+static inline int touched(const st_sync_grads_t *g, uint32_t u)
+{
+	return g->n_examples && g->mark[u] == g->stamp;
+}
+
+void st_sync_reduce_rows(const st_sync_env_t *env, st_sync_grads_t *const *g, int w,
+			 uint64_t t)
+{
+	const int N = env->n_workers;
+	for (int v = 0; v < N; v++) {
+		const st_sync_grads_t *gv = g[v];
+		if (!gv->n_examples)
+			continue;
+		for (uint32_t k = 0; k < gv->n_rows; k++) {
+			uint32_t u = gv->uidx[k];
+			if ((int)(u % (uint32_t)N) != w)
+				continue;
+			int first = 1;
+			for (int p = 0; p < v && first; p++)
+				first = !touched(g[p], u);
+			if (!first)
+				continue;
+			float *sum = gv->grad + (size_t)u * gv->gstride;
+			const int dim = gv->row_dim[u];
+			for (int q = v + 1; q < N; q++) {
+				if (!touched(g[q], u))
+					continue;
+				const float *gq = g[q]->grad + (size_t)u * g[q]->gstride;
+				for (int j = 0; j < dim; j++)
+					sum[j] += gq[j];
+			}
+			if (gv->rows[u])
+				st_sync_row_update(env, gv->rows[u], sum, dim, t);
+		}
+	}
 }
 
 int st_sync_gradbuf_init(st_sync_gradbuf_t *b, const st_sync_env_t *env)
@@ -296,6 +445,14 @@ double st_sync_cfg_num(const st_sync_cfg_t *cfg, const char *key, double def)
 		if (cfg->keys[i] && !strcmp(cfg->keys[i], key))
 			return cfg->vals ? cfg->vals[i] : def;
 	return def;
+}
+
+void st_sync_stats_read(const st_sync_stats_t *st, st_sync_stats_t *out)
+{
+	const uint64_t *src = (const uint64_t *)st;
+	uint64_t *dst = (uint64_t *)out;
+	for (size_t i = 0; i < sizeof *out / sizeof(uint64_t); i++)
+		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
 }
 
 int st_sync_hist_bucket(uint64_t s)

@@ -170,17 +170,76 @@ void st_sync_row_update_relaxed(const st_sync_env_t *env, float *row, const floa
 /* Relaxed-atomic copies (Hogwild reads and writes of shared floats). */
 void st_sync_load_relaxed(float *dst, const float *src, size_t n);
 void st_sync_store_relaxed(float *dst, const float *src, size_t n);
+/* The dense optimizer state and step count a policy updates: the trainer's
+ * (env->dense_state, env->dense_t, kept across policy switches) or, when
+ * the env has none, the policy's own. Lives inside the policy's heap object
+ * (t may point at own_t, so the struct must not move once initialized). */
+typedef struct st_sync_dense {
+	float *state;          /* [st_sync_dense_state_floats] */
+	uint64_t *t;           /* optimizer steps done so far */
+	float *own_state;      /* allocated by init when env has none, else NULL */
+	uint64_t own_t;
+} st_sync_dense_t;
+
+/* Points d at env's state and step count, or allocates and initializes its
+ * own (st_sync_dense_state_init, t = 0). ST_OK or ST_ENOMEM; either way
+ * st_sync_dense_fini is safe, and so it is on a zeroed struct. */
+int st_sync_dense_init(st_sync_dense_t *d, const st_sync_env_t *env);
+/* Frees the own state (never the env's). */
+void st_sync_dense_fini(st_sync_dense_t *d);
+
+/* A Hogwild worker's private buffers (async, hop_bs), owned by the policy. */
+typedef struct st_sync_hogwild {
+	float *snap;           /* [nparams] dense params read at the last read */
+	float *tw, *ts;        /* the largest tensor and its state, while updating */
+	float *trow;           /* one row and its state, while updating */
+	uint64_t v0;           /* the policy's version at the last read */
+} st_sync_hogwild_t;
+
+/* ST_OK or ST_ENOMEM; either way st_sync_hogwild_fini is safe, and so it is
+ * on a zeroed struct. */
+int st_sync_hogwild_init(st_sync_hogwild_t *h, const st_sync_env_t *env);
+void st_sync_hogwild_fini(st_sync_hogwild_t *h);
+/* The worker's read before a step: v0 = *version, then the shared dense
+ * parameters copied into snap with relaxed loads. Returns snap. */
+const float *st_sync_hogwild_read(st_sync_hogwild_t *h, const st_sync_env_t *env,
+				  const uint64_t *version);
 /* Hogwild application of one worker's gradients (async, hop_bs): one
- * optimizer step of every dense tensor (state: the policy's dense optimizer
- * state) and of every touched row, each read and written with relaxed
- * atomics; *t_ctr is the shared optimizer step counter, *version the
- * policy's update count and v0 its value when the worker read its
- * parameters (the staleness). tw/ts: scratch for the largest tensor and its
- * state; trow: one row and its state. Adds to *st. Thread-safe by design of
- * Hogwild (updates may be lost, never torn). */
-void st_sync_apply_hogwild(const st_sync_env_t *env, float *state, uint64_t *t_ctr,
-			   uint64_t *version, uint64_t v0, const st_sync_grads_t *g,
-			   float *tw, float *ts, float *trow, st_sync_stats_t *st);
+ * optimizer step of every dense tensor (d: the policy's dense state, *d->t
+ * the shared step counter) and of every touched row, each read and written
+ * with relaxed atomics; *version is the policy's update count and h->v0
+ * its value at the worker's read (the staleness). Adds to *st. Thread-safe
+ * by design of Hogwild (updates may be lost, never torn). */
+void st_sync_apply_hogwild(const st_sync_env_t *env, st_sync_dense_t *d, uint64_t *version,
+			   st_sync_hogwild_t *h, const st_sync_grads_t *g,
+			   st_sync_stats_t *st);
+/* What a parameter-server run would send for one worker's gradients: the
+ * dense gradient (4·nparams bytes) plus, per touched row, an 8-byte key
+ * and its 4·dim floats. */
+uint64_t st_sync_grad_bytes(const st_sync_env_t *env, const st_sync_grads_t *g);
+/* One snapshot of the dense parameters per worker, [n_workers][nparams]
+ * (policies whose workers read a consistent copy taken under their lock),
+ * or NULL when out of memory. Free with st_sync_snaps_destroy. */
+float **st_sync_snaps_create(const st_sync_env_t *env);
+void st_sync_snaps_destroy(float **snap, int n_workers);
+/* Floats of tensor i of the model (rows × cols, or the length of a 1-D one). */
+size_t st_sync_tensor_floats(const st_model_t *m, int i);
+
+/* Lockstep reductions (allreduce, kstep, hybrid), called by worker w of N
+ * between two barriers with g[v] every worker's gradients of the step. Each
+ * sum runs in worker order whatever the split, so a run depends only on the
+ * seed, the data order and N, never on thread timing.
+ *
+ * Dense: for every tensor i with owner[i] == w, sums tensor i's slice of
+ * the workers' dense gradients into g[0]->dense and applies one optimizer
+ * step t to it (state: dense optimizer state). */
+void st_sync_reduce_dense(const st_sync_env_t *env, st_sync_grads_t *const *g,
+			  const int *owner, int w, float *state, uint64_t t);
+/* Sparse: for every unique key u with u mod N == w, sums u's row gradient
+ * over the workers that touched it into the first (lowest-index) toucher's
+ * buffer and applies one optimizer step t to the row. */
+void st_sync_reduce_rows(const st_sync_env_t *env, st_sync_grads_t *const *g, int w,
+			 uint64_t t);
 /* A buffer that sums workers' gradients until a policy applies them as one
  * optimizer step (bsp, hop_bw): the dense sum and, per unique key u of the
  * batch, the sum of its row gradients. Callers serialize access. */
@@ -219,6 +278,9 @@ static inline void st_sync_stat_add(uint64_t *p, uint64_t v)
 {
 	__atomic_fetch_add(p, v, __ATOMIC_RELAXED);
 }
+/* Copies stats updated with st_sync_stat_add into *out with relaxed loads
+ * (a policy's report hook). */
+void st_sync_stats_read(const st_sync_stats_t *st, st_sync_stats_t *out);
 /* Bucket of a staleness value in st_sync_stats_t.staleness. */
 int st_sync_hist_bucket(uint64_t staleness);
 /* Publishes stats as metrics: "sync_updates", "sync_staleness_mean",

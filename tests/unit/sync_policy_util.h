@@ -1,7 +1,9 @@
-/* sync_policy_util.h — helpers shared by test_sync_kstep.c, test_sync_shadow.c
- * and test_sync_hybrid.c: a small dnn model and env to drive a policy's
- * hooks by hand, and a learning run through the trainer on generated data.
- * Header-only (static functions); include after <cmocka.h>. */
+/* sync_policy_util.h — helpers shared by the sync policy tests
+ * (test_sync_kstep.c, test_sync_shadow.c, test_sync_hybrid.c,
+ * test_sync_gba.c, test_sync_baselines.c): optimizer settings, a small dnn
+ * model and env to drive a policy's hooks by hand, and a learning run
+ * through the trainer on generated data. Header-only (static inline
+ * functions); include after <cmocka.h>. */
 #ifndef ST_TEST_SYNC_POLICY_UTIL_H
 #define ST_TEST_SYNC_POLICY_UTIL_H
 
@@ -15,7 +17,7 @@
 #include "ops/train/trainer.h"
 #include "runtime/err.h"
 
-static void util_set_opt(st_optim_cfg_t *o, const char *name, double lr)
+static inline void util_set_opt(st_optim_cfg_t *o, const char *name, double lr)
 {
 	memset(o, 0, sizeof *o);
 	o->name = (char *)name;
@@ -28,7 +30,7 @@ static void util_set_opt(st_optim_cfg_t *o, const char *name, double lr)
 }
 
 /* dnn, emb 8, MLP 64-32; AdaGrad rows, Adam dense (as test_trainer.c). */
-static void util_make_job(st_job_t *j, const char *sync, st_sync_cfg_t *cfg)
+static inline void util_make_job(st_job_t *j, const char *sync, st_sync_cfg_t *cfg)
 {
 	memset(j, 0, sizeof *j);
 	j->seed = 1;
@@ -60,9 +62,9 @@ typedef struct {
 	void *self;
 } util_pol_t;
 
-static int util_pol_create(util_pol_t *p, const char *name, int N, const char *dense_opt,
-			   const char *sparse_opt, int n_params, char **keys, double *vals,
-			   char **strs)
+static inline int util_pol_create(util_pol_t *p, const char *name, int N,
+				  const char *dense_opt, const char *sparse_opt, int n_params,
+				  char **keys, double *vals, char **strs)
 {
 	memset(p, 0, sizeof *p);
 	st_job_t job;
@@ -88,14 +90,14 @@ static int util_pol_create(util_pol_t *p, const char *name, int N, const char *d
 	return rc;
 }
 
-static void util_pol_destroy(util_pol_t *p)
+static inline void util_pol_destroy(util_pol_t *p)
 {
 	p->ops->destroy(p->self);
 	st_model_destroy(p->model);
 }
 
 /* Deterministic pseudo-random gradient of worker w at step s. */
-static void util_grad(float *g, size_t n, int w, uint64_t s, float scale)
+static inline void util_grad(float *g, size_t n, int w, uint64_t s, float scale)
 {
 	uint64_t x = (uint64_t)w * 0x9e3779b97f4a7c15ull + s * 0xbf58476d1ce4e5b9ull + 1;
 	for (size_t j = 0; j < n; j++) {
@@ -108,7 +110,8 @@ static void util_grad(float *g, size_t n, int w, uint64_t s, float scale)
 
 /* ---- learning through the trainer ---------------------------------------- */
 
-static st_batch_t *util_gen_batch(st_gen_t *gen, uint64_t first, uint32_t n, int eval)
+static inline st_batch_t *util_gen_batch(st_gen_t *gen, uint64_t first, uint32_t n,
+					 int eval)
 {
 	st_batch_t *b;
 	assert_int_equal(st_batch_create(&b, n, ST_GEN_N_DENSE, ST_GEN_N_CAT, n * 27), ST_OK);
@@ -118,7 +121,7 @@ static st_batch_t *util_gen_batch(st_gen_t *gen, uint64_t first, uint32_t n, int
 	return b;
 }
 
-static void util_run_batch(st_trainer_t *tr, st_batch_t *b)
+static inline void util_run_batch(st_trainer_t *tr, st_batch_t *b)
 {
 	st_stage_ctx_t ctx = { .stage = "test", .thread_idx = 0, .n_threads = 1 };
 	st_batch_t *out;
@@ -126,13 +129,14 @@ static void util_run_batch(st_trainer_t *tr, st_batch_t *b)
 	assert_int_equal(st_trainer_train_ops.process(tr, &ctx, b, &out), ST_OK);
 	assert_int_equal(st_trainer_push_ops.process(tr, &ctx, b, &out), ST_OK);
 	assert_int_equal(st_trainer_dump_ops.process(tr, &ctx, b, &out), ST_OK);
+	assert_null(out);
 }
 
-/* Trains `rows` generated rows (batches of 4096) with `workers` workers and
- * the policy cfg; returns the progressive AUC, *eval_auc the AUC on 32k
- * held-out rows, *ss the policy's stats. */
-static double util_learn(const st_sync_cfg_t *cfg, int workers, uint64_t rows,
-			 double *eval_auc, st_sync_stats_t *ss)
+/* Trains `rows` generated rows (a multiple of 4096, in batches of 4096)
+ * with `workers` workers and the policy cfg; returns the progressive AUC,
+ * *eval_auc the AUC on 32k held-out rows, *ss the policy's stats. */
+static inline double util_learn(const st_sync_cfg_t *cfg, int workers, uint64_t rows,
+				double *eval_auc, st_sync_stats_t *ss)
 {
 	st_gen_t *gen;
 	st_gen_opts_t o = { .rows = 1, .files = 1, .seed = 1, .zipf = 1.1, .vocab = 100000 };
@@ -147,6 +151,7 @@ static double util_learn(const st_sync_cfg_t *cfg, int workers, uint64_t rows,
 	double auc, loss;
 	uint64_t n;
 	st_trainer_progress(tr, &auc, &loss, &n);
+	assert_int_equal(n, rows);
 	st_trainer_reset_eval(tr);
 	for (uint64_t r = 0; r < 32768; r += 8192)
 		util_run_batch(tr, util_gen_batch(gen, ST_GEN_EVAL_BASE + r, 8192, 1));
@@ -154,9 +159,11 @@ static double util_learn(const st_sync_cfg_t *cfg, int workers, uint64_t rows,
 	uint64_t en;
 	assert_int_equal(st_trainer_eval_result(tr, eval_auc, NULL, &cal, &en), ST_OK);
 	st_trainer_sync_stats(tr, ss);
-	print_message("%-9s x%d: progressive auc %.4f, eval auc %.4f, %llu updates, "
-		      "%llu bytes 'sent'\n", cfg->name, workers, auc, *eval_auc,
-		      (unsigned long long)ss->updates, (unsigned long long)ss->bytes);
+	print_message("%-9s x%d: progressive auc %.4f logloss %.4f, eval auc %.4f, %llu "
+		      "updates, %llu steps, %llu dropped, %llu bytes 'sent'\n", cfg->name,
+		      workers, auc, loss, *eval_auc, (unsigned long long)ss->updates,
+		      (unsigned long long)ss->steps, (unsigned long long)ss->dropped,
+		      (unsigned long long)ss->bytes);
 	st_trainer_destroy(tr);
 	st_gen_destroy(gen);
 	return auc;

@@ -28,22 +28,20 @@
 #include "runtime/err.h"
 #include "runtime/graph.h"
 #include "runtime/store/table.h"
+#include "dump_util.h"
 
 #define BS 2048        /* train batch */
 #define EVAL_BS 1000   /* eval batch: 3 minibatches of 256 and one of 232 */
 #define EVAL_N 3       /* eval batches */
 
 static st_gen_t *gen;
-static char g_dir[512];
+static char *g_dir;
 
 static int setup(void **state)
 {
 	(void)state;
 	st_gen_opts_t o = { .rows = 1, .files = 1, .seed = 7, .zipf = 1.1, .vocab = 50000 };
-	const char *tmp = getenv("TMPDIR");
-	snprintf(g_dir, sizeof g_dir, "%s/st-predict-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	if (!mkdtemp(g_dir))
-		return -1;
+	g_dir = tu_mkdtemp("predict");
 	return st_gen_create(&gen, &o) == ST_OK ? 0 : -1;
 }
 
@@ -51,9 +49,9 @@ static int teardown(void **state)
 {
 	(void)state;
 	st_gen_destroy(gen);
-	char cmd[600];
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-	return system(cmd) == 0 ? 0 : -1;
+	int rc = st__dumpio_rmtree(g_dir);
+	free(g_dir);
+	return rc == ST_OK ? 0 : -1;
 }
 
 static int dims[ST_GEN_N_CAT];

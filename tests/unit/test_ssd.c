@@ -280,6 +280,36 @@ static int check_all(st_ssd_t *s, struct owner *o)
 	return bad;
 }
 
+/* Appends version ver of keys [id0, id1) and releases each key's previous
+ * record, under the owner's stripe lock (as the table does). */
+static void owner_write(st_ssd_t *s, struct owner *o, uint32_t id0, uint32_t id1,
+			uint64_t ver)
+{
+	uint8_t pl[P];
+	for (uint32_t id = id0; id < id1; id++) {
+		fill_payload(pl, key_of(id), ver);
+		st_ssd_loc_t loc;
+		pthread_mutex_lock(stripe(o, id));
+		assert_int_equal(st_ssd_append(s, key_of(id), pl, &loc), ST_OK);
+		if (o->loc[id] != ST_SSD_NOLOC)
+			st_ssd_release(s, o->loc[id]);
+		o->loc[id] = loc;
+		o->ver[id] = ver;
+		pthread_mutex_unlock(stripe(o, id));
+	}
+}
+
+/* The end of a test: every key of o reads back, close returns close_rc,
+ * the owner and the directory base (then its name) go. */
+static void check_close_remove(st_ssd_t *s, struct owner *o, int close_rc, char *base)
+{
+	assert_int_equal(check_all(s, o), 0);
+	assert_int_equal(st_ssd_close(s), close_rc);
+	owner_fini(o);
+	rm_tree(base);
+	free(base);
+}
+
 /* ---- 1. round trip ---- */
 
 struct rt {
@@ -528,15 +558,7 @@ static void test_ssd_release_and_compaction(void **state)
 			       .compact_min_bytes = 4 * FILE_BYTES };
 	st_ssd_t *s;
 	assert_int_equal(st_ssd_open(&s, &opts, NULL, NULL), ST_OK);
-	/* First version of every key. */
-	struct upd u0 = { s, &o, 0, K, 0, 1, 0 };
-	uint8_t pl[P];
-	for (uint32_t id = 0; id < K; id++) {
-		o.ver[id] = 1;
-		fill_payload(pl, key_of(id), 1);
-		assert_int_equal(st_ssd_append(s, key_of(id), pl, &o.loc[id]), ST_OK);
-	}
-	(void)u0;
+	owner_write(s, &o, 0, K, 1);   /* first version of every key */
 	/* Two updaters on disjoint halves and two readers, while the
 	 * background compactor merges behind them. */
 	struct upd u[2] = { { s, &o, 0, K / 2, UPDATES, 7, 0 },
@@ -648,25 +670,11 @@ static void test_ssd_compaction_waits_for_durability(void **state)
 			       .compact_ratio = 1.0, .compact_min_bytes = 1 };
 	st_ssd_t *s;
 	assert_int_equal(st_ssd_open(&s, &opts, NULL, NULL), ST_OK);
-	uint8_t pl[P];
-	for (uint32_t id = 0; id < K; id++) {
-		o.ver[id] = 1;
-		fill_payload(pl, key_of(id), 1);
-		assert_int_equal(st_ssd_append(s, key_of(id), pl, &o.loc[id]), ST_OK);
-	}
+	owner_write(s, &o, 0, K, 1);
 	assert_int_equal(st_ssd_flush(s), ST_OK);
 	/* New versions of 60% of the first file's keys: less than a file, so
 	 * they stay in the active buffer. */
-	for (uint32_t id = 0; id < NEW; id++) {
-		fill_payload(pl, key_of(id), 2);
-		st_ssd_loc_t loc;
-		pthread_mutex_lock(stripe(&o, id));
-		assert_int_equal(st_ssd_append(s, key_of(id), pl, &loc), ST_OK);
-		st_ssd_release(s, o.loc[id]);
-		o.loc[id] = loc;
-		o.ver[id] = 2;
-		pthread_mutex_unlock(stripe(&o, id));
-	}
+	owner_write(s, &o, 0, NEW, 2);
 	st_ssd_stats_t st;
 	for (int i = 0; i < 30000; i++) { /* hang guard, not a timing */
 		st_ssd_stats(s, &st);
@@ -720,19 +728,8 @@ static void test_ssd_compaction_keeps_unreleased_records(void **state)
 	st_ssd_t *s;
 	assert_int_equal(st_ssd_open(&s, &opts, NULL, NULL), ST_OK);
 	uint8_t pl[P], got[P];
-	for (uint32_t id = 0; id < K; id++) {
-		o.ver[id] = 1;
-		fill_payload(pl, key_of(id), 1);
-		assert_int_equal(st_ssd_append(s, key_of(id), pl, &o.loc[id]), ST_OK);
-	}
-	for (uint32_t id = 0; id < NEW; id++) {
-		fill_payload(pl, key_of(id), 2);
-		st_ssd_loc_t loc;
-		assert_int_equal(st_ssd_append(s, key_of(id), pl, &loc), ST_OK);
-		st_ssd_release(s, o.loc[id]);
-		o.loc[id] = loc;
-		o.ver[id] = 2;
-	}
+	owner_write(s, &o, 0, K, 1);
+	owner_write(s, &o, 0, NEW, 2);
 	assert_int_equal(st_ssd_flush(s), ST_OK);
 	/* The "load" of LOADED starts: out of the map, not released yet. */
 	st_ssd_loc_t held = o.loc[LOADED];
@@ -759,11 +756,7 @@ static void test_ssd_compaction_keeps_unreleased_records(void **state)
 	assert_int_equal(st.compactions, 1);
 	assert_int_equal(st.draining_files, 0);
 	assert_int_equal(st.live_records, K - 1);
-	assert_int_equal(check_all(s, &o), 0);
-	assert_int_equal(st_ssd_close(s), ST_OK);
-	owner_fini(&o);
-	rm_tree(base);
-	free(base);
+	check_close_remove(s, &o, ST_OK, base);
 }
 
 /* ---- 3. corruption ---- */
@@ -779,13 +772,9 @@ static void test_ssd_corruption(void **state)
 			       .fresh = 1, .relocate = owner_relocate, .arg = &o };
 	st_ssd_t *s;
 	assert_int_equal(st_ssd_open(&s, &opts, NULL, NULL), ST_OK);
-	uint8_t pl[P];
-	for (uint32_t id = 0; id < K; id++) {
-		o.ver[id] = 1;
-		fill_payload(pl, key_of(id), 1);
-		assert_int_equal(st_ssd_append(s, key_of(id), pl, &o.loc[id]), ST_OK);
-	}
+	owner_write(s, &o, 0, K, 1);
 	assert_int_equal(st_ssd_flush(s), ST_OK);
+	uint8_t pl[P];
 
 	/* Flip one payload byte of a record in the middle of the first file. */
 	const uint32_t victim = 100;
@@ -1014,11 +1003,7 @@ static void test_ssd_budget_enospc(void **state)
 	assert_true(st.pending_files >= 1); /* rows kept in memory */
 	/* Everything appended before is readable, from disk or memory. */
 	o.n = n;
-	assert_int_equal(check_all(s, &o), 0);
-	assert_int_equal(st_ssd_close(s), ST_ENOSPC);
-	owner_fini(&o);
-	rm_tree(base);
-	free(base);
+	check_close_remove(s, &o, ST_ENOSPC, base);
 }
 
 /* With releases and compaction a budget of a few times the live bytes
@@ -1046,11 +1031,7 @@ static void test_ssd_budget_with_compaction(void **state)
 	st_ssd_stats(s, &st);
 	assert_true(st.bytes_written > 2 * opts.budget_bytes);
 	assert_true(st.disk_bytes <= opts.budget_bytes);
-	assert_int_equal(check_all(s, &o), 0);
-	assert_int_equal(st_ssd_close(s), ST_OK);
-	owner_fini(&o);
-	rm_tree(base);
-	free(base);
+	check_close_remove(s, &o, ST_OK, base);
 }
 
 /* A write that fails (here: the file size limit, EFBIG, which binds root

@@ -28,6 +28,7 @@
 #include "ops/train/trainer.h"
 #include "runtime/err.h"
 #include "runtime/graph.h"
+#include "sync_policy_util.h"
 
 int st__hop_bs_waiting(void *self);
 
@@ -256,6 +257,33 @@ static void *bw_main(void *arg)
 	return NULL;
 }
 
+/* Starts the BW_N workers on gradients s * BW_N + w (only worker 0 with
+ * examples when w0_only) and waits until each has read step 0's
+ * parameters. */
+static void bw_start(mock_t *m, bw_worker_t *x, pthread_t *tid, int w0_only)
+{
+	for (int w = 0; w < BW_N; w++) {
+		x[w].m = m;
+		x[w].w = w;
+		for (int s = 0; s < BW_STEPS; s++)
+			mgrad_make(&x[w].g[s], m, s * BW_N + w, !w0_only || w == 0 ? 10 : 0);
+		sem_init(&x[w].go, 0, 0);
+		sem_init(&x[w].done, 0, 0);
+	}
+	for (int w = 0; w < BW_N; w++)
+		assert_int_equal(pthread_create(&tid[w], NULL, bw_main, &x[w]), 0);
+	for (int w = 0; w < BW_N; w++)
+		swait(&x[w].done, "a worker reading step 0's parameters");
+}
+
+static void bw_fini(bw_worker_t *x)
+{
+	for (int w = 0; w < BW_N; w++) {
+		sem_destroy(&x[w].go);
+		sem_destroy(&x[w].done);
+	}
+}
+
 /* N = 3, b = 1. Step 0 arrives in the order 0, 1, 2 and step 1 in the
  * order 2, 0, 1: each step applies the mean of its first two gradients
  * (trainer scale: each is its minibatch's gradient / N), the third is
@@ -266,22 +294,11 @@ static void test_sync_baselines_hop_bw_drops_slowest(void **state)
 	(void)state;
 	mock_t m;
 	mock_init(&m, "hop_bw", 1, BW_N);
-	bw_worker_t x[BW_N];
-	pthread_t tid[BW_N];
-	for (int w = 0; w < BW_N; w++) {
-		x[w].m = &m;
-		x[w].w = w;
-		for (int s = 0; s < BW_STEPS; s++)
-			mgrad_make(&x[w].g[s], &m, s * BW_N + w, 10);
-		sem_init(&x[w].go, 0, 0);
-		sem_init(&x[w].done, 0, 0);
-	}
 	float p0[64], r0[8], p1[64], r1[8];
 	snapshot(&m, p0, r0);
-	for (int w = 0; w < BW_N; w++)
-		assert_int_equal(pthread_create(&tid[w], NULL, bw_main, &x[w]), 0);
-	for (int w = 0; w < BW_N; w++)
-		swait(&x[w].done, "a worker reading step 0's parameters");
+	bw_worker_t x[BW_N];
+	pthread_t tid[BW_N];
+	bw_start(&m, x, tid, 0);
 	st_sync_stats_t st;
 
 	/* Step 0: workers 0 and 1 form the quorum. */
@@ -326,10 +343,7 @@ static void test_sync_baselines_hop_bw_drops_slowest(void **state)
 	assert_int_equal(st.dropped, 2);
 	assert_int_equal(st.staleness[0], 4);
 	assert_int_equal(st.bytes, 6 * (4 * m.np + 8 + 4 * (uint64_t)m.dim));
-	for (int w = 0; w < BW_N; w++) {
-		sem_destroy(&x[w].go);
-		sem_destroy(&x[w].done);
-	}
+	bw_fini(x);
 	mock_fini(&m);
 }
 
@@ -341,22 +355,11 @@ static void test_sync_baselines_hop_bw_short_step_closes(void **state)
 	(void)state;
 	mock_t m;
 	mock_init(&m, "hop_bw", 1, BW_N);
-	bw_worker_t x[BW_N];
-	pthread_t tid[BW_N];
-	for (int w = 0; w < BW_N; w++) {
-		x[w].m = &m;
-		x[w].w = w;
-		for (int s = 0; s < BW_STEPS; s++)
-			mgrad_make(&x[w].g[s], &m, s * BW_N + w, w == 0 ? 10 : 0);
-		sem_init(&x[w].go, 0, 0);
-		sem_init(&x[w].done, 0, 0);
-	}
 	float p0[64], r0[8];
 	snapshot(&m, p0, r0);
-	for (int w = 0; w < BW_N; w++)
-		assert_int_equal(pthread_create(&tid[w], NULL, bw_main, &x[w]), 0);
-	for (int w = 0; w < BW_N; w++)
-		swait(&x[w].done, "a worker reading step 0's parameters");
+	bw_worker_t x[BW_N];
+	pthread_t tid[BW_N];
+	bw_start(&m, x, tid, 1);
 	for (int s = 0; s < BW_STEPS; s++) {
 		for (int w = 0; w < BW_N; w++)
 			sem_post(&x[w].go);
@@ -373,10 +376,7 @@ static void test_sync_baselines_hop_bw_short_step_closes(void **state)
 	m.ops->report(m.pol, &st);
 	assert_int_equal(st.steps, 2);
 	assert_int_equal(st.dropped, 0);
-	for (int w = 0; w < BW_N; w++) {
-		sem_destroy(&x[w].go);
-		sem_destroy(&x[w].done);
-	}
+	bw_fini(x);
 	mock_fini(&m);
 }
 
@@ -494,77 +494,6 @@ static void test_sync_baselines_hop_bs_bounded_gap(void **state)
 
 /* ---- learning through the trainer ---------------------------------------- */
 
-static st_gen_t *gen;
-
-static int setup(void **state)
-{
-	(void)state;
-	st_gen_opts_t o = { .rows = 1, .files = 1, .seed = 1, .zipf = 1.1,
-			    .vocab = 100000 };
-	return st_gen_create(&gen, &o) == ST_OK ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	st_gen_destroy(gen);
-	return 0;
-}
-
-static void set_opt(st_optim_cfg_t *o, const char *name, double lr)
-{
-	memset(o, 0, sizeof *o);
-	o->name = (char *)name;
-	o->lr = lr;
-	o->eps = !strcmp(name, "adam") ? 1e-8 : 1e-10;
-	o->beta1 = 0.9;
-	o->beta2 = 0.999;
-	o->init_accum = 0.1;
-	o->beta = 1.0;
-}
-
-/* The dnn job of test_trainer.c: emb 8, MLP 64-32, AdaGrad rows (small
- * initial accumulator for mean-loss gradients), Adam dense, minibatch 256. */
-static void make_job(st_job_t *j)
-{
-	memset(j, 0, sizeof *j);
-	j->seed = 1;
-	j->minibatch = 256;
-	j->train.n_dense = ST_GEN_N_DENSE;
-	j->train.n_slots = ST_GEN_N_CAT;
-	st_model_cfg_t *m = &j->model;
-	m->type = (char *)"dnn";
-	m->emb_dim = 8;
-	m->n_hidden = 2;
-	m->hidden[0] = 64;
-	m->hidden[1] = 32;
-	m->init_scale = 0.05;
-	set_opt(&m->sparse_opt, "adagrad", 0.05);
-	m->sparse_opt.init_accum = 1e-4;
-	set_opt(&m->dense_opt, "adam", 3e-3);
-}
-
-static st_batch_t *gen_batch(uint64_t first, uint32_t n, int eval)
-{
-	st_batch_t *b;
-	assert_int_equal(st_batch_create(&b, n, ST_GEN_N_DENSE, ST_GEN_N_CAT, n * 27), ST_OK);
-	assert_int_equal(st_gen_fill_batch(gen, first, b, n), ST_OK);
-	b->eval = eval;
-	b->seq = first / n;
-	return b;
-}
-
-static void run_batch(st_trainer_t *tr, st_batch_t *b)
-{
-	st_stage_ctx_t ctx = { .stage = "test", .thread_idx = 0, .n_threads = 1 };
-	st_batch_t *out;
-	assert_int_equal(st_trainer_pull_ops.process(tr, &ctx, b, &out), ST_OK);
-	assert_int_equal(st_trainer_train_ops.process(tr, &ctx, b, &out), ST_OK);
-	assert_int_equal(st_trainer_push_ops.process(tr, &ctx, b, &out), ST_OK);
-	assert_int_equal(st_trainer_dump_ops.process(tr, &ctx, b, &out), ST_OK);
-	assert_null(out);
-}
-
 /* ~200k rows: on this generator dnn reaches progressive AUC ~0.74 with
  * async over 200k rows (test_trainer.c) and an untrained model 0.5; 0.70
  * fails a model that learns only biases or the dense features (~0.60). */
@@ -572,28 +501,11 @@ static void run_batch(st_trainer_t *tr, st_batch_t *b)
 
 static double learn(const char *policy, int b, int workers, st_sync_stats_t *ss)
 {
-	st_job_t job;
-	make_job(&job);
 	char *keys[1] = { (char *)"b" };
 	double vals[1] = { b };
-	job.sync = (st_sync_cfg_t){ .name = (char *)policy, .n_params = 1, .keys = keys,
-				    .vals = vals };
-	job.train_stage.threads = workers;
-	st_trainer_t *tr;
-	assert_int_equal(st_trainer_create(&tr, &job, NULL), ST_OK);
-	for (uint64_t r = 0; r < LEARN_ROWS; r += 4096)
-		run_batch(tr, gen_batch(r, 4096, 0));
-	double auc, loss;
-	uint64_t n;
-	st_trainer_progress(tr, &auc, &loss, &n);
-	assert_int_equal(n, LEARN_ROWS);
-	st_trainer_sync_stats(tr, ss);
-	print_message("dnn %s{b=%d} x%d: progressive auc %.4f logloss %.4f, %llu updates, "
-		      "%llu steps, %llu dropped, %llu MB 'sent'\n", policy, b, workers, auc,
-		      loss, (unsigned long long)ss->updates, (unsigned long long)ss->steps,
-		      (unsigned long long)ss->dropped, (unsigned long long)(ss->bytes >> 20));
-	st_trainer_destroy(tr);
-	return auc;
+	st_sync_cfg_t cfg = { .name = (char *)policy, .n_params = 1, .keys = keys, .vals = vals };
+	double eval_auc;
+	return util_learn(&cfg, workers, LEARN_ROWS, &eval_auc, ss);
 }
 
 static void test_sync_baselines_hop_bs_learns(void **state)
@@ -633,5 +545,5 @@ int main(void)
 		cmocka_unit_test(test_sync_baselines_bsp_learns),
 		cmocka_unit_test(test_sync_baselines_hop_bw_learns),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,6 +24,7 @@
 #include "ops/sync/sync.h"
 #include "ops/train/trainer.h"
 #include "runtime/err.h"
+#include "sync_policy_util.h"
 
 #define NU 4   /* rows of the scripted env, each of width 1 */
 
@@ -42,18 +43,6 @@ typedef struct {
 	float p0[8];           /* dense params at creation */
 } fx_t;
 
-static void set_opt(st_optim_cfg_t *o, const char *name, double lr)
-{
-	memset(o, 0, sizeof *o);
-	o->name = (char *)name;
-	o->lr = lr;
-	o->eps = !strcmp(name, "adam") ? 1e-8 : 1e-10;
-	o->beta1 = 0.9;
-	o->beta2 = 0.999;
-	o->init_accum = 0.1;
-	o->beta = 1.0;
-}
-
 /* The policy over n workers; global_batch gb, tolerance tol (< 0: absent),
  * local batch mb in the env (0: taken from the first gradient). Returns
  * create's code; on success f->p is the policy. */
@@ -68,7 +57,7 @@ static int fx_init(fx_t *f, int n, double gb, double tol, uint32_t mb)
 	assert_true(st_model_nparams(f->model) <= 8);
 	assert_true(st_model_max_row_dim(f->model) >= 1);
 	st_optim_cfg_t oc;
-	set_opt(&oc, "sgd", 1.0);
+	util_set_opt(&oc, "sgd", 1.0);
 	assert_int_equal(st_optim_init(&f->sgd, &oc), ST_OK);
 	int np = 0;
 	if (gb > 0) {
@@ -447,43 +436,6 @@ static void test_sync_gba_threads(void **state)
 
 /* ---- learning through the trainer ------------------------------------------ */
 
-static st_gen_t *gen;
-
-static int setup(void **state)
-{
-	(void)state;
-	st_gen_opts_t o = { .rows = 1, .files = 1, .seed = 1, .zipf = 1.1,
-			    .vocab = 100000 };
-	return st_gen_create(&gen, &o) == ST_OK ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-	(void)state;
-	st_gen_destroy(gen);
-	return 0;
-}
-
-static st_batch_t *gen_batch(uint64_t first, uint32_t n, int eval)
-{
-	st_batch_t *b;
-	assert_int_equal(st_batch_create(&b, n, ST_GEN_N_DENSE, ST_GEN_N_CAT, n * 27), ST_OK);
-	assert_int_equal(st_gen_fill_batch(gen, first, b, n), ST_OK);
-	b->eval = eval;
-	b->seq = first / n;
-	return b;
-}
-
-static void run_batch(st_trainer_t *tr, st_batch_t *b)
-{
-	st_stage_ctx_t ctx = { .stage = "test", .thread_idx = 0, .n_threads = 1 };
-	st_batch_t *out;
-	assert_int_equal(st_trainer_pull_ops.process(tr, &ctx, b, &out), ST_OK);
-	assert_int_equal(st_trainer_train_ops.process(tr, &ctx, b, &out), ST_OK);
-	assert_int_equal(st_trainer_push_ops.process(tr, &ctx, b, &out), ST_OK);
-	assert_int_equal(st_trainer_dump_ops.process(tr, &ctx, b, &out), ST_OK);
-}
-
 #ifdef __SANITIZE_THREAD__
 /* TSan runs ~20x slower and races show early; after 64k rows the
  * progressive AUC is still early noise (0.56-0.57), eval AUC ~0.71. */
@@ -495,44 +447,16 @@ static void run_batch(st_trainer_t *tr, st_batch_t *b)
 #define EVAL_FLOOR 0.72
 #define CHECK_PROGRESSIVE 1
 #endif
-#define MINIBATCH 256
+#define MINIBATCH 256   /* util_make_job's */
 
-/* The dnn preset of test_trainer.c (emb 8, MLP 64-32, AdaGrad rows, Adam
- * dense), 4 workers; returns progressive and eval AUC. */
+/* The dnn preset of sync_policy_util.h (emb 8, MLP 64-32, AdaGrad rows,
+ * Adam dense, minibatch 256), 4 workers; returns progressive and eval AUC. */
 static void learn(const char *sync, double *auc, double *eval_auc, st_sync_stats_t *ss)
 {
-	st_job_t j;
-	memset(&j, 0, sizeof j);
-	j.seed = 1;
-	j.minibatch = MINIBATCH;
-	j.train.n_dense = ST_GEN_N_DENSE;
-	j.train.n_slots = ST_GEN_N_CAT;
-	j.train_stage.threads = 4;
 	char *keys[2] = { (char *)"global_batch", (char *)"tolerance" };
 	double vals[2] = { 4 * MINIBATCH, 1 };
-	j.sync = (st_sync_cfg_t){ .name = (char *)sync, .n_params = 2, .keys = keys,
-				  .vals = vals };
-	st_model_cfg_t *m = &j.model;
-	m->type = (char *)"dnn";
-	m->emb_dim = 8;
-	m->n_hidden = 2;
-	m->hidden[0] = 64;
-	m->hidden[1] = 32;
-	m->init_scale = 0.05;
-	set_opt(&m->sparse_opt, "adagrad", 0.05);
-	m->sparse_opt.init_accum = 1e-4;
-	set_opt(&m->dense_opt, "adam", 3e-3);
-	st_trainer_t *tr;
-	assert_int_equal(st_trainer_create(&tr, &j, NULL), ST_OK);
-	for (uint64_t r = 0; r < LEARN_ROWS; r += 4096)
-		run_batch(tr, gen_batch(r, 4096, 0));
-	st_trainer_progress(tr, auc, NULL, NULL);
-	st_trainer_reset_eval(tr);
-	for (uint64_t r = 0; r < 32768; r += 8192)
-		run_batch(tr, gen_batch(ST_GEN_EVAL_BASE + r, 8192, 1));
-	assert_int_equal(st_trainer_eval_result(tr, eval_auc, NULL, NULL, NULL), ST_OK);
-	st_trainer_sync_stats(tr, ss);
-	st_trainer_destroy(tr);
+	st_sync_cfg_t cfg = { .name = (char *)sync, .n_params = 2, .keys = keys, .vals = vals };
+	*auc = util_learn(&cfg, 4, LEARN_ROWS, eval_auc, ss);
 }
 
 /* 4 workers, global_batch = 4 x minibatch: GBA learns as well as
@@ -578,5 +502,5 @@ int main(void)
 		cmocka_unit_test(test_sync_gba_threads),
 		cmocka_unit_test(test_sync_gba_learns_like_allreduce),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -21,21 +21,19 @@
 #include "runtime/graph.h"
 #include "runtime/metrics.h"
 #include "runtime/store/table.h"
+#include "dump_util.h"
 
 #define BATCH 256
 #define BATCHES 120
 
 static st_gen_t *gen;
-static char g_dir[512];
+static char *g_dir;
 
 static int setup(void **state)
 {
 	(void)state;
 	st_gen_opts_t o = { .rows = 1, .files = 1, .seed = 3, .zipf = 1.05, .vocab = 200000 };
-	const char *tmp = getenv("TMPDIR");
-	snprintf(g_dir, sizeof g_dir, "%s/st-trstore-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	if (!mkdtemp(g_dir))
-		return -1;
+	g_dir = tu_mkdtemp("trstore");
 	return st_gen_create(&gen, &o) == ST_OK ? 0 : -1;
 }
 
@@ -43,7 +41,8 @@ static int teardown(void **state)
 {
 	(void)state;
 	st_gen_destroy(gen);
-	rmdir(g_dir);
+	st__dumpio_rmtree(g_dir);
+	free(g_dir);
 	return 0;
 }
 
