@@ -5,16 +5,19 @@
  *
  * A st__dumpio_t writes one file through a buffer while it hashes every byte
  * with XXH3-64, so a checkpoint's manifest gets each file's size and checksum
- * without reading the file back. Closing fsyncs. Every failure (ENOSPC
- * included) closes and unlinks the partial file, so a failed write never
- * leaves a file that looks whole.
+ * without reading the file back. It uses O_DIRECT where the file system has
+ * it; large writes of 4096-aligned memory then go from the caller's memory to
+ * the device without a copy. Closing fsyncs. Every failure (ENOSPC included)
+ * closes and unlinks the partial file, so a failed write never leaves a file
+ * that looks whole.
  *
  * The helpers below also read files whole or hashed, fsync directories and
  * remove checkpoint directories.
  *
  * Library-grade: includes only the C library, libxxhash and err.h codes.
  * Not thread-safe per object; distinct objects may be used by distinct
- * threads (except the test hooks, which are process-wide).
+ * threads (except the test hooks, which are process-wide, and are called
+ * from the staging thread too).
  */
 #ifndef ST_DUMP_DUMPIO_H
 #define ST_DUMP_DUMPIO_H
@@ -39,11 +42,13 @@ typedef struct st_dumpio_sum {
 typedef struct st__dumpio st__dumpio_t;
 
 /*
- * Test hooks: when non-NULL they replace write(2) and fsync(2) for every
- * dumpio writer (same contract: return -1 and set errno on failure). Tests
- * use them to simulate a full disk; production code never sets them. Set
- * them only while no writer runs.
+ * Test hooks: when non-NULL they replace open(2), write(2) and fsync(2) for
+ * every dumpio writer (same contract: return -1 and set errno on failure).
+ * Tests use them to simulate a full disk or a file system that refuses
+ * O_DIRECT; production code never sets them. Set them only while no writer
+ * runs.
  */
+extern int (*st__dumpio_open_hook)(const char *path, int flags, mode_t mode);
 extern ssize_t (*st__dumpio_write_hook)(int fd, const void *buf, size_t n);
 extern int (*st__dumpio_fsync_hook)(int fd);
 
@@ -52,13 +57,18 @@ extern int (*st__dumpio_fsync_hook)(int fd);
  * must finish the object with st__dumpio_close or st__dumpio_abort. */
 int st__dumpio_open(st__dumpio_t **out, const char *path, char *err, size_t errlen);
 
-/* Appends n bytes. Returns ST_OK or an error (ST_ENOSPC for a full disk);
- * after an error the file is already closed and unlinked, later writes
+/* Appends n bytes (copied or written before it returns: buf is the
+ * caller's again afterwards). Returns ST_OK or an error (ST_ENOSPC for a full
+ * disk); after an error the file is already closed and unlinked, later writes
  * return the same error, and close returns it too. */
 int st__dumpio_write(st__dumpio_t *f, const void *buf, size_t n);
 
 /* Bytes accepted so far. */
 uint64_t st__dumpio_tell(const st__dumpio_t *f);
+
+/* XXH3-64 (seed 0) of the bytes accepted so far: a file format's own
+ * checksum of "every byte before this point" without hashing them twice. */
+uint64_t st__dumpio_digest(const st__dumpio_t *f);
 
 /* Flushes, fsyncs and closes; frees f. On success fills *sum (may be NULL)
  * and returns ST_OK; on failure unlinks the file and returns the error with
@@ -67,6 +77,27 @@ int st__dumpio_close(st__dumpio_t *f, st_dumpio_sum_t *sum, char *err, size_t er
 
 /* Closes, unlinks and frees (NULL-safe). */
 void st__dumpio_abort(st__dumpio_t *f);
+
+/*
+ * Staged writing for large files: st__dumpio_stage_put copies the caller's
+ * bytes into 4096-aligned buffers of up to 8 MiB, each handed whole to
+ * st__dumpio_write (so O_DIRECT writes them without another copy). For a
+ * file larger than one buffer a thread, st-dump-write, writes one buffer
+ * while the caller fills the next; it alone uses f between stage_open and
+ * stage_close, so the caller must not touch f in between.
+ *
+ * stage_open: total is the number of bytes the caller will put (it sizes
+ * the buffers; putting more is allowed). ST_OK and *out, or ST_ENOMEM.
+ * stage_put: ST_OK or the first write error so far (then f has failed and
+ * is unlinked, as with st__dumpio_write; the bytes are dropped).
+ * stage_close: writes what is left, stops the thread, frees *o; returns the
+ * first error of every write. f stays open for the caller (more writes,
+ * st__dumpio_digest, st__dumpio_close).
+ */
+typedef struct st__dumpio_stage st__dumpio_stage_t;
+int st__dumpio_stage_open(st__dumpio_stage_t **out, st__dumpio_t *f, uint64_t total);
+int st__dumpio_stage_put(st__dumpio_stage_t *o, const void *p, size_t n);
+int st__dumpio_stage_close(st__dumpio_stage_t *o);
 
 /* Maps an errno value to an ST_E code: ENOSPC and EDQUOT to ST_ENOSPC,
  * ENOENT to ST_ENOENT, the rest to -errno. */

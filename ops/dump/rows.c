@@ -2,12 +2,21 @@
  * rows.c — the sparse row file: writer, builder, streaming and whole-file
  * readers (format in rows.h and docs/formats.md).
  *
- * The writer sorts descriptors (key, metadata, pointer), never the floats,
- * and streams the floats from where they are. The reader checks everything
- * that can be checked before reading a row (header checksum, exact file
- * size, footer) so that truncation, the common failure after a crash or a
- * full disk, is reported at open; the body's checksum is known only at the
- * end of the stream.
+ * The writer sorts 16-byte items (key, where the row is) with a radix sort,
+ * never the floats, and gathers the rows in key order into large aligned
+ * buffers that dumpio writes (O_DIRECT where it can) while the next one
+ * fills; every byte is hashed once. The builder keeps rows as file records
+ * in chunks that never move, and its memory across resets, so a caller that
+ * builds the same table again (the trainer's checkpoints) copies into pages
+ * that are already mapped. The reader checks everything that can be checked
+ * before reading a row (header checksum, exact file size, footer) so that
+ * truncation, the common failure after a crash or a full disk, is reported
+ * at open; the body's checksum is known only at the end of the stream. It
+ * reads and hashes in large pieces and hands out rows in batches.
+ *
+ * Threads: a write of a file larger than one staging buffer runs dumpio's
+ * writer thread for the duration of the call (dumpio.h, st__dumpio_stage);
+ * everything else runs on the caller's thread.
  */
 #include "ops/dump/rows.h"
 #include "runtime/err.h"
@@ -74,12 +83,64 @@ static void encode_header(uint8_t h[ST_ROWS_HEADER_SIZE], const st_rows_info_t *
 	put64(h + 56, XXH3_64bits(h, 56));
 }
 
-/* ---------------------------------------------------------------- writer */
+/* ---------------------------------------------------------------- sorting */
 
-static int cmp_row(const void *a, const void *b)
+/* A sort item: a key and where its row is (an index into the caller's rows
+ * or, in a builder, the address of the row's record). */
+typedef struct item {
+	uint64_t key;
+	uint64_t at;
+} item_t;
+
+enum { RADIX_BITS = 8, RADIX = 1 << RADIX_BITS, RADIX_PASSES = 64 / RADIX_BITS };
+
+/*
+ * Sorts n items by key: a stable LSD radix sort, RADIX_BITS of the key per
+ * pass, with every pass's histogram counted in one read of the input and the
+ * passes over digits that all keys share skipped (small or clustered keys
+ * need fewer than all of them). Uses tmp (n items) and returns the array that
+ * holds the result: a or tmp, or NULL when the histograms cannot be
+ * allocated. Linear time: the comparison sort it replaced was the largest
+ * cost of writing a big table.
+ */
+static item_t *radix_sort(item_t *a, item_t *tmp, size_t n)
 {
-	uint64_t x = ((const st_rows_row_t *)a)->key, y = ((const st_rows_row_t *)b)->key;
-	return x < y ? -1 : x > y;
+	size_t (*cnt)[RADIX] = calloc(RADIX_PASSES, sizeof *cnt);
+	if (!cnt)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t k = a[i].key;
+		for (int d = 0; d < RADIX_PASSES; d++)
+			cnt[d][(k >> (d * RADIX_BITS)) & (RADIX - 1)]++;
+	}
+	for (int d = 0; d < RADIX_PASSES && n > 1; d++) {
+		unsigned shift = (unsigned)d * RADIX_BITS;
+		size_t *c = cnt[d];
+		if (c[(a[0].key >> shift) & (RADIX - 1)] == n)
+			continue;   /* every key has this digit: the pass would not move anything */
+		size_t sum = 0;
+		for (int b = 0; b < RADIX; b++) {
+			size_t k = c[b];
+			c[b] = sum;
+			sum += k;
+		}
+		for (size_t i = 0; i < n; i++)
+			tmp[c[(a[i].key >> shift) & (RADIX - 1)]++] = a[i];
+		item_t *t = a;
+		a = tmp;
+		tmp = t;
+	}
+	free(cnt);
+	return a;
+}
+
+/* Finds the first key given twice in sorted items; returns its index or n. */
+static size_t first_repeat(const item_t *it, size_t n)
+{
+	for (size_t i = 1; i < n; i++)
+		if (it[i].key == it[i - 1].key)
+			return i;
+	return n;
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -93,6 +154,113 @@ static int check_info(const st_rows_info_t *info)
 	return info->dim >= 1 && (uint64_t)info->dim + info->state_dim <= ST_ROWS_MAX_FLOATS &&
 	       !(info->flags & ~(uint32_t)ST_ROWS_DELTA);
 }
+
+/* Sorts the deleted keys and checks them against the sorted rows: no
+ * repeats, and none that is also a row (a merge of two sorted lists). */
+static int check_deleted(const char *path, const item_t *it, size_t n, uint64_t *deleted,
+			 size_t n_deleted, char *err, size_t errlen)
+{
+	if (n_deleted)
+		qsort(deleted, n_deleted, sizeof *deleted, cmp_u64);
+	for (size_t i = 0, r = 0; i < n_deleted; i++) {
+		if (i && deleted[i] == deleted[i - 1]) {
+			st__dumpio_seterr(err, errlen, "%s: deleted key 0x%016" PRIx64 " is given twice",
+					  path, deleted[i]);
+			return ST_EINVAL;
+		}
+		while (r < n && it[r].key < deleted[i])
+			r++;
+		if (r < n && it[r].key == deleted[i]) {
+			st__dumpio_seterr(err, errlen, "%s: key 0x%016" PRIx64 " is both a row and deleted",
+					  path, deleted[i]);
+			return ST_EINVAL;
+		}
+	}
+	return ST_OK;
+}
+
+/* ---------------------------------------------------------------- output */
+
+/* The reader's chunk: the file is read (and hashed) in pieces this large. */
+enum { READ_BYTES = 8 << 20 };
+
+/* Rows come either from the caller's array (item.at indexes rows) or from a
+ * builder (item.at is the address of a record laid out as in the file). */
+typedef struct source {
+	const st_rows_row_t *rows;   /* NULL: builder records */
+	size_t rsize;                /* bytes per record */
+} source_t;
+
+/* Records prefetched ahead of the copy: the rows are scattered in memory in
+ * key order, and a row is three cache lines. */
+enum { PREFETCH_ROWS = 16 };
+
+/* Writes path: the header, the rows in the order of it[] (sorted, checked),
+ * the deleted keys (sorted, checked), the footer; fsyncs. As st_rows_write. */
+static int write_sorted(const char *path, const st_rows_info_t *info, const item_t *it, size_t n,
+			const source_t *src, const uint64_t *deleted, size_t n_deleted,
+			st_dumpio_sum_t *sum, char *err, size_t errlen)
+{
+	st_rows_info_t hi = *info;
+	hi.n_rows = n;
+	hi.n_deleted = n_deleted;
+	uint8_t h[ST_ROWS_HEADER_SIZE];
+	encode_header(h, &hi);
+	uint64_t total = ST_ROWS_HEADER_SIZE + (uint64_t)n * src->rsize + 8 * (uint64_t)n_deleted +
+			 ST_ROWS_FOOTER_SIZE;
+	st__dumpio_t *f;
+	int rc = st__dumpio_open(&f, path, err, errlen);
+	if (rc < 0)
+		return rc;
+	/* The bytes go through dumpio's staging buffers, which overlap the
+	 * gathering of rows here with the hashing and the device's write; the
+	 * footer's checksum is dumpio's running hash just before the footer, so
+	 * the rows are hashed once, not once for the footer and again for the
+	 * manifest. */
+	st__dumpio_stage_t *o;
+	if (st__dumpio_stage_open(&o, f, total) < 0) {
+		st__dumpio_abort(f);
+		st__dumpio_seterr(err, errlen, "%s: out of memory", path);
+		return ST_ENOMEM;
+	}
+	rc = st__dumpio_stage_put(o, h, sizeof h);
+	size_t nf4 = src->rsize - 16;
+	for (size_t i = 0; i < n && rc == ST_OK; i++) {
+		if (!src->rows) {
+			if (i + PREFETCH_ROWS < n) {
+				const char *q = (const char *)(uintptr_t)it[i + PREFETCH_ROWS].at;
+				for (size_t b = 0; b < src->rsize; b += 64)
+					__builtin_prefetch(q + b);
+				__builtin_prefetch(q + src->rsize - 1);
+			}
+			rc = st__dumpio_stage_put(o, (const void *)(uintptr_t)it[i].at, src->rsize);
+			continue;
+		}
+		const st_rows_row_t *r = &src->rows[it[i].at];
+		uint8_t m[16];
+		put64(m, r->key);
+		put32(m + 8, r->last_step);
+		put32(m + 12, r->freq);
+		st__dumpio_stage_put(o, m, 16);
+		rc = st__dumpio_stage_put(o, r->vals, nf4);
+	}
+	for (size_t i = 0; i < n_deleted && rc == ST_OK; i++) {
+		uint8_t k[8];
+		put64(k, deleted[i]);
+		rc = st__dumpio_stage_put(o, k, 8);
+	}
+	if (st__dumpio_stage_close(o) == ST_OK) {
+		uint8_t ft[ST_ROWS_FOOTER_SIZE];
+		memcpy(ft, footer_magic, 8);
+		put64(ft + 8, n);
+		put64(ft + 16, n_deleted);
+		put64(ft + 24, st__dumpio_digest(f));
+		st__dumpio_write(f, ft, sizeof ft);
+	}
+	return st__dumpio_close(f, sum, err, errlen);
+}
+
+/* ---------------------------------------------------------------- writer */
 
 int st_rows_write(const char *path, const st_rows_info_t *info, st_rows_row_t *rows, size_t n,
 		  uint64_t *deleted, size_t n_deleted, st_dumpio_sum_t *sum, char *err, size_t errlen)
@@ -110,88 +278,54 @@ int st_rows_write(const char *path, const st_rows_info_t *info, st_rows_row_t *r
 		st__dumpio_seterr(err, errlen, "%s: NULL rows or deleted keys", path);
 		return ST_EINVAL;
 	}
+	item_t *a = malloc((n ? n : 1) * sizeof *a), *tmp = malloc((n ? n : 1) * sizeof *tmp);
+	st_rows_row_t *sorted = malloc((n ? n : 1) * sizeof *sorted);
+	item_t *it = NULL;
+	if (a && tmp && sorted) {
+		for (size_t i = 0; i < n; i++)
+			a[i] = (item_t){ rows[i].key, i };
+		it = radix_sort(a, tmp, n);
+	}
+	if (!it) {
+		free(a);
+		free(tmp);
+		free(sorted);
+		st__dumpio_seterr(err, errlen, "%s: out of memory sorting %zu rows", path, n);
+		return ST_ENOMEM;
+	}
+	/* rows[] is reordered in place, as documented. */
+	for (size_t i = 0; i < n; i++)
+		sorted[i] = rows[it[i].at];
 	if (n)
-		qsort(rows, n, sizeof *rows, cmp_row);
-	if (n_deleted)
-		qsort(deleted, n_deleted, sizeof *deleted, cmp_u64);
+		memcpy(rows, sorted, n * sizeof *rows);
+	free(sorted);
+	for (size_t i = 0; i < n; i++)
+		it[i].at = i;
+	int rc = ST_OK;
 	for (size_t i = 0; i < n; i++) {
 		if ((i && rows[i].key == rows[i - 1].key) || !rows[i].vals) {
 			st__dumpio_seterr(err, errlen, "%s: key 0x%016" PRIx64 " %s", path, rows[i].key,
 					  rows[i].vals ? "is given twice" : "has no values");
-			return ST_EINVAL;
+			rc = ST_EINVAL;
+			break;
 		}
 	}
-	/* Deleted keys: no repeats, and none that is also written as a row (a
-	 * merge of two sorted lists). */
-	for (size_t i = 0, r = 0; i < n_deleted; i++) {
-		if (i && deleted[i] == deleted[i - 1]) {
-			st__dumpio_seterr(err, errlen, "%s: deleted key 0x%016" PRIx64 " is given twice",
-					  path, deleted[i]);
-			return ST_EINVAL;
-		}
-		while (r < n && rows[r].key < deleted[i])
-			r++;
-		if (r < n && rows[r].key == deleted[i]) {
-			st__dumpio_seterr(err, errlen, "%s: key 0x%016" PRIx64 " is both a row and deleted",
-					  path, deleted[i]);
-			return ST_EINVAL;
-		}
-	}
-
-	st_rows_info_t hi = *info;
-	hi.n_rows = n;
-	hi.n_deleted = n_deleted;
-	uint8_t h[ST_ROWS_HEADER_SIZE];
-	encode_header(h, &hi);
-
-	st__dumpio_t *f;
-	int rc = st__dumpio_open(&f, path, err, errlen);
-	if (rc < 0)
-		return rc;
-	/* The footer's checksum covers everything before it; dumpio hashes the
-	 * whole file, so keep a second hash of the body here. */
-	XXH3_state_t *x = XXH3_createState();
-	if (!x) {
-		st__dumpio_abort(f);
-		st__dumpio_seterr(err, errlen, "%s: out of memory", path);
-		return ST_ENOMEM;
-	}
-	XXH3_64bits_reset(x);
-	XXH3_64bits_update(x, h, sizeof h);
-	rc = st__dumpio_write(f, h, sizeof h);
-	size_t nf = (size_t)info->dim + info->state_dim;
-	for (size_t i = 0; i < n && rc == ST_OK; i++) {
-		uint8_t m[16];
-		put64(m, rows[i].key);
-		put32(m + 8, rows[i].last_step);
-		put32(m + 12, rows[i].freq);
-		XXH3_64bits_update(x, m, 16);
-		XXH3_64bits_update(x, rows[i].vals, 4 * nf);
-		rc = st__dumpio_write(f, m, 16);
-		if (rc == ST_OK)
-			rc = st__dumpio_write(f, rows[i].vals, 4 * nf);
-	}
-	for (size_t i = 0; i < n_deleted && rc == ST_OK; i++) {
-		uint8_t k[8];
-		put64(k, deleted[i]);
-		XXH3_64bits_update(x, k, 8);
-		rc = st__dumpio_write(f, k, 8);
-	}
-	uint8_t ft[ST_ROWS_FOOTER_SIZE];
-	memcpy(ft, footer_magic, 8);
-	put64(ft + 8, n);
-	put64(ft + 16, n_deleted);
-	put64(ft + 24, XXH3_64bits_digest(x));
-	XXH3_freeState(x);
 	if (rc == ST_OK)
-		st__dumpio_write(f, ft, sizeof ft);
-	return st__dumpio_close(f, sum, err, errlen);
+		rc = check_deleted(path, it, n, deleted, n_deleted, err, errlen);
+	if (rc == ST_OK) {
+		source_t src = { rows, row_bytes(info) };
+		rc = write_sorted(path, info, it, n, &src, deleted, n_deleted, sum, err, errlen);
+	}
+	free(a);
+	free(tmp);
+	return rc;
 }
 
 /* ---------------------------------------------------------------- builder */
 
-/* Rows are copied into chunks that never move, so descriptors can point
- * into them, and growth never needs a second copy of everything. */
+/* Rows are copied into chunks that never move, as records laid out as in the
+ * file, so that finishing sorts 16-byte items (key, record address) and
+ * writes each record with one copy; growth never copies a row twice. */
 enum { CHUNK_BYTES = 4 << 20 };
 
 typedef struct chunk {
@@ -204,8 +338,12 @@ struct st_rows_writer {
 	st_rows_info_t info;
 	size_t row_size;       /* 16 + 4 * floats, as in the file */
 	size_t chunk_rows;
-	chunk_t *head, *tail;
-	size_t n;
+	chunk_t *head, *tail;  /* tail: the chunk being filled (NULL: none yet); those
+				  after it are spare */
+	item_t *items;         /* [n] (key, record address), in the order added */
+	size_t n, cap_items;
+	item_t *scratch;       /* the radix sort's second array, kept like the rows */
+	size_t cap_scratch;
 	uint64_t *deleted;
 	size_t n_deleted, cap_deleted;
 };
@@ -227,27 +365,97 @@ int st_rows_writer_create(st_rows_writer_t **out, const st_rows_info_t *info)
 	return ST_OK;
 }
 
-int st_rows_writer_add(st_rows_writer_t *w, uint64_t key, uint32_t last_step, uint32_t freq,
-		       const float *vals)
+void st_rows_writer_reset(st_rows_writer_t *w)
 {
-	if (!w->tail || w->tail->used == w->chunk_rows) {
+	for (chunk_t *c = w->head; c; c = c->next)
+		c->used = 0;
+	w->tail = w->head;
+	w->n = 0;
+	w->n_deleted = 0;
+}
+
+int st_rows_writer_reserve(st_rows_writer_t *w, size_t rows)
+{
+	if (w->cap_items < rows) {
+		item_t *it = realloc(w->items, rows * sizeof *it);
+		if (!it)
+			return ST_ENOMEM;
+		w->items = it;
+		w->cap_items = rows;
+	}
+	if (w->cap_scratch < rows) {
+		free(w->scratch);
+		w->cap_scratch = 0;
+		if (!(w->scratch = malloc(rows * sizeof *w->scratch)))
+			return ST_ENOMEM;
+		w->cap_scratch = rows;
+	}
+	/* Memory past what holds rows now is free to write (it may be fresh). */
+	if (rows > w->n)
+		memset(w->items + w->n, 0, (rows - w->n) * sizeof *w->items);
+	memset(w->scratch, 0, rows * sizeof *w->scratch);
+	if (w->tail)
+		memset(w->tail->data + w->tail->used * w->row_size, 0,
+		       (w->chunk_rows - w->tail->used) * w->row_size);
+	size_t have = 0;
+	chunk_t *last = NULL;
+	for (chunk_t *c = w->head; c; c = c->next) {
+		have += w->chunk_rows;
+		last = c;
+	}
+	while (have < rows) {
 		chunk_t *c = malloc(sizeof *c + w->chunk_rows * w->row_size);
 		if (!c)
 			return ST_ENOMEM;
+		/* written once now, so that its pages are mapped before the
+		 * rows come */
+		memset(c->data, 0, w->chunk_rows * w->row_size);
 		c->next = NULL;
 		c->used = 0;
-		if (w->tail)
-			w->tail->next = c;
+		if (last)
+			last->next = c;
 		else
 			w->head = c;
+		last = c;
+		have += w->chunk_rows;
+	}
+	return ST_OK;
+}
+
+int st_rows_writer_add(st_rows_writer_t *w, uint64_t key, uint32_t last_step, uint32_t freq,
+		       const float *vals)
+{
+	if (w->n == w->cap_items) {
+		size_t cap = w->cap_items ? 2 * w->cap_items : 1024;
+		item_t *it = realloc(w->items, cap * sizeof *it);
+		if (!it)
+			return ST_ENOMEM;
+		w->items = it;
+		w->cap_items = cap;
+	}
+	if (!w->tail || w->tail->used == w->chunk_rows) {
+		/* the next chunk: a spare one (from before a reset, or reserved)
+		 * or a new one */
+		chunk_t *c = w->tail ? w->tail->next : w->head;
+		if (!c) {
+			c = malloc(sizeof *c + w->chunk_rows * w->row_size);
+			if (!c)
+				return ST_ENOMEM;
+			c->next = NULL;
+			if (w->tail)
+				w->tail->next = c;
+			else
+				w->head = c;
+		}
+		c->used = 0;
 		w->tail = c;
 	}
 	uint8_t *p = w->tail->data + w->tail->used++ * w->row_size;
-	memcpy(p, &key, 8);
-	memcpy(p + 8, &last_step, 4);
-	memcpy(p + 12, &freq, 4);
+	put64(p, key);
+	put32(p + 8, last_step);
+	put32(p + 12, freq);
 	memcpy(p + 16, vals, w->row_size - 16);
-	w->n++;
+	w->items[w->n++] = (item_t){ key, (uint64_t)(uintptr_t)p };
 	return ST_OK;
 }
 
@@ -280,24 +488,42 @@ const st_rows_info_t *st_rows_writer_info(const st_rows_writer_t *w)
 int st_rows_writer_finish(st_rows_writer_t *w, const char *path, st_dumpio_sum_t *sum,
 			  char *err, size_t errlen)
 {
-	st_rows_row_t *rows = malloc((w->n ? w->n : 1) * sizeof *rows);
-	if (!rows) {
+	/* The items are sorted in place (through the scratch array) and stay
+	 * sorted: a second finish, or rows added after this one, sort again. */
+	if (w->cap_scratch < w->n) {
+		free(w->scratch);
+		w->cap_scratch = 0;
+		if (!(w->scratch = malloc(w->cap_items * sizeof *w->scratch))) {
+			st__dumpio_seterr(err, errlen, "%s: out of memory sorting %zu rows", path, w->n);
+			return ST_ENOMEM;
+		}
+		w->cap_scratch = w->cap_items;
+	}
+	item_t *it = w->items;
+	if (w->n && !(it = radix_sort(w->items, w->scratch, w->n))) {
 		st__dumpio_seterr(err, errlen, "%s: out of memory sorting %zu rows", path, w->n);
 		return ST_ENOMEM;
 	}
-	size_t i = 0;
-	for (chunk_t *c = w->head; c; c = c->next) {
-		for (size_t k = 0; k < c->used; k++, i++) {
-			const uint8_t *p = c->data + k * w->row_size;
-			memcpy(&rows[i].key, p, 8);
-			memcpy(&rows[i].last_step, p + 8, 4);
-			memcpy(&rows[i].freq, p + 12, 4);
-			rows[i].vals = (const float *)(const void *)(p + 16);
-		}
+	if (it == w->scratch) {   /* the result is in the scratch array: swap the two */
+		item_t *t = w->items;
+		size_t c = w->cap_items;
+		w->items = w->scratch;
+		w->cap_items = w->cap_scratch;
+		w->scratch = t;
+		w->cap_scratch = c;
 	}
-	int rc = st_rows_write(path, &w->info, rows, w->n, w->deleted, w->n_deleted, sum, err, errlen);
-	free(rows);
-	return rc;
+	size_t rep = first_repeat(w->items, w->n);
+	if (rep < w->n) {
+		st__dumpio_seterr(err, errlen, "%s: key 0x%016" PRIx64 " is given twice", path,
+				  w->items[rep].key);
+		return ST_EINVAL;
+	}
+	int rc = check_deleted(path, w->items, w->n, w->deleted, w->n_deleted, err, errlen);
+	if (rc < 0)
+		return rc;
+	source_t src = { NULL, w->row_size };
+	return write_sorted(path, &w->info, w->items, w->n, &src, w->deleted, w->n_deleted, sum,
+			    err, errlen);
 }
 
 void st_rows_writer_destroy(st_rows_writer_t *w)
@@ -308,6 +534,8 @@ void st_rows_writer_destroy(st_rows_writer_t *w)
 		next = c->next;
 		free(c);
 	}
+	free(w->items);
+	free(w->scratch);
 	free(w->deleted);
 	free(w);
 }
@@ -323,8 +551,9 @@ struct st_rows_reader {
 	uint64_t last_key;
 	uint64_t footer_sum;
 	XXH3_state_t *xxh;
-	uint8_t *buf;          /* holds file bytes [buf_off, buf_off + len) */
+	uint8_t *buf;          /* file bytes read ahead; [pos, len) not consumed yet */
 	size_t cap, pos, len;
+	size_t hpos;           /* [hpos, pos) consumed but not hashed yet */
 	uint64_t *deleted;
 	int done;              /* 1 once the checksum is verified */
 	int err;
@@ -471,8 +700,13 @@ int st_rows_reader_open(const char *path, st_rows_reader_t **out, char *err, siz
 	}
 	r->footer_sum = get64(ft + 24);
 	XXH3_64bits_update(r->xxh, h, sizeof h);
-	r->cap = r->rsize * 64 > (1u << 20) ? r->rsize * 64 : (1u << 20);
+	/* Large reads: the file is read once, front to back (and hashed in the
+	 * same large pieces). A batch is what fits (at least one row), so the
+	 * buffer stays READ_BYTES however wide a row is (a header may ask for
+	 * rows of ST_ROWS_MAX_FLOATS floats: 4 MiB each). */
+	r->cap = r->rsize > READ_BYTES ? r->rsize : READ_BYTES;
 	r->buf = malloc(r->cap);
+	posix_fadvise(r->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
 	r->deleted = malloc(r->info.n_deleted ? r->info.n_deleted * 8 : 8);
 	if (!r->buf || !r->deleted) {
 		rc = rfail(r, ST_ENOMEM, "out of memory");
@@ -500,16 +734,27 @@ const char *st_rows_reader_error(const st_rows_reader_t *r)
 	return r->msg;
 }
 
-/* Makes n bytes available at buf + pos; hashes nothing. The buffer only
- * compacts to offsets that keep records 4-aligned: every record starts at a
- * multiple of 4 in the file, and the buffer's start maps to such an offset. */
+/* Hashes the bytes consumed since the last call: the body is hashed in the
+ * large pieces it was read in, not a record at a time. */
+static void hash_consumed(st_rows_reader_t *r)
+{
+	if (r->pos > r->hpos)
+		XXH3_64bits_update(r->xxh, r->buf + r->hpos, r->pos - r->hpos);
+	r->hpos = r->pos;
+}
+
+/* Makes n bytes available at buf + pos (n <= cap). The buffer only compacts
+ * to offsets that keep records 4-aligned: every record starts at a multiple
+ * of 4 in the file, and the buffer's start maps to such an offset. */
 static int need(st_rows_reader_t *r, size_t n)
 {
 	if (r->len - r->pos >= n)
 		return ST_OK;
+	hash_consumed(r);
 	memmove(r->buf, r->buf + r->pos, r->len - r->pos);
 	r->len -= r->pos;
 	r->pos = 0;
+	r->hpos = 0;
 	while (r->len < n) {
 		ssize_t k = read(r->fd, r->buf + r->len, r->cap - r->len);
 		if (k < 0 && errno == EINTR)
@@ -523,49 +768,69 @@ static int need(st_rows_reader_t *r, size_t n)
 	return ST_OK;
 }
 
-int st_rows_reader_next(st_rows_reader_t *r, st_rows_row_t *row)
+/* After the last row: the deleted keys and the footer's checksum. */
+static int finish_read(st_rows_reader_t *r)
 {
-	if (r->err)
-		return r->err;
-	if (r->done)
-		return 0;
-	if (r->next_row < r->info.n_rows) {
-		int rc = need(r, r->rsize);
-		if (rc < 0)
-			return rc;
-		const uint8_t *p = r->buf + r->pos;
-		uint64_t key = get64(p);
-		if (r->next_row && key <= r->last_key)
-			return rfail(r, ST_ECORRUPT, "row %" PRIu64 ": key 0x%016" PRIx64 " is not above the "
-				     "previous key 0x%016" PRIx64, r->next_row, key, r->last_key);
-		XXH3_64bits_update(r->xxh, p, r->rsize);
-		r->pos += r->rsize;
-		r->last_key = key;
-		r->next_row++;
-		row->key = key;
-		row->last_step = get32(p + 8);
-		row->freq = get32(p + 12);
-		row->vals = (const float *)(const void *)(p + 16);
-		return 1;
-	}
 	for (uint64_t i = 0; i < r->info.n_deleted; i++) {
 		int rc = need(r, 8);
 		if (rc < 0)
 			return rc;
 		uint64_t k = get64(r->buf + r->pos);
-		XXH3_64bits_update(r->xxh, r->buf + r->pos, 8);
 		r->pos += 8;
 		if (i && k <= r->deleted[i - 1])
 			return rfail(r, ST_ECORRUPT, "deleted key %" PRIu64 " (0x%016" PRIx64 ") is not above "
 				     "the previous one", i, k);
 		r->deleted[i] = k;
 	}
+	hash_consumed(r);
 	uint64_t h = XXH3_64bits_digest(r->xxh);
 	if (h != r->footer_sum)
 		return rfail(r, ST_ECORRUPT, "checksum mismatch: the content hashes to %016" PRIx64
 			     " but the footer says %016" PRIx64, h, r->footer_sum);
 	r->done = 1;
 	return 0;
+}
+
+int st_rows_reader_next_batch(st_rows_reader_t *r, st_rows_row_t *rows, size_t max)
+{
+	if (r->err)
+		return r->err;
+	if (r->done)
+		return 0;
+	uint64_t left = r->info.n_rows - r->next_row;
+	if (left == 0)
+		return finish_read(r);
+	if (max > ST_ROWS_BATCH_MAX)
+		max = ST_ROWS_BATCH_MAX;
+	if (max > r->cap / r->rsize)
+		max = r->cap / r->rsize;
+	if (max == 0)
+		max = 1;
+	size_t k = left < max ? (size_t)left : max;
+	int rc = need(r, k * r->rsize);
+	if (rc < 0)
+		return rc;
+	const uint8_t *p = r->buf + r->pos;
+	for (size_t i = 0; i < k; i++, p += r->rsize) {
+		uint64_t key = get64(p);
+		if (r->next_row && key <= r->last_key)
+			return rfail(r, ST_ECORRUPT, "row %" PRIu64 ": key 0x%016" PRIx64 " is not above the "
+				     "previous key 0x%016" PRIx64, r->next_row, key, r->last_key);
+		r->last_key = key;
+		r->next_row++;
+		rows[i].key = key;
+		rows[i].last_step = get32(p + 8);
+		rows[i].freq = get32(p + 12);
+		rows[i].vals = (const float *)(const void *)(p + 16);
+	}
+	r->pos += k * r->rsize;
+	return (int)k;
+}
+
+int st_rows_reader_next(st_rows_reader_t *r, st_rows_row_t *row)
+{
+	int rc = st_rows_reader_next_batch(r, row, 1);
+	return rc > 0 ? 1 : rc;
 }
 
 const uint64_t *st_rows_reader_deleted(const st_rows_reader_t *r, size_t *n)
@@ -626,14 +891,15 @@ int st_rows_read(const char *path, st_rows_file_t **out, char *err, size_t errle
 		st__dumpio_seterr(err, errlen, "%s: out of memory for %zu rows", path, n);
 		return ST_ENOMEM;
 	}
-	st_rows_row_t row;
+	st_rows_row_t rows[256];
 	size_t k = 0;
-	while ((rc = st_rows_reader_next(r, &row)) == 1) {
-		f->keys[k] = row.key;
-		f->last_step[k] = row.last_step;
-		f->freq[k] = row.freq;
-		memcpy(f->vals + k * nf, row.vals, nf * 4);
-		k++;
+	while ((rc = st_rows_reader_next_batch(r, rows, 256)) > 0) {
+		for (int j = 0; j < rc; j++, k++) {
+			f->keys[k] = rows[j].key;
+			f->last_step[k] = rows[j].last_step;
+			f->freq[k] = rows[j].freq;
+			memcpy(f->vals + k * nf, rows[j].vals, nf * 4);
+		}
 	}
 	if (rc == 0) {
 		size_t nd;

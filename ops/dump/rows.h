@@ -74,7 +74,8 @@ int st_rows_write(const char *path, const st_rows_info_t *info, st_rows_row_t *r
 /*
  * A builder for callers that produce rows one at a time (say under a shard
  * lock, to snapshot a table that training keeps changing): add copies the
- * row, so memory is one copy of the rows plus 24 bytes a row while sorting.
+ * row, so memory is one copy of the rows plus 16 bytes a row, and from the
+ * first finish on 16 more (the sort's second array, kept with the rows).
  */
 typedef struct st_rows_writer st_rows_writer_t;
 
@@ -89,6 +90,19 @@ int st_rows_writer_add(st_rows_writer_t *w, uint64_t key, uint32_t last_step, ui
 /* Records a deleted key (delta builders only; ST_EINVAL otherwise). */
 int st_rows_writer_delete(st_rows_writer_t *w, uint64_t key);
 
+/* Forgets the rows and deleted keys added so far but keeps the memory that
+ * held them, so that building the same table again (the next checkpoint)
+ * writes into pages that are already mapped instead of faulting in fresh,
+ * zeroed ones. The info stays. */
+void st_rows_writer_reset(st_rows_writer_t *w);
+
+/* Makes room for `rows` rows in all, writing the new memory once so that
+ * it is mapped: adding up to that many rows (after a reset) then faults in
+ * no fresh page. For a caller that can spend that time before it needs the
+ * rows (a trainer between two checkpoints, while the next copy would hold
+ * training). ST_OK or ST_ENOMEM (the rows added so far stay). */
+int st_rows_writer_reserve(st_rows_writer_t *w, size_t rows);
+
 /* Rows added so far. */
 size_t st_rows_writer_count(const st_rows_writer_t *w);
 
@@ -96,7 +110,7 @@ size_t st_rows_writer_count(const st_rows_writer_t *w);
 const st_rows_info_t *st_rows_writer_info(const st_rows_writer_t *w);
 
 /* Sorts and writes everything added so far, as st_rows_write. The builder
- * keeps its rows (it may write them again) until destroyed. */
+ * keeps its rows (it may write them again) until destroyed or reset. */
 int st_rows_writer_finish(st_rows_writer_t *w, const char *path, st_dumpio_sum_t *sum,
 			  char *err, size_t errlen);
 
@@ -122,6 +136,17 @@ const st_rows_info_t *st_rows_reader_info(const st_rows_reader_t *r);
 /* 1 and *row (row->vals valid until the next call), 0 at the end with the
  * checksum verified, or ST_ECORRUPT / ST_EIO (then st_rows_reader_error). */
 int st_rows_reader_next(st_rows_reader_t *r, st_rows_row_t *row);
+
+/* Most rows one st_rows_reader_next_batch call returns. */
+#define ST_ROWS_BATCH_MAX 4096
+
+/* Up to max (at most ST_ROWS_BATCH_MAX, and at most the rows that fit the
+ * reader's 8 MiB buffer) next rows in key order, checked as by
+ * st_rows_reader_next: returns how many (>= 1) with rows[0..count) filled
+ * and every rows[i].vals valid until the next call, 0 at the end with the
+ * checksum verified, or ST_ECORRUPT / ST_EIO. For callers that insert rows in
+ * batches (st_table_resolve). */
+int st_rows_reader_next_batch(st_rows_reader_t *r, st_rows_row_t *rows, size_t max);
 
 /* The deleted keys, sorted; valid once next has returned 0, owned by r. */
 const uint64_t *st_rows_reader_deleted(const st_rows_reader_t *r, size_t *n);

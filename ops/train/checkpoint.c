@@ -12,6 +12,18 @@
  * training resumes — and writes the copy while training runs. The stall is
  * the pipeline draining plus the copy, not the write.
  *
+ * Memory. The copy is as large as the tables. Where the job sets no memory
+ * bound and has no SSD tier, the trainer keeps the copy's memory after the
+ * write (tr->snap_spare) and the next checkpoint copies into it: the pages
+ * are mapped already, where a fresh copy faulted in and zeroed every page
+ * inside the stall. After the write the kept copy also makes room for as
+ * many new rows as the tables grew in the last interval, while training
+ * runs. The kept copy goes at st_trainer_cancel / st_trainer_destroy.
+ *
+ * Threads: the dump stage's thread copies and writes (rows.c adds a writer
+ * thread for the duration of a file); resume restores each table from the
+ * calling thread and one st-resume-1 helper (load_rows).
+ *
  * Contents. dense.safetensors: every model tensor under its PyTorch name,
  * plus "optim.dense_state" (the dense optimizer's moments, flat); one
  * table-<k>.rows per table with every row of both tiers (RAM and SSD) with
@@ -29,6 +41,7 @@
  */
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,7 +68,12 @@ struct st_trainer_snap {
 	uint64_t dt, gstep;
 	int n_tables;
 	st_rows_writer_t *rows[MAX_TABLES];
+	/* Rows of each table in the copy this snapshot's memory held before
+	 * (NO_PREV: none), to guess how much the next copy grows. */
+	size_t prev_rows[MAX_TABLES];
 };
+
+#define NO_PREV SIZE_MAX
 
 /* ---- the job's identity ------------------------------------------------ */
 
@@ -158,14 +176,22 @@ void st__trainer_ckpt_gate(st_trainer_t *tr, st_batch_t *b, st_graph_t *g)
 	pthread_mutex_unlock(&tr->gate_mu);
 }
 
+/* Cancelling (shutdown, ^C; st_trainer_destroy comes through here) also
+ * frees the snapshot kept for the next checkpoint: no interval checkpoint
+ * follows, and a snapshot still being written is freed by its release. */
 void st__trainer_ckpt_open_gate(st_trainer_t *tr, int cancel)
 {
+	st_trainer_snap_t *spare = NULL;
 	pthread_mutex_lock(&tr->gate_mu);
 	tr->gate = -1;
-	if (cancel)
+	if (cancel) {
 		tr->gate_cancel = 1;
+		spare = tr->snap_spare;
+		tr->snap_spare = NULL;
+	}
 	pthread_cond_broadcast(&tr->gate_cv);
 	pthread_mutex_unlock(&tr->gate_mu);
+	st_trainer_snap_destroy(spare);
 }
 
 void st_trainer_set_checkpoint(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg,
@@ -209,7 +235,8 @@ static double mono(void)
 /* The dump stage, on a batch that ends a checkpoint interval: copy the
  * state while nothing trains, let training go on, write the copy. A failed
  * write is reported and training continues: its state is intact and the
- * previous checkpoint is still there. */
+ * previous checkpoint is still there. The copy's memory goes back to the
+ * trainer for the next checkpoint (st_trainer_snap_release). */
 int st__trainer_checkpoint_after(st_trainer_t *tr, const st_batch_t *b)
 {
 	double t0 = mono();
@@ -225,7 +252,7 @@ int st__trainer_checkpoint_after(st_trainer_t *tr, const st_batch_t *b)
 	char err[1024] = "";
 	rc = st_trainer_snap_write(tr, s, tr->ckpt_cfg, err, sizeof err);
 	double t2 = mono();
-	st_trainer_snap_destroy(s);
+	st_trainer_snap_release(tr, s);
 	if (tr->metrics) {
 		st_metrics_add(tr->metrics, "ckpt.stall_s", t1 - t0);
 		st_metrics_add(tr->metrics, "ckpt.write_s", t2 - t1);
@@ -271,11 +298,104 @@ void st_trainer_snap_destroy(st_trainer_snap_t *s)
 	free(s);
 }
 
+/* Whether the trainer keeps a written snapshot's memory for the next one.
+ * Not when the job bounds memory (storage.mem) or keeps rows on SSD: the
+ * copy holds every row of every tier, and keeping it between checkpoints
+ * would hold a second copy of the model in RAM for the whole run. */
+static int keeps_spare(const st_trainer_t *tr)
+{
+	if (tr->mem_budget || tr->store_root[0])
+		return 0;
+	for (int k = 0; k < tr->n_tables; k++)
+		if (st_table_ssd(tr->tables[k]))
+			return 0;
+	return 1;
+}
+
+/* Makes room in a kept snapshot for the rows the next copy will likely
+ * add: as many as the tables grew since the copy before (at most half of
+ * them again). Pages first written inside the stall cost a fault and a
+ * zeroing each; here training runs meanwhile. 0, or ST_ENOMEM. */
+static int reserve_growth(st_trainer_snap_t *s)
+{
+	for (int k = 0; k < s->n_tables; k++) {
+		size_t n = st_rows_writer_count(s->rows[k]), prev = s->prev_rows[k];
+		if (prev == NO_PREV || n <= prev)
+			continue;
+		size_t grow = n - prev < n / 2 ? n - prev : n / 2;
+		if (st_rows_writer_reserve(s->rows[k], n + grow) < 0)
+			return ST_ENOMEM;
+	}
+	return ST_OK;
+}
+
+void st_trainer_snap_release(st_trainer_t *tr, st_trainer_snap_t *s)
+{
+	if (!s)
+		return;
+	if (keeps_spare(tr) && reserve_growth(s) == ST_OK) {
+		pthread_mutex_lock(&tr->gate_mu);
+		if (!tr->gate_cancel && !tr->snap_spare) {
+			tr->snap_spare = s;
+			s = NULL;
+		}
+		pthread_mutex_unlock(&tr->gate_mu);
+	}
+	st_trainer_snap_destroy(s);
+}
+
+/* A snapshot to fill: the kept one (its arrays resized, its builders reset
+ * or, where a table's shape changed, made anew) or a new one. */
+static int snap_get(st_trainer_t *tr, st_trainer_snap_t **out)
+{
+	pthread_mutex_lock(&tr->gate_mu);
+	st_trainer_snap_t *s = tr->snap_spare;
+	tr->snap_spare = NULL;
+	pthread_mutex_unlock(&tr->gate_mu);
+	size_t np = st_model_nparams(tr->model), nd = st_sync_dense_state_floats(&tr->env);
+	if (s && (s->nparams != np || s->ndstate != nd)) {
+		st_trainer_snap_destroy(s);
+		s = NULL;
+	}
+	if (!s) {
+		s = calloc(1, sizeof *s);
+		if (!s)
+			return ST_ENOMEM;
+		s->nparams = np;
+		s->ndstate = nd;
+		s->params = malloc(sizeof(float) * (np ? np : 1));
+		s->dstate = malloc(sizeof(float) * (nd ? nd : 1));
+		if (!s->params || !s->dstate) {
+			st_trainer_snap_destroy(s);
+			return ST_ENOMEM;
+		}
+	}
+	for (int k = tr->n_tables; k < s->n_tables; k++)
+		st_rows_writer_destroy(s->rows[k]);
+	if (s->n_tables > tr->n_tables)
+		s->n_tables = tr->n_tables;
+	for (int k = 0; k < s->n_tables; k++) {
+		const st_rows_info_t *i = st_rows_writer_info(s->rows[k]);
+		if (i->dim == (uint32_t)tr->tdim[k] && i->state_dim == (uint32_t)tr->tstate[k]) {
+			s->prev_rows[k] = st_rows_writer_count(s->rows[k]);
+			st_rows_writer_reset(s->rows[k]);
+			continue;
+		}
+		/* another shape: this and the later builders are made anew */
+		for (int j = k; j < s->n_tables; j++)
+			st_rows_writer_destroy(s->rows[j]);
+		s->n_tables = k;
+	}
+	*out = s;
+	return ST_OK;
+}
+
 int st_trainer_snapshot(st_trainer_t *tr, const st_batch_t *last, st_trainer_snap_t **out)
 {
-	st_trainer_snap_t *s = calloc(1, sizeof *s);
-	if (!s)
-		return ST_ENOMEM;
+	st_trainer_snap_t *s;
+	int rc = snap_get(tr, &s);
+	if (rc < 0)
+		return rc;
 	/* Batches trained so far: with the gate closed, exactly those up to
 	 * `last`. A pass (phase) numbers its batches from 0. */
 	s->step = (int64_t)tr->batches;
@@ -286,23 +406,19 @@ int st_trainer_snapshot(st_trainer_t *tr, const st_batch_t *last, st_trainer_sna
 	s->src_file = last ? last->src_file : tr->pos_file;
 	s->src_rec = last ? last->src_rec : tr->pos_rec;
 	s->examples = tr->examples_done;
-	s->nparams = st_model_nparams(tr->model);
-	s->ndstate = st_sync_dense_state_floats(&tr->env);
-	s->params = malloc(sizeof(float) * (s->nparams ? s->nparams : 1));
-	s->dstate = malloc(sizeof(float) * (s->ndstate ? s->ndstate : 1));
-	int rc = s->params && s->dstate ? ST_OK : ST_ENOMEM;
-	if (rc == ST_OK) {
-		memcpy(s->params, st_model_params(tr->model), sizeof(float) * s->nparams);
-		memcpy(s->dstate, tr->dstate, sizeof(float) * s->ndstate);
-	}
+	memcpy(s->params, st_model_params(tr->model), sizeof(float) * s->nparams);
+	memcpy(s->dstate, tr->dstate, sizeof(float) * s->ndstate);
 	s->dt = tr->dt;
 	s->gstep = tr->gstep;
 	for (int k = 0; k < tr->n_tables && rc >= 0; k++) {
-		st_rows_info_t info = { .table_id = (uint64_t)k, .dim = (uint32_t)tr->tdim[k],
-					.state_dim = (uint32_t)tr->tstate[k] };
-		if ((rc = st_rows_writer_create(&s->rows[k], &info)) < 0)
-			break;
-		s->n_tables = k + 1;
+		if (k >= s->n_tables) {
+			st_rows_info_t info = { .table_id = (uint64_t)k, .dim = (uint32_t)tr->tdim[k],
+						.state_dim = (uint32_t)tr->tstate[k] };
+			if ((rc = st_rows_writer_create(&s->rows[k], &info)) < 0)
+				break;
+			s->prev_rows[k] = NO_PREV;
+			s->n_tables = k + 1;
+		}
 		add_t a = { s->rows[k], tr->tables[k], 0 };
 		rc = st_table_foreach_all(tr->tables[k], add_row, &a);
 		if (rc >= 0)
@@ -405,6 +521,136 @@ static int parse_u64(const st_manifest_t *m, const char *key, uint64_t *v)
 	return *end ? ST_EFORMAT : ST_OK;
 }
 
+/*
+ * Restoring a table: rows go in a batch at a time, one st_table_resolve per
+ * batch (each shard's lock taken once, the index prefetched) where a lookup
+ * per row paid a lock and a cache miss each; and, for a table in RAM, from
+ * LOAD_THREADS threads at once (the calling one and st-resume-<n> helpers):
+ * each takes the next batch from the reader under the loader's lock, copies
+ * it out (the reader's rows are valid only until its next call) and inserts
+ * it while the next thread reads. Nothing else runs during resume, and the
+ * rows of a checkpoint have distinct keys, so the order in which batches
+ * land does not matter: values and metadata are the file's either way.
+ *
+ * A table with an SSD tier restores a row at a time from one thread, as
+ * before: the rows resolve returns stay pinned until copied, and a batch
+ * could pin more rows than the RAM tier holds.
+ */
+enum { LOAD_THREADS = 2, LOAD_BATCH_BYTES = 4 << 20 };
+
+typedef struct loader {
+	st_table_t *t;
+	st_rows_reader_t *r;
+	const char *path;
+	size_t nf;                 /* floats a row */
+	size_t max;                /* rows a batch */
+	pthread_mutex_t mu;        /* the reader, rc and err */
+	int rc;                    /* first error (< 0), else 0 */
+	char *err;
+	size_t errlen;
+} loader_t;
+
+/* One thread's copy of a batch. */
+typedef struct load_buf {
+	st_rows_row_t *rows;
+	uint64_t *keys;
+	uint32_t *last_step, *freq;
+	float *vals;               /* [max * nf] */
+	float **dst;
+} load_buf_t;
+
+static void load_fail(loader_t *L, int rc, const char *msg)
+{
+	pthread_mutex_lock(&L->mu);
+	if (L->rc == 0) {
+		L->rc = rc;
+		snprintf(L->err, L->errlen, "%s", msg);
+	}
+	pthread_mutex_unlock(&L->mu);
+}
+
+/* Takes the next batch into b: its row count, 0 at the end, or < 0 after
+ * any thread's failure. */
+static int load_take(loader_t *L, load_buf_t *b)
+{
+	pthread_mutex_lock(&L->mu);
+	int n = L->rc < 0 ? L->rc : st_rows_reader_next_batch(L->r, b->rows, L->max);
+	if (n < 0 && L->rc == 0) {
+		L->rc = n;
+		snprintf(L->err, L->errlen, "%s", st_rows_reader_error(L->r));
+	}
+	for (int i = 0; i < n; i++) {
+		b->keys[i] = b->rows[i].key;
+		b->last_step[i] = b->rows[i].last_step;
+		b->freq[i] = b->rows[i].freq;
+		memcpy(b->vals + (size_t)i * L->nf, b->rows[i].vals, sizeof(float) * L->nf);
+	}
+	pthread_mutex_unlock(&L->mu);
+	return n;
+}
+
+static void load_run(loader_t *L)
+{
+	load_buf_t b = { 0 };
+	size_t m = L->max;
+	b.rows = malloc(m * sizeof *b.rows);
+	b.keys = malloc(m * sizeof *b.keys);
+	b.last_step = malloc(m * sizeof *b.last_step);
+	b.freq = malloc(m * sizeof *b.freq);
+	b.vals = malloc(m * L->nf * sizeof *b.vals);
+	b.dst = malloc(m * sizeof *b.dst);
+	char msg[1024];
+	int n = 0;
+	if (!b.rows || !b.keys || !b.last_step || !b.freq || !b.vals || !b.dst) {
+		snprintf(msg, sizeof msg, "%s: out of memory", L->path);
+		load_fail(L, ST_ENOMEM, msg);
+	} else {
+		n = load_take(L, &b);
+	}
+	for (; n > 0; n = load_take(L, &b)) {
+		/* The step only touches the metadata, which is overwritten below.
+		 * A failed resolve may leave rows unset: NULL ones are not unpinned. */
+		memset(b.dst, 0, (size_t)n * sizeof *b.dst);
+		int rc = st_table_resolve(L->t, b.keys, (uint32_t)n, b.last_step[0], 1, b.dst);
+		if (rc < 0) {
+			st_table_unpin(L->t, b.dst, (uint32_t)n);
+			snprintf(msg, sizeof msg, "%s: restoring rows: %s", L->path, st_strerror(rc));
+			load_fail(L, rc, msg);
+			break;
+		}
+		for (int i = 0; i < n && rc >= 0; i++) {
+			if (!b.dst[i]) {
+				/* Admission does not apply to restored rows: the row
+				 * was admitted before. */
+				snprintf(msg, sizeof msg, "%s: key %" PRIx64 " refused by admission while "
+					 "restoring", L->path, b.keys[i]);
+				load_fail(L, ST_EINVAL, msg);
+				rc = ST_EINVAL;
+				break;
+			}
+			memcpy(b.dst[i], b.vals + (size_t)i * L->nf, sizeof(float) * L->nf);
+			st_table_meta_t *meta = st_table_meta(L->t, b.dst[i]);
+			meta->last_step = b.last_step[i];
+			meta->freq = b.freq[i];
+		}
+		st_table_unpin(L->t, b.dst, (uint32_t)n);
+		if (rc < 0)
+			break;
+	}
+	free(b.rows);
+	free(b.keys);
+	free(b.last_step);
+	free(b.freq);
+	free(b.vals);
+	free(b.dst);
+}
+
+static void *load_main(void *arg)
+{
+	load_run(arg);
+	return NULL;
+}
+
 static int load_rows(st_trainer_t *tr, int k, const char *path, char *err, size_t errlen)
 {
 	st_rows_reader_t *r;
@@ -418,32 +664,31 @@ static int load_rows(st_trainer_t *tr, int k, const char *path, char *err, size_
 		st_rows_reader_close(r);
 		return ST_EINVAL;
 	}
+	int ram = !st_table_ssd(tr->tables[k]);
 	size_t nf = (size_t)info->dim + info->state_dim;
-	st_table_t *t = tr->tables[k];
-	st_rows_row_t row;
-	while ((rc = st_rows_reader_next(r, &row)) == 1) {
-		float *dst;
-		rc = st_table_get_or_create(t, row.key, row.last_step, &dst);
-		if (rc < 0)
-			break;
-		if (!dst) {
-			/* Admission does not apply to restored rows: the row was
-			 * admitted before. Force it through a fresh lookup. */
-			snprintf(err, errlen, "%s: key %" PRIx64 " refused by admission while restoring",
-				 path, row.key);
-			rc = ST_EINVAL;
-			break;
-		}
-		memcpy(dst, row.vals, sizeof(float) * nf);
-		st_table_meta_t *m = st_table_meta(t, dst);
-		m->last_step = row.last_step;
-		m->freq = row.freq;
-		st_table_unpin(t, &dst, 1);
+	/* A batch of up to ST_ROWS_BATCH_MAX rows, at most LOAD_BATCH_BYTES of
+	 * floats per thread however wide the rows. */
+	size_t max = LOAD_BATCH_BYTES / (sizeof(float) * nf);
+	max = max < 1 ? 1 : max > ST_ROWS_BATCH_MAX ? ST_ROWS_BATCH_MAX : max;
+	loader_t L = { .t = tr->tables[k], .r = r, .path = path, .nf = nf,
+		       .max = ram ? max : 1, .err = err, .errlen = errlen };
+	pthread_mutex_init(&L.mu, NULL);
+	pthread_t tid[LOAD_THREADS];
+	int started = 0;
+	for (int i = 1; ram && i < LOAD_THREADS; i++) {
+		if (pthread_create(&tid[started], NULL, load_main, &L) != 0)
+			break;   /* fewer threads: the same work, slower */
+		char name[16];
+		snprintf(name, sizeof name, "st-resume-%d", i);
+		pthread_setname_np(tid[started], name);
+		started++;
 	}
-	if (rc < 0 && !err[0])
-		snprintf(err, errlen, "%s", st_rows_reader_error(r));
+	load_run(&L);
+	for (int i = 0; i < started; i++)
+		pthread_join(tid[i], NULL);
+	pthread_mutex_destroy(&L.mu);
 	st_rows_reader_close(r);
-	return rc < 0 ? rc : ST_OK;
+	return L.rc < 0 ? L.rc : ST_OK;
 }
 
 int st_trainer_resume(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg,

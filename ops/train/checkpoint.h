@@ -37,11 +37,21 @@ void st_trainer_set_checkpoint(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cf
 
 /* A copy of the trainer's state after `last` (NULL: after the last batch
  * trained, with the data position set by st_trainer_set_position). No
- * training may run during the call. ST_OK and *out (the caller destroys
- * it), ST_ENOMEM, or the store's read error. */
+ * training may run during the call. ST_OK and *out (the caller destroys or
+ * releases it), ST_ENOMEM, or the store's read error. The copy reuses the
+ * memory of a snapshot released before, when the trainer kept one. */
 typedef struct st_trainer_snap st_trainer_snap_t;
 int st_trainer_snapshot(st_trainer_t *tr, const st_batch_t *last, st_trainer_snap_t **out);
 int64_t st_trainer_snap_step(const st_trainer_snap_t *s);
+
+/* Gives a snapshot that is no longer needed back to tr (ownership moves):
+ * tr keeps its memory for the next st_trainer_snapshot, so that copy writes
+ * into pages already mapped instead of faulting in a fresh copy of every
+ * row. Frees it instead when the job bounds memory (storage.mem) or has an
+ * SSD tier, when tr already keeps one, or after st_trainer_cancel; the kept
+ * one is freed by st_trainer_cancel / st_trainer_destroy. Thread-safe
+ * against st_trainer_cancel. NULL-safe. */
+void st_trainer_snap_release(st_trainer_t *tr, st_trainer_snap_t *s);
 
 /* 1 if the newest checkpoint written or loaded holds the current state (no
  * batch trained since), so another one would be a copy. */

@@ -91,6 +91,10 @@ struct st_trainer {
 	int64_t ckpt_step;         /* step of the newest checkpoint written or loaded; -1 */
 	uint64_t pass_batches0, pass_examples0;
 	int pass_done;
+	/* The last written snapshot, kept so that the next checkpoint copies
+	 * into memory that is already mapped (st_trainer_snap_release); NULL
+	 * when none is kept. Under gate_mu. */
+	struct st_trainer_snap *snap_spare;
 
 	/* Delta exports (store.c): keys pulled for training and keys evicted
 	 * since the last export, per table; tracking only once turned on. */

@@ -1,7 +1,8 @@
 /* test_ckpt.c — checkpoint and export directories: write/commit/verify round
  * trip, retention, fallback past missing, damaged and truncated files, a full
- * disk at every stage, crash leftovers, rewriting a step, the compatibility
- * check, and export chains. */
+ * disk at every stage (also in a row file large enough for dumpio's writer
+ * thread), crash leftovers, rewriting a step, the compatibility check, and
+ * export chains. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,9 +10,12 @@
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "dump_util.h"
@@ -342,6 +346,72 @@ static void test_ckpt_disk_full_keeps_older(void **state)
 	free(d1);
 }
 
+/* A row table larger than one 8 MiB staging buffer is written by dumpio's
+ * writer thread (as the trainer's checkpoints are, from a builder). The
+ * file size limit (EFBIG) or a full disk hit in the middle of it fails the
+ * checkpoint with the file's name and the reason, removes the .tmp
+ * directory, and leaves the older checkpoint the newest one, intact. */
+static void test_ckpt_large_table_write_failure_keeps_older(void **state)
+{
+	(void)state;
+	assert_int_equal(write_ckpt(100, 2), ST_OK);
+	enum { N = 300000, NF = 6 };   /* 300000 rows of 40 bytes: 12 MB */
+	float *vals = malloc(sizeof(float) * N * NF);
+	assert_non_null(vals);
+	for (size_t i = 0; i < (size_t)N * NF; i++)
+		vals[i] = (float)i;
+	st_rows_info_t info = { .table_id = 0, .dim = 4, .state_dim = 2 };
+	st_rows_writer_t *b;
+	assert_int_equal(st_rows_writer_create(&b, &info), ST_OK);
+	for (size_t i = 0; i < N; i++)
+		assert_int_equal(st_rows_writer_add(b, (i * 7919) % N + 1, 1, 1, vals + i * NF), ST_OK);
+	st_safetensors_tensor_t t = { .name = "w", .ndim = 2, .shape = { 2, 3 }, .f32 = dense_w };
+	st_manifest_t m = job_manifest();
+	char err[512] = "";
+	void (*old_sig)(int) = signal(SIGXFSZ, SIG_IGN);
+	struct rlimit old;
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+	for (int how = 0; how < 2; how++) {
+		st_ckpt_writer_t *w;
+		assert_int_equal(st_ckpt_begin(root, 200, &w, err, sizeof err), ST_OK);
+		assert_int_equal(st_ckpt_write_dense(w, "dense.safetensors", &t, 1, NULL, 0), ST_OK);
+		struct rlimit lim = { 10 << 20, old.rlim_max };
+		if (how == 0)
+			assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+		else
+			tu_disk_limit(9 << 20, 0);
+		int rc = st_ckpt_write_rows_from(w, "table-0.rows", b);
+		if (how == 0)
+			assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+		else
+			tu_disk_unlimited();
+		assert_int_equal(rc, how == 0 ? -EFBIG : ST_ENOSPC);
+		assert_non_null(strstr(st_ckpt_error(w), how == 0 ? "table-0.rows: write failed: File too large"
+								 : "table-0.rows: write failed: No space left on device"));
+		assert_false(tu_exists(st_ckpt_writer_tmpdir(w)));
+		assert_int_equal(st_ckpt_commit(w, &m, 2, collect, NULL), rc);
+		st_ckpt_writer_destroy(w);
+		assert_string_equal(listing(), "ckpt-000000000100 ");
+		char *d1 = ckpt_dir(100);
+		assert_int_equal(st_ckpt_verify(d1, NULL, err, sizeof err), ST_OK);
+		free(d1);
+	}
+	signal(SIGXFSZ, old_sig);
+	/* without the limit the same builder makes a checkpoint */
+	st_ckpt_writer_t *w;
+	assert_int_equal(st_ckpt_begin(root, 200, &w, err, sizeof err), ST_OK);
+	assert_int_equal(st_ckpt_write_dense(w, "dense.safetensors", &t, 1, NULL, 0), ST_OK);
+	assert_int_equal(st_ckpt_write_rows_from(w, "table-0.rows", b), ST_OK);
+	assert_int_equal(st_ckpt_commit(w, &m, 2, collect, NULL), ST_OK);
+	st_ckpt_writer_destroy(w);
+	assert_string_equal(listing(), "ckpt-000000000100 ckpt-000000000200 ");
+	char *d2 = ckpt_dir(200);
+	assert_int_equal(st_ckpt_verify(d2, NULL, err, sizeof err), ST_OK);
+	free(d2);
+	st_rows_writer_destroy(b);
+	free(vals);
+}
+
 /* A crash leaves a .tmp directory (possibly with a manifest in it): loaders
  * ignore it, the next writer deletes it. Directories without a manifest or
  * with foreign names are never listed. */
@@ -605,6 +675,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_ckpt_falls_back_past_damage, setup_one, teardown_one),
 		cmocka_unit_test_setup_teardown(test_ckpt_empty_or_missing_root, setup_one, teardown_one),
 		cmocka_unit_test_setup_teardown(test_ckpt_disk_full_keeps_older, setup_one, teardown_one),
+		cmocka_unit_test_setup_teardown(test_ckpt_large_table_write_failure_keeps_older,
+						setup_one, teardown_one),
 		cmocka_unit_test_setup_teardown(test_ckpt_crash_leftovers, setup_one, teardown_one),
 		cmocka_unit_test_setup_teardown(test_ckpt_rewrite_same_step, setup_one, teardown_one),
 		cmocka_unit_test_setup_teardown(test_ckpt_rejects_bad_file_names, setup_one, teardown_one),

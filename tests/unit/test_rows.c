@@ -1,16 +1,26 @@
 /* test_rows.c — the sparse row file: round trips (array writer, builder,
  * streaming and whole-file readers, deltas), argument checks, truncation at
  * every byte, a flipped bit at every byte, crafted bad headers, a full disk,
- * and the pure-Python reader of docs/formats.md. */
+ * and the pure-Python reader of docs/formats.md; the builder empty and
+ * reused (reset, reserve); files larger than one staging buffer (dumpio's
+ * writer thread) hitting the file size limit or a full disk; direct I/O,
+ * aligned, and its fallback when the file system refuses it; the widest
+ * rows read in bounded memory. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include "dump_util.h"
@@ -482,6 +492,396 @@ static void test_rows_disk_full_leaves_nothing(void **state)
 	free(p);
 }
 
+/* ---- the builder's reuse, large files, direct I/O ------------------------ */
+
+static void add_rows(st_rows_writer_t *w, const table_t *t, size_t from, size_t to)
+{
+	for (size_t i = from; i < to; i++)
+		assert_int_equal(st_rows_writer_add(w, t->rows[i].key, t->rows[i].last_step,
+						    t->rows[i].freq, t->rows[i].vals), ST_OK);
+}
+
+static void finish_ok(st_rows_writer_t *w, const char *path)
+{
+	char err[512] = "";
+	int rc = st_rows_writer_finish(w, path, NULL, err, sizeof err);
+	if (rc != ST_OK)
+		fail_msg("finish %s: %s (%s)", path, err, st_strerror(rc));
+}
+
+static void assert_same_file(const char *a, const char *b)
+{
+	size_t la, lb;
+	uint8_t *ra = tu_read(a, &la), *rb = tu_read(b, &lb);
+	assert_non_null(ra);
+	assert_non_null(rb);
+	assert_int_equal(la, lb);
+	assert_memory_equal(ra, rb, la);
+	free(ra);
+	free(rb);
+}
+
+/* A builder with no rows writes the same valid file as the array writer
+ * with none, also again and after a reset; a delta builder with only
+ * deleted keys writes them. */
+static void test_rows_builder_empty_finish(void **state)
+{
+	(void)state;
+	st_rows_info_t info = { .table_id = 3, .dim = 2, .state_dim = 1 };
+	char *a = tu_path(dir, "empty-array.rows"), *b = tu_path(dir, "empty-built.rows");
+	char err[512] = "";
+	st_dumpio_sum_t sa, sb;
+	assert_int_equal(st_rows_write(a, &info, NULL, 0, NULL, 0, &sa, err, sizeof err), ST_OK);
+	st_rows_writer_t *w;
+	assert_int_equal(st_rows_writer_create(&w, &info), ST_OK);
+	assert_int_equal(st_rows_writer_finish(w, b, &sb, err, sizeof err), ST_OK);
+	assert_int_equal(sb.bytes, ST_ROWS_HEADER_SIZE + ST_ROWS_FOOTER_SIZE);
+	assert_int_equal(sb.xxh3, sa.xxh3);
+	assert_same_file(a, b);
+	st_rows_file_t *f;
+	assert_int_equal(st_rows_read(b, &f, err, sizeof err), ST_OK);
+	assert_int_equal(f->info.n_rows, 0);
+	assert_int_equal(f->info.table_id, 3);
+	st_rows_file_free(f);
+	finish_ok(w, b);
+	assert_same_file(a, b);
+	st_rows_writer_reset(w);
+	finish_ok(w, b);
+	assert_same_file(a, b);
+	st_rows_writer_destroy(w);
+
+	info.flags = ST_ROWS_DELTA;
+	assert_int_equal(st_rows_writer_create(&w, &info), ST_OK);
+	assert_int_equal(st_rows_writer_delete(w, 5), ST_OK);
+	assert_int_equal(st_rows_writer_delete(w, 2), ST_OK);
+	finish_ok(w, b);
+	st_rows_writer_destroy(w);
+	assert_int_equal(st_rows_read(b, &f, err, sizeof err), ST_OK);
+	assert_int_equal(f->info.n_rows, 0);
+	assert_int_equal(f->info.n_deleted, 2);
+	assert_int_equal(f->deleted[0], 2);
+	assert_int_equal(f->deleted[1], 5);
+	st_rows_file_free(f);
+	free(a);
+	free(b);
+}
+
+/* A builder reused through reset (and reserve, larger or smaller) writes
+ * byte for byte what a fresh builder writes for the same rows, whatever
+ * the order they come in and whether there are fewer than before; a reset
+ * forgets deleted keys too. 200000 rows of 48 bytes: three 4 MiB chunks,
+ * and a file larger than one staging buffer. */
+static void test_rows_builder_reset_reserve_reuse(void **state)
+{
+	(void)state;
+	enum { N = 200000, NF = 8 };
+	table_t t;
+	make_table(&t, N, NF);
+	st_rows_info_t info = { .table_id = 4, .dim = 5, .state_dim = 3, .flags = ST_ROWS_DELTA };
+	char *ref = tu_path(dir, "reuse-ref.rows"), *half = tu_path(dir, "reuse-half.rows");
+	char *out = tu_path(dir, "reuse-out.rows");
+	st_rows_writer_t *w;
+	assert_int_equal(st_rows_writer_create(&w, &info), ST_OK);
+	add_rows(w, &t, 0, N);
+	finish_ok(w, ref);
+	st_rows_writer_destroy(w);
+	assert_int_equal(st_rows_writer_create(&w, &info), ST_OK);
+	add_rows(w, &t, 0, N / 2);
+	finish_ok(w, half);
+	st_rows_writer_destroy(w);
+	st_rows_file_t *f;
+	char err[512] = "";
+	assert_int_equal(st_rows_read(ref, &f, err, sizeof err), ST_OK);
+	check_file(f, N, NF);
+	st_rows_file_free(f);
+
+	/* the builder that is reused: first with deleted keys */
+	assert_int_equal(st_rows_writer_create(&w, &info), ST_OK);
+	add_rows(w, &t, 0, N);
+	assert_int_equal(st_rows_writer_delete(w, 1), ST_OK);
+	finish_ok(w, out);
+	assert_int_equal(st_rows_read(out, &f, err, sizeof err), ST_OK);
+	assert_int_equal(f->info.n_deleted, 1);
+	st_rows_file_free(f);
+	/* reset, room for twice as many, the same rows backwards */
+	st_rows_writer_reset(w);
+	assert_int_equal(st_rows_writer_count(w), 0);
+	assert_int_equal(st_rows_writer_reserve(w, 2 * N), ST_OK);
+	for (size_t i = N; i-- > 0;)
+		assert_int_equal(st_rows_writer_add(w, t.rows[i].key, t.rows[i].last_step,
+						    t.rows[i].freq, t.rows[i].vals), ST_OK);
+	finish_ok(w, out);
+	assert_same_file(ref, out);
+	/* finishing again writes the same */
+	finish_ok(w, out);
+	assert_same_file(ref, out);
+	/* fewer rows than the memory held */
+	st_rows_writer_reset(w);
+	add_rows(w, &t, 0, N / 2);
+	finish_ok(w, out);
+	assert_same_file(half, out);
+	/* a reserve below what is there, then more rows than before the reset */
+	st_rows_writer_reset(w);
+	assert_int_equal(st_rows_writer_reserve(w, 10), ST_OK);
+	add_rows(w, &t, 0, N / 2);
+	assert_int_equal(st_rows_writer_reserve(w, N), ST_OK);
+	add_rows(w, &t, N / 2, N);
+	finish_ok(w, out);
+	assert_same_file(ref, out);
+	st_rows_writer_destroy(w);
+	free_table(&t);
+	free(ref);
+	free(half);
+	free(out);
+}
+
+/* Writes larger than one 8 MiB staging buffer go through dumpio's writer
+ * thread. A file size limit (EFBIG, which binds root too) or a full disk
+ * anywhere in such a file — in the first buffer, the second, at a buffer's
+ * edge, in the tail written at close — gives the error with the file's
+ * name, stops the thread, and leaves no file at all, so nothing that looks
+ * like a complete row file; the builder then still writes the file once
+ * the limit is gone. */
+static void test_rows_large_file_limit_leaves_nothing(void **state)
+{
+	(void)state;
+	enum { N = 400000, NF = 8 };   /* 19.2 MB */
+	table_t t;
+	make_table(&t, N, NF);
+	st_rows_info_t info = { .dim = 4, .state_dim = 4 };
+	const long long total = ST_ROWS_HEADER_SIZE + (long long)N * (16 + 4 * NF) +
+				ST_ROWS_FOOTER_SIZE;
+	st_rows_writer_t *w;
+	assert_int_equal(st_rows_writer_create(&w, &info), ST_OK);
+	add_rows(w, &t, 0, N);
+	char *p = tu_path(dir, "large.rows");
+	char err[512];
+	const long long limits[] = { 0, 4096, 1 << 20, (8 << 20) - 1, 8 << 20, (8 << 20) + 12345,
+				     16 << 20, total - ST_ROWS_FOOTER_SIZE, total - 1 };
+	void (*old_sig)(int) = signal(SIGXFSZ, SIG_IGN);
+	struct rlimit old;
+	assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+	for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++) {
+		struct rlimit lim = { (rlim_t)limits[i], old.rlim_max };
+		assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+		err[0] = 0;
+		int rc = st_rows_writer_finish(w, p, NULL, err, sizeof err);
+		int rc2 = i == 0 ? st_rows_write(p, &info, t.rows, N, NULL, 0, NULL, err, sizeof err)
+				 : -EFBIG;
+		assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+		if (rc != -EFBIG || rc2 != -EFBIG)
+			fail_msg("limit %lld: %s, %s: %s", limits[i], st_strerror(rc), st_strerror(rc2),
+				 err);
+		assert_non_null(strstr(err, p));
+		assert_non_null(strstr(err, "File too large"));
+		assert_false(tu_exists(p));
+	}
+	signal(SIGXFSZ, old_sig);
+	/* a full disk, as dumpio's write hook simulates it (called from the
+	 * writer thread) */
+	const long long space[] = { 5 << 20, (8 << 20) + 100, 17 << 20, total - 5 };
+	for (size_t i = 0; i < sizeof space / sizeof space[0]; i++) {
+		tu_disk_limit(space[i], 0);
+		err[0] = 0;
+		int rc = st_rows_writer_finish(w, p, NULL, err, sizeof err);
+		tu_disk_unlimited();
+		assert_int_equal(rc, ST_ENOSPC);
+		assert_non_null(strstr(err, "No space left on device"));
+		assert_false(tu_exists(p));
+	}
+	st_dumpio_sum_t sum;
+	assert_int_equal(st_rows_writer_finish(w, p, &sum, err, sizeof err), ST_OK);
+	assert_int_equal(sum.bytes, total);
+	st_rows_file_t *f;
+	assert_int_equal(st_rows_read(p, &f, err, sizeof err), ST_OK);
+	check_file(f, N, NF);
+	st_rows_file_free(f);
+	st_rows_writer_destroy(w);
+	free_table(&t);
+	free(p);
+}
+
+/* Direct I/O as the writes see it, through dumpio's open and write hooks.
+ * The counters are touched by the writing thread of the moment (the
+ * caller's, or dumpio's writer thread between its start and its join). */
+static struct {
+	int refuse_open, refuse_write;   /* EINVAL for O_DIRECT opens / writes */
+	int open_direct, open_plain;
+	long direct, plain, misaligned, refused;
+} dio;
+
+static int dio_open(const char *path, int flags, mode_t mode)
+{
+	if (flags & O_DIRECT) {
+		dio.open_direct++;
+		if (dio.refuse_open) {
+			errno = EINVAL;
+			return -1;
+		}
+	} else {
+		dio.open_plain++;
+	}
+	return open(path, flags, mode);
+}
+
+static ssize_t dio_write(int fd, const void *buf, size_t n)
+{
+	if (fcntl(fd, F_GETFL) & O_DIRECT) {
+		if (dio.refuse_write) {
+			dio.refused++;
+			errno = EINVAL;
+			return -1;
+		}
+		dio.direct++;
+		/* what O_DIRECT asks of the address, the length and the offset */
+		if ((uintptr_t)buf % 4096 || n % 4096 || lseek(fd, 0, SEEK_CUR) % 4096)
+			dio.misaligned++;
+	} else {
+		dio.plain++;
+	}
+	return write(fd, buf, n);
+}
+
+/* Writes the builder's rows to path with the hooks on; the file must equal
+ * ref byte for byte. */
+static void dio_finish(st_rows_writer_t *w, const char *path, const char *ref, int refuse_open,
+		       int refuse_write)
+{
+	memset(&dio, 0, sizeof dio);
+	dio.refuse_open = refuse_open;
+	dio.refuse_write = refuse_write;
+	st__dumpio_open_hook = dio_open;
+	st__dumpio_write_hook = dio_write;
+	char err[512] = "";
+	int rc = st_rows_writer_finish(w, path, NULL, err, sizeof err);
+	st__dumpio_open_hook = NULL;
+	st__dumpio_write_hook = NULL;
+	if (rc != ST_OK)
+		fail_msg("finish %s: %s", path, err);
+	assert_same_file(ref, path);
+}
+
+/* Row files go to the device with O_DIRECT in whole aligned blocks, only
+ * the unaligned tail through the page cache; a file system that refuses
+ * O_DIRECT when the file is opened, or refuses a direct write, gets the
+ * same bytes through the page cache. 9.6 MB: the writer thread writes. */
+static void test_rows_direct_io_and_fallback(void **state)
+{
+	(void)state;
+	enum { N = 200000, NF = 8 };
+	table_t t;
+	make_table(&t, N, NF);
+	st_rows_info_t info = { .table_id = 2, .dim = 6, .state_dim = 2 };
+	char *ref = tu_path(dir, "dio-ref.rows"), *p = tu_path(dir, "dio.rows");
+	char err[512] = "";
+	assert_int_equal(st_rows_write(ref, &info, t.rows, N, NULL, 0, NULL, err, sizeof err),
+			 ST_OK);
+	assert_true((ST_ROWS_HEADER_SIZE + N * (16 + 4 * NF) + ST_ROWS_FOOTER_SIZE) % 4096 != 0);
+	st_rows_writer_t *w;
+	assert_int_equal(st_rows_writer_create(&w, &info), ST_OK);
+	add_rows(w, &t, 0, N);
+
+	dio_finish(w, p, ref, 0, 0);
+	assert_int_equal(dio.open_direct, 1);
+	if (dio.open_plain) {
+		print_message("skip: %s refuses O_DIRECT; only the fallback is tested\n", dir);
+	} else {
+		print_message("direct writes %ld, through the cache %ld\n", dio.direct, dio.plain);
+		assert_int_equal(dio.misaligned, 0);
+		assert_true(dio.direct >= 2);   /* 9.6 MB in buffers of 8 MiB */
+		assert_int_equal(dio.plain, 1);   /* the unaligned tail */
+	}
+	/* refused at open: one try, then a plain open, no direct write */
+	dio_finish(w, p, ref, 1, 0);
+	assert_int_equal(dio.open_direct, 1);
+	assert_int_equal(dio.open_plain, 1);
+	assert_int_equal(dio.direct, 0);
+	assert_true(dio.plain >= 2);
+	/* refused at the first direct write: no direct write is tried again */
+	dio_finish(w, p, ref, 0, 1);
+	assert_int_equal(dio.open_direct, 1);
+	assert_int_equal(dio.refused, dio.open_plain ? 0 : 1);
+	assert_int_equal(dio.direct, 0);
+	st_rows_file_t *f;
+	assert_int_equal(st_rows_read(p, &f, err, sizeof err), ST_OK);
+	check_file(f, N, NF);
+	st_rows_file_free(f);
+	st_rows_writer_destroy(w);
+	free_table(&t);
+	free(ref);
+	free(p);
+}
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define TU_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define TU_SANITIZER 1
+#endif
+#endif
+
+/* Rows as wide as the format allows (ST_ROWS_MAX_FLOATS floats, 4 MiB
+ * each) are read with the reader's usual 8 MiB buffer: a batch holds what
+ * fits, not ST_ROWS_BATCH_MAX rows (16 GiB). Read in a child process whose
+ * address space may grow by 512 MiB only (without a sanitizer, which maps
+ * far more for itself). */
+static void test_rows_widest_rows_read_in_bounded_memory(void **state)
+{
+	(void)state;
+	enum { N = 3 };
+	const size_t nf = ST_ROWS_MAX_FLOATS;
+	float *vals = malloc(N * nf * sizeof(float));
+	assert_non_null(vals);
+	st_rows_row_t rows[N];
+	for (size_t i = 0; i < N; i++) {
+		for (size_t j = 0; j < nf; j++)
+			vals[i * nf + j] = (float)(i * 7 + j % 1000);
+		rows[i] = (st_rows_row_t){ 100 - i, (uint32_t)i, 1, vals + i * nf };
+	}
+	st_rows_info_t info = { .dim = (uint32_t)nf - 1, .state_dim = 1 };
+	char *p = tu_path(dir, "wide.rows");
+	char err[512] = "";
+	assert_int_equal(st_rows_write(p, &info, rows, N, NULL, 0, NULL, err, sizeof err), ST_OK);
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+#ifndef TU_SANITIZER
+		long pages = 0;
+		FILE *sm = fopen("/proc/self/statm", "r");
+		if (!sm || fscanf(sm, "%ld", &pages) != 1)
+			_exit(3);
+		fclose(sm);
+		rlim_t as = (rlim_t)pages * (rlim_t)sysconf(_SC_PAGESIZE) + (512u << 20);
+		struct rlimit lim = { as, as };
+		if (setrlimit(RLIMIT_AS, &lim) < 0)
+			_exit(3);
+#endif
+		st_rows_reader_t *r;
+		if (st_rows_reader_open(p, &r, err, sizeof err) < 0) {
+			fprintf(stderr, "%s\n", err);
+			_exit(1);
+		}
+		st_rows_row_t got[ST_ROWS_BATCH_MAX];
+		int k, n = 0, bad = 0;
+		while ((k = st_rows_reader_next_batch(r, got, ST_ROWS_BATCH_MAX)) > 0) {
+			for (int i = 0; i < k; i++, n++)
+				bad |= got[i].key != (uint64_t)(98 + n) ||
+				       got[i].vals[nf - 1] != (float)((2 - n) * 7 + (nf - 1) % 1000);
+		}
+		if (k < 0)
+			fprintf(stderr, "%s\n", st_rows_reader_error(r));
+		st_rows_reader_close(r);
+		_exit(k == 0 && n == N && !bad ? 0 : 2);
+	}
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	free(vals);
+	free(p);
+}
+
 /* The pure-Python reader printed in docs/formats.md reads what strata
  * writes (run from the document itself, so the document cannot rot). */
 static const char py_rows[] =
@@ -546,6 +946,11 @@ int main(void)
 		cmocka_unit_test(test_rows_streaming_reports_damage_at_the_end),
 		cmocka_unit_test(test_rows_rejects_crafted_headers),
 		cmocka_unit_test(test_rows_disk_full_leaves_nothing),
+		cmocka_unit_test(test_rows_builder_empty_finish),
+		cmocka_unit_test(test_rows_builder_reset_reserve_reuse),
+		cmocka_unit_test(test_rows_large_file_limit_leaves_nothing),
+		cmocka_unit_test(test_rows_direct_io_and_fallback),
+		cmocka_unit_test(test_rows_widest_rows_read_in_bounded_memory),
 		cmocka_unit_test(test_rows_docs_python_reader),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
