@@ -51,7 +51,23 @@ const st_stage_cfg_t *st_cli_stage_cfg(const st_job_t *job, int i);
 int st_cli_place(const st_topo_t *topo, const st_job_t *job, void *reqs,
 		 int detect_data_disk);
 
+/* Multi-process runs (run_dist.c). check: ST_EXIT_OK or ST_EXIT_USAGE
+ * (message printed) for what such a job does not support yet, and sets
+ * one read and one pull thread per rank; join: opens
+ * the network with cfg and attaches the trainer (message logged);
+ * summary: rank 0 prints totals over the ranks (digest: the model digest
+ * too, STRATA_DIGEST=1). */
+struct st_net;
+struct st_net_cfg;
+struct st_trainer;
+int st_cli_dist_check(st_job_t *job);
+int st_cli_dist_join(struct st_net **net, const struct st_net_cfg *cfg, const st_job_t *job,
+		     struct st_trainer *tr);
+int st_cli_dist_summary(struct st_net *net, struct st_trainer *tr, const st_job_t *job,
+			double secs, int lost, int digest);
+
 int st_cmd_run(int argc, char **argv);
+int st_cmd_launch(int argc, char **argv);
 int st_cmd_check(int argc, char **argv);
 int st_cmd_plan(int argc, char **argv);
 int st_cmd_gen(int argc, char **argv);

@@ -31,6 +31,7 @@
 #include "runtime/err.h"
 #include "runtime/graph.h"
 #include "runtime/metrics.h"
+#include "runtime/net/net.h"
 #include "runtime/topo.h"
 
 #include <errno.h>
@@ -241,6 +242,7 @@ typedef struct run_ctx {
 	st_trainer_t *model;
 	st_place_req_t place[ST_CLI_NSTAGES];
 	int pin;
+	st_net_t *net;             /* a multi-process job; NULL in one process */
 } run_ctx_t;
 
 enum { TRAIN_STAGE = 2 };   /* index of "train" in st_cli_stage_names */
@@ -293,6 +295,11 @@ static int run_pass(run_ctx_t *rc_, const st_source_t *src, int epochs, int eval
 	int rc = st_read_stage_create(&rs, src, (uint32_t)rc_->job->batch_size, epochs, eval);
 	if (rc < 0) {
 		st_error("cannot start the read stage: %s", st_strerror(rc));
+		return rc;
+	}
+	if (rc_->net && (rc = st_read_stage_shard(rs, st_net_rank(rc_->net),
+						  st_net_size(rc_->net))) < 0) {
+		st_read_stage_destroy(rs);
 		return rc;
 	}
 	if (!eval && rc_->resumed &&
@@ -580,10 +587,19 @@ int st_cmd_run(int argc, char **argv)
 	}
 	if ((ec = check_implemented(job)) != ST_EXIT_OK)
 		goto done;
+	/* A rank of a multi-process job (launcher variables, docs/distributed.md). */
+	st_net_cfg_t ncfg;
+	int dist = st_net_cfg_from_env(&ncfg, NULL);
+	if (dist < 0 || (dist && (ec = st_cli_dist_check(job)) != ST_EXIT_OK)) {
+		ec = ST_EXIT_USAGE;
+		goto done;
+	}
 	if (o.verbose)
 		st_job_dump(job, stderr);
 
-	int tty = !o.quiet && isatty(2);
+	int tty = !o.quiet && isatty(2) && (!dist || ncfg.rank == 0);
+	const int digest = getenv("STRATA_DIGEST") && atoi(getenv("STRATA_DIGEST")) > 0;
+	int lost = 0;
 	run_ctx_t rc_;
 	memset(&rc_, 0, sizeof rc_);
 	rc_.job = job;
@@ -622,6 +638,13 @@ int st_cmd_run(int argc, char **argv)
 			rc_.pin = 0;
 		}
 	}
+	if (dist && rc_.pin) {
+		/* Every rank would place its threads on the same cores: leave
+		 * the ranks' threads to the kernel (rank-aware placement is
+		 * future work, docs/distributed.md). */
+		st_info("multi-process job: stage threads are not pinned");
+		rc_.pin = 0;
+	}
 	if (st_metrics_create(&rc_.metrics) < 0) {
 		st_error("cannot create the metrics: out of memory");
 		goto stop;
@@ -640,6 +663,8 @@ int st_cmd_run(int argc, char **argv)
 		}
 		goto stop;
 	}
+	if (dist && st_cli_dist_join(&rc_.net, &ncfg, job, rc_.model) < 0)
+		goto stop;
 	if (rc_.pin)
 		st_trainer_pin_workers(rc_.model, rc_.place[TRAIN_STAGE].cpus,
 				       rc_.place[TRAIN_STAGE].n_threads);
@@ -723,6 +748,10 @@ int st_cmd_run(int argc, char **argv)
 		goto stop_desc;
 	}
 
+	if (rc_.net)
+		st_info("rank %d of %d: trains batches %d, %d + %d, ... of the stream",
+			st_net_rank(rc_.net), st_net_size(rc_.net), st_net_rank(rc_.net),
+			st_net_rank(rc_.net), st_net_size(rc_.net));
 	st_info("%s: training on %d file%s (%s), %d epoch%s, batch %d, minibatch %d, "
 		"%d read threads, %d train worker%s, sync %s, model %s",
 		job->name, job->train.n_paths, job->train.n_paths == 1 ? "" : "s",
@@ -739,6 +768,12 @@ int st_cmd_run(int argc, char **argv)
 
 	double auc = 0, ll = 0;
 	uint64_t n = 0;
+	if (rc_.net) {
+		if (st_trainer_dist_finish(rc_.model, &lost) < 0 ||
+		    st_cli_dist_summary(rc_.net, rc_.model, job, secs, lost, digest) < 0)
+			goto stop_desc;
+		goto eval;
+	}
 	st_trainer_progress(rc_.model, &auc, &ll, &n);
 	printf("%s: trained ", job->name);
 	print_count(stdout, n);
@@ -748,20 +783,34 @@ int st_cmd_run(int argc, char **argv)
 	printf("  progressive  auc %.4f  logloss %.4f\n", auc, ll);
 	printf("  read         %llu rows, %llu bad records, %.1f MB\n",
 	       (unsigned long long)rs.rows, (unsigned long long)rs.bad, (double)rs.bytes / 1e6);
+	if (digest) {
+		uint64_t rows = 0, h = st_trainer_digest(rc_.model, 1, &rows);
+		printf("  model        digest %016llx  %llu rows\n", (unsigned long long)h,
+		       (unsigned long long)rows);
+	}
 	fflush(stdout);
 	if (final_checkpoint(&rc_, &ckpt) < 0 || export_now(&rc_) < 0)
 		goto stop_desc;
-
+eval:
 	if (job->has_eval) {
 		st_trainer_reset_eval(rc_.model);
 		st_read_stats_t es = { 0 };
 		if (run_pass(&rc_, &job->eval, 1, 1, NULL, 0, &secs, &es) < 0)
 			goto stop_desc;
+		if (rc_.net && st_trainer_dist_eval_gather(rc_.model) < 0) {
+			st_error("cannot collect the eval results of the other ranks");
+			goto stop_desc;
+		}
 		double calib = 0;
-		if (st_trainer_eval_result(rc_.model, &auc, &ll, &calib, &n) == 0)
+		if ((!rc_.net || st_net_rank(rc_.net) == 0) &&
+		    st_trainer_eval_result(rc_.model, &auc, &ll, &calib, &n) == 0)
 			printf("  eval         auc %.4f  logloss %.4f  calibration %.3f  (%llu examples)\n",
 			       auc, ll, calib, (unsigned long long)n);
 	}
+	/* A clean end of a multi-process job: nobody leaves while another
+	 * rank may still pull from it (a second round of the finish). */
+	if (rc_.net && st_trainer_dist_leave(rc_.model, &lost) < 0)
+		goto stop_desc;
 	ec = ST_EXIT_OK;
 stop_desc:
 	free(model_desc);
@@ -770,6 +819,7 @@ stop:
 	if (sig.interrupted && ec == ST_EXIT_FAILED)
 		fprintf(stderr, "strata: stopped by signal; no batch was left behind\n");
 	st_trainer_destroy(rc_.model);
+	st_net_close(rc_.net);
 	st_metrics_destroy(rc_.metrics);
 	st_topo_destroy(topo);
 done:

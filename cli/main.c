@@ -2,6 +2,7 @@
  * main.c — the `strata` command: dispatch, help and option parsing.
  *
  *   strata run JOB.lua      compile the job into a pipeline and run it
+ *   strata launch -n N JOB.lua   run a job as N processes on this machine
  *   strata check JOB.lua    validate a job file, run nothing
  *   strata plan JOB.lua     print the compiled graph and thread placement
  *   strata gen              write synthetic Criteo-format data
@@ -42,6 +43,24 @@ static const char *const help_run =
 	"                        checkpoint.dir (same as resume = true in the job)\n"
 	"\n"
 	"Exit status: 0 ok, 1 the job failed, 2 usage or job-file error.\n";
+
+static const char *const help_launch =
+	"usage: strata launch -n N [--cluster FILE] JOB.lua [run options...]\n"
+	"\n"
+	"Runs a distributed job as N processes on this machine: starts N copies of\n"
+	"`strata run JOB.lua [run options...]` with STRATA_RANK (0..N-1),\n"
+	"STRATA_WORLD_SIZE, STRATA_LOCAL_RANK, STRATA_COORDINATOR (127.0.0.1 at a free\n"
+	"port) and STRATA_TOKEN (random) set, forwards SIGINT and SIGTERM to them, waits\n"
+	"for all, and reports each rank that failed or was killed.\n"
+	"\n"
+	"  -n N            number of processes (1..4096)\n"
+	"  --cluster FILE  start this host's processes of a cluster file instead:\n"
+	"                  procs_per_host of them, ranks host_index x procs_per_host + i,\n"
+	"                  coordinator and token from the file (run it on every host;\n"
+	"                  -n, if given, must equal procs_per_host)\n"
+	"\n"
+	"Everything after JOB.lua goes to `strata run`. See docs/distributed.md.\n"
+	"Exit status: rank 0's (1 if it was killed by a signal); 2 usage error.\n";
 
 static const char *const help_check =
 	"usage: strata check JOB.lua [--set key.path=value]... [--verbose]\n"
@@ -128,6 +147,7 @@ void st_cli_usage(FILE *f)
 		"\n"
 		"commands:\n"
 		"  run JOB.lua     run a job\n"
+		"  launch -n N JOB.lua  run a job as N processes on this machine\n"
 		"  check JOB.lua   validate a job file\n"
 		"  plan JOB.lua    print the compiled pipeline and thread placement\n"
 		"  gen             write synthetic Criteo-format data\n"
@@ -144,7 +164,8 @@ void st_cli_usage(FILE *f)
 int st_cli_help_for(const char *cmd, FILE *f)
 {
 	const struct { const char *name, *text; } h[] = {
-		{ "run", help_run }, { "check", help_check }, { "plan", help_plan },
+		{ "run", help_run }, { "launch", help_launch }, { "check", help_check },
+		{ "plan", help_plan },
 		{ "gen", help_gen }, { "help", help_help }, { "inspect", help_inspect },
 		{ "predict", help_predict }, { "eval", help_eval },
 	};
@@ -311,7 +332,7 @@ int main(int argc, char **argv)
 		const char *name;
 		int (*fn)(int, char **);
 	} cmds[] = {
-		{ "run", st_cmd_run }, { "check", st_cmd_check },
+		{ "run", st_cmd_run }, { "launch", st_cmd_launch }, { "check", st_cmd_check },
 		{ "plan", st_cmd_plan }, { "gen", st_cmd_gen },
 		{ "help", st_cmd_help },
 		{ "inspect", st_cmd_inspect },

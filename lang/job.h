@@ -163,6 +163,9 @@ typedef struct st_job {
 	char *export_dir;      /* serving exports after each phase and at the end; NULL = none */
 	int export_delta;      /* exports after the first carry only the changes */
 	int export_keep;       /* full exports kept (with their deltas); 0 = all */
+	int dist_owners;       /* multi-process: ranks owning sparse rows; 0 = all */
+	int dist_compress;     /* compressed pulls and pushes on the wire */
+	double dist_timeout;   /* seconds before a silent peer counts as dead */
 	char *metrics_path;    /* JSON-lines metrics file; NULL = none */
 	double progress_secs;  /* seconds between progress lines (default 1) */
 

@@ -719,6 +719,9 @@ static int convert(lua_State *L)
 	j->ckpt_every = (uint64_t)get_int(L, t, "ckpt_every", 0);
 	j->ckpt_secs = get_num(L, t, "ckpt_secs", 0.0);
 	j->ckpt_keep = (int)get_int(L, t, "ckpt_keep", 3);
+	j->dist_owners = (int)get_int(L, t, "dist_owners", 0);
+	j->dist_compress = get_bool(L, t, "dist_compress");
+	j->dist_timeout = get_num(L, t, "dist_timeout", 60.0);
 	j->resume = get_bool(L, t, "resume");
 	j->export_dir = get_str(L, t, "export_dir");
 	j->export_delta = get_bool(L, t, "export_delta");

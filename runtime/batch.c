@@ -50,6 +50,7 @@ void st_batch_destroy(st_batch_t *b)
 	free(b->rows);
 	free(b->pred);
 	free(b->aux);
+	free(b->rowbuf);
 	free(b);
 }
 

@@ -58,6 +58,9 @@ typedef struct st_batch {
 	/* Opaque per-stage scratch that later stages may attach; freed with
 	 * free() by st_batch_destroy when non-NULL. */
 	void *aux;
+	/* Multi-process jobs: the batch's private copies of its rows (pulled
+	 * from their owner ranks, ops/dist); freed with free() like aux. */
+	void *rowbuf;
 	int eval;          /* nonzero: examples are scored, not trained on */
 } st_batch_t;
 

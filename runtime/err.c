@@ -49,6 +49,7 @@ const char *st_strerror(int code)
 	case ST_ESTAGE: return "pipeline stage failed";
 	case ST_EFORMAT: return "unknown or unsupported format";
 	case ST_ECORRUPT: return "corrupt stored data (checksum or framing)";
+	case ST_EPEER: return "a peer process failed (died, refused the connection, or sent a bad message)";
 	case ST_ECANCELED: return "canceled";
 	case ST_EPIPE: return "queue closed";
 	default: break;

@@ -28,6 +28,7 @@ enum {
 	ST_ESTAGE = -4099,      /* a pipeline stage failed */
 	ST_EFORMAT = -4100,     /* unsupported or unknown file format */
 	ST_ECORRUPT = -4101,    /* stored data failed its checksum or framing */
+	ST_EPEER = -4102,       /* a peer process died, refused us, or sent a bad message */
 };
 
 /* Returns a static string for an ST_E* code (or any -errno). Thread-safe. */

@@ -4,7 +4,8 @@
 set -euo pipefail
 pkgs=(build-essential meson ninja-build pkg-config clang libclang-rt-14-dev
       liblua5.4-dev libyaml-dev liburing-dev libhwloc-dev libxxhash-dev
-      zlib1g-dev libzstd-dev libopenblas-dev libcmocka-dev hwloc-nox gzip zstd)
+      zlib1g-dev libzstd-dev libopenblas-dev libcmocka-dev hwloc-nox gzip zstd
+      libucx-dev ucx-utils openmpi-bin)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/dist/dist.h"
 #include "ops/train/trainer_internal.h"
 #include "runtime/err.h"
 
@@ -82,6 +83,30 @@ static int dedup(pull_thread_t *t, st_batch_t *b, uint16_t **slot_out)
 	return ST_OK;
 }
 
+static int graph_stopped(void *g)
+{
+	return g && st_graph_canceled(g);
+}
+
+int st__trainer_dist_pull(st_trainer_t *tr, st_batch_t *b, const uint16_t *uslot,
+			  uint64_t need_step, st_graph_t *g)
+{
+	const uint32_t nu = b->n_uniq;
+	const size_t stride = (size_t)tr->gstride;
+	size_t head = (sizeof(dist_rowbuf_t) + nu + 63) & ~(size_t)63;
+	dist_rowbuf_t *rb = malloc(head + sizeof(float) * stride * (nu ? nu : 1));
+	if (!rb)
+		return ST_ENOMEM;
+	rb->utable = (uint8_t *)(rb + 1);
+	rb->rows = (float *)((uint8_t *)rb + head);
+	for (uint32_t u = 0; u < nu; u++)
+		rb->utable[u] = (uint8_t)tr->slot_table[uslot[u]];
+	free(b->rowbuf);
+	b->rowbuf = rb;
+	return st_dist_pull(tr->dist, b->uniq, rb->utable, nu, need_step, !b->eval,
+			    (uint32_t)b->seq, rb->rows, stride, b->rows, graph_stopped, g);
+}
+
 static int pull_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 			st_batch_t **out)
 {
@@ -106,7 +131,16 @@ static int pull_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 	}
 	b->rows = rows;
 	const uint32_t step = (uint32_t)b->seq;
-	if (tr->n_tables == 1) {
+	if (tr->dist) {
+		/* Train batch k waits for steps 0..k-1-lag; an eval pass runs
+		 * after training, so it waits for every step. */
+		const int64_t lag = tr->dist_lag;
+		uint64_t need = lag < 0 ? 0 : b->eval ? tr->dist_steps
+				: tr->dist_pulled > (uint64_t)lag ? tr->dist_pulled - (uint64_t)lag : 0;
+		rc = st__trainer_dist_pull(tr, b, uslot, need, ctx->graph);
+		if (!b->eval)
+			tr->dist_pulled++;
+	} else if (tr->n_tables == 1) {
 		rc = st_table_resolve(tr->tables[0], b->uniq, nu, step, !b->eval, rows);
 	} else {
 		if (nu > t->tcap) {

@@ -21,7 +21,7 @@ static int push_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 	st_trainer_t *tr = state;
 	/* The batch's updates are applied (every policy applies a batch's row
 	 * updates before its end_batch): its rows may be evicted again. */
-	if (tr->store_root[0])
+	if (tr->store_root[0] && !tr->dist)   /* a multi-process batch holds copies */
 		st_table_unpin(tr->tables[0], b->rows, b->n_uniq);
 	if (!b->eval)
 		tr->examples_done += b->n;

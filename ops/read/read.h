@@ -66,6 +66,12 @@ int st_read_stage_create(st_read_stage_t **out, const st_source_t *src,
  * batches the trainer saw in order). */
 int st_read_stage_seek(st_read_stage_t *s, uint64_t file, uint64_t records, uint64_t seq,
 		       uint64_t consumed);
+/* Multi-process jobs: keep only batches with seq % shards == shard (the
+ * others are read and dropped), so the ranks split the stream batch by
+ * batch and rank r trains batches r, r + P, ... — the single-process
+ * order. Needs one read thread (batch numbers must not depend on timing).
+ * Before the graph runs. ST_OK or ST_EINVAL. */
+int st_read_stage_shard(st_read_stage_t *s, int shard, int shards);
 extern const st_stage_ops_t st_read_stage_ops;
 void st_read_stage_totals(const st_read_stage_t *s, st_read_stats_t *out);
 void st_read_stage_destroy(st_read_stage_t *s);

@@ -51,6 +51,7 @@ struct st_read_stage {
 	uint64_t seek_rec;     /* of file seek_file when it is opened */
 
 	atomic_uint_fast64_t seq;
+	int shard, shards;     /* st_read_stage_shard: keep batches seq % shards == shard */
 	int limited;
 	atomic_int_fast64_t remaining;
 	atomic_uint_fast64_t rows, bad, bytes;
@@ -120,10 +121,16 @@ static void close_reader(st_read_stage_t *s, struct read_thread *t)
 	t->r = NULL;
 }
 
+/* Hands out t's batch: 1, or 0 when the batch belongs to another rank of a
+ * multi-process job (st_read_stage_shard; it is emptied for reuse). */
 static int emit(st_read_stage_t *s, struct read_thread *t, st_batch_t **out)
 {
 	st_batch_t *b = t->b;
 	b->seq = atomic_fetch_add(&s->seq, 1);
+	if (s->shards > 1 && b->seq % (uint64_t)s->shards != (uint64_t)s->shard) {
+		st_batch_clear(b);
+		return 0;
+	}
 	b->eval = s->eval;
 	b->src_file = t->file;
 	b->src_rec = t->rec;
@@ -179,6 +186,15 @@ int st_read_stage_seek(st_read_stage_t *s, uint64_t file, uint64_t records, uint
 	atomic_store(&s->seq, seq);
 	if (s->limited)
 		atomic_fetch_sub(&s->remaining, (int64_t)consumed);
+	return ST_OK;
+}
+
+int st_read_stage_shard(st_read_stage_t *s, int shard, int shards)
+{
+	if (shards < 1 || shard < 0 || shard >= shards)
+		return ST_EINVAL;
+	s->shard = shard;
+	s->shards = shards;
 	return ST_OK;
 }
 
@@ -241,13 +257,14 @@ static int read_produce(void *state, st_stage_ctx_t *ctx, st_batch_t **out)
 		}
 		if (got == 0 && want > 0) {
 			close_reader(s, t);
-			if (t->b->n > 0)
-				return emit(s, t, out);
+			if (t->b->n > 0 && emit(s, t, out))
+				return 1;
 			continue;
 		}
-		if (t->b->n == s->batch_size ||
-		    (s->limited && atomic_load(&s->remaining) <= 0 && t->b->n > 0))
-			return emit(s, t, out);
+		if ((t->b->n == s->batch_size ||
+		     (s->limited && atomic_load(&s->remaining) <= 0 && t->b->n > 0)) &&
+		    emit(s, t, out))
+			return 1;
 	}
 	if (t->b && t->b->n > 0)
 		return emit(s, t, out);

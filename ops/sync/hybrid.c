@@ -187,12 +187,11 @@ static int hy_create(void **self, const st_sync_env_t *env)
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->more, NULL);
 	pthread_cond_init(&s->done_cv, NULL);
-	int nt = st_model_ntensors(env->model);
 	int rd = st_model_max_row_dim(env->model);
 	size_t rowf = (size_t)rd + st_optim_state_floats(env->sparse_opt, (size_t)rd) + 1;
 	s->qcap = (uint32_t)((uint64_t)s->N * (s->tau + 1));
 	s->q = calloc(s->qcap, sizeof *s->q);
-	s->owner = calloc((size_t)nt + 1, sizeof(int));
+	s->owner = st_sync_tensor_owners(env);
 	s->g = calloc((size_t)s->N, sizeof *s->g);
 	s->w = calloc((size_t)s->N, sizeof *s->w);
 	int ok = st_sync_dense_init(&s->dense, env) == ST_OK && s->q && s->owner && s->g &&
@@ -206,22 +205,6 @@ static int hy_create(void **self, const st_sync_env_t *env)
 		hy_destroy(s);
 		return ST_ENOMEM;
 	}
-	/* Tensor owners: each tensor to the least-loaded worker, in order (the
-	 * split balances work only; sums run in worker order). */
-	size_t *load = calloc((size_t)s->N, sizeof(size_t));
-	if (!load) {
-		hy_destroy(s);
-		return ST_ENOMEM;
-	}
-	for (int i = 0; i < nt; i++) {
-		int best = 0;
-		for (int w = 1; w < s->N; w++)
-			if (load[w] < load[best])
-				best = w;
-		s->owner[i] = best;
-		load[best] += st_sync_tensor_floats(env->model, i) + 64;
-	}
-	free(load);
 	if (pthread_create(&s->th, NULL, embedding_main, s) != 0)
 		st_die("sync hybrid: cannot start the embedding worker thread");
 	s->started = 1;

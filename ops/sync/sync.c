@@ -297,6 +297,8 @@ void st_sync_reduce_dense(const st_sync_env_t *env, st_sync_grads_t *const *g,
 			continue;
 		const st_tensor_info_t *ti = st_model_tensor(env->model, i);
 		size_t len = st_sync_tensor_floats(env->model, i);
+		if (!g[0]->n_examples)   /* worker 0's buffer holds an old step's */
+			memset(acc + ti->offset, 0, sizeof(float) * len);
 		for (int v = 1; v < env->n_workers; v++) {
 			if (!g[v]->n_examples)
 				continue;
@@ -305,8 +307,31 @@ void st_sync_reduce_dense(const st_sync_env_t *env, st_sync_grads_t *const *g,
 			for (size_t j = 0; j < len; j++)
 				a[j] += gv[j];
 		}
-		st_sync_dense_update_tensor(env, env->params, state, acc, i, t);
+		if (state)
+			st_sync_dense_update_tensor(env, env->params, state, acc, i, t);
 	}
+}
+
+int *st_sync_tensor_owners(const st_sync_env_t *env)
+{
+	const int nt = st_model_ntensors(env->model), N = env->n_workers;
+	int *owner = calloc((size_t)nt + 1, sizeof(int));
+	size_t *load = calloc((size_t)N, sizeof(size_t));
+	if (!owner || !load) {
+		free(owner);
+		free(load);
+		return NULL;
+	}
+	for (int i = 0; i < nt; i++) {
+		int best = 0;
+		for (int w = 1; w < N; w++)
+			if (load[w] < load[best])
+				best = w;
+		owner[i] = best;
+		load[best] += st_sync_tensor_floats(env->model, i) + 64;  /* + a cost per tensor */
+	}
+	free(load);
+	return owner;
 }
 
 /* Whether worker gradients g touched unique key u this step. */
@@ -315,8 +340,8 @@ static inline int touched(const st_sync_grads_t *g, uint32_t u)
 	return g->n_examples && g->mark[u] == g->stamp;
 }
 
-void st_sync_reduce_rows(const st_sync_env_t *env, st_sync_grads_t *const *g, int w,
-			 uint64_t t)
+int st_sync_sum_rows(const st_sync_env_t *env, st_sync_grads_t *const *g, int w,
+		     int (*fn)(void *arg, const st_sync_grads_t *gv, uint32_t u), void *arg)
 {
 	const int N = env->n_workers;
 	for (int v = 0; v < N; v++) {
@@ -341,10 +366,33 @@ void st_sync_reduce_rows(const st_sync_env_t *env, st_sync_grads_t *const *g, in
 				for (int j = 0; j < dim; j++)
 					sum[j] += gq[j];
 			}
-			if (gv->rows[u])
-				st_sync_row_update(env, gv->rows[u], sum, dim, t);
+			int rc = fn(arg, gv, u);
+			if (rc < 0)
+				return rc;
 		}
 	}
+	return ST_OK;
+}
+
+struct row_step {
+	const st_sync_env_t *env;
+	uint64_t t;
+};
+
+static int row_step(void *arg, const st_sync_grads_t *gv, uint32_t u)
+{
+	const struct row_step *r = arg;
+	if (gv->rows[u])
+		st_sync_row_update(r->env, gv->rows[u], gv->grad + (size_t)u * gv->gstride,
+				   gv->row_dim[u], r->t);
+	return ST_OK;
+}
+
+void st_sync_reduce_rows(const st_sync_env_t *env, st_sync_grads_t *const *g, int w,
+			 uint64_t t)
+{
+	struct row_step r = { env, t };
+	st_sync_sum_rows(env, g, w, row_step, &r);
 }
 
 int st_sync_gradbuf_init(st_sync_gradbuf_t *b, const st_sync_env_t *env)

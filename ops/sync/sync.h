@@ -81,6 +81,9 @@ typedef struct st_sync_env {
 	 * 0 = not given: a policy that needs it takes the first gradient's
 	 * n_examples. */
 	uint32_t minibatch;
+	/* Multi-process jobs: the sharded store (ops/dist/dist.h); NULL in one
+	 * process. Only the policies of st_sync_find_dist are given one. */
+	struct st_dist *dist;
 } st_sync_env_t;
 
 /* One worker's gradients of one step (valid until apply returns). */
@@ -97,6 +100,10 @@ typedef struct st_sync_grads {
 	 * mark[u] == stamp (lockstep policies that merge lists use it). */
 	const uint32_t *mark;
 	uint32_t stamp;
+	/* The batch's unique keys and each one's table (multi-process policies
+	 * route row gradients to the keys' owners). */
+	const uint64_t *keys;
+	const uint8_t *utable;
 } st_sync_grads_t;
 
 /* Histogram of staleness: bucket 0 counts 0, bucket k >= 1 counts values in
@@ -137,6 +144,10 @@ typedef struct st_sync_ops {
 
 /* The policy named `name`, or NULL (a valid job name not implemented here). */
 const st_sync_ops_t *st_sync_find(const char *name);
+
+/* The multi-process twin of policy `name` (ops/sync/dist_policies.c), or
+ * NULL when that policy does not run across processes yet. */
+const st_sync_ops_t *st_sync_find_dist(const char *name);
 
 /* The registry, NULL-terminated (for listings). */
 extern const st_sync_ops_t *const st_sync_registry[];
@@ -232,7 +243,7 @@ size_t st_sync_tensor_floats(const st_model_t *m, int i);
  *
  * Dense: for every tensor i with owner[i] == w, sums tensor i's slice of
  * the workers' dense gradients into g[0]->dense and applies one optimizer
- * step t to it (state: dense optimizer state). */
+ * step t to it (state: dense optimizer state; NULL: only the sum). */
 void st_sync_reduce_dense(const st_sync_env_t *env, st_sync_grads_t *const *g,
 			  const int *owner, int w, float *state, uint64_t t);
 /* Sparse: for every unique key u with u mod N == w, sums u's row gradient
@@ -240,6 +251,15 @@ void st_sync_reduce_dense(const st_sync_env_t *env, st_sync_grads_t *const *g,
  * buffer and applies one optimizer step t to the row. */
 void st_sync_reduce_rows(const st_sync_env_t *env, st_sync_grads_t *const *g, int w,
 			 uint64_t t);
+/* Tensor owners for st_sync_reduce_dense: each tensor, in order, to the
+ * least-loaded of env's workers (the split only shares work; every sum
+ * runs in worker order). A malloc'd [ntensors] array, or NULL. */
+int *st_sync_tensor_owners(const st_sync_env_t *env);
+/* The sums alone: for every such key u, sums as above into gv, the first
+ * toucher's gradients, then calls fn(arg, gv, u) (gv->grad + u * gstride
+ * holds the sum). Stops at fn's first error and returns it; else ST_OK. */
+int st_sync_sum_rows(const st_sync_env_t *env, st_sync_grads_t *const *g, int w,
+		     int (*fn)(void *arg, const st_sync_grads_t *gv, uint32_t u), void *arg);
 /* A buffer that sums workers' gradients until a policy applies them as one
  * optimizer step (bsp, hop_bw): the dense sum and, per unique key u of the
  * batch, the sum of its row gradients. Callers serialize access. */

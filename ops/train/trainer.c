@@ -50,6 +50,7 @@
  * locks; never both. The barriers are the only synchronization of the
  * worker pool.
  */
+#include "ops/dist/dist.h"
 #include "ops/train/trainer_internal.h"
 
 #include <cblas.h>
@@ -201,6 +202,7 @@ void st_trainer_destroy(st_trainer_t *tr)
 		return;
 	st_trainer_cancel(tr);
 	stop_workers(tr);
+	st_dist_destroy(tr->dist);   /* its service thread uses the tables */
 	pthread_barrier_destroy(&tr->bar);
 	if (tr->sync)
 		tr->sops->destroy(tr->sync);
@@ -475,7 +477,13 @@ const char *st_trainer_policy_missing(const st_sync_cfg_t *cfg)
  * batches. */
 static int swap_policy(st_trainer_t *tr, const st_sync_cfg_t *cfg)
 {
-	const st_sync_ops_t *ops = st_sync_find(cfg->name ? cfg->name : "async");
+	const char *pname = cfg->name ? cfg->name : "async";
+	const st_sync_ops_t *ops = tr->dist ? st_sync_find_dist(pname) : st_sync_find(pname);
+	if (!ops && tr->dist) {
+		st_error("sync policy '%s' does not run across processes yet (allreduce, hybrid "
+			 "and async do)", pname);
+		return ST_EJOB;
+	}
 	if (!ops) {
 		st_error("sync policy '%s' is valid but not implemented in this version",
 			 cfg->name);
@@ -497,6 +505,13 @@ static int swap_policy(st_trainer_t *tr, const st_sync_cfg_t *cfg)
 	}
 	tr->sops = ops;
 	tr->sync = obj;
+	tr->dist_lockstep = tr->dist && ops->schedule == ST_SYNC_LOCKSTEP;
+	/* How far a pull may run ahead of the applied steps: allreduce none,
+	 * hybrid its staleness bound (PERSIA's, persia-hybrid-training.md
+	 * Section 4.1), async without bound. */
+	tr->dist_lag = !tr->dist || ops->schedule != ST_SYNC_LOCKSTEP ? -1
+		       : !strcmp(ops->name, "allreduce") ? 0
+		       : (int64_t)cfg_param(cfg, "staleness", 0);
 	tr->gstep_base = tr->gstep;
 	for (int i = 0; i < tr->N; i++) {
 		tr->w[i].step_base = tr->w[i].steps;
@@ -654,7 +669,8 @@ static void compute(st_trainer_t *tr, worker_t *w, st_batch_t *b, uint32_t mb,
 	*g = (st_sync_grads_t){
 		.n_examples = n, .dense = w->gdense, .n_rows = nt, .uidx = w->touched,
 		.rows = shared, .row_dim = rdim, .grad = w->gu, .gstride = gs,
-		.mark = w->mark, .stamp = stamp,
+		.mark = w->mark, .stamp = stamp, .keys = b->uniq,
+		.utable = b->rowbuf ? ((const dist_rowbuf_t *)b->rowbuf)->utable : NULL,
 	};
 }
 
@@ -739,12 +755,16 @@ static void run_batch(st_trainer_t *tr, worker_t *w)
 	}
 	st_sync_grads_t g;
 	if (ops->schedule == ST_SYNC_LOCKSTEP) {
-		const uint32_t nsteps = (nmb + (uint32_t)N - 1) / (uint32_t)N;
+		/* A multi-process batch is one step of every rank (also with no
+		 * data here), over the examples of all the ranks' batches. */
+		const uint32_t nsteps = tr->dist ? 1 : (nmb + (uint32_t)N - 1) / (uint32_t)N;
 		for (uint32_t s = 0; s < nsteps; s++) {
 			const uint32_t mb = s * (uint32_t)N + (uint32_t)w->idx;
 			uint32_t tot = 0;
 			for (uint32_t v = s * (uint32_t)N; v < (s + 1) * (uint32_t)N && v < nmb; v++)
 				tot += mb_size(tr, b, v);
+			if (tr->dist)
+				tot = tr->dist_tot;
 			float scale = tr->mean_loss ? 1.0f / (float)tot : 1.0f;
 			const float *params = ops->begin_step(tr->sync, w->idx,
 							      tr->gstep - tr->gstep_base + s);
@@ -865,6 +885,17 @@ static void refresh_metrics(st_trainer_t *tr)
 	st_sync_stats_publish(&s, tr->metrics);
 	if (tr->auto_on || tr->switches)
 		st_metrics_set(tr->metrics, "sync_switches", (double)tr->switches);
+	if (tr->dist) {
+		/* What the network really carried (frames included), not the
+		 * policy's estimate. */
+		st_dist_stats_t ds;
+		st_dist_stats(tr->dist, &ds);
+		st_metrics_set(tr->metrics, "net_bytes_sent", (double)ds.bytes_sent);
+		st_metrics_set(tr->metrics, "net_msgs_sent", (double)ds.msgs_sent);
+		st_metrics_set(tr->metrics, "dist_keys_remote", (double)ds.keys_remote);
+		st_metrics_set(tr->metrics, "dist_keys_local", (double)ds.keys_local);
+		st_metrics_set(tr->metrics, "dist_rows_pushed", (double)ds.rows_pushed);
+	}
 	/* Each worker's own speed: examples over the seconds it spent
 	 * computing and straggling (not waiting on others), so a slow worker
 	 * shows even under allreduce, where every step takes the slowest
@@ -923,6 +954,66 @@ static int auto_check(st_trainer_t *tr)
 	return ST_OK;
 }
 
+/* Runs batch b (one step per worker schedule) on every worker. */
+static void run_workers(st_trainer_t *tr, st_batch_t *b)
+{
+	if (tr->N > 1 && !tr->started)
+		start_workers(tr);
+	tr->cur = b;
+	tr->nmb = (b->n + tr->minibatch - 1) / tr->minibatch;
+	tr->next_mb = 0;
+	tr->err = 0;
+	if (tr->N > 1)
+		pthread_barrier_wait(&tr->bar);        /* start */
+	run_batch(tr, &tr->w[0]);
+	if (tr->N > 1)
+		pthread_barrier_wait(&tr->bar);        /* end */
+}
+
+/* Multi-process lockstep: every rank's examples for the next step; *tot is
+ * their sum (0: every rank is out of data). */
+static int dist_gather(st_trainer_t *tr, uint32_t n, uint32_t *tot)
+{
+	st_net_t *net = st_dist_net(tr->dist);
+	const int P = st_net_size(net);
+	uint32_t *all = malloc(sizeof(uint32_t) * (size_t)P);
+	if (!all)
+		return ST_ENOMEM;
+	int rc = st_net_allgather(net, &n, sizeof n, all);
+	uint64_t sum = 0;
+	for (int r = 0; rc >= 0 && r < P; r++)
+		sum += all[r];
+	free(all);
+	*tot = sum > UINT32_MAX ? UINT32_MAX : (uint32_t)sum;
+	return rc;
+}
+
+/* Multi-process lockstep, out of data: takes part in the steps of the
+ * ranks that still have some (with no examples) until none has. */
+static int dist_drain(st_trainer_t *tr)
+{
+	if (!tr->dist || !tr->dist_lockstep || tr->dist_drained)
+		return ST_OK;
+	for (;;) {
+		uint32_t tot = 0;
+		int rc = dist_gather(tr, 0, &tot);
+		if (rc < 0)
+			return rc;
+		if (tot == 0)
+			break;
+		tr->dist_tot = tot;
+		tr->dist_empty.eval = 0;
+		tr->dist_empty.n = 0;
+		run_workers(tr, &tr->dist_empty);
+		tr->cur = NULL;
+		if (tr->err < 0)
+			return tr->err;
+		tr->dist_steps++;
+	}
+	tr->dist_drained = 1;
+	return ST_OK;
+}
+
 static int train_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 			 st_batch_t **out)
 {
@@ -943,19 +1034,21 @@ static int train_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 	if (rc < 0)
 		return op_fail(ctx, rc, "out of memory for train scratch (%u unique keys, "
 			       "%d workers)", b->n_uniq, tr->N);
-	if (tr->N > 1 && !tr->started)
-		start_workers(tr);
-	tr->cur = b;
-	tr->nmb = (b->n + tr->minibatch - 1) / tr->minibatch;
-	tr->next_mb = 0;
-	tr->err = 0;
-	if (tr->N > 1)
-		pthread_barrier_wait(&tr->bar);        /* start */
-	run_batch(tr, &tr->w[0]);
-	if (tr->N > 1)
-		pthread_barrier_wait(&tr->bar);        /* end */
+	const uint32_t nmb = (b->n + tr->minibatch - 1) / tr->minibatch;
+	if (tr->dist && tr->dist_lockstep && !b->eval) {
+		if (nmb > (uint32_t)tr->N)
+			return op_fail(ctx, ST_EINVAL, "a multi-process %s trains one step per "
+				       "batch: batch_size (%u) must be at most workers x minibatch "
+				       "(%d x %u)", tr->sops->name, b->n, tr->N, tr->minibatch);
+		if ((rc = dist_gather(tr, b->n, &tr->dist_tot)) < 0)
+			return op_fail(ctx, rc, "batch %llu: the other ranks: %s",
+				       (unsigned long long)b->seq, st_strerror(rc));
+	}
+	run_workers(tr, b);
 	if (!b->eval && tr->sops->schedule == ST_SYNC_LOCKSTEP)
 		tr->gstep += (tr->nmb + (uint32_t)tr->N - 1) / (uint32_t)tr->N;
+	if (!b->eval && tr->dist)
+		tr->dist_steps++;
 	tr->cur = NULL;
 	if (tr->err < 0)
 		return op_fail(ctx, tr->err, "batch %llu: sync policy %s failed: %s",
@@ -983,7 +1076,12 @@ static int train_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 
 static int train_finish(void *state, st_stage_ctx_t *ctx)
 {
-	refresh_metrics(state);
+	st_trainer_t *tr = state;
+	int rc = dist_drain(tr);
+	refresh_metrics(tr);
+	if (rc < 0)
+		return op_fail(ctx, rc, "the last steps with the other ranks: %s (sync policy %s)",
+			       st_strerror(rc), tr->sops->name);
 	return ST_OK;
 }
 
@@ -1023,6 +1121,49 @@ int st_trainer_eval_result(st_trainer_t *tr, double *auc, double *logloss,
 		*calib = st_calibration(tr->ev_pred, tr->ev_label, tr->ev_n);
 	if (n)
 		*n = tr->ev_n;
+	return ST_OK;
+}
+
+int st_trainer_dist_eval_gather(st_trainer_t *tr)
+{
+	enum { CH_EVAL = 5 };
+	st_net_t *net = st_dist_net(tr->dist);
+	const int rank = st_net_rank(net), P = st_net_size(net);
+	if (rank != 0) {
+		uint64_t n = tr->ev_n;
+		int rc = st_net_send2(net, 0, CH_EVAL, &n, sizeof n, tr->ev_pred,
+				      sizeof(float) * tr->ev_n);
+		if (rc >= 0)
+			rc = st_net_send(net, 0, CH_EVAL, tr->ev_label, sizeof(float) * tr->ev_n);
+		return rc;
+	}
+	for (int r = 1; r < P; r++) {
+		if (!st_net_alive(net, r))
+			continue;
+		void *a = NULL, *l = NULL;
+		size_t alen, llen;
+		int from;
+		int rc = st_net_recv(net, r, CH_EVAL, &a, &alen, &from, -1);
+		if (rc >= 0)
+			rc = st_net_recv(net, r, CH_EVAL, &l, &llen, &from, -1);
+		uint64_t n = 0;
+		if (rc >= 0 && alen >= sizeof n)
+			memcpy(&n, a, sizeof n);
+		if (rc >= 0 && (alen != sizeof n + sizeof(float) * n || llen != sizeof(float) * n)) {
+			st_error("rank %d sent a malformed eval result (%zu + %zu bytes)", r, alen,
+				 llen);
+			rc = ST_EPEER;
+		}
+		if (rc >= 0) {
+			st_batch_t b = { .n = (uint32_t)n, .pred = (float *)((uint8_t *)a + sizeof n),
+					 .labels = l };
+			rc = n > UINT32_MAX ? ST_EINVAL : eval_keep(tr, &b);
+		}
+		free(a);
+		free(l);
+		if (rc < 0)
+			return rc;
+	}
 	return ST_OK;
 }
 

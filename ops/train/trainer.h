@@ -173,4 +173,25 @@ int st_trainer_workers(const st_trainer_t *tr);
  * the first batch. Not thread-safe. */
 void st_trainer_pin_workers(st_trainer_t *tr, const int *cpus, int n);
 
+/* ---- multi-process jobs (ops/train/dist_glue.c, docs/distributed.md) ---- */
+struct st_net;
+struct st_dist_stats;
+/* Joins the job's other ranks: the sharded store over net and the
+ * multi-process twin of the job's policy. Before any stage runs. ST_OK,
+ * ST_EJOB (a policy that does not run across processes), ST_ENOMEM. */
+int st_trainer_attach_dist(st_trainer_t *tr, struct st_net *net, const st_job_t *job);
+/* After training: st_dist_finish (*lost = ranks that died), then the
+ * final dense parameters from rank 0 for asynchronous policies. */
+int st_trainer_dist_finish(st_trainer_t *tr, int *lost);
+/* At the end of the job: the second round of st_dist_finish. */
+int st_trainer_dist_leave(st_trainer_t *tr, int *lost);
+/* Rank 0 collects every rank's eval predictions (after an eval pass);
+ * st_trainer_eval_result then covers them all. */
+int st_trainer_dist_eval_gather(st_trainer_t *tr);
+void st_trainer_dist_stats(const st_trainer_t *tr, struct st_dist_stats *out);
+/* An order-independent digest of the rows in this process's tables and,
+ * with with_dense, the dense parameters; *rows = the rows counted. Equal
+ * digests mean equal models (floats and optimizer state) for testing. */
+uint64_t st_trainer_digest(st_trainer_t *tr, int with_dense, uint64_t *rows);
+
 #endif

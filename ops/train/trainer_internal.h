@@ -143,6 +143,18 @@ struct st_trainer {
 	pthread_cond_t slow_cv;
 	int cancel;                /* under slow_mu */
 
+	/* Multi-process jobs (ops/dist): the sharded store; how many steps a
+	 * pull may run ahead of the applied ones (0: allreduce, the hybrid's
+	 * staleness bound, -1: no wait, async); train batches pulled so far
+	 * (the pull thread's), sync steps done (the train thread's) and the
+	 * global examples of the current step. */
+	struct st_dist *dist;
+	int dist_lockstep, dist_drained;
+	int64_t dist_lag;
+	uint64_t dist_pulled, dist_steps;
+	uint32_t dist_tot;
+	st_batch_t dist_empty;     /* the batch of a step this rank has no data for */
+
 	float *ev_pred, *ev_label;
 	size_t ev_n, ev_cap;
 	uint64_t since;
@@ -162,6 +174,19 @@ static inline uint64_t mix64(uint64_t z)
  * else logged. Returns code. */
 int st__trainer_fail(st_stage_ctx_t *ctx, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+
+/* A multi-process batch's row copies (st_batch_t.rowbuf): the table of each
+ * unique key, then the rows (gstride floats each). One allocation. */
+typedef struct dist_rowbuf {
+	uint8_t *utable;
+	float *rows;
+} dist_rowbuf_t;
+
+/* Pulls batch b's rows from their owners (pull.c): uslot[u] is the slot of
+ * unique key u; need_step as st_dist_pull; gives up when g (may be NULL)
+ * is cancelled. */
+int st__trainer_dist_pull(st_trainer_t *tr, st_batch_t *b, const uint16_t *uslot,
+			  uint64_t need_step, st_graph_t *g);
 
 /* Frees one pull thread's scratch (pull.c). */
 void st__trainer_pull_free(pull_thread_t *p);

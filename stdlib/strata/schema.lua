@@ -37,6 +37,7 @@ S.job = {
 	{ "checkpoint", "section" },
 	{ "export", "section" },
 	{ "resume", "bool", default = false },
+	{ "dist", "section" },
 }
 
 -- export = { dir = ..., delta = true, keep = K }: serving exports after each
@@ -45,6 +46,17 @@ S.export = {
 	{ "dir", "str", required = true, nonempty = true },
 	{ "delta", "bool", default = true },
 	{ "keep", "int", min = 0, default = 0 },
+}
+
+-- dist = { owners = K, compress = false, timeout = T }: multi-process jobs
+-- (docs/distributed.md). Ranks 0..K-1 own the sparse rows (0 = every rank);
+-- compress: unique-key lists with 16-bit indices and fp16 rows scaled by
+-- their block's max norm on the wire; timeout: seconds a rank waits for a
+-- peer before calling it dead.
+S.dist = {
+	{ "owners", "int", min = 0, default = 0 },
+	{ "compress", "bool", default = false },
+	{ "timeout", "num", min = 1, default = 60 },
 }
 
 -- checkpoint = { dir = ..., every = N batches, every_secs = T, keep = K }

@@ -909,6 +909,10 @@ function V:job(job)
 		out.export_dir, out.export_delta, out.export_keep = e.dir, e.delta, e.keep
 	end
 	out.resume = j.resume
+	local dnode = self:section(root, "dist", job.dist)
+	local d = dnode and self:record(dnode, job.dist, schema.dist) or
+		{ owners = 0, compress = false, timeout = 60 }
+	out.dist_owners, out.dist_compress, out.dist_timeout = d.owners, d.compress, d.timeout
 	if j.resume and not cnode then
 		self:ferr(root, "resume", "resume = true needs a checkpoint section (checkpoint.dir)")
 	end

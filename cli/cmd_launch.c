@@ -1,0 +1,279 @@
+/*
+ * cmd_launch.c — `strata launch`: starts the processes of a distributed job
+ * on this machine, each running `strata run JOB.lua [options]` with its
+ * rank in the environment (docs/distributed.md, "strata launch").
+ *
+ * Without --cluster, the job is N processes on this machine: the launcher
+ * picks a free port on 127.0.0.1 for rank 0's coordinator and a random job
+ * token. With --cluster FILE, it starts this host's procs_per_host
+ * processes of the cluster file, with ranks host_index × procs_per_host +
+ * i; coordinator and token come from the file (run it on every host).
+ *
+ * Signals: SIGINT, SIGTERM and SIGCHLD are blocked and taken with
+ * sigwaitinfo, so nothing runs in a signal handler. INT and TERM are
+ * forwarded to every rank still running. The ranks run in their own process
+ * group, so a Ctrl-C at the terminal reaches them once, through the
+ * launcher, and each gets SIGTERM if the launcher itself dies.
+ *
+ * Exit status: rank 0's (with --cluster, that of the first rank started
+ * here), 1 if it was killed by a signal; 2 for a usage error, when nothing
+ * was started.
+ */
+#include "cli.h"
+#include "runtime/err.h"
+#include "runtime/net/net.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef struct launch {
+	int n;               /* processes started here */
+	int base, world;     /* rank of the first, world size */
+	const char *cluster; /* --cluster FILE or NULL */
+	char coordinator[64];
+	char token[40];
+	char **child_argv;
+	pid_t *pid;
+	int *status;         /* wait status, valid once reaped */
+	int running;
+} launch_t;
+
+static int usage_error(const char *fmt, const char *arg)
+{
+	fputs("strata launch: ", stderr);
+	fprintf(stderr, fmt, arg);
+	fputs("\nRun 'strata help launch' for usage.\n", stderr);
+	return ST_EXIT_USAGE;
+}
+
+/* A port nobody listens on now. Another process may take it before rank 0
+ * binds it; rank 0 then fails with a message naming the port. */
+static int free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof a;
+	int port = -1;
+	if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+		port = ntohs(a.sin_port);
+	if (fd >= 0)
+		close(fd);
+	return port;
+}
+
+static int random_token(char *out, size_t n)
+{
+	unsigned char raw[16];
+	int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+	ssize_t got = fd >= 0 ? read(fd, raw, sizeof raw) : -1;
+	if (fd >= 0)
+		close(fd);
+	if (got != (ssize_t)sizeof raw || n < 2 * sizeof raw + 1)
+		return -1;
+	for (size_t i = 0; i < sizeof raw; i++)
+		snprintf(out + 2 * i, 3, "%02x", raw[i]);
+	return 0;
+}
+
+/* The ranks this host starts, from -n or the cluster file. */
+static int plan(launch_t *l, int n_opt)
+{
+	if (!l->cluster) {
+		if (n_opt < 1)
+			return usage_error("%s", "-n N (the number of processes) is required");
+		l->n = l->world = n_opt;
+		int port = free_port();
+		if (port < 0 || random_token(l->token, sizeof l->token) < 0) {
+			fprintf(stderr, "strata launch: cannot pick a port or a token: %s\n",
+				strerror(errno));
+			return ST_EXIT_FAILED;
+		}
+		snprintf(l->coordinator, sizeof l->coordinator, "127.0.0.1:%d", port);
+		return ST_EXIT_OK;
+	}
+	st_net_cluster_t cl;
+	if (st_net_cluster_load(&cl, l->cluster) < 0)
+		return ST_EXIT_USAGE;
+	int h = st_net_cluster_self(&cl), rc = ST_EXIT_OK;
+	if (h < 0) {
+		char me[256] = "";
+		gethostname(me, sizeof me - 1);
+		fprintf(stderr, "strata launch: this machine (%s) is not one of the hosts of %s\n",
+			me, l->cluster);
+		rc = ST_EXIT_USAGE;
+	} else if (n_opt > 0 && n_opt != cl.procs_per_host) {
+		fprintf(stderr, "strata launch: -n %d but %s has procs_per_host %d (leave -n out "
+			"with --cluster)\n", n_opt, l->cluster, cl.procs_per_host);
+		rc = ST_EXIT_USAGE;
+	}
+	l->n = cl.procs_per_host;
+	l->base = h * cl.procs_per_host;
+	l->world = cl.n_hosts * cl.procs_per_host;
+	st_net_cluster_fini(&cl);
+	return rc;
+}
+
+static void set_int(const char *name, int v)
+{
+	char s[16];
+	snprintf(s, sizeof s, "%d", v);
+	setenv(name, s, 1);
+}
+
+/* In the child: its environment, then `strata run ...`. Never returns. */
+static void exec_rank(const launch_t *l, int i, pid_t launcher, const sigset_t *mask)
+{
+	setpgid(0, 0);
+	prctl(PR_SET_PDEATHSIG, SIGTERM);
+	if (getppid() != launcher)   /* the launcher died before prctl */
+		_exit(1);
+	set_int("STRATA_RANK", l->base + i);
+	set_int("STRATA_WORLD_SIZE", l->world);
+	set_int("STRATA_LOCAL_RANK", i);
+	if (l->cluster) {
+		setenv("STRATA_CLUSTER", l->cluster, 1);
+	} else {
+		setenv("STRATA_COORDINATOR", l->coordinator, 1);
+		setenv("STRATA_TOKEN", l->token, 1);
+		unsetenv("STRATA_CLUSTER");
+	}
+	sigprocmask(SIG_SETMASK, mask, NULL);
+	execv("/proc/self/exe", l->child_argv);
+	fprintf(stderr, "strata launch: rank %d: cannot run /proc/self/exe: %s\n", l->base + i,
+		strerror(errno));
+	_exit(127);
+}
+
+static void forward(launch_t *l, int sig)
+{
+	for (int i = 0; i < l->n; i++)
+		if (l->pid[i] > 0 && l->status[i] < 0)
+			kill(l->pid[i], sig);
+}
+
+static void reap(launch_t *l)
+{
+	int st;
+	pid_t p;
+	while ((p = waitpid(-1, &st, WNOHANG)) > 0)
+		for (int i = 0; i < l->n; i++)
+			if (l->pid[i] == p) {
+				l->status[i] = st;
+				l->running--;
+			}
+}
+
+/* Starts the ranks and waits for all of them. */
+static void run_ranks(launch_t *l)
+{
+	sigset_t block, old;
+	sigemptyset(&block);
+	sigaddset(&block, SIGINT);
+	sigaddset(&block, SIGTERM);
+	sigaddset(&block, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &block, &old);
+	pid_t me = getpid();
+	fflush(NULL);
+	for (int i = 0; i < l->n; i++) {
+		l->status[i] = -1;
+		l->pid[i] = fork();
+		if (l->pid[i] == 0)
+			exec_rank(l, i, me, &old);
+		if (l->pid[i] < 0) {
+			fprintf(stderr, "strata launch: cannot start rank %d: %s\n", l->base + i,
+				strerror(errno));
+			l->status[i] = 1 << 8;   /* as if it exited with status 1 */
+			forward(l, SIGTERM);
+			continue;
+		}
+		l->running++;
+	}
+	while (l->running > 0) {
+		siginfo_t si;
+		int sig = sigwaitinfo(&block, &si);
+		if (sig == SIGINT || sig == SIGTERM)
+			forward(l, sig);
+		else if (sig == SIGCHLD)
+			reap(l);
+	}
+	sigprocmask(SIG_SETMASK, &old, NULL);
+}
+
+int st_cmd_launch(int argc, char **argv)
+{
+	enum { O_CLUSTER = 1, O_HELP };
+	static const struct option longopts[] = {
+		{ "cluster", required_argument, NULL, O_CLUSTER },
+		{ "help", no_argument, NULL, O_HELP },
+		{ 0, 0, 0, 0 },
+	};
+	launch_t l = { 0 };
+	int n_opt = 0, c;
+	optind = 1;
+	opterr = 0;
+	/* "+": stop at JOB.lua; what follows belongs to `strata run`. */
+	while ((c = getopt_long(argc, argv, "+n:", longopts, NULL)) != -1) {
+		char *end;
+		switch (c) {
+		case 'n':
+			n_opt = (int)strtol(optarg, &end, 10);
+			if (*end || n_opt < 1 || n_opt > ST_NET_MAX_RANKS)
+				return usage_error("-n must be a number of processes from 1 to 4096, "
+						   "got '%s'", optarg);
+			break;
+		case O_CLUSTER: l.cluster = optarg; break;
+		case O_HELP:
+			st_cli_help_for("launch", stdout);
+			return ST_EXIT_OK;
+		default:
+			return usage_error(c == ':' || (c == '?' && optopt) ? "option '%s' needs a value"
+					   : "unknown option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind >= argc)
+		return usage_error("%s", "missing JOB.lua");
+	const char *job = argv[optind];
+	if (access(job, R_OK) < 0) {
+		fprintf(stderr, "strata launch: cannot read %s: %s\n", job, strerror(errno));
+		return ST_EXIT_USAGE;
+	}
+	int rc = plan(&l, n_opt);
+	if (rc != ST_EXIT_OK)
+		return rc;
+	/* strata run JOB.lua [options...] */
+	int extra = argc - optind;
+	l.child_argv = st_xcalloc((size_t)extra + 3, sizeof(char *));
+	l.child_argv[0] = "strata";
+	l.child_argv[1] = "run";
+	for (int i = 0; i < extra; i++)
+		l.child_argv[2 + i] = argv[optind + i];
+	l.pid = st_xcalloc((size_t)l.n, sizeof *l.pid);
+	l.status = st_xcalloc((size_t)l.n, sizeof *l.status);
+	run_ranks(&l);
+	for (int i = 0; i < l.n; i++) {
+		int st = l.status[i], r = l.base + i;
+		if (WIFSIGNALED(st))
+			fprintf(stderr, "strata launch: rank %d killed by signal %d (%s)\n", r,
+				WTERMSIG(st), strsignal(WTERMSIG(st)));
+		else if (WIFEXITED(st) && WEXITSTATUS(st))
+			fprintf(stderr, "strata launch: rank %d exited with status %d\n", r,
+				WEXITSTATUS(st));
+	}
+	int st0 = l.status[0];
+	rc = WIFEXITED(st0) ? WEXITSTATUS(st0) : ST_EXIT_FAILED;
+	free(l.child_argv);
+	free(l.pid);
+	free(l.status);
+	return rc;
+}

@@ -1,0 +1,121 @@
+/*
+ * dist.h — the sharded parameter store of a multi-process job
+ * (docs/distributed.md; PERSIA's embedding PS, persia-hybrid-training.md
+ * Section 4.2).
+ *
+ * Every sparse key has one owner rank: mix64(key ^ salt) mod `owners` (the
+ * first `owners` ranks hold rows; the others only train). A rank's own
+ * shard is the trainer's tables, with their RAM and SSD tiers as on one
+ * machine; a service thread per rank ("st-dist-svc") answers the other
+ * ranks' requests on it:
+ *
+ *   PULL   unique keys (+ table index) -> the rows' emb+wide floats, or
+ *          "not admitted". A batch's keys go to each owner in one flat
+ *          message (keys, then table indices), as PERSIA does.
+ *   PUSH   one step's row gradients (keys, tables, floats), applied by the
+ *          owner with the job's sparse optimizer.
+ *   DENSE  (asynchronous policies) a dense gradient for rank 0, which keeps
+ *          the authoritative dense parameters and answers with them.
+ *
+ * Rows never leave their owner's tables: a batch trains on private copies
+ * (st_batch_t.rowbuf), every rank's own keys included, and only the
+ * service thread writes the tables, under one lock, so a train worker
+ * never reads a row while it changes.
+ *
+ * Synchronous steps (allreduce): every rank pushes to every owner for every
+ * step (an empty list if it has nothing for it). An owner applies step s
+ * once it has all ranks' lists for s, summing each key's gradients in rank
+ * order — the same order as the single-process allreduce policy sums its
+ * workers, so P ranks of one worker train bit for bit like one process of
+ * P workers. A pull for a step waits until the steps before it are applied
+ * (need_step), so no batch reads a row an earlier step has yet to update.
+ *
+ * Asynchronous pushes (hybrid, async) are applied on arrival; a rank's
+ * pulls may then see rows a few batches old (bounded by the batches in
+ * flight), PERSIA's "asynchronous embedding" (Section 4.1).
+ *
+ * Failure: a request whose owner died returns ST_EPEER; st_dist_finish
+ * tolerates non-owner ranks that died (asynchronous policies), and reports
+ * them.
+ */
+#ifndef ST_DIST_H
+#define ST_DIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ops/sync/sync.h"
+#include "runtime/metrics.h"
+#include "runtime/net/net.h"
+#include "runtime/store/table.h"
+
+#define ST_DIST_MAX_TABLES 16
+
+typedef struct st_dist st_dist_t;
+
+typedef struct st_dist_cfg {
+	st_net_t *net;
+	int owners;                       /* ranks 0..owners-1 own rows; 0 = all */
+	int compress;                     /* fp16 rows + 16-bit indices on the wire */
+	int n_tables;
+	st_table_t *tables[ST_DIST_MAX_TABLES];
+	uint32_t dim[ST_DIST_MAX_TABLES]; /* emb+wide floats per row of each table */
+	const st_sync_env_t *env;         /* sparse optimizer, dense params */
+	float *dense_state;               /* rank 0's dense optimizer state (DENSE) */
+	uint64_t *dense_t;
+} st_dist_cfg_t;
+
+int st_dist_create(st_dist_t **out, const st_dist_cfg_t *cfg);
+/* Stops the service (NULL-safe). Call st_dist_finish first for a clean end. */
+void st_dist_destroy(st_dist_t *d);
+
+int st_dist_rank(const st_dist_t *d);
+int st_dist_size(const st_dist_t *d);
+st_net_t *st_dist_net(const st_dist_t *d);
+/* The owner rank of key. */
+int st_dist_owner(const st_dist_t *d, uint64_t key);
+
+/* Row copies of a batch: rows[i] = buf + i * stride floats for the keys
+ * admitted (emb+wide floats filled, optimizer state zero), NULL for keys
+ * not admitted. need_step: wait until sync steps 0..need_step-1 are
+ * applied at every owner (0: no wait). create: a train batch (rows are
+ * created, subject to admission). stamp: the TTL clock. One thread at a
+ * time (the pull stage). stop(stop_arg) (may be NULL) is asked while
+ * waiting: nonzero gives up with ST_ECANCELED (the pipeline stopped, say
+ * because this rank's train stage failed). ST_OK, ST_EPEER, ST_ENOMEM. */
+int st_dist_pull(st_dist_t *d, const uint64_t *keys, const uint8_t *table, uint32_t n,
+		 uint64_t need_step, int create, uint32_t stamp, float *buf, size_t stride,
+		 float **rows, int (*stop)(void *arg), void *stop_arg);
+
+/* One step's row gradients of this rank: grad + i * gstride for keys[i]
+ * (dim of its table floats). sync: step `step` of a synchronous policy
+ * (every rank calls this for every step, n may be 0); else applied on
+ * arrival. t: the sparse optimizer's step number. One thread at a time. */
+int st_dist_push(st_dist_t *d, uint64_t step, int sync, uint64_t t, const uint64_t *keys,
+		 const uint8_t *table, const float *grad, size_t gstride, uint32_t n);
+
+/* Asynchronous dense training (rank 0 keeps the parameters): sends a dense
+ * gradient (n_examples > 0) to rank 0, which applies it, and receives the
+ * current parameters into params. With grad NULL, only fetches. Thread-safe
+ * per worker index w (its own reply channel). */
+int st_dist_dense(st_dist_t *d, int w, const float *grad, float *params, uint64_t *version);
+
+/* End of training: waits until this rank's pushes are applied, tells rank
+ * 0, and keeps serving until every live rank has done the same. Returns
+ * ST_OK (and *lost = ranks that died so far, all non-owners), or ST_EPEER
+ * if an owner died. Called again at the end of the job (each call is a
+ * round), so that no rank leaves while another may still pull from it. */
+int st_dist_finish(st_dist_t *d, int *lost);
+
+/* An order-independent digest of the rows this rank owns (XOR of XXH3 of
+ * key + floats) and their count, for comparing runs. */
+uint64_t st_dist_rows_digest(st_table_t *const *tables, int n_tables, uint64_t *rows);
+
+typedef struct st_dist_stats {
+	uint64_t bytes_sent, msgs_sent;
+	uint64_t pulls_remote, keys_remote, keys_local;
+	uint64_t pushes, rows_pushed;     /* received and applied by this owner */
+} st_dist_stats_t;
+void st_dist_stats(const st_dist_t *d, st_dist_stats_t *out);
+
+#endif

@@ -1,0 +1,120 @@
+/*
+ * dist_internal.h — the sharded store's private state, shared by the
+ * service (serve.c: what an owner does with requests) and the callers'
+ * side (dist.c: pull, push, finish, setup). Nothing else includes it.
+ */
+#ifndef ST_DIST_INTERNAL_H
+#define ST_DIST_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ops/dist/dist.h"
+#include "ops/dist/wire.h"
+
+#define SALT UINT64_C(0x6a09e667f3bcc909)
+
+typedef struct step_acc {
+	uint64_t step;
+	int count;
+	void **msg;                /* [P] that rank's PUSH for this step */
+	size_t *len;
+	struct step_acc *next;
+} step_acc_t;
+
+typedef struct deferred {
+	void *buf;
+	size_t len;
+	int from;
+} deferred_t;
+
+typedef struct split {
+	uint32_t **pos;            /* [P] */
+	size_t *cap;               /* [P] */
+} split_t;
+
+typedef struct obuf {
+	uint8_t *p;
+	size_t cap, len;
+	uint32_t n;
+} obuf_t;
+
+struct st_dist {
+	st_net_t *net;
+	int rank, P, owners, f16;
+	int n_tables;
+	st_table_t *tables[ST_DIST_MAX_TABLES];
+	uint32_t dim[ST_DIST_MAX_TABLES];
+	const st_sync_env_t *env;
+	float *dense_state;
+	uint64_t *dense_t;
+
+	pthread_t svc;
+	int started, stop;         /* stop: atomic */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;         /* applied advanced, a rank done */
+	uint64_t applied;          /* sync steps applied here (under mu) */
+	step_acc_t *steps;         /* pending sync steps, ascending */
+	deferred_t *def;
+	size_t n_def, cap_def;
+	uint32_t *done;            /* [P] rank 0: the last round each rank finished */
+	uint32_t round;            /* st_dist_finish calls so far */
+	uint64_t req;
+
+	/* Scratch of the handlers (under mu). */
+	float *trow;               /* one row gradient */
+	float **rscratch;          /* serve_rows: rows of one table */
+	uint64_t *mkey;            /*   its keys */
+	uint32_t *spos;            /*   their request positions */
+	size_t rcap;
+	float *sbuf;               /* answer_pull: rows by request position */
+	size_t scap;
+	uint8_t *sok;
+	size_t okcap;
+	obuf_t reply;
+	uint64_t *mkeys;           /* apply_step: merge map keys */
+	uint32_t *mslot;           /*   and slots (sum index) */
+	size_t mcap;
+	float *macc;               /* apply_step: sums */
+	uint16_t *mtab;
+	size_t accap;
+
+	/* The callers' scratch: the pull thread's and the pushing thread's. */
+	obuf_t *pull_out, *push_out;   /* [P] one message per owner */
+	split_t pull_split, push_split; /* positions of each owner's keys */
+	uint8_t *lok;                  /* own keys: ok flags */
+	size_t lok_cap;
+	int failed;                    /* the service failed (atomic) */
+
+	st_dist_stats_t st;        /* relaxed atomics */
+};
+
+static inline void stat_add(uint64_t *p, uint64_t v)
+{
+	__atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+}
+
+static inline uint64_t mixk(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+	return z ^ (z >> 31);
+}
+
+
+/* serve.c */
+void st__dist_put_row(uint8_t *dst, const float *x, uint32_t dim, int f16);
+void st__dist_get_row(const uint8_t *src, uint32_t dim, int f16, float *x);
+int st__dist_ob_reserve(obuf_t *b, size_t need);
+/* Logs a malformed message from rank `from`; returns ST_EPEER. */
+int st__dist_bad_msg(int from, const char *what, size_t len);
+int st__dist_grow(void **p, size_t *cap, size_t n, size_t elem);
+int st__dist_serve_rows(st_dist_t *d, const uint64_t *keys, const uint8_t *tab, uint32_t n,
+			int create, uint32_t stamp, uint8_t *ok, float *out, size_t stride);
+/* One message to this rank's service, mu held; takes ownership of msg. */
+int st__dist_handle(st_dist_t *d, void *msg, size_t len, int from);
+void *st__dist_service(void *arg);
+void st__dist_step_free(step_acc_t *a, int P);
+
+#endif

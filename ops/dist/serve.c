@@ -1,0 +1,536 @@
+/*
+ * serve.c — what an owner rank does with the requests of the sharded store
+ * (dist.h has the protocol, wire.h the layouts): answers pulls (deferred
+ * until the steps they wait for are applied), applies pushes (synchronous
+ * steps summed in rank order, asynchronous ones on arrival), keeps rank 0's
+ * dense parameters for asynchronous policies, and counts finished ranks.
+ * Every handler runs with st_dist.mu held (dist.c, "Locking").
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ops/dist/dist_internal.h"
+#include "runtime/err.h"
+
+/* ---- fp16 rows (Section 4.2.3) -------------------------------------------- */
+
+void st__wire_f16_encode(const float *x, uint32_t dim, void *out)
+{
+	float m = 0;
+	for (uint32_t j = 0; j < dim; j++)
+		m = fabsf(x[j]) > m ? fabsf(x[j]) : m;
+	float scale = m > 0 && isfinite(m) ? m : 1.0f, inv = 1.0f / scale;
+	memcpy(out, &scale, sizeof scale);
+	_Float16 *h = (_Float16 *)((uint8_t *)out + sizeof(float));
+	for (uint32_t j = 0; j < dim; j++)
+		h[j] = (_Float16)(x[j] * inv);
+}
+
+void st__wire_f16_decode(const void *in, uint32_t dim, float *x)
+{
+	float scale;
+	memcpy(&scale, in, sizeof scale);
+	const _Float16 *h = (const _Float16 *)((const uint8_t *)in + sizeof(float));
+	for (uint32_t j = 0; j < dim; j++)
+		x[j] = (float)h[j] * scale;
+}
+
+void st__dist_put_row(uint8_t *dst, const float *x, uint32_t dim, int f16)
+{
+	if (f16)
+		st__wire_f16_encode(x, dim, dst);
+	else
+		memcpy(dst, x, sizeof(float) * dim);
+}
+
+void st__dist_get_row(const uint8_t *src, uint32_t dim, int f16, float *x)
+{
+	if (f16)
+		st__wire_f16_decode(src, dim, x);
+	else
+		memcpy(x, src, sizeof(float) * dim);
+}
+
+/* ---- message buffers --------------------------------------------------------- */
+
+int st__dist_ob_reserve(obuf_t *b, size_t need)
+{
+	if (need <= b->cap)
+		return ST_OK;
+	size_t cap = b->cap ? b->cap : 4096;
+	while (cap < need)
+		cap *= 2;
+	uint8_t *p = realloc(b->p, cap);
+	if (!p)
+		return ST_ENOMEM;
+	b->p = p;
+	b->cap = cap;
+	return ST_OK;
+}
+
+int st__dist_bad_msg(int from, const char *what, size_t len)
+{
+	st_error("dist: rank %d sent a malformed %s message (%zu bytes): dropped", from, what,
+		 len);
+	return ST_EPEER;
+}
+
+/* Checks a PULL or PUSH body: n keys, n table indices (each < n_tables) and,
+ * for a PUSH, the rows. Returns the row bytes expected after the indices
+ * (0 for a PULL) or -1. */
+static long check_keys(const st_dist_t *d, const wire_hdr_t *h, size_t len, int rows)
+{
+	size_t off = sizeof *h + sizeof(uint64_t) * (size_t)h->n + wire_pad8(h->n);
+	if (h->n > (1u << 28) || len < off)
+		return -1;
+	const uint8_t *tab = (const uint8_t *)h + sizeof *h + sizeof(uint64_t) * (size_t)h->n;
+	size_t need = 0;
+	for (uint32_t i = 0; i < h->n; i++) {
+		if (tab[i] >= d->n_tables)
+			return -1;
+		need += wire_row_bytes(d->dim[tab[i]], (h->flags & WF_F16) != 0);
+	}
+	if (len != off + (rows ? need : 0))
+		return -1;
+	return (long)need;
+}
+
+/* ---- serving pulls (mu held) ------------------------------------------------ */
+
+int st__dist_grow(void **p, size_t *cap, size_t n, size_t elem)
+{
+	if (n <= *cap)
+		return ST_OK;
+	size_t c = *cap ? *cap : 1024;
+	while (c < n)
+		c *= 2;
+	void *q = realloc(*p, c * elem);
+	if (!q)
+		return ST_ENOMEM;
+	*p = q;
+	*cap = c;
+	return ST_OK;
+}
+
+/* Resolves n keys in their tables (creating rows when `create`), copies the
+ * emb+wide floats of each admitted key i to out + i * stride and sets
+ * ok[i]. The rows are unpinned again at once: the copies are what trains. */
+int st__dist_serve_rows(st_dist_t *d, const uint64_t *keys, const uint8_t *tab, uint32_t n,
+		      int create, uint32_t stamp, uint8_t *ok, float *out, size_t stride)
+{
+	if (n > d->rcap) {
+		size_t c = d->rcap ? d->rcap : 1024;
+		while (c < n)
+			c *= 2;
+		free(d->rscratch);
+		free(d->mkey);
+		free(d->spos);
+		d->rscratch = malloc(sizeof(float *) * c);
+		d->mkey = malloc(sizeof(uint64_t) * c);
+		d->spos = malloc(sizeof(uint32_t) * c);
+		d->rcap = d->rscratch && d->mkey && d->spos ? c : 0;
+		if (!d->rcap)
+			return ST_ENOMEM;
+	}
+	for (int k = 0; k < d->n_tables; k++) {
+		uint32_t m = 0;
+		for (uint32_t i = 0; i < n; i++)
+			if (tab[i] == k) {
+				d->mkey[m] = keys[i];
+				d->spos[m++] = i;
+			}
+		if (!m)
+			continue;
+		int rc = st_table_resolve(d->tables[k], d->mkey, m, stamp, create, d->rscratch);
+		if (rc < 0)
+			return rc;
+		for (uint32_t j = 0; j < m; j++) {
+			uint32_t i = d->spos[j];
+			ok[i] = d->rscratch[j] != NULL;
+			if (ok[i])
+				memcpy(out + (size_t)i * stride, d->rscratch[j],
+				       sizeof(float) * d->dim[k]);
+		}
+		st_table_unpin(d->tables[k], d->rscratch, m);
+	}
+	return ST_OK;
+}
+
+static uint32_t max_dim(const st_dist_t *d)
+{
+	uint32_t m = 1;
+	for (int k = 0; k < d->n_tables; k++)
+		m = d->dim[k] > m ? d->dim[k] : m;
+	return m;
+}
+
+static int send_reply(st_dist_t *d, int to, uint32_t chan, const void *buf, size_t len)
+{
+	int rc = st_net_send(d->net, to, chan, buf, len);
+	if (rc < 0)
+		st_warn("dist: cannot answer rank %d: %s", to, st_strerror(rc));
+	return rc;
+}
+
+/* A PULL from another rank whose steps are applied: rows into a reply. */
+static int answer_pull(st_dist_t *d, const void *msg, size_t len, int from)
+{
+	const wire_hdr_t *h = msg;
+	const uint64_t *keys = (const uint64_t *)(h + 1);
+	const uint8_t *tab = (const uint8_t *)(keys + h->n);
+	const uint32_t n = h->n, md = max_dim(d);
+	const int f16 = d->f16;
+	size_t c = d->scap;
+	if (st__dist_grow((void **)&d->sbuf, &c, (size_t)n * md + 1, sizeof(float)) < 0)
+		return ST_ENOMEM;
+	d->scap = c;
+	c = d->okcap;
+	if (st__dist_grow((void **)&d->sok, &c, n + 8, 1) < 0)
+		return ST_ENOMEM;
+	d->okcap = c;
+	int rc = st__dist_serve_rows(d, keys, tab, n, (h->flags & WF_CREATE) != 0, h->stamp, d->sok,
+			    d->sbuf, md);
+	if (rc < 0) {
+		st_error("dist: pull of %u keys from rank %d: %s", n, from, st_strerror(rc));
+		return rc;
+	}
+	size_t bytes = sizeof *h + wire_pad8(n);
+	for (uint32_t i = 0; i < n; i++)
+		if (d->sok[i])
+			bytes += wire_row_bytes(d->dim[tab[i]], f16);
+	if (st__dist_ob_reserve(&d->reply, bytes) < 0)
+		return ST_ENOMEM;
+	wire_hdr_t *r = (wire_hdr_t *)d->reply.p;
+	*r = (wire_hdr_t){ .type = MSG_PULL_REPLY, .n = n, .req = h->req,
+			   .flags = f16 ? WF_F16 : 0 };
+	uint8_t *ok = (uint8_t *)(r + 1);
+	memcpy(ok, d->sok, n);
+	memset(ok + n, 0, wire_pad8(n) - n);
+	uint8_t *p = ok + wire_pad8(n);
+	for (uint32_t i = 0; i < n; i++)
+		if (d->sok[i]) {
+			st__dist_put_row(p, d->sbuf + (size_t)i * md, d->dim[tab[i]], f16);
+			p += wire_row_bytes(d->dim[tab[i]], f16);
+		}
+	return send_reply(d, from, CH_PULL_REPLY, d->reply.p, bytes);
+}
+
+/* Row gradient of key i of a PUSH into g (decoded). */
+static const uint8_t *push_rows(const wire_hdr_t *h)
+{
+	return (const uint8_t *)(h + 1) + sizeof(uint64_t) * (size_t)h->n + wire_pad8(h->n);
+}
+
+/* One optimizer step of key's row in table k with gradient g. */
+static int update_row(st_dist_t *d, int k, uint64_t key, const float *g, uint64_t t)
+{
+	float *row = NULL;
+	int rc = st_table_resolve(d->tables[k], &key, 1, 0, 0, &row);
+	if (rc < 0)
+		return rc;
+	if (!row)
+		return ST_OK;   /* not admitted, or expired meanwhile: nothing to update */
+	st_sync_row_update(d->env, row, g, (int)d->dim[k], t ? t : 1);
+	st_table_unpin(d->tables[k], &row, 1);
+	return ST_OK;
+}
+
+/* An asynchronous PUSH: every row updated on arrival. */
+static int apply_async(st_dist_t *d, const wire_hdr_t *h)
+{
+	const uint64_t *keys = (const uint64_t *)(h + 1);
+	const uint8_t *tab = (const uint8_t *)(keys + h->n);
+	const uint8_t *p = push_rows(h);
+	const int f16 = (h->flags & WF_F16) != 0;
+	for (uint32_t i = 0; i < h->n; i++) {
+		st__dist_get_row(p, d->dim[tab[i]], f16, d->trow);
+		p += wire_row_bytes(d->dim[tab[i]], f16);
+		int rc = update_row(d, tab[i], keys[i], d->trow, h->t);
+		if (rc < 0)
+			return rc;
+	}
+	return ST_OK;
+}
+
+/* Sync step s has every rank's list: sums each key's gradients in rank
+ * order (the first contributor's gradient, plus the next one's, ...) and
+ * applies one optimizer step per key. */
+static int apply_step(st_dist_t *d, step_acc_t *a)
+{
+	size_t total = 0;
+	uint64_t t = 0;
+	for (int r = 0; r < d->P; r++) {
+		const wire_hdr_t *h = a->msg[r];
+		total += h->n;
+		t = h->t > t ? h->t : t;
+	}
+	size_t cap = 16;
+	while (cap < 2 * total)
+		cap *= 2;
+	const uint32_t md = max_dim(d);
+	if (cap > d->mcap) {
+		free(d->mkeys);
+		free(d->mslot);
+		d->mkeys = malloc(sizeof(uint64_t) * cap);
+		d->mslot = malloc(sizeof(uint32_t) * cap);
+		d->mcap = d->mkeys && d->mslot ? cap : 0;
+		if (!d->mcap)
+			return ST_ENOMEM;
+	}
+	if (total + 1 > d->accap) {
+		free(d->macc);
+		free(d->mtab);
+		d->macc = malloc(sizeof(float) * (total + 1) * md);
+		d->mtab = malloc(sizeof(uint16_t) * (total + 1));
+		d->accap = d->macc && d->mtab ? total + 1 : 0;
+		if (!d->accap)
+			return ST_ENOMEM;
+	}
+	memset(d->mslot, 0xff, sizeof(uint32_t) * cap);
+	const size_t mask = cap - 1;
+	uint32_t nu = 0;
+	for (int r = 0; r < d->P; r++) {
+		const wire_hdr_t *h = a->msg[r];
+		const uint64_t *keys = (const uint64_t *)(h + 1);
+		const uint8_t *tab = (const uint8_t *)(keys + h->n);
+		const uint8_t *p = push_rows(h);
+		const int f16 = (h->flags & WF_F16) != 0;
+		for (uint32_t i = 0; i < h->n; i++) {
+			const uint32_t dim = d->dim[tab[i]];
+			size_t j = (size_t)mixk(keys[i]) & mask;
+			while (d->mslot[j] != UINT32_MAX && d->mkeys[j] != keys[i])
+				j = (j + 1) & mask;
+			float *acc;
+			if (d->mslot[j] == UINT32_MAX) {
+				d->mslot[j] = nu;
+				d->mkeys[j] = keys[i];
+				d->mtab[nu] = tab[i];
+				acc = d->macc + (size_t)nu++ * md;
+				st__dist_get_row(p, dim, f16, acc);
+			} else {
+				acc = d->macc + (size_t)d->mslot[j] * md;
+				st__dist_get_row(p, dim, f16, d->trow);
+				for (uint32_t q = 0; q < dim; q++)
+					acc[q] += d->trow[q];
+			}
+			p += wire_row_bytes(dim, f16);
+		}
+	}
+	for (size_t j = 0; j < cap; j++) {
+		uint32_t u = d->mslot[j];
+		if (u == UINT32_MAX)
+			continue;
+		int rc = update_row(d, d->mtab[u], d->mkeys[j], d->macc + (size_t)u * md, t);
+		if (rc < 0)
+			return rc;
+	}
+	return ST_OK;
+}
+
+void st__dist_step_free(step_acc_t *a, int P)
+{
+	for (int r = 0; r < P; r++)
+		free(a->msg[r]);
+	free(a->msg);
+	free(a);
+}
+
+/* Takes ownership of msg. */
+static int add_sync(st_dist_t *d, void *msg, size_t len, int from)
+{
+	const wire_hdr_t *h = msg;
+	if (h->step < d->applied) {
+		free(msg);
+		return st__dist_bad_msg(from, "PUSH (step already applied)", len);
+	}
+	step_acc_t **pp = &d->steps;
+	while (*pp && (*pp)->step < h->step)
+		pp = &(*pp)->next;
+	step_acc_t *a = *pp;
+	if (!a || a->step != h->step) {
+		a = calloc(1, sizeof *a);
+		if (a)
+			a->msg = calloc((size_t)d->P, sizeof(void *));
+		if (!a || !a->msg) {
+			free(a);
+			free(msg);
+			return ST_ENOMEM;
+		}
+		a->step = h->step;
+		a->next = *pp;
+		*pp = a;
+	}
+	if (a->msg[from]) {
+		free(msg);
+		return st__dist_bad_msg(from, "PUSH (second list for one step)", len);
+	}
+	a->msg[from] = msg;
+	a->count++;
+	int rc = ST_OK;
+	while (d->steps && d->steps->step == d->applied && d->steps->count == d->P) {
+		step_acc_t *head = d->steps;
+		rc = apply_step(d, head);
+		d->steps = head->next;
+		st__dist_step_free(head, d->P);
+		if (rc < 0)
+			break;
+		d->applied++;
+		pthread_cond_broadcast(&d->cv);
+	}
+	return rc;
+}
+
+static int answer_dense(st_dist_t *d, const void *msg, size_t len, int from)
+{
+	const wire_hdr_t *h = msg;
+	const size_t np = d->env->nparams;
+	const int has_grad = (h->flags & 1) != 0;
+	if (d->rank != 0 || h->n != np || len != sizeof *h + (has_grad ? sizeof(float) * np : 0) ||
+	    h->worker >= 1024)
+		return st__dist_bad_msg(from, "DENSE", len);
+	if (has_grad) {
+		uint64_t t = ++*d->dense_t;
+		st_sync_dense_update(d->env, d->env->params, d->dense_state,
+				     (const float *)(h + 1), t);
+	}
+	size_t bytes = sizeof *h + sizeof(float) * np;
+	if (st__dist_ob_reserve(&d->reply, bytes) < 0)
+		return ST_ENOMEM;
+	wire_hdr_t *r = (wire_hdr_t *)d->reply.p;
+	*r = (wire_hdr_t){ .type = MSG_DENSE_REPLY, .n = (uint32_t)np, .req = h->req,
+			   .t = *d->dense_t };
+	memcpy(r + 1, d->env->params, sizeof(float) * np);
+	return send_reply(d, from, CH_DENSE_REPLY + h->worker, d->reply.p, bytes);
+}
+
+static int retry_deferred(st_dist_t *d);
+
+/* One message to this rank's service (mu held). Takes ownership of msg. */
+int st__dist_handle(st_dist_t *d, void *msg, size_t len, int from)
+{
+	const wire_hdr_t *h = msg;
+	int rc = ST_OK;
+	if (len < sizeof *h) {
+		free(msg);
+		return st__dist_bad_msg(from, "short", len);
+	}
+	switch (h->type) {
+	case MSG_PULL:
+		if (check_keys(d, h, len, 0) < 0) {
+			rc = st__dist_bad_msg(from, "PULL", len);
+			break;
+		}
+		if (h->step > d->applied) {
+			if (d->n_def == d->cap_def) {
+				size_t c = d->cap_def ? 2 * d->cap_def : 8;
+				deferred_t *p = realloc(d->def, c * sizeof *p);
+				if (!p) {
+					rc = ST_ENOMEM;
+					break;
+				}
+				d->def = p;
+				d->cap_def = c;
+			}
+			d->def[d->n_def++] = (deferred_t){ msg, len, from };
+			return ST_OK;
+		}
+		rc = answer_pull(d, msg, len, from);
+		break;
+	case MSG_PUSH:
+		if (check_keys(d, h, len, 1) < 0) {
+			rc = st__dist_bad_msg(from, "PUSH", len);
+			break;
+		}
+		stat_add(&d->st.pushes, 1);
+		stat_add(&d->st.rows_pushed, h->n);
+		if (h->flags & WF_SYNC) {
+			rc = add_sync(d, msg, len, from);
+			if (rc >= 0)
+				rc = retry_deferred(d);
+			return rc;
+		}
+		rc = apply_async(d, h);
+		break;
+	case MSG_DENSE:
+		rc = answer_dense(d, msg, len, from);
+		break;
+	case MSG_FLUSH: {
+		wire_hdr_t r = { .type = MSG_FLUSH_REPLY, .req = h->req };
+		rc = send_reply(d, from, CH_FLUSH_REPLY, &r, sizeof r);
+		break;
+	}
+	case MSG_DONE:
+		if (d->rank != 0 || !d->done) {
+			rc = st__dist_bad_msg(from, "DONE", len);
+			break;
+		}
+		if (h->step > d->done[from])
+			d->done[from] = (uint32_t)h->step;   /* the round finished */
+		pthread_cond_broadcast(&d->cv);
+		break;
+	default:
+		rc = st__dist_bad_msg(from, "unknown", len);
+	}
+	free(msg);
+	return rc;
+}
+
+/* Answers the deferred pulls whose steps are now applied (mu held). */
+static int retry_deferred(st_dist_t *d)
+{
+	size_t k = 0;
+	int rc = ST_OK;
+	for (size_t i = 0; i < d->n_def; i++) {
+		deferred_t x = d->def[i];
+		const wire_hdr_t *h = x.buf;
+		if (h->step > d->applied) {
+			d->def[k++] = x;
+			continue;
+		}
+		int r = answer_pull(d, x.buf, x.len, x.from);
+		free(x.buf);
+		if (r < 0 && rc >= 0)
+			rc = r;
+	}
+	d->n_def = k;
+	return rc;
+}
+
+void *st__dist_service(void *arg)
+{
+	st_dist_t *d = arg;
+	pthread_setname_np(pthread_self(), "st-dist-svc");
+	while (!__atomic_load_n(&d->stop, __ATOMIC_ACQUIRE)) {
+		void *buf;
+		size_t len;
+		int from;
+		int rc = st_net_recv(d->net, ST_NET_ANY, CH_REQ, &buf, &len, &from, 0.2);
+		if (rc == ST_EAGAIN)
+			continue;
+		if (rc == ST_ECANCELED)
+			break;
+		if (rc < 0) {
+			/* Every other rank is gone: nothing left to serve. */
+			struct timespec ts = { 0, 50 * 1000 * 1000 };
+			nanosleep(&ts, NULL);
+			continue;
+		}
+		pthread_mutex_lock(&d->mu);
+		rc = st__dist_handle(d, buf, len, from);
+		pthread_mutex_unlock(&d->mu);
+		if (rc < 0 && rc != ST_EPEER) {
+			/* The shard can no longer follow the protocol (out of
+			 * memory, the SSD tier failed): stop this process so the
+			 * others see a dead owner and stop too, instead of
+			 * waiting for a step that never comes. */
+			st_error("dist: rank %d cannot serve its shard (%s): stopping this "
+				 "process", d->rank, st_strerror(rc));
+			_exit(1);
+		}
+	}
+	return NULL;
+}
+

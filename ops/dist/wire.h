@@ -1,0 +1,70 @@
+/*
+ * wire.h — message layouts of the sharded store (ops/dist, private). Every
+ * message is one flat buffer: a header, then arrays, each padded to 8
+ * bytes; the receiver checks every length against the header before
+ * touching an array (a malformed message is logged and dropped).
+ */
+#ifndef ST_DIST_WIRE_H
+#define ST_DIST_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Channels (runtime/net). Replies to a train worker w use CH_DENSE_REPLY + w. */
+enum {
+	CH_REQ = 1,            /* to an owner's service */
+	CH_PULL_REPLY = 2,     /* to the pull thread */
+	CH_CTRL = 3,           /* finish protocol */
+	CH_FLUSH_REPLY = 4,
+	CH_DENSE_REPLY = 64,
+};
+
+enum {
+	MSG_PULL = 0x50554c4c,    /* "PULL" */
+	MSG_PULL_REPLY = 0x52504c4c,
+	MSG_PUSH = 0x50555348,    /* "PUSH" */
+	MSG_DENSE = 0x44454e53,   /* "DENS" */
+	MSG_DENSE_REPLY = 0x52444e53,
+	MSG_FLUSH = 0x464c5348,   /* "FLSH" */
+	MSG_FLUSH_REPLY = 0x52464c53,
+	MSG_DONE = 0x444f4e45,    /* "DONE" */
+	MSG_FIN = 0x46494e21,     /* "FIN!" */
+};
+
+/* Flags. */
+enum {
+	WF_CREATE = 1,            /* PULL: create rows (train batch) */
+	WF_SYNC = 2,              /* PUSH: a synchronous step */
+	WF_F16 = 4,               /* floats as block-scaled fp16 */
+};
+
+typedef struct wire_hdr {
+	uint32_t type;
+	uint32_t n;               /* keys (PULL, PUSH), floats (DENSE) */
+	uint64_t req;             /* request id echoed by the reply */
+	uint64_t step;            /* PULL: need_step; PUSH: step */
+	uint64_t t;               /* PUSH: optimizer step; DENSE_REPLY: version */
+	uint32_t stamp;           /* PULL: TTL clock */
+	uint32_t flags;
+	uint32_t worker;          /* DENSE: the worker's reply channel offset */
+	uint32_t pad;
+} wire_hdr_t;
+
+static inline size_t wire_pad8(size_t n)
+{
+	return (n + 7) & ~(size_t)7;
+}
+
+/* Bytes of one row of dim floats on the wire. */
+static inline size_t wire_row_bytes(uint32_t dim, int f16)
+{
+	return f16 ? sizeof(float) + ((sizeof(uint16_t) * dim + 3) & ~(size_t)3)
+		   : sizeof(float) * dim;
+}
+
+/* fp16 rows scaled by their block's max |x| (persia-hybrid-training.md
+ * Section 4.2.3): out = scale (one float) then dim halves of x / scale. */
+void st__wire_f16_encode(const float *x, uint32_t dim, void *out);
+void st__wire_f16_decode(const void *in, uint32_t dim, float *x);
+
+#endif

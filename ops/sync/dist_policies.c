@@ -1,0 +1,421 @@
+/*
+ * dist_policies.c — the sync policies of a multi-process job
+ * (docs/distributed.md): each rank runs N local workers over its own share
+ * of the batches, the sparse rows live with their owner ranks
+ * (ops/dist/dist.h), and these policies join the ranks.
+ *
+ *   allreduce  lockstep across every worker of every rank: per step the
+ *              local workers' gradients are summed as the single-process
+ *              allreduce sums them (dense by tensor owner, rows by first
+ *              toucher, in worker order), the dense sums are allreduced
+ *              across ranks in rank order (st_net_allreduce_f32), and each
+ *              rank's row sums go to the rows' owners, which sum them in
+ *              rank order and apply one step (a synchronous PUSH). Every
+ *              rank then takes the same dense optimizer step on its replica.
+ *              With one worker per rank this is bit for bit the
+ *              single-process run of P workers on the same global batch
+ *              (gba-global-batch-aggregation.txt §2, the synchronous
+ *              baseline).
+ *   hybrid     PERSIA's hybrid (persia-hybrid-training.md Section 4.1):
+ *              the dense part as allreduce, synchronously; the rows
+ *              asynchronously with bounded staleness — a step's row sums are
+ *              applied as in allreduce, but a pull only waits until the
+ *              step `staleness` steps back is applied (the trainer's
+ *              dist_lag), so rows may be up to `staleness` steps old.
+ *   async      the dense parameters live on rank 0 (st_dist_dense): each
+ *              worker sends its gradient and trains on the parameters that
+ *              come back (a parameter server); rows as in hybrid. A worker
+ *              rank that dies does not stop the others.
+ *
+ * The other policies (gba, kstep, shadow, bsp, hop_bs, hop_bw) do not run
+ * across processes yet; st_sync_find_dist returns NULL for them and the
+ * job is refused with that message.
+ *
+ * Threads: like allreduce.c — hooks on the N local worker threads with
+ * barriers; between barriers each float is written by one worker. The
+ * network calls of a step (push, dense allreduce) are made by worker 0 only
+ * (st_dist_push and the collectives are one-thread-at-a-time); async's
+ * workers push under a mutex.
+ */
+#include "ops/sync/sync.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/dist/dist.h"
+#include "runtime/err.h"
+#include "runtime/net/net.h"
+
+typedef struct first {
+	const st_sync_grads_t *g;      /* the first toucher's gradients (hold the sum) */
+	uint32_t u;
+} first_t;
+
+typedef struct {
+	st_sync_env_t env;
+	int N;
+	pthread_barrier_t bar;
+	st_sync_dense_t dense;         /* state and step (the trainer's) */
+	uint64_t step;                 /* sync steps done by this policy (worker 0) */
+	int *owner;                    /* [ntensors] local worker reducing tensor i */
+	st_sync_grads_t **g;           /* [N] */
+	first_t **first;               /* [N] the row sums each worker made */
+	uint32_t *nfirst, *capfirst;
+	uint64_t *pkeys;               /* push arrays (worker 0) */
+	uint8_t *ptab;
+	float *pgrad;
+	size_t pcap;
+	int err;                       /* first error of a step (relaxed atomic) */
+	st_sync_stats_t st;
+} dar_t;
+
+static void dar_destroy(void *self)
+{
+	dar_t *s = self;
+	if (!s)
+		return;
+	pthread_barrier_destroy(&s->bar);
+	for (int w = 0; s->first && w < s->N; w++)
+		free(s->first[w]);
+	free(s->first);
+	free(s->nfirst);
+	free(s->capfirst);
+	free(s->owner);
+	free(s->g);
+	st_sync_dense_fini(&s->dense);
+	free(s->pkeys);
+	free(s->ptab);
+	free(s->pgrad);
+	free(s);
+}
+
+static int dar_create(void **self, const st_sync_env_t *env)
+{
+	if (!env->dist)
+		return ST_EINVAL;
+	dar_t *s = calloc(1, sizeof *s);
+	if (!s)
+		return ST_ENOMEM;
+	s->env = *env;
+	s->N = env->n_workers;
+	pthread_barrier_init(&s->bar, NULL, (unsigned)s->N);
+	s->owner = st_sync_tensor_owners(env);
+	s->g = calloc((size_t)s->N, sizeof *s->g);
+	s->first = calloc((size_t)s->N, sizeof *s->first);
+	s->nfirst = calloc((size_t)s->N, sizeof *s->nfirst);
+	s->capfirst = calloc((size_t)s->N, sizeof *s->capfirst);
+	if (st_sync_dense_init(&s->dense, env) < 0 || !s->owner || !s->g || !s->first ||
+	    !s->nfirst || !s->capfirst) {
+		dar_destroy(s);
+		return ST_ENOMEM;
+	}
+	*self = s;
+	return ST_OK;
+}
+
+static int dar_begin_batch(void *self, uint32_t n_uniq)
+{
+	return ST_OK;
+}
+
+static const float *dar_begin_step(void *self, int w, uint64_t step)
+{
+	dar_t *s = self;
+	return s->env.params;
+}
+
+struct collect {
+	dar_t *s;
+	int w;
+};
+
+/* st_sync_sum_rows' callback: remembers where worker w left a row sum. */
+static int collect(void *arg, const st_sync_grads_t *gv, uint32_t u)
+{
+	struct collect *c = arg;
+	dar_t *s = c->s;
+	const int w = c->w;
+	if (s->nfirst[w] == s->capfirst[w]) {
+		uint32_t cap = s->capfirst[w] ? 2 * s->capfirst[w] : 1024;
+		first_t *p = realloc(s->first[w], sizeof(first_t) * cap);
+		if (!p)
+			return ST_ENOMEM;
+		s->first[w] = p;
+		s->capfirst[w] = cap;
+	}
+	s->first[w][s->nfirst[w]++] = (first_t){ gv, u };
+	return ST_OK;
+}
+
+/* Worker 0: this rank's row sums to their owners, then the dense sum across
+ * ranks. */
+static int exchange(dar_t *s, float *acc, uint64_t t)
+{
+	const st_sync_env_t *env = &s->env;
+	size_t n = 0;
+	for (int w = 0; w < s->N; w++)
+		n += s->nfirst[w];
+	const int gs = s->g[0]->gstride;
+	if (n > s->pcap) {
+		free(s->pkeys);
+		free(s->ptab);
+		free(s->pgrad);
+		s->pkeys = malloc(sizeof(uint64_t) * n);
+		s->ptab = malloc(n);
+		s->pgrad = malloc(sizeof(float) * n * (size_t)gs);
+		s->pcap = s->pkeys && s->ptab && s->pgrad ? n : 0;
+		if (!s->pcap)
+			return ST_ENOMEM;
+	}
+	size_t k = 0;
+	uint64_t bytes = 0;
+	for (int w = 0; w < s->N; w++)
+		for (uint32_t i = 0; i < s->nfirst[w]; i++) {
+			const st_sync_grads_t *gv = s->first[w][i].g;
+			const uint32_t u = s->first[w][i].u;
+			if (!gv->rows[u])
+				continue;   /* not admitted: no update, as in one process */
+			s->pkeys[k] = gv->keys[u];
+			s->ptab[k] = gv->utable[u];
+			memcpy(s->pgrad + k * (size_t)gs, gv->grad + (size_t)u * gv->gstride,
+			       sizeof(float) * gv->row_dim[u]);
+			bytes += 8 + sizeof(float) * (uint64_t)gv->row_dim[u];
+			k++;
+		}
+	int rc = st_dist_push(env->dist, s->step, 1, t, s->pkeys, s->ptab, s->pgrad, (size_t)gs,
+			      (uint32_t)k);
+	if (rc >= 0)
+		rc = st_net_allreduce_f32(st_dist_net(env->dist), acc, env->nparams);
+	bytes += sizeof(float) * (uint64_t)env->nparams;
+	st_sync_stat_add(&s->st.bytes, bytes);
+	return rc;
+}
+
+static int dar_apply(void *self, int w, st_sync_grads_t *g)
+{
+	dar_t *s = self;
+	const st_sync_env_t *env = &s->env;
+	s->g[w] = g;
+	pthread_barrier_wait(&s->bar);                          /* A */
+	const uint64_t t = *s->dense.t + 1;
+	/* This rank's sums, as the single-process allreduce makes them: dense
+	 * by tensor owner into worker 0's buffer, rows into their first
+	 * toucher's, in worker order. */
+	st_sync_reduce_dense(env, s->g, s->owner, w, NULL, 0);
+	s->nfirst[w] = 0;
+	struct collect c = { s, w };
+	int rc = st_sync_sum_rows(env, s->g, w, collect, &c);
+	if (rc < 0)
+		__atomic_store_n(&s->err, rc, __ATOMIC_RELAXED);
+	pthread_barrier_wait(&s->bar);                          /* B */
+	float *acc = s->g[0]->dense;
+	if (w == 0 && !__atomic_load_n(&s->err, __ATOMIC_RELAXED)) {
+		rc = exchange(s, acc, t);
+		if (rc < 0)
+			__atomic_store_n(&s->err, rc, __ATOMIC_RELAXED);
+	}
+	pthread_barrier_wait(&s->bar);                          /* C */
+	rc = __atomic_load_n(&s->err, __ATOMIC_RELAXED);
+	if (rc >= 0) {
+		/* The same optimizer step on every rank's replica. */
+		for (int i = 0; i < st_model_ntensors(env->model); i++)
+			if (s->owner[i] == w)
+				st_sync_dense_update_tensor(env, env->params, s->dense.state, acc, i, t);
+		if (g->n_examples) {
+			st_sync_stat_add(&s->st.updates, 1);
+			st_sync_stat_add(&s->st.staleness[0], 1);
+		}
+	}
+	pthread_barrier_wait(&s->bar);                          /* D */
+	if (w == 0 && rc >= 0) {
+		*s->dense.t = t;
+		s->step++;
+		st_sync_stat_add(&s->st.steps, 1);
+	}
+	return rc;
+}
+
+static void dar_end_batch(void *self, int w)
+{
+}
+
+static void dar_report(void *self, st_sync_stats_t *out)
+{
+	st_sync_stats_read(&((dar_t *)self)->st, out);
+}
+
+const st_sync_ops_t st_sync_dist_allreduce_ops = {
+	.name = "allreduce",
+	.schedule = ST_SYNC_LOCKSTEP,
+	.create = dar_create,
+	.destroy = dar_destroy,
+	.begin_batch = dar_begin_batch,
+	.begin_step = dar_begin_step,
+	.apply = dar_apply,
+	.end_batch = dar_end_batch,
+	.report = dar_report,
+};
+
+const st_sync_ops_t st_sync_dist_hybrid_ops = {
+	.name = "hybrid",
+	.schedule = ST_SYNC_LOCKSTEP,
+	.create = dar_create,   /* the pulls' staleness bound is the trainer's */
+	.destroy = dar_destroy,
+	.begin_batch = dar_begin_batch,
+	.begin_step = dar_begin_step,
+	.apply = dar_apply,
+	.end_batch = dar_end_batch,
+	.report = dar_report,
+};
+
+/* ---- async: dense parameters on rank 0 ------------------------------------------ */
+
+typedef struct {
+	st_sync_env_t env;
+	int N;
+	float **params;                /* [N] each worker's copy */
+	uint64_t *version;             /* [N] rank 0's update count at the copy */
+	pthread_mutex_t push_mu;
+	st_sync_stats_t st;
+} das_t;
+
+static void das_destroy(void *self)
+{
+	das_t *s = self;
+	if (!s)
+		return;
+	for (int w = 0; s->params && w < s->N; w++)
+		free(s->params[w]);
+	free(s->params);
+	free(s->version);
+	pthread_mutex_destroy(&s->push_mu);
+	free(s);
+}
+
+static int das_create(void **self, const st_sync_env_t *env)
+{
+	if (!env->dist)
+		return ST_EINVAL;
+	das_t *s = calloc(1, sizeof *s);
+	if (!s)
+		return ST_ENOMEM;
+	s->env = *env;
+	s->N = env->n_workers;
+	pthread_mutex_init(&s->push_mu, NULL);
+	s->params = calloc((size_t)s->N, sizeof(float *));
+	s->version = calloc((size_t)s->N, sizeof(uint64_t));
+	if (!s->params || !s->version) {
+		das_destroy(s);
+		return ST_ENOMEM;
+	}
+	for (int w = 0; w < s->N; w++) {
+		s->params[w] = malloc(sizeof(float) * (env->nparams ? env->nparams : 1));
+		if (!s->params[w]) {
+			das_destroy(s);
+			return ST_ENOMEM;
+		}
+		memcpy(s->params[w], env->params, sizeof(float) * env->nparams);
+	}
+	*self = s;
+	return ST_OK;
+}
+
+static const float *das_begin_step(void *self, int w, uint64_t step)
+{
+	das_t *s = self;
+	if (step == 0) {
+		/* The first step of the policy: rank 0's current parameters. */
+		uint64_t v;
+		if (st_dist_dense(s->env.dist, w, NULL, s->params[w], &v) >= 0)
+			s->version[w] = v;
+	}
+	return s->params[w];
+}
+
+static int das_apply(void *self, int w, st_sync_grads_t *g)
+{
+	das_t *s = self;
+	const st_sync_env_t *env = &s->env;
+	if (!g->n_examples)
+		return ST_OK;
+	uint64_t v0 = s->version[w], v;
+	int rc = st_dist_dense(env->dist, w, g->dense, s->params[w], &v);
+	if (rc < 0)
+		return rc;
+	s->version[w] = v;
+	uint64_t stale = v > v0 + 1 ? v - v0 - 1 : 0;
+	st_sync_stat_add(&s->st.staleness[st_sync_hist_bucket(stale)], 1);
+	st_sync_stat_add(&s->st.updates, 1);
+	st_sync_stat_add(&s->st.steps, 1);
+	/* Rows: this worker's gradients to their owners, applied on arrival.
+	 * The rows of a batch are private copies, so keys are listed once per
+	 * worker; gstride-spaced gradients by unique index. */
+	uint64_t *keys = malloc(sizeof(uint64_t) * (g->n_rows ? g->n_rows : 1));
+	uint8_t *tab = malloc(g->n_rows ? g->n_rows : 1);
+	float *grad = malloc(sizeof(float) * (size_t)g->gstride * (g->n_rows ? g->n_rows : 1));
+	if (!keys || !tab || !grad) {
+		free(keys);
+		free(tab);
+		free(grad);
+		return ST_ENOMEM;
+	}
+	uint32_t k = 0;
+	uint64_t bytes = sizeof(float) * (uint64_t)env->nparams * 2;
+	for (uint32_t i = 0; i < g->n_rows; i++) {
+		uint32_t u = g->uidx[i];
+		if (!g->rows[u])
+			continue;
+		keys[k] = g->keys[u];
+		tab[k] = g->utable[u];
+		memcpy(grad + (size_t)k * g->gstride, g->grad + (size_t)u * g->gstride,
+		       sizeof(float) * g->row_dim[u]);
+		bytes += 8 + sizeof(float) * (uint64_t)g->row_dim[u];
+		k++;
+	}
+	pthread_mutex_lock(&s->push_mu);
+	rc = st_dist_push(env->dist, 0, 0, v, keys, tab, grad, (size_t)g->gstride, k);
+	pthread_mutex_unlock(&s->push_mu);
+	free(keys);
+	free(tab);
+	free(grad);
+	st_sync_stat_add(&s->st.bytes, bytes);
+	return rc;
+}
+
+static int das_begin_batch(void *self, uint32_t n_uniq)
+{
+	return ST_OK;
+}
+
+static void das_end_batch(void *self, int w)
+{
+}
+
+static void das_report(void *self, st_sync_stats_t *out)
+{
+	st_sync_stats_read(&((das_t *)self)->st, out);
+}
+
+const st_sync_ops_t st_sync_dist_async_ops = {
+	.name = "async",
+	.schedule = ST_SYNC_FREE,
+	.create = das_create,
+	.destroy = das_destroy,
+	.begin_batch = das_begin_batch,
+	.begin_step = das_begin_step,
+	.apply = das_apply,
+	.end_batch = das_end_batch,
+	.report = das_report,
+};
+
+const st_sync_ops_t *st_sync_find_dist(const char *name)
+{
+	static const st_sync_ops_t *const ops[] = {
+		&st_sync_dist_allreduce_ops, &st_sync_dist_hybrid_ops, &st_sync_dist_async_ops,
+	};
+	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+		if (!strcmp(ops[i]->name, name))
+			return ops[i];
+	return NULL;
+}

@@ -1,0 +1,76 @@
+/*
+ * dist_glue.c — the trainer in a multi-process job (docs/distributed.md):
+ * attaching the sharded store (ops/dist) and the multi-process twin of the
+ * job's policy, the end of training, and the model digest used to compare
+ * runs.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "ops/dist/dist.h"
+#include "ops/train/trainer_internal.h"
+#include "runtime/err.h"
+
+int st_trainer_attach_dist(st_trainer_t *tr, st_net_t *net, const st_job_t *job)
+{
+	const st_sync_cfg_t *scfg = &job->sync;
+	const char *name = scfg->name ? scfg->name : "async";
+	if (!st_sync_find_dist(name)) {
+		st_error("sync policy '%s' does not run across processes yet (allreduce, hybrid "
+			 "and async do)", name);
+		return ST_EJOB;
+	}
+	if (tr->n_tables > ST_DIST_MAX_TABLES)
+		return ST_EJOB;
+	st_dist_cfg_t c = {
+		.net = net, .owners = job->dist_owners, .compress = job->dist_compress,
+		.n_tables = tr->n_tables, .env = &tr->env, .dense_state = tr->dstate,
+		.dense_t = &tr->dt,
+	};
+	for (int k = 0; k < tr->n_tables; k++) {
+		c.tables[k] = tr->tables[k];
+		c.dim[k] = (uint32_t)tr->tdim[k];
+	}
+	int rc = st_dist_create(&tr->dist, &c);
+	if (rc < 0)
+		return rc;
+	tr->env.dist = tr->dist;
+	rc = st_trainer_set_policy(tr, scfg);
+	if (rc < 0) {
+		st_dist_destroy(tr->dist);
+		tr->dist = NULL;
+		tr->env.dist = NULL;
+	}
+	return rc;
+}
+
+int st_trainer_dist_finish(st_trainer_t *tr, int *lost)
+{
+	int rc = st_dist_finish(tr->dist, lost);
+	/* Asynchronous policies keep the dense parameters on rank 0 (the
+	 * workers trained on copies): the final ones, for eval and digests. */
+	if (rc >= 0 && !tr->dist_lockstep && st_dist_rank(tr->dist) != 0) {
+		uint64_t v;
+		rc = st_dist_dense(tr->dist, 0, NULL, tr->env.params, &v);
+	}
+	return rc;
+}
+
+int st_trainer_dist_leave(st_trainer_t *tr, int *lost)
+{
+	return st_dist_finish(tr->dist, lost);
+}
+
+uint64_t st_trainer_digest(st_trainer_t *tr, int with_dense, uint64_t *rows)
+{
+	uint64_t h = st_dist_rows_digest(tr->tables, tr->n_tables, rows);
+	if (with_dense)
+		h ^= XXH3_64bits(tr->env.params, sizeof(float) * tr->env.nparams);
+	return h;
+}
+
+void st_trainer_dist_stats(const st_trainer_t *tr, st_dist_stats_t *out)
+{
+	st_dist_stats(tr->dist, out);
+}

@@ -1,0 +1,609 @@
+/*
+ * boot.c — the rendezvous that forms a job, and the failure monitor that
+ * watches it afterwards, both over plain TCP connections to rank 0.
+ *
+ * Rendezvous: rank 0 listens on the coordinator port; every other rank
+ * connects (retrying until timeout_s: rank 0 may start last) and sends a
+ * hello: magic, version, rank, world size, job token, UCX worker address.
+ * Rank 0 refuses, with a reason sent back and logged on both sides, a
+ * connection with a bad hello, the wrong token, another world size, or a
+ * rank already present; a refused connection does not disturb the job,
+ * which keeps waiting for the real rank. A rank that disconnects before the
+ * job forms may connect again. When every rank is in, rank 0 sends each the
+ * address table.
+ *
+ * Monitor: the connections stay open. One thread per process ("st-net-mon")
+ * polls them. A process that exits, even by SIGKILL, has its socket closed
+ * by the kernel, so rank 0 reads EOF at once; a goodbye record sent by
+ * st_net_close first tells a clean leave from a death. Rank 0 forwards
+ * either to every other rank as a record (LEFT k or DEAD k); the others
+ * read rank 0's own death as EOF on their one connection. TCP keepalive
+ * (about 20 s) covers a host that vanishes without closing anything.
+ *
+ * Records are 8 bytes, sent whole by one send() each; only the monitor
+ * thread reads the sockets, and st__net_monitor_stop writes the goodbye
+ * after that thread has ended, so each socket has one user at a time.
+ */
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "runtime/err.h"
+#include "runtime/net/net_internal.h"
+
+#define HELLO_MAGIC 0x48425453u   /* "STBH" */
+#define REPLY_MAGIC 0x52425453u   /* "STBR" */
+#define BOOT_VERSION 1u
+#define MAX_ADDR (1u << 16)
+#define HELLO_WAIT_S 10.0         /* a connection must say hello within this */
+
+typedef struct hello {
+	uint32_t magic, version, rank, size, token_len, addr_len;
+} hello_t;
+
+typedef struct reply {
+	uint32_t magic, status, len;   /* status: 0 table follows, 1 refused (reason follows) */
+} reply_t;
+
+enum { REC_BYE = 1, REC_LEFT, REC_DEAD };
+typedef struct rec {
+	uint32_t type;
+	int32_t rank;
+} rec_t;
+
+/* ---- sockets ---------------------------------------------------------------------- */
+
+/* Waits until fd is ready for events or the deadline passes: 1, 0, -1. */
+static int wait_fd(int fd, short events, double deadline)
+{
+	for (;;) {
+		double left = deadline - st__net_now();
+		if (left <= 0)
+			return 0;
+		struct pollfd p = { .fd = fd, .events = events };
+		int n = poll(&p, 1, (int)(left * 1000) + 1);
+		if (n > 0)
+			return 1;
+		if (n < 0 && errno != EINTR)
+			return -1;
+	}
+}
+
+/* Reads exactly n bytes: 1 done, 0 EOF or deadline, -1 error. */
+static int read_full(int fd, void *buf, size_t n, double deadline)
+{
+	char *p = buf;
+	while (n) {
+		int w = wait_fd(fd, POLLIN, deadline);
+		if (w <= 0)
+			return w;
+		ssize_t got = recv(fd, p, n, MSG_DONTWAIT);
+		if (got == 0)
+			return 0;
+		if (got < 0) {
+			if (errno == EINTR || errno == EAGAIN)
+				continue;
+			return -1;
+		}
+		p += got;
+		n -= (size_t)got;
+	}
+	return 1;
+}
+
+static int write_full(int fd, const void *buf, size_t n, double deadline)
+{
+	const char *p = buf;
+	while (n) {
+		ssize_t put = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (put < 0 && (errno == EAGAIN || errno == EINTR)) {
+			if (wait_fd(fd, POLLOUT, deadline) <= 0)
+				return -1;
+			continue;
+		}
+		if (put <= 0)
+			return -1;
+		p += put;
+		n -= (size_t)put;
+	}
+	return 0;
+}
+
+static void tune(int fd)
+{
+	int one = 1, idle = 10, intvl = 2, cnt = 5;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+	setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+}
+
+static void peer_name(int fd, char *out, size_t n)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof ss;
+	char host[INET6_ADDRSTRLEN] = "?", port[16] = "?";
+	if (getpeername(fd, (struct sockaddr *)&ss, &sl) == 0)
+		getnameinfo((struct sockaddr *)&ss, sl, host, sizeof host, port, sizeof port,
+			    NI_NUMERICHOST | NI_NUMERICSERV);
+	snprintf(out, n, "%s:%s", host, port);
+}
+
+/* Listens on the coordinator's port: on the coordinator address itself when
+ * it is a loopback one (a one-machine job stays private), else on every
+ * interface of its family. */
+static int listen_on(const char *host, int port)
+{
+	char ps[16];
+	snprintf(ps, sizeof ps, "%d", port);
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res;
+	int e = getaddrinfo(host, ps, &hints, &res);
+	if (e) {
+		st_error("net: cannot resolve the coordinator host '%s': %s", host, gai_strerror(e));
+		return -1;
+	}
+	int fd = -1, err = 0;
+	for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
+		struct sockaddr_storage ss;
+		memcpy(&ss, a->ai_addr, a->ai_addrlen);
+		int loop = a->ai_family == AF_INET
+			? (ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24) == 127
+			: a->ai_family == AF_INET6 &&
+			  IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)&ss)->sin6_addr);
+		if (!loop && a->ai_family == AF_INET)
+			((struct sockaddr_in *)&ss)->sin_addr.s_addr = htonl(INADDR_ANY);
+		else if (!loop && a->ai_family == AF_INET6)
+			((struct sockaddr_in6 *)&ss)->sin6_addr = in6addr_any;
+		fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		int one = 1;
+		if (fd >= 0 && (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
+				bind(fd, (struct sockaddr *)&ss, a->ai_addrlen) < 0 ||
+				listen(fd, 128) < 0)) {
+			err = errno;
+			close(fd);
+			fd = -1;
+		}
+	}
+	freeaddrinfo(res);
+	if (fd < 0)
+		st_error("net: rank 0 cannot listen on port %d of %s: %s (is another job using "
+			 "it? choose another port in STRATA_COORDINATOR)", port, host, strerror(err));
+	return fd;
+}
+
+/* One attempt to connect; -1 with *err set when it did not work. */
+static int connect_once(const char *host, int port, char *err, size_t errlen)
+{
+	char ps[16];
+	snprintf(ps, sizeof ps, "%d", port);
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res;
+	int e = getaddrinfo(host, ps, &hints, &res);
+	if (e) {
+		snprintf(err, errlen, "cannot resolve '%.100s': %s", host, gai_strerror(e));
+		return -1;
+	}
+	int fd = -1;
+	for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
+		fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) < 0) {
+			snprintf(err, errlen, "%s", strerror(errno));
+			close(fd);
+			fd = -1;
+		}
+	}
+	freeaddrinfo(res);
+	return fd;
+}
+
+/* ---- rank 0 ------------------------------------------------------------------------ */
+
+/* Tells a connected process why it is turned away, and closes it. */
+static void send_refusal(int fd, const char *why)
+{
+	reply_t r = { REPLY_MAGIC, 1, (uint32_t)strlen(why) };
+	double dl = st__net_now() + 1;
+	if (write_full(fd, &r, sizeof r, dl) == 0)
+		write_full(fd, why, r.len, dl);
+	close(fd);
+}
+
+static void refuse(int fd, const char *who, const char *why)
+{
+	st_warn("net: refused a connection from %s: %s", who, why);
+	send_refusal(fd, why);
+}
+
+/* Reads and checks one hello. Returns the rank, or -1 (fd closed). */
+static int take_hello(st_net_t *net, int fd, int *fds, void **addrs, size_t *lens, double deadline)
+{
+	char who[80], why[160];
+	peer_name(fd, who, sizeof who);
+	hello_t h;
+	double dl = st__net_now() + HELLO_WAIT_S;
+	dl = dl < deadline ? dl : deadline;
+	if (read_full(fd, &h, sizeof h, dl) <= 0) {
+		st_warn("net: dropped a connection from %s: no hello within %.0f s", who,
+			HELLO_WAIT_S);
+		close(fd);
+		return -1;
+	}
+	if (h.magic != HELLO_MAGIC || h.version != BOOT_VERSION || h.token_len > 127 ||
+	    h.addr_len == 0 || h.addr_len > MAX_ADDR) {
+		refuse(fd, who, "not a strata process of this version (bad hello)");
+		return -1;
+	}
+	char tok[128];
+	void *addr = malloc(h.addr_len);
+	if (!addr || read_full(fd, tok, h.token_len, dl) <= 0 ||
+	    read_full(fd, addr, h.addr_len, dl) <= 0) {
+		free(addr);
+		refuse(fd, who, addr ? "the hello was cut short" : "out of memory");
+		return -1;
+	}
+	const char *mine = net->cfg.token;
+	int r = (int)h.rank;
+	if (h.token_len != strlen(mine) || memcmp(tok, mine, h.token_len))
+		snprintf(why, sizeof why, "wrong job token");
+	else if ((int)h.size != net->size)
+		snprintf(why, sizeof why, "it expects a world size of %u, this job has %d", h.size,
+			 net->size);
+	else if (r <= 0 || r >= net->size)
+		snprintf(why, sizeof why, "rank %d is not in 1..%d", r, net->size - 1);
+	else if (fds[r] >= 0)
+		snprintf(why, sizeof why, "rank %d is already connected", r);
+	else
+		why[0] = 0;
+	if (why[0]) {
+		free(addr);
+		refuse(fd, who, why);
+		return -1;
+	}
+	fds[r] = fd;
+	addrs[r] = addr;
+	lens[r] = h.addr_len;
+	st_debug("net: rank %d connected from %s", r, who);
+	return r;
+}
+
+/* Drops rank r's connection before the job formed (it closed or misbehaved). */
+static void forget(int *fds, void **addrs, int r)
+{
+	st_warn("net: rank %d disconnected before the job formed; waiting for it again", r);
+	close(fds[r]);
+	fds[r] = -1;
+	free(addrs[r]);
+	addrs[r] = NULL;
+}
+
+static int gather(st_net_t *net, int lfd, int *fds, void **addrs, size_t *lens, double deadline)
+{
+	int n = net->size;
+	struct pollfd *p = st_xcalloc((size_t)n, sizeof *p);
+	int joined = 1, rc = ST_OK;
+	while (joined < n) {
+		p[0] = (struct pollfd){ .fd = lfd, .events = POLLIN };
+		for (int r = 1; r < n; r++)
+			p[r] = (struct pollfd){ .fd = fds[r], .events = POLLIN };
+		double left = deadline - st__net_now();
+		int k = left > 0 ? poll(p, (nfds_t)n, (int)(left * 1000) + 1) : 0;
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0) {
+			rc = ST_EPEER;
+			break;
+		}
+		for (int r = 1; r < n; r++)
+			if (p[r].revents) {   /* nothing is due from it before the table */
+				forget(fds, addrs, r);
+				joined--;
+			}
+		if (p[0].revents & POLLIN) {
+			int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+			if (fd >= 0 && take_hello(net, fd, fds, addrs, lens, deadline) > 0)
+				joined++;
+		}
+	}
+	free(p);
+	if (rc == ST_EPEER) {
+		char missing[200] = "", *m = missing;
+		for (int r = 1; r < n && m < missing + sizeof missing - 12; r++)
+			if (fds[r] < 0)
+				m += sprintf(m, "%s%d", m == missing ? "" : ", ", r);
+		st_error("net: the job did not form: rank(s) %s did not connect to %s within %.0f s",
+			 missing, net->cfg.coordinator, net->cfg.timeout_s);
+		for (int r = 1; r < n; r++)
+			if (fds[r] >= 0) {
+				send_refusal(fds[r], "the job did not form in time");
+				fds[r] = -1;
+			}
+	}
+	return rc;
+}
+
+static int serve_table(st_net_t *net, int *fds, void **addrs, size_t *lens, double deadline)
+{
+	size_t total = 0;
+	for (int r = 0; r < net->size; r++)
+		total += 4 + lens[r];
+	if (total > UINT32_MAX)
+		return ST_EINVAL;
+	uint8_t *t = malloc(total), *p = t;
+	if (!t)
+		return ST_ENOMEM;
+	for (int r = 0; r < net->size; r++) {
+		uint32_t l = (uint32_t)lens[r];
+		memcpy(p, &l, 4);
+		memcpy(p + 4, addrs[r], l);
+		p += 4 + l;
+	}
+	reply_t rep = { REPLY_MAGIC, 0, (uint32_t)total };
+	int rc = ST_OK;
+	for (int r = 1; r < net->size; r++)
+		if (write_full(fds[r], &rep, sizeof rep, deadline) < 0 ||
+		    write_full(fds[r], t, total, deadline) < 0) {
+			st_error("net: could not send the address table to rank %d: %s", r,
+				 strerror(errno));
+			rc = ST_EPEER;
+		}
+	free(t);
+	return rc;
+}
+
+static int boot_root(st_net_t *net, const char *host, int port, void **addrs, size_t *lens)
+{
+	int lfd = listen_on(host, port);
+	if (lfd < 0)
+		return ST_EIO;
+	int *fds = net->socks;
+	double deadline = st__net_now() + net->cfg.timeout_s;
+	int rc = gather(net, lfd, fds, addrs, lens, deadline);
+	close(lfd);
+	if (rc == ST_OK)
+		rc = serve_table(net, fds, addrs, lens, deadline + net->cfg.timeout_s);
+	return rc;
+}
+
+/* ---- other ranks -------------------------------------------------------------------- */
+
+static int parse_table(st_net_t *net, const uint8_t *t, size_t len, void **addrs, size_t *lens)
+{
+	size_t off = 0;
+	for (int r = 0; r < net->size; r++) {
+		uint32_t l;
+		if (off + 4 > len)
+			return -1;
+		memcpy(&l, t + off, 4);
+		if (l == 0 || l > MAX_ADDR || off + 4 + l > len)
+			return -1;
+		addrs[r] = st_xmalloc(l);
+		memcpy(addrs[r], t + off + 4, l);
+		lens[r] = l;
+		off += 4 + l;
+	}
+	return off == len ? 0 : -1;
+}
+
+static int boot_rank(st_net_t *net, const char *host, int port, const void *addr, size_t addr_len,
+		     void **addrs, size_t *lens)
+{
+	const char *coord = net->cfg.coordinator;
+	double deadline = st__net_now() + net->cfg.timeout_s;
+	char err[160] = "not tried";
+	int fd;
+	while ((fd = connect_once(host, port, err, sizeof err)) < 0 && st__net_now() < deadline) {
+		struct timespec ts = { 0, 100 * 1000 * 1000 };   /* rank 0 may not be up yet */
+		nanosleep(&ts, NULL);
+	}
+	if (fd < 0) {
+		st_error("net: rank %d could not reach the coordinator %s within %.0f s: %s",
+			 net->rank, coord, net->cfg.timeout_s, err);
+		return ST_EPEER;
+	}
+	net->socks[0] = fd;
+	size_t tl = strlen(net->cfg.token);
+	hello_t h = { HELLO_MAGIC, BOOT_VERSION, (uint32_t)net->rank, (uint32_t)net->size,
+		      (uint32_t)tl, (uint32_t)addr_len };
+	reply_t rep;
+	/* Rank 0 answers when the last rank is in, up to its own timeout. */
+	double wait = st__net_now() + 2 * net->cfg.timeout_s + HELLO_WAIT_S;
+	if (write_full(fd, &h, sizeof h, deadline) < 0 || write_full(fd, net->cfg.token, tl, deadline) < 0 ||
+	    write_full(fd, addr, addr_len, deadline) < 0 ||
+	    read_full(fd, &rep, sizeof rep, wait) <= 0 || rep.magic != REPLY_MAGIC ||
+	    rep.len > (uint32_t)ST_NET_MAX_RANKS * (MAX_ADDR + 4)) {
+		st_error("net: the coordinator %s closed the connection before the job formed "
+			 "(is it a strata job of this version? did a rank fail to start?)", coord);
+		return ST_EPEER;
+	}
+	uint8_t *body = malloc((size_t)rep.len + 1);
+	if (!body)
+		return ST_ENOMEM;
+	int rc = ST_OK;
+	if (read_full(fd, body, rep.len, wait) <= 0) {
+		st_error("net: the coordinator %s closed the connection while sending the table",
+			 coord);
+		rc = ST_EPEER;
+	} else if (rep.status != 0) {
+		body[rep.len] = 0;
+		st_error("net: the coordinator %s refused rank %d: %s%s", coord, net->rank,
+			 (char *)body, strstr((char *)body, "token")
+			 ? " (STRATA_TOKEN must be the same for every process of the job)" : "");
+		rc = ST_EPEER;
+	} else if (parse_table(net, body, rep.len, addrs, lens) < 0) {
+		st_error("net: the coordinator %s sent a malformed address table", coord);
+		rc = ST_EPEER;
+	}
+	free(body);
+	return rc;
+}
+
+int st__net_boot(st_net_t *net, const void *addr, size_t addr_len, void ***addrs_out,
+		 size_t **lens_out)
+{
+	int n = net->size;
+	void **addrs = st_xcalloc((size_t)n, sizeof *addrs);
+	size_t *lens = st_xcalloc((size_t)n, sizeof *lens);
+	net->socks = st_xmalloc(sizeof(int) * (size_t)n);
+	for (int r = 0; r < n; r++)
+		net->socks[r] = -1;
+	char host[256];
+	int port = 0, rc;
+	if (st__net_split_hostport(net->cfg.coordinator, host, sizeof host, &port) < 0) {
+		st_error("net: coordinator '%s': expected host:port", net->cfg.coordinator);
+		rc = ST_EINVAL;
+	} else if (net->rank == 0) {
+		addrs[0] = st_xmalloc(addr_len);
+		memcpy(addrs[0], addr, addr_len);
+		lens[0] = addr_len;
+		rc = boot_root(net, host, port, addrs, lens);
+	} else {
+		rc = boot_rank(net, host, port, addr, addr_len, addrs, lens);
+	}
+	if (rc < 0) {
+		for (int r = 0; r < n; r++)
+			free(addrs[r]);
+		free(addrs);
+		free(lens);
+		return rc;
+	}
+	for (int r = 0; r < n; r++)
+		if (net->socks[r] >= 0)
+			tune(net->socks[r]);
+	*addrs_out = addrs;
+	*lens_out = lens;
+	return ST_OK;
+}
+
+/* ---- the failure monitor ---------------------------------------------------------------- */
+
+static void send_rec(int fd, uint32_t type, int rank)
+{
+	rec_t r = { type, rank };
+	if (fd >= 0)
+		write_full(fd, &r, sizeof r, st__net_now() + 1);
+}
+
+/* Rank 0: rank r's connection has something: a goodbye, or EOF. */
+static void root_event(st_net_t *net, int r, int *bye)
+{
+	rec_t rec;
+	ssize_t got = recv(net->socks[r], &rec, sizeof rec, MSG_WAITALL);
+	if (got == (ssize_t)sizeof rec && rec.type == REC_BYE && !bye[r]) {
+		bye[r] = 1;
+	} else if (got == (ssize_t)sizeof rec) {
+		return;   /* nothing else is expected; ignore it */
+	} else {
+		close(net->socks[r]);
+		net->socks[r] = -1;
+		if (bye[r])
+			return;   /* the EOF after a goodbye */
+	}
+	int how = bye[r] ? PEER_LEFT : PEER_DEAD;
+	for (int k = 1; k < net->size; k++)
+		if (k != r)
+			send_rec(net->socks[k], how == PEER_LEFT ? REC_LEFT : REC_DEAD, r);
+	st__net_peer_gone(net, r, how, "its connection to the coordinator closed without a "
+			  "goodbye");
+}
+
+static void *monitor_main(void *arg)
+{
+	st_net_t *net = arg;
+	pthread_setname_np(pthread_self(), "st-net-mon-0");
+	int n = net->size, bye0 = 0;
+	int *bye = st_xcalloc((size_t)n, sizeof *bye);
+	struct pollfd *p = st_xcalloc((size_t)n + 1, sizeof *p);
+	int *rank_of = st_xcalloc((size_t)n + 1, sizeof *rank_of);
+	for (;;) {
+		int np = 0;
+		p[np++] = (struct pollfd){ .fd = net->mon_wake[0], .events = POLLIN };
+		for (int r = 0; r < n; r++)
+			if (net->socks[r] >= 0) {
+				rank_of[np] = r;
+				p[np++] = (struct pollfd){ .fd = net->socks[r], .events = POLLIN };
+			}
+		if (poll(p, (nfds_t)np, -1) < 0)
+			continue;
+		if (p[0].revents)
+			break;
+		for (int i = 1; i < np; i++) {
+			if (!p[i].revents)
+				continue;
+			int r = rank_of[i];
+			if (net->rank == 0) {
+				root_event(net, r, bye);
+				continue;
+			}
+			rec_t rec;
+			ssize_t got = recv(p[i].fd, &rec, sizeof rec, MSG_WAITALL);
+			if (got == (ssize_t)sizeof rec && rec.rank >= 0 && rec.rank < n &&
+			    (rec.type == REC_LEFT || rec.type == REC_DEAD))
+				st__net_peer_gone(net, rec.rank, rec.type == REC_LEFT ? PEER_LEFT
+						  : PEER_DEAD, "the coordinator saw its connection "
+						  "close without a goodbye");
+			else if (got == (ssize_t)sizeof rec && rec.type == REC_BYE) {
+				bye0 = 1;
+				st__net_peer_gone(net, 0, PEER_LEFT, "");
+			} else if (got != (ssize_t)sizeof rec) {
+				/* Rank 0 is gone: nobody watches the others any more.
+				 * Its state is set first: the progress thread reads it
+				 * to judge UCX errors once the detector is down. */
+				st__net_peer_gone(net, 0, bye0 ? PEER_LEFT : PEER_DEAD,
+						  "its connection closed without a goodbye");
+				atomic_store(&net->detector_up, 0);
+				close(net->socks[0]);
+				net->socks[0] = -1;
+			}
+		}
+	}
+	free(rank_of);
+	free(p);
+	free(bye);
+	return NULL;
+}
+
+int st__net_monitor_start(st_net_t *net)
+{
+	if (pipe2(net->mon_wake, O_CLOEXEC) < 0)
+		return ST_EIO;
+	atomic_store(&net->detector_up, 1);
+	if (pthread_create(&net->mon_thread, NULL, monitor_main, net))
+		st_die("net: cannot start the monitor thread");
+	net->mon_started = 1;
+	return ST_OK;
+}
+
+void st__net_monitor_stop(st_net_t *net)
+{
+	if (net->mon_started) {
+		char c = 1;
+		while (write(net->mon_wake[1], &c, 1) < 0 && errno == EINTR)
+			;
+		pthread_join(net->mon_thread, NULL);
+		close(net->mon_wake[0]);
+		close(net->mon_wake[1]);
+		net->mon_started = 0;
+	}
+	st__net_boot_close(net);
+}
+
+void st__net_boot_close(st_net_t *net)
+{
+	if (!net->socks)
+		return;
+	for (int r = 0; r < net->size; r++)
+		if (net->socks[r] >= 0) {
+			send_rec(net->socks[r], REC_BYE, net->rank);
+			close(net->socks[r]);
+		}
+	free(net->socks);
+	net->socks = NULL;
+}

@@ -1,0 +1,279 @@
+/*
+ * coll.c — the collectives: barrier, allgather, allreduce of floats and
+ * broadcast, built on the point-to-point layer's reserved channel 0xff00.
+ *
+ * Every collective message starts with a header (operation, phase,
+ * sequence number). Each process numbers its collectives 1, 2, ... and,
+ * since every rank calls them in the same order, a message's number must
+ * be the receiver's current one: an older number is a leftover of a
+ * collective abandoned after a failure and is dropped; anything else means
+ * the ranks called different collectives, which is reported, not hung on.
+ *
+ * Failure: a collective needs every rank, so it fails with ST_EPEER (naming
+ * the rank in the log) as soon as any rank is known gone, and when a rank
+ * sends nothing for timeout_s.
+ *
+ * Determinism of allreduce_f32: a direct reduce-scatter then allgather.
+ * Rank c owns chunk c of the vector; it receives that chunk from every rank
+ * and adds the contributions in rank order, acc = x0, acc += x1, ... (each
+ * element its own sum: vectorizing the loop does not reorder it), then sends
+ * the result to everyone. Every element is summed once, in rank order, by
+ * one rank, so every rank gets the same bits, equal to a sequential sum.
+ *
+ * Threads: one thread per process at a time calls these (net.h).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/err.h"
+#include "runtime/net/net_internal.h"
+
+enum { OP_BARRIER = 1, OP_ALLGATHER, OP_ALLREDUCE, OP_BCAST };
+static const char *const op_name[] = { "?", "barrier", "allgather", "allreduce", "bcast" };
+
+typedef struct coll_hdr {
+	uint32_t op, phase;
+	uint64_t seq;
+} coll_hdr_t;
+
+/* One collective call in progress. */
+typedef struct coll {
+	st_net_t *net;
+	uint32_t op;
+	uint64_t seq;
+	int failed;            /* the failure is logged once */
+	int n_sends;
+	st__net_sreq_t *reqs;  /* size entries */
+	coll_hdr_t *hdrs;
+} coll_t;
+
+static void coll_begin(coll_t *c, st_net_t *net, uint32_t op)
+{
+	*c = (coll_t){ .net = net, .op = op, .seq = ++net->coll_seq };
+	c->reqs = st_xcalloc((size_t)net->size, sizeof *c->reqs);
+	c->hdrs = st_xcalloc((size_t)net->size, sizeof *c->hdrs);
+}
+
+static int coll_fail(coll_t *c, int rc, int rank, const char *what)
+{
+	int dead;
+	if (st_net_dead(c->net, &dead) > 0)   /* the cause, rather than a rank that left since */
+		rank = dead, what = "died";
+	if (!c->failed && rc != ST_ECANCELED)
+		st_error("net: %s #%llu on rank %d failed: rank %d %s", op_name[c->op],
+			 (unsigned long long)c->seq, c->net->rank, rank, what);
+	c->failed = 1;
+	return rc == ST_EAGAIN ? ST_EPEER : rc;
+}
+
+/* Waits for every send posted so far, then releases c. */
+static int coll_end(coll_t *c, int rc)
+{
+	int w = st__net_wait(c->net, c->reqs, c->n_sends);
+	if (w < 0 && rc == ST_OK)
+		rc = coll_fail(c, w, c->reqs[0].dst, "is gone (a send failed)");
+	free(c->reqs);
+	free(c->hdrs);
+	return rc;
+}
+
+static int coll_send(coll_t *c, int dst, uint32_t phase, const void *data, size_t len)
+{
+	int i = c->n_sends;
+	c->hdrs[i] = (coll_hdr_t){ c->op, phase, c->seq };
+	int rc = st__net_post(c->net, &c->reqs[i], dst, ST__NET_COLL_CHAN, &c->hdrs[i],
+			      sizeof c->hdrs[i], data, len);
+	if (rc < 0)
+		return coll_fail(c, rc, dst, "is gone");
+	c->n_sends++;
+	return ST_OK;
+}
+
+/* Receives this collective's message of `phase` from src: *msg (free it)
+ * holds the header, the payload follows it. */
+static int coll_recv(coll_t *c, int src, uint32_t phase, void **msg, size_t *len)
+{
+	st_net_t *net = c->net;
+	for (;;) {
+		int gone = src;
+		int rc = st__net_recv(net, src, ST__NET_COLL_CHAN, msg, len, NULL, net->cfg.timeout_s,
+				      1, &gone);
+		if (rc == ST_EAGAIN)
+			return coll_fail(c, rc, src, "sent nothing within timeout_s");
+		if (rc < 0)
+			return coll_fail(c, rc, gone, "is gone");
+		coll_hdr_t h = { 0 };
+		if (*len >= sizeof h)
+			memcpy(&h, *msg, sizeof h);
+		if (*len >= sizeof h && h.seq < c->seq) {   /* from an abandoned collective */
+			free(*msg);
+			continue;
+		}
+		if (*len >= sizeof h && h.seq == c->seq && h.op == c->op && h.phase == phase) {
+			*len -= sizeof h;
+			return ST_OK;
+		}
+		free(*msg);
+		*msg = NULL;
+		st_error("net: rank %d sent %s #%llu (phase %u) while rank %d is in %s #%llu: every "
+			 "rank must call the collectives in the same order", src,
+			 op_name[h.op < 5 ? h.op : 0], (unsigned long long)h.seq, h.phase, net->rank,
+			 op_name[c->op], (unsigned long long)c->seq);
+		c->failed = 1;
+		return ST_EPEER;
+	}
+}
+
+/* Receives exactly len payload bytes from src into out. */
+static int coll_recv_into(coll_t *c, int src, uint32_t phase, void *out, size_t len)
+{
+	void *msg;
+	size_t got;
+	int rc = coll_recv(c, src, phase, &msg, &got);
+	if (rc < 0)
+		return rc;
+	if (got != len) {
+		free(msg);
+		st_error("net: %s #%llu: rank %d contributed %zu bytes, rank %d %zu: every rank "
+			 "must pass the same size", op_name[c->op], (unsigned long long)c->seq, src,
+			 got, c->net->rank, len);
+		c->failed = 1;
+		return ST_EPEER;
+	}
+	if (len)
+		memcpy(out, (char *)msg + sizeof(coll_hdr_t), len);
+	free(msg);
+	return ST_OK;
+}
+
+int st_net_barrier(st_net_t *net)
+{
+	coll_t c;
+	coll_begin(&c, net, OP_BARRIER);
+	int rc = ST_OK, P = net->size, r = net->rank;
+	/* Dissemination: after round k every rank has heard, through a chain,
+	 * from the 2^(k+1) ranks before it. */
+	for (uint32_t k = 1, round = 0; rc == ST_OK && (int)k < P; k <<= 1, round++) {
+		rc = coll_send(&c, (int)((r + k) % (uint32_t)P), round, NULL, 0);
+		if (rc == ST_OK)
+			rc = coll_recv_into(&c, (int)((r + (uint32_t)P - k) % (uint32_t)P), round, NULL, 0);
+	}
+	return coll_end(&c, rc);
+}
+
+int st_net_allgather(st_net_t *net, const void *mine, size_t len, void *out)
+{
+	coll_t c;
+	coll_begin(&c, net, OP_ALLGATHER);
+	int rc = ST_OK, P = net->size, r = net->rank;
+	if (len)
+		memcpy((char *)out + (size_t)r * len, mine, len);
+	for (int s = 1; rc == ST_OK && s < P; s++)
+		rc = coll_send(&c, (r + s) % P, 0, mine, len);
+	for (int s = 0; rc == ST_OK && s < P; s++)
+		if (s != r)
+			rc = coll_recv_into(&c, s, 0, (char *)out + (size_t)s * len, len);
+	return coll_end(&c, rc);
+}
+
+static size_t chunk_lo(size_t n, int P, int c)
+{
+	size_t q = n / (size_t)P, rem = n % (size_t)P;
+	return q * (size_t)c + ((size_t)c < rem ? (size_t)c : rem);
+}
+
+static void add_f32(float *restrict acc, const float *restrict x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		acc[i] += x[i];
+}
+
+/* Rank r's chunk: the contributions of every rank added in rank order. */
+static int reduce_mine(coll_t *c, float *buf, size_t lo, size_t cnt)
+{
+	void *first = NULL;
+	float *acc = buf + lo;
+	int rc = ST_OK;
+	for (int s = 0; rc == ST_OK && s < c->net->size; s++) {
+		if (s == c->net->rank) {
+			if (s > 0)
+				add_f32(acc, buf + lo, cnt);
+			continue;
+		}
+		void *msg;
+		size_t len;
+		rc = coll_recv(c, s, 0, &msg, &len);
+		if (rc == ST_OK && len != cnt * sizeof(float)) {
+			free(msg);
+			st_error("net: allreduce #%llu: rank %d sent %zu floats where %zu were due: "
+				 "every rank must pass the same n", (unsigned long long)c->seq, s,
+				 len / sizeof(float), cnt);
+			c->failed = 1;
+			rc = ST_EPEER;
+		}
+		if (rc < 0)
+			break;
+		const float *x = (const float *)((char *)msg + sizeof(coll_hdr_t));
+		if (s == 0) {   /* x0 starts the sum; our own part is added in its turn */
+			first = msg;
+			acc = (float *)x;
+		} else {
+			add_f32(acc, x, cnt);
+			free(msg);
+		}
+	}
+	if (rc == ST_OK && acc != buf + lo)
+		memcpy(buf + lo, acc, cnt * sizeof(float));
+	free(first);
+	return rc;
+}
+
+int st_net_allreduce_f32(st_net_t *net, float *buf, size_t n)
+{
+	int P = net->size, r = net->rank, rc = ST_OK;
+	coll_t c;
+	coll_begin(&c, net, OP_ALLREDUCE);
+	const size_t lo = chunk_lo(n, P, r), cnt = chunk_lo(n, P, r + 1) - lo;
+	/* 1. reduce-scatter: chunk d goes to rank d. */
+	for (int s = 1; rc == ST_OK && s < P; s++) {
+		int d = (r + s) % P;
+		size_t dlo = chunk_lo(n, P, d), dcnt = chunk_lo(n, P, d + 1) - dlo;
+		if (dcnt)
+			rc = coll_send(&c, d, 0, buf + dlo, dcnt * sizeof(float));
+	}
+	if (rc == ST_OK && cnt && P > 1)
+		rc = reduce_mine(&c, buf, lo, cnt);
+	/* The other chunks are overwritten below: their sends must be done. */
+	int w = st__net_wait(net, c.reqs, c.n_sends);
+	if (w < 0 && rc == ST_OK)
+		rc = coll_fail(&c, w, c.reqs[0].dst, "is gone (a send failed)");
+	c.n_sends = 0;
+	/* 2. allgather of the reduced chunks. */
+	for (int s = 1; rc == ST_OK && cnt && s < P; s++)
+		rc = coll_send(&c, (r + s) % P, 1, buf + lo, cnt * sizeof(float));
+	for (int s = 0; rc == ST_OK && s < P; s++) {
+		size_t slo = chunk_lo(n, P, s), scnt = chunk_lo(n, P, s + 1) - slo;
+		if (s != r && scnt)
+			rc = coll_recv_into(&c, s, 1, buf + slo, scnt * sizeof(float));
+	}
+	return coll_end(&c, rc);
+}
+
+int st_net_bcast(st_net_t *net, int root, void *buf, size_t len)
+{
+	int P = net->size, vr = (net->rank - root + P) % P, rc = ST_OK;
+	coll_t c;
+	coll_begin(&c, net, OP_BCAST);
+	/* Binomial tree over ranks relative to root: receive from the parent
+	 * (vr minus its lowest set bit), then send to vr + 2^k below it. */
+	int mask = 1;
+	for (; mask < P; mask <<= 1)
+		if (vr & mask) {
+			rc = coll_recv_into(&c, (vr - mask + root) % P, 0, buf, len);
+			break;
+		}
+	for (mask >>= 1; rc == ST_OK && mask > 0; mask >>= 1)
+		if (vr + mask < P)
+			rc = coll_send(&c, (vr + mask + root) % P, 0, buf, len);
+	return coll_end(&c, rc);
+}

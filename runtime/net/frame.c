@@ -1,0 +1,57 @@
+/*
+ * frame.c — the frame every message carries (net_internal.h has the
+ * layout): filling one in for a send, checking one on receipt. One XXH3-64
+ * covers header and payload: the payload hash is seeded with the hash of
+ * the header fields before it. Pure functions, any thread.
+ */
+#include <stddef.h>
+#include <string.h>
+#define XXH_STATIC_LINKING_ONLY   /* XXH3_state_t on the stack */
+#include <xxhash.h>
+
+#include "runtime/net/net_internal.h"
+
+uint64_t st__net_frame_seed(const st__net_frame_t *f)
+{
+	return XXH3_64bits(f, offsetof(st__net_frame_t, hash));
+}
+
+const char *st__net_frame_check(const st__net_frame_t *f, int tag_src, uint32_t tag_chan,
+				int me, const void *payload, size_t len)
+{
+	if (f->magic != ST__NET_FRAME_MAGIC)
+		return "bad magic (not a strata frame)";
+	if (f->version != ST__NET_FRAME_VERSION)
+		return "unknown frame version";
+	if (f->src != (uint32_t)tag_src || f->chan != tag_chan)
+		return "frame header disagrees with its tag";
+	if (f->dst != (uint32_t)me)
+		return "frame addressed to another rank";
+	if (f->len != len)
+		return "payload length differs from the frame's (truncated)";
+	if (f->hash != XXH3_64bits_withSeed(payload, len, st__net_frame_seed(f)))
+		return "checksum mismatch";
+	return NULL;
+}
+
+void st__net_frame_fill(st__net_frame_t *f, int src, int dst, uint32_t chan, const void *a,
+			size_t alen, const void *b, size_t blen)
+{
+	memset(f, 0, sizeof *f);
+	f->magic = ST__NET_FRAME_MAGIC;
+	f->version = ST__NET_FRAME_VERSION;
+	f->chan = (uint16_t)chan;
+	f->src = (uint32_t)src;
+	f->dst = (uint32_t)dst;
+	f->len = alen + blen;
+	/* libxxhash 0.8.1's reset_withSeed skips deriving the secret when the
+	 * state's stale seed equals the new one, so a stack state left over
+	 * from the previous call (same seed, secret since overwritten) gave
+	 * wrong hashes. XXH3_INITSTATE clears the stale seed. */
+	XXH3_state_t st;
+	XXH3_INITSTATE(&st);
+	XXH3_64bits_reset_withSeed(&st, st__net_frame_seed(f));
+	XXH3_64bits_update(&st, a, alen);
+	XXH3_64bits_update(&st, b, blen);
+	f->hash = XXH3_64bits_digest(&st);
+}

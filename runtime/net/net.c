@@ -1,0 +1,576 @@
+/*
+ * net.c — the UCX side of the transport: opening and closing a job's
+ * connections, the progress thread, and sending and receiving frames.
+ *
+ * One UCX worker per process, serialized by our own lock (wmu; see
+ * net_internal.h for the lock order). Messages are UCX tagged messages
+ * (frame header + payload, sent as an iov so nothing is copied together);
+ * the tag carries channel, source and a magic. The tag API delivers the
+ * messages of one sender in the order sent, and the progress thread keeps
+ * that order: it probes every arriving message, appends it to its channel
+ * at once (before a large payload has arrived) and receives the payload
+ * into a malloc'd buffer, which the receiver takes over. So a sender never
+ * waits for its receiver's application thread, only for its progress
+ * thread, and no receive is ever posted by an application thread (no
+ * receive to cancel on a timeout).
+ *
+ * Locks: wmu, then mu (net_internal.h); UCX callbacks run under wmu.
+ *
+ * Threads: "st-net-io-0" runs ucp_worker_progress, probes, and sleeps in
+ * epoll on the worker's event fd and an eventfd that senders write when
+ * they leave a request in flight. Application threads post sends under
+ * wmu and wait for completion on sent_cv. The monitor thread (boot.c)
+ * calls st__net_peer_gone.
+ *
+ * Failure: endpoints use UCP_ERR_HANDLING_MODE_PEER. When a rank is known
+ * gone, its endpoint is closed with FORCE, which completes every request
+ * to it with an error, so no send waits for a dead rank. A UCX error on an
+ * endpoint makes later sends to that rank fail; the rank counts as dead
+ * only when the coordinator says so (or, once no coordinator is left, on
+ * the UCX error itself).
+ */
+#include <assert.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "runtime/err.h"
+#include "runtime/net/net_internal.h"
+
+#define CLOSE_WAIT_S 5.0   /* st_net_close waits at most this for its last messages */
+
+static int status_rc(ucs_status_t s)
+{
+	return s == UCS_OK ? ST_OK : s == UCS_ERR_NO_MEMORY ? ST_ENOMEM : ST_EPEER;
+}
+
+static void wake_progress(st_net_t *net)
+{
+	uint64_t one = 1;
+	while (write(net->wake_fd, &one, sizeof one) < 0 && errno == EINTR)
+		;
+}
+
+/* ---- receiving ----------------------------------------------------------------- */
+
+/* A received message's payload is in: check it, then deliver or drop it. */
+static void recv_finished(st__net_msg_t *m, ucs_status_t s)
+{
+	st_net_t *net = m->net;
+	const char *why = s != UCS_OK ? ucs_status_string(s)
+		: st__net_frame_check(&m->hdr, m->src, m->chan, net->rank, m->buf, m->len);
+	int src = m->src;
+	uint32_t chan = m->chan;
+	pthread_mutex_lock(&net->mu);
+	if (!why) {
+		m->ready = 1;
+		pthread_cond_broadcast(&net->chans[m->chan]->cv);
+	} else {
+		st__net_inbox_drop_locked(net, m);
+	}
+	pthread_mutex_unlock(&net->mu);
+	if (why && s == UCS_OK) {
+		atomic_fetch_add(&net->frames_dropped, 1);
+		st_warn("net: dropped a malformed message from rank %d on channel %u: %s", src,
+			chan, why);
+	} else if (why) {
+		st_debug("net: a message from rank %d was lost in transit: %s", src, why);
+	}
+}
+
+static void recv_cb(void *req, ucs_status_t s, const ucp_tag_recv_info_t *info, void *user)
+{
+	st__net_msg_t *m = user;
+	atomic_fetch_sub(&m->net->inflight, 1);
+	ucp_request_free(req);
+	recv_finished(m, s);
+}
+
+static void junk_cb(void *req, ucs_status_t s, const ucp_tag_recv_info_t *info, void *user)
+{
+	atomic_fetch_sub(&((st_net_t **)user)[0]->inflight, 1);
+	ucp_request_free(req);
+	free(user);
+}
+
+/* Receives and discards a message that is not a frame at all (or that we
+ * have no memory for): into a small buffer, the rest is truncated away. */
+static void discard_locked(st_net_t *net, ucp_tag_message_h msg, const char *why, int src,
+			   size_t len)
+{
+	atomic_fetch_add(&net->frames_dropped, 1);
+	st_warn("net: dropped a malformed message (%zu bytes, tagged as from rank %d): %s", len,
+		src, why);
+	st_net_t **junk = st_xmalloc(64);
+	junk[0] = net;
+	ucp_request_param_t p = { .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+				  UCP_OP_ATTR_FIELD_USER_DATA,
+				  .cb.recv = junk_cb, .user_data = junk };
+	ucs_status_ptr_t sp = ucp_tag_msg_recv_nbx(net->worker, junk + 1, 64 - sizeof *junk, msg, &p);
+	if (UCS_PTR_IS_PTR(sp) && sp)
+		atomic_fetch_add(&net->inflight, 1);
+	else
+		free(junk);
+}
+
+/* One probed message: queue it on its channel, receive its payload. */
+static void take_locked(st_net_t *net, ucp_tag_message_h msg, const ucp_tag_recv_info_t *info)
+{
+	uint64_t tag = info->sender_tag;
+	int src = (int)(uint16_t)(tag >> 32);
+	uint32_t chan = (uint32_t)(tag >> 48);
+	if ((uint32_t)tag != ST__NET_TAG_MAGIC || src >= net->size) {
+		discard_locked(net, msg, "not a strata tag", src, info->length);
+		return;
+	}
+	if (info->length < sizeof(st__net_frame_t)) {
+		discard_locked(net, msg, "shorter than a frame header (truncated)", src, info->length);
+		return;
+	}
+	st__net_msg_t *m = calloc(1, sizeof *m);
+	size_t len = info->length - sizeof(st__net_frame_t);
+	void *buf = m ? malloc(len ? len : 1) : NULL;
+	if (!buf) {
+		free(m);
+		st_error("net: out of memory for a %zu-byte message from rank %d", len, src);
+		discard_locked(net, msg, "out of memory", src, info->length);
+		return;
+	}
+	*m = (st__net_msg_t){ .src = src, .len = len, .buf = buf, .chan = chan, .net = net };
+	m->iov[0] = (ucp_dt_iov_t){ &m->hdr, sizeof m->hdr };
+	m->iov[1] = (ucp_dt_iov_t){ buf, len };
+	pthread_mutex_lock(&net->mu);
+	int rc = st__net_inbox_add_locked(net, m);
+	pthread_mutex_unlock(&net->mu);
+	if (rc < 0) {
+		discard_locked(net, msg, "out of memory", src, info->length);
+		return;
+	}
+	ucp_request_param_t p = { .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+				  UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE,
+				  .cb.recv = recv_cb, .user_data = m,
+				  .datatype = ucp_dt_make_iov() };
+	ucs_status_ptr_t sp = ucp_tag_msg_recv_nbx(net->worker, m->iov, len ? 2 : 1, msg, &p);
+	if (UCS_PTR_IS_PTR(sp) && sp)
+		atomic_fetch_add(&net->inflight, 1);
+	else
+		recv_finished(m, UCS_PTR_STATUS(sp));
+}
+
+static void close_ep_locked(st_net_t *net, int r);
+
+/* Progresses the worker until it has nothing more to do. Under wmu. */
+static void progress_locked(st_net_t *net)
+{
+	for (;;) {
+		unsigned n = ucp_worker_progress(net->worker);
+		ucp_tag_recv_info_t info;
+		ucp_tag_message_h msg;
+		while ((msg = ucp_tag_probe_nb(net->worker, 0, 0, 1, &info))) {
+			take_locked(net, msg, &info);
+			n++;
+		}
+		if (!n)
+			break;
+	}
+	if (!atomic_exchange(&net->eps_failed, 0))
+		return;
+	for (int r = 0; r < net->size; r++) {
+		if (!net->peers[r].ep_failed || !net->peers[r].ep)
+			continue;
+		close_ep_locked(net, r);
+		if (atomic_load(&net->detector_up))
+			continue;
+		/* Nobody is left to tell a death from a leave: after rank 0 left
+		 * cleanly the job is ending, so a lost connection is a leave. */
+		pthread_mutex_lock(&net->mu);
+		int how = net->peers[0].state == PEER_LEFT ? PEER_LEFT : PEER_DEAD;
+		pthread_mutex_unlock(&net->mu);
+		st__net_mark_gone(net, r, how, "UCX lost its connection, and the coordinator is gone");
+	}
+}
+
+static void *progress_main(void *arg)
+{
+	st_net_t *net = arg;
+	pthread_setname_np(pthread_self(), "st-net-io-0");
+	while (!atomic_load(&net->stop)) {
+		pthread_mutex_lock(&net->wmu);
+		progress_locked(net);
+		ucs_status_t s = ucp_worker_arm(net->worker);
+		pthread_mutex_unlock(&net->wmu);
+		if (s == UCS_ERR_BUSY)
+			continue;
+		struct epoll_event ev[2];
+		/* The timeout is only a safety net: UCX signals the worker's fd. */
+		int n = epoll_wait(net->epfd, ev, 2, 100);
+		for (int i = 0; i < n; i++)
+			if (ev[i].data.fd == net->wake_fd) {
+				uint64_t v;
+				if (read(net->wake_fd, &v, sizeof v) < 0)
+					continue;
+			}
+	}
+	return NULL;
+}
+
+/* ---- sending ------------------------------------------------------------------- */
+
+static void send_cb(void *req, ucs_status_t s, void *user)
+{
+	st__net_sreq_t *sr = user;
+	st_net_t *net = sr->net;
+	ucp_request_free(req);
+	atomic_fetch_sub(&net->inflight, 1);
+	pthread_mutex_lock(&net->mu);
+	sr->status = status_rc(s);
+	sr->done = 1;
+	pthread_cond_broadcast(&net->sent_cv);
+	pthread_mutex_unlock(&net->mu);
+}
+
+int st__net_post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan,
+		 const void *a, size_t alen, const void *b, size_t blen)
+{
+	assert(dst >= 0 && dst < net->size);
+	assert(chan < 65536);
+	memset(req, 0, sizeof *req);
+	req->dst = dst;
+	req->net = net;
+	st__net_frame_fill(&req->hdr, net->rank, dst, chan, a, alen, b, blen);
+	if (dst == net->rank) {   /* to oneself: straight into the inbox */
+		st__net_msg_t *m = calloc(1, sizeof *m);
+		size_t len = alen + blen;
+		void *buf = m ? malloc(len ? len : 1) : NULL;
+		if (!buf) {
+			free(m);
+			return ST_ENOMEM;
+		}
+		if (alen)
+			memcpy(buf, a, alen);
+		if (blen)
+			memcpy((char *)buf + alen, b, blen);
+		*m = (st__net_msg_t){ .src = dst, .ready = 1, .len = len, .buf = buf, .chan = chan,
+				      .net = net };
+		pthread_mutex_lock(&net->mu);
+		int rc = st__net_inbox_add_locked(net, m);
+		pthread_mutex_unlock(&net->mu);
+		req->done = 1;
+		return rc;
+	}
+	int n = 0;
+	req->iov[n++] = (ucp_dt_iov_t){ &req->hdr, sizeof req->hdr };
+	if (alen)
+		req->iov[n++] = (ucp_dt_iov_t){ (void *)a, alen };
+	if (blen)
+		req->iov[n++] = (ucp_dt_iov_t){ (void *)b, blen };
+	ucp_request_param_t p = { .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+				  UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE,
+				  .cb.send = send_cb, .user_data = req,
+				  .datatype = ucp_dt_make_iov() };
+	pthread_mutex_lock(&net->wmu);
+	st__net_peer_t *peer = &net->peers[dst];
+	pthread_mutex_lock(&net->mu);
+	int alive = peer->state == PEER_ALIVE;
+	pthread_mutex_unlock(&net->mu);
+	ucs_status_ptr_t sp = !alive || !peer->ep || peer->ep_failed
+		? UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET)
+		: ucp_tag_send_nbx(peer->ep, req->iov, (size_t)n, ST__NET_TAG(chan, net->rank), &p);
+	int pending = UCS_PTR_IS_PTR(sp) && sp;
+	int rc = pending ? ST_OK : status_rc(UCS_PTR_STATUS(sp));
+	if (pending)
+		atomic_fetch_add(&net->inflight, 1);
+	else
+		req->done = 1, req->status = rc;
+	pthread_mutex_unlock(&net->wmu);
+	if (pending)
+		wake_progress(net);
+	if (rc == ST_OK) {
+		atomic_fetch_add(&net->bytes_sent, sizeof req->hdr + alen + blen);
+		atomic_fetch_add(&net->msgs_sent, 1);
+	}
+	return rc;
+}
+
+int st__net_wait(st_net_t *net, st__net_sreq_t *reqs, int n)
+{
+	int rc = ST_OK;
+	pthread_mutex_lock(&net->mu);
+	for (int i = 0; i < n; i++) {
+		while (!reqs[i].done)
+			pthread_cond_wait(&net->sent_cv, &net->mu);
+		if (reqs[i].status < 0 && rc == ST_OK)
+			rc = reqs[i].status;
+	}
+	pthread_mutex_unlock(&net->mu);
+	return rc;
+}
+
+int st_net_send2(st_net_t *net, int dst, uint32_t chan, const void *a, size_t alen,
+		 const void *b, size_t blen)
+{
+	assert(chan < ST__NET_COLL_CHAN);
+	st__net_sreq_t req;
+	int rc = st__net_post(net, &req, dst, chan, a, alen, b, blen);
+	return rc < 0 ? rc : st__net_wait(net, &req, 1);
+}
+
+int st_net_send(st_net_t *net, int dst, uint32_t chan, const void *buf, size_t len)
+{
+	return st_net_send2(net, dst, chan, buf, len, NULL, 0);
+}
+
+int st__net_send_raw(st_net_t *net, int dst, uint32_t chan, const void *bytes, size_t len)
+{
+	assert(dst != net->rank);
+	pthread_mutex_lock(&net->wmu);
+	ucp_ep_h ep = net->peers[dst].ep;
+	ucs_status_ptr_t sp = ep ? ucp_tag_send_nbx(ep, bytes, len, ST__NET_TAG(chan, net->rank),
+						    &(ucp_request_param_t){ 0 })
+		: UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET);
+	pthread_mutex_unlock(&net->wmu);
+	if (!UCS_PTR_IS_PTR(sp) || !sp)
+		return status_rc(UCS_PTR_STATUS(sp));
+	/* A test's few bytes: wait for them here, progressing ourselves. */
+	ucs_status_t s;
+	do {
+		pthread_mutex_lock(&net->wmu);
+		progress_locked(net);
+		s = ucp_request_check_status(sp);
+		if (s != UCS_INPROGRESS)
+			ucp_request_free(sp);
+		pthread_mutex_unlock(&net->wmu);
+		sched_yield();
+	} while (s == UCS_INPROGRESS);
+	wake_progress(net);
+	return status_rc(s);
+}
+
+/* ---- endpoints and peers ------------------------------------------------------ */
+
+static void close_cb(void *req, ucs_status_t s, void *user)
+{
+	ucp_request_free(req);
+	atomic_fetch_sub(&((st_net_t *)user)->inflight, 1);
+}
+
+/* Closes rank r's endpoint without waiting for the peer: every request to
+ * it completes (with an error if unfinished). Under wmu. */
+static void close_ep_locked(st_net_t *net, int r)
+{
+	st__net_peer_t *p = &net->peers[r];
+	if (!p->ep)
+		return;
+	ucp_request_param_t prm = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS |
+				    UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+				    .flags = UCP_EP_CLOSE_FLAG_FORCE, .cb.send = close_cb,
+				    .user_data = net };
+	ucs_status_ptr_t sp = ucp_ep_close_nbx(p->ep, &prm);
+	if (UCS_PTR_IS_PTR(sp) && sp)
+		atomic_fetch_add(&net->inflight, 1);
+	p->ep = NULL;
+}
+
+static void ep_error(void *arg, ucp_ep_h ep, ucs_status_t s)
+{
+	st__net_peer_t *p = arg;
+	p->ep_failed = 1;
+	atomic_store(&p->net->eps_failed, 1);
+	st_debug("net: UCX reports the connection to rank %d failed: %s", p->rank,
+		 ucs_status_string(s));
+}
+
+void st__net_peer_gone(st_net_t *net, int r, int how, const char *why)
+{
+	/* First deliver whatever already arrived from it, so that a rank's
+	 * last messages before a clean leave are never lost to the news. */
+	pthread_mutex_lock(&net->wmu);
+	progress_locked(net);
+	pthread_mutex_unlock(&net->wmu);
+	wake_progress(net);   /* it may have armed before we took its events */
+	if (!st__net_mark_gone(net, r, how, why))
+		return;
+	pthread_mutex_lock(&net->wmu);
+	close_ep_locked(net, r);
+	pthread_mutex_unlock(&net->wmu);
+	wake_progress(net);
+}
+
+static int create_eps(st_net_t *net, void **addrs)
+{
+	for (int r = 0; r < net->size; r++) {
+		if (r == net->rank)
+			continue;
+		ucp_ep_params_t ep = {
+			.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+				      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+				      UCP_EP_PARAM_FIELD_ERR_HANDLER,
+			.address = addrs[r],
+			.err_mode = UCP_ERR_HANDLING_MODE_PEER,
+			.err_handler = { .cb = ep_error, .arg = &net->peers[r] },
+		};
+		pthread_mutex_lock(&net->wmu);
+		ucs_status_t s = ucp_ep_create(net->worker, &ep, &net->peers[r].ep);
+		pthread_mutex_unlock(&net->wmu);
+		if (s != UCS_OK) {
+			net->peers[r].ep = NULL;
+			st_error("net: cannot create a UCX endpoint to rank %d: %s", r,
+				 ucs_status_string(s));
+			return ST_EIO;
+		}
+	}
+	return ST_OK;
+}
+
+/* ---- open and close --------------------------------------------------------------- */
+
+static int ucx_init(st_net_t *net)
+{
+	ucp_config_t *config;
+	ucs_status_t s = ucp_config_read(NULL, NULL, &config);
+	if (s == UCS_OK) {
+		ucp_params_t prm = {
+			.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS,
+			.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP,
+			.estimated_num_eps = (size_t)net->size,
+		};
+		s = ucp_init(&prm, config, &net->ctx);
+		ucp_config_release(config);
+	}
+	if (s == UCS_OK) {
+		ucp_worker_params_t wp = { .field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+					   .thread_mode = UCS_THREAD_MODE_SERIALIZED };
+		s = ucp_worker_create(net->ctx, &wp, &net->worker);
+	}
+	if (s == UCS_OK)
+		s = ucp_worker_get_address(net->worker, &net->addr, &net->addr_len);
+	if (s == UCS_OK)
+		s = ucp_worker_get_efd(net->worker, &net->worker_fd);
+	if (s != UCS_OK) {
+		st_error("net: cannot start UCX: %s (see `ucx_info -d` for the transports)",
+			 ucs_status_string(s));
+		return ST_EIO;
+	}
+	net->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	net->epfd = epoll_create1(EPOLL_CLOEXEC);
+	struct epoll_event e1 = { .events = EPOLLIN, .data.fd = net->worker_fd };
+	struct epoll_event e2 = { .events = EPOLLIN, .data.fd = net->wake_fd };
+	if (net->wake_fd < 0 || net->epfd < 0 ||
+	    epoll_ctl(net->epfd, EPOLL_CTL_ADD, net->worker_fd, &e1) < 0 ||
+	    epoll_ctl(net->epfd, EPOLL_CTL_ADD, net->wake_fd, &e2) < 0) {
+		st_error("net: cannot set up the progress thread's wakeup: %s", strerror(errno));
+		return ST_EIO;
+	}
+	pthread_mutex_init(&net->wmu, NULL);
+	if (pthread_create(&net->progress_thread, NULL, progress_main, net))
+		st_die("net: cannot start the progress thread");
+	net->progress_started = 1;
+	return ST_OK;
+}
+
+int st_net_open(st_net_t **out, const st_net_cfg_t *cfg)
+{
+	*out = NULL;
+	if (cfg->size < 1 || cfg->size > ST_NET_MAX_RANKS || cfg->rank < 0 ||
+	    cfg->rank >= cfg->size || !(cfg->timeout_s > 0)) {
+		st_error("net: invalid configuration: rank %d of %d, timeout %g s", cfg->rank,
+			 cfg->size, cfg->timeout_s);
+		return ST_EINVAL;
+	}
+	st_net_t *net = calloc(1, sizeof *net);
+	if (!net)
+		return ST_ENOMEM;
+	net->cfg = *cfg;
+	net->rank = cfg->rank;
+	net->size = cfg->size;
+	net->wake_fd = net->epfd = -1;
+	if (st__net_inbox_init(net) < 0) {
+		free(net);
+		return ST_ENOMEM;
+	}
+	int rc = ucx_init(net);
+	void **addrs = NULL;
+	size_t *lens = NULL;
+	if (rc == ST_OK && net->size > 1)
+		rc = st__net_boot(net, net->addr, net->addr_len, &addrs, &lens);
+	if (addrs) {
+		rc = create_eps(net, addrs);
+		for (int r = 0; r < net->size; r++)
+			free(addrs[r]);
+		free(addrs);
+		free(lens);
+	}
+	if (rc == ST_OK && net->size > 1)
+		rc = st__net_monitor_start(net);
+	if (rc < 0) {
+		st_net_close(net);
+		return rc;
+	}
+	st_debug("net: rank %d of %d is connected (coordinator %s)", net->rank, net->size,
+		 net->cfg.coordinator);
+	*out = net;
+	return ST_OK;
+}
+
+static void flush_cb(void *req, ucs_status_t s, void *user)
+{
+	st_net_t *net = user;
+	ucp_request_free(req);
+	atomic_fetch_sub(&net->inflight, 1);
+}
+
+/* Waits (at most until deadline) for the progress thread to finish every
+ * request in flight. */
+static void drain(st_net_t *net, double deadline)
+{
+	while (atomic_load(&net->inflight) > 0 && st__net_now() < deadline) {
+		wake_progress(net);
+		struct timespec ts = { 0, 1000 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+}
+
+void st_net_close(st_net_t *net)
+{
+	if (!net)
+		return;
+	if (net->progress_started) {
+		/* Our last messages reach the live ranks before our goodbye does. */
+		double wait = net->cfg.timeout_s < CLOSE_WAIT_S ? net->cfg.timeout_s : CLOSE_WAIT_S;
+		pthread_mutex_lock(&net->wmu);
+		ucs_status_ptr_t sp = ucp_worker_flush_nbx(net->worker, &(ucp_request_param_t){
+			.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+			.cb.send = flush_cb, .user_data = net });
+		if (UCS_PTR_IS_PTR(sp) && sp)
+			atomic_fetch_add(&net->inflight, 1);
+		pthread_mutex_unlock(&net->wmu);
+		drain(net, st__net_now() + wait);
+	}
+	st__net_monitor_stop(net);
+	if (net->progress_started) {
+		pthread_mutex_lock(&net->wmu);
+		for (int r = 0; r < net->size; r++)
+			close_ep_locked(net, r);
+		pthread_mutex_unlock(&net->wmu);
+		drain(net, st__net_now() + 1);
+		atomic_store(&net->stop, 1);
+		wake_progress(net);
+		pthread_join(net->progress_thread, NULL);
+		pthread_mutex_destroy(&net->wmu);
+	}
+	if (net->addr)
+		ucp_worker_release_address(net->worker, net->addr);
+	if (net->worker)
+		ucp_worker_destroy(net->worker);
+	if (net->ctx)
+		ucp_cleanup(net->ctx);
+	if (net->epfd >= 0)
+		close(net->epfd);
+	if (net->wake_fd >= 0)
+		close(net->wake_fd);
+	st__net_inbox_fini(net);
+	free(net);
+}

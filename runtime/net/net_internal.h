@@ -1,0 +1,224 @@
+/*
+ * net_internal.h — the transport's private layout, shared by its modules:
+ * cfg.c (rank, size and coordinator from the environment or a cluster
+ * file), boot.c (the TCP rendezvous at rank 0 and the failure monitor),
+ * net.c (open/close, the UCX worker and its progress thread, sending,
+ * receiving frames), inbox.c (per-channel queues, st_net_recv, peer states)
+ * and coll.c (collectives). Nothing else includes it except the unit test,
+ * which uses the test-only functions at the end.
+ *
+ * Locking: two locks. `wmu` serializes every call into UCX (the worker runs
+ * in UCS_THREAD_MODE_SERIALIZED; UCX callbacks run inside
+ * ucp_worker_progress, so under wmu). `mu` guards the inbox, the peer
+ * states and the send completions. Lock order: wmu before mu (a UCX
+ * callback delivering a message takes mu). Nobody takes wmu while holding
+ * mu, and no lock is held while blocking on a socket.
+ */
+#ifndef ST_NET_INTERNAL_H
+#define ST_NET_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "runtime/net/net.h"
+#include "st_config.h"
+
+#if ST_HAVE_UCX
+#include <ucp/api/ucp.h>
+#endif
+
+/* ---- wire format ---------------------------------------------------------- */
+
+/*
+ * Every message is one UCX tagged message: a frame header, then the
+ * payload. The tag repeats channel and source (so a receiver can keep the
+ * per-(channel, source) order from the moment a message is matched, before
+ * its bytes have arrived) and carries a magic in its low 32 bits.
+ */
+#define ST__NET_FRAME_MAGIC 0x314e5453u  /* "STN1" little-endian */
+#define ST__NET_FRAME_VERSION 1u
+#define ST__NET_TAG_MAGIC 0x53544e31u
+#define ST__NET_TAG(chan, src) \
+	(((uint64_t)(chan) << 48) | ((uint64_t)(uint16_t)(src) << 32) | ST__NET_TAG_MAGIC)
+#define ST__NET_COLL_CHAN 0xff00u
+
+typedef struct st__net_frame {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t chan;
+	uint32_t src;
+	uint32_t dst;
+	uint64_t len;    /* payload bytes */
+	uint64_t hash;   /* XXH3-64 of the payload, seeded with st__net_frame_seed */
+} st__net_frame_t;
+
+/* The seed of a frame's payload hash: XXH3 of the fields before `hash`, so
+ * one 64-bit check covers header and payload. */
+uint64_t st__net_frame_seed(const st__net_frame_t *f);
+
+/* Fills in f for a message of a (+ b) from src to dst on chan. */
+void st__net_frame_fill(st__net_frame_t *f, int src, int dst, uint32_t chan, const void *a,
+			size_t alen, const void *b, size_t blen);
+
+/* Checks a received frame against the tag it came with and the payload.
+ * Returns NULL when it is good, else a static reason for the log. */
+const char *st__net_frame_check(const st__net_frame_t *f, int tag_src, uint32_t tag_chan,
+				int me, const void *payload, size_t len);
+
+/* Seconds on the monotonic clock. */
+static inline double st__net_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* cfg.c: splits "host:port" or "[v6]:port". Returns 0 or -1. */
+int st__net_split_hostport(const char *s, char *host, size_t hostsz, int *port);
+
+/* ---- peers and the inbox --------------------------------------------------- */
+
+enum { PEER_ALIVE = 0, PEER_LEFT, PEER_DEAD };
+
+typedef struct st__net_msg {
+	struct st__net_msg *next;
+	int src;
+	int ready;       /* payload arrived and checked */
+	size_t len;
+	void *buf;       /* malloc'd payload, handed to the receiver */
+	st__net_frame_t hdr;
+	uint32_t chan;
+	struct st_net *net;
+#if ST_HAVE_UCX
+	ucp_dt_iov_t iov[2];
+#endif
+} st__net_msg_t;
+
+typedef struct st__net_chan {
+	st__net_msg_t *head, *tail;
+	pthread_cond_t cv;
+	struct st__net_chan *next_alloc;   /* list of every channel, for wakeups */
+} st__net_chan_t;
+
+typedef struct st__net_peer {
+	int state;          /* PEER_*, under mu */
+#if ST_HAVE_UCX
+	ucp_ep_h ep;        /* under wmu; NULL once closed */
+	int ep_failed;      /* UCX reported an error on ep (under wmu) */
+#endif
+	int rank;
+	struct st_net *net;
+} st__net_peer_t;
+
+/* A posted send: the frame and iov live here until it completes. */
+typedef struct st__net_sreq {
+	st__net_frame_t hdr;
+	int done;           /* under mu */
+	int status;
+	int dst;
+	struct st_net *net;
+#if ST_HAVE_UCX
+	ucp_dt_iov_t iov[3];
+#endif
+} st__net_sreq_t;
+
+struct st_net {
+	st_net_cfg_t cfg;
+	int rank, size;
+
+	/* inbox (inbox.c), under mu */
+	pthread_mutex_t mu;
+	pthread_cond_t sent_cv;        /* a send completed */
+	st__net_chan_t **chans;        /* 65536 slots, allocated on first use */
+	st__net_chan_t *all_chans;
+	int canceled;
+	int n_gone, n_dead;
+	st__net_peer_t *peers;         /* size entries */
+
+	/* counters */
+	atomic_uint_fast64_t bytes_sent, msgs_sent, frames_dropped;
+
+	/* collectives (coll.c), used by one thread at a time */
+	uint64_t coll_seq;
+
+#if ST_HAVE_UCX
+	/* UCX (net.c) */
+	pthread_mutex_t wmu;
+	ucp_context_h ctx;
+	ucp_worker_h worker;
+	ucp_address_t *addr;
+	size_t addr_len;
+	int worker_fd, wake_fd, epfd;
+	pthread_t progress_thread;
+	int progress_started;
+	atomic_int stop;
+	atomic_int inflight;           /* UCX requests not yet completed */
+	atomic_int eps_failed;         /* some peer's ep reported an error */
+#endif
+
+	/* bootstrap and failure monitor (boot.c) */
+	int *socks;                    /* rank 0: one per rank (-1 for itself); others: socks[0] */
+	int mon_wake[2];               /* pipe that stops the monitor */
+	pthread_t mon_thread;
+	int mon_started;
+	atomic_int detector_up;        /* the coordinator connections still work */
+	int sent_bye;
+};
+
+/* inbox.c */
+int st__net_inbox_init(st_net_t *net);
+void st__net_inbox_fini(st_net_t *net);
+/* Takes ownership of m (ready or not) and appends it to its channel, under
+ * mu. Returns ST_ENOMEM when the channel cannot be allocated (m is freed). */
+int st__net_inbox_add_locked(st_net_t *net, st__net_msg_t *m);
+/* Removes m from its channel (under mu) and frees it. */
+void st__net_inbox_drop_locked(st_net_t *net, st__net_msg_t *m);
+/* Wakes every thread waiting on any channel (under mu). */
+void st__net_wake_all_locked(st_net_t *net);
+/* Marks rank r gone (PEER_LEFT or PEER_DEAD) and wakes the waiters; logs a
+ * death. Returns 1 if the state changed. Takes mu. */
+int st__net_mark_gone(st_net_t *net, int r, int how, const char *why);
+/* st_net_recv with an extra for collectives: fail_any makes the call
+ * return ST_EPEER as soon as any rank has died (*gone = the lowest such).
+ * A rank that left cleanly fails only a receive from it: it flushed its
+ * messages before leaving, so it may well have finished its part. */
+int st__net_recv(st_net_t *net, int src, uint32_t chan, void **buf, size_t *len, int *from,
+		 double timeout_s, int fail_any, int *gone);
+
+/* net.c */
+/* Posts a send of a (+ b) to dst on chan (any channel, reserved ones too).
+ * req must stay put until st__net_wait returns for it. */
+int st__net_post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan,
+		 const void *a, size_t alen, const void *b, size_t blen);
+/* Waits until every one of reqs[0..n) posted successfully has completed.
+ * Returns ST_OK or the first error. */
+int st__net_wait(st_net_t *net, st__net_sreq_t *reqs, int n);
+/* The monitor learned that rank r left or died: deliver what already
+ * arrived from it, mark it, close its endpoint. */
+void st__net_peer_gone(st_net_t *net, int r, int how, const char *why);
+
+/* boot.c */
+/* The rendezvous: rank 0 collects every rank's worker address, checks
+ * tokens and hands out the table; *addrs (size entries, each malloc'd, and
+ * the array) and *lens belong to the caller. Leaves the coordinator
+ * connections in net->socks. */
+int st__net_boot(st_net_t *net, const void *addr, size_t addr_len, void ***addrs,
+		 size_t **lens);
+int st__net_monitor_start(st_net_t *net);
+/* Says goodbye to the coordinator (or, on rank 0, to everyone), stops the
+ * monitor thread and closes the sockets. Safe when never started. */
+void st__net_monitor_stop(st_net_t *net);
+void st__net_boot_close(st_net_t *net);
+
+/* ---- test-only ---------------------------------------------------------------- */
+
+/* Sends len raw bytes as one message to dst, tagged as if on chan from this
+ * rank, without a frame: lets a test deliver truncated or corrupt frames. */
+int st__net_send_raw(st_net_t *net, int dst, uint32_t chan, const void *bytes, size_t len);
+/* Frames this process dropped because they did not check out. */
+uint64_t st__net_frames_dropped(const st_net_t *net);
+
+#endif

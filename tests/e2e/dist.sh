@@ -1,0 +1,197 @@
+#!/usr/bin/env bash
+# Multi-process jobs on one machine (docs/distributed.md), end to end:
+#  - allreduce on 2 and 4 processes of one worker each trains exactly the
+#    model (floats, optimizer state, dense parameters: STRATA_DIGEST) and
+#    the eval AUC of one process with as many workers on the same global
+#    batch and seed;
+#  - hybrid and async run across processes and learn; the policies that do
+#    not run across processes yet are refused with a message;
+#  - kills: under allreduce the job stops within a bounded time naming the
+#    dead rank; under async a killed worker-only rank leaves the others to
+#    finish (and the loss is reported); a killed owner stops the job;
+#  - a process with the wrong job token is refused while the job forms.
+# Usage: dist.sh PATH/TO/strata HAVE_UCX(0|1)
+set -u
+strata=$1
+[ "${2:-1}" = 1 ] || { echo "strata was built without UCX: skipped"; exit 77; }
+root=${ST_SOURCE_ROOT:?}
+tmp=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"; }
+trap cleanup EXIT
+cd "$root"
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; for f in "$tmp"/out*; do [ -f "$f" ] && { echo "     == $f"; sed 's/^/     | /' "$f" | tail -n 12; }; done; }
+
+"$strata" gen --rows 24000 --eval-rows 3000 --vocab 5000 --seed 5 --out "$tmp/d" >/dev/null 2>&1 ||
+  { echo "FAIL gen"; exit 1; }
+base=(tests/e2e/jobs/gen_dnn.lua --quiet --no-pin
+  --set 'data.generate=nil' --set "data.train.path=\"$tmp/d/train-*.tsv\""
+  --set "data.eval.path=\"$tmp/d/eval.tsv\"" --set stages.read.threads=1 --set seed=11)
+digest() { grep -o 'digest [0-9a-f]*' "$1"; }
+evalauc() { grep -o 'eval *auc [0-9.]*' "$1"; }
+port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# Identity: P processes x 1 worker x batch B == 1 process x P workers x batch P*B.
+for P in 2 4; do
+  rm -f "$tmp"/out*
+  B=256
+  STRATA_DIGEST=1 "$strata" run "${base[@]}" --set 'sync=st.sync.allreduce{}' \
+    --set stages.train.workers=$P --set stages.read.batch_size=$((P * B)) \
+    --set stages.train.minibatch=$B >"$tmp/out1" 2>&1 || { bad "single process, $P workers"; continue; }
+  STRATA_DIGEST=1 timeout 300 "$strata" launch -n $P "${base[@]}" --set 'sync=st.sync.allreduce{}' \
+    --set stages.train.workers=1 --set stages.read.batch_size=$B \
+    --set stages.train.minibatch=$B >"$tmp/outP" 2>&1 || { bad "launch -n $P allreduce"; continue; }
+  d1=$(digest "$tmp/out1") dP=$(digest "$tmp/outP")
+  if [ -n "$d1" ] && [ "$d1" = "$dP" ] && [ "$(evalauc "$tmp/out1")" = "$(evalauc "$tmp/outP")" ]; then
+    ok "allreduce on $P processes = 1 process of $P workers ($d1, $(evalauc "$tmp/outP"))"
+  else
+    bad "allreduce on $P processes: '$dP' vs '$d1', $(evalauc "$tmp/outP") vs $(evalauc "$tmp/out1")"
+  fi
+done
+
+# The same under mpirun (OpenMPI's variables give rank and size).
+if command -v mpirun >/dev/null; then
+  rm -f "$tmp"/out*
+  B=256
+  STRATA_DIGEST=1 "$strata" run "${base[@]}" --set 'sync=st.sync.allreduce{}' \
+    --set stages.train.workers=2 --set stages.read.batch_size=$((2 * B)) \
+    --set stages.train.minibatch=$B >"$tmp/out1" 2>&1
+  STRATA_DIGEST=1 STRATA_COORDINATOR=127.0.0.1:$(port) STRATA_TOKEN=mpi timeout 300 \
+    mpirun --allow-run-as-root --oversubscribe -np 2 -x STRATA_DIGEST -x STRATA_COORDINATOR \
+    -x STRATA_TOKEN -x ST_SOURCE_ROOT "$strata" run "${base[@]}" --set 'sync=st.sync.allreduce{}' \
+    --set stages.train.workers=1 --set stages.read.batch_size=$B \
+    --set stages.train.minibatch=$B >"$tmp/outP" 2>&1
+  d1=$(digest "$tmp/out1") dP=$(digest "$tmp/outP")
+  if [ -n "$d1" ] && [ "$d1" = "$dP" ]; then
+    ok "mpirun -np 2: the same model as 1 process of 2 workers"
+  else
+    bad "mpirun -np 2: '$dP' vs '$d1'"
+  fi
+else
+  echo "skip mpirun (not installed)"
+fi
+
+# Each policy that runs across processes learns; the others are refused.
+for pol in 'hybrid{staleness=2}' 'async{}'; do
+  rm -f "$tmp"/out*
+  if timeout 300 "$strata" launch -n 2 "${base[@]}" --set "sync=st.sync.$pol" \
+       --set stages.read.batch_size=256 --set stages.train.minibatch=128 \
+       --set stages.train.workers=2 >"$tmp/out" 2>&1 &&
+     auc=$(evalauc "$tmp/out" | grep -o '[0-9.]*$') &&
+     /usr/bin/python3 -c "import sys; sys.exit(0 if float('$auc') > 0.6 else 1)"; then
+    ok "$pol on 2 processes (eval auc $auc)"
+  else
+    bad "$pol on 2 processes"
+  fi
+done
+rm -f "$tmp"/out*
+timeout 60 "$strata" launch -n 2 "${base[@]}" --set 'sync=st.sync.gba{global_batch=1024}' \
+  >"$tmp/out" 2>&1
+rc=$?
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "does not run across processes yet" "$tmp/out"; then
+  ok "gba across processes is refused with a message"
+else
+  bad "gba across processes: rc=$rc"
+fi
+
+# Ranks started by hand (as a launcher would), so the test knows their pids.
+start_ranks() { # n, token, extra args...
+  local n=$1 tok=$2; shift 2
+  pids=()
+  local p; p=$(port)
+  for ((r = 0; r < n; r++)); do
+    STRATA_RANK=$r STRATA_WORLD_SIZE=$n STRATA_COORDINATOR=127.0.0.1:$p STRATA_TOKEN=$tok \
+      "$strata" run "${base[@]}" "$@" >"$tmp/out$r" 2>&1 &
+    pids+=($!)
+  done
+  coord=$p
+}
+# Waits for pid (at most $2 seconds); sets ws to its exit status or "hang"
+# (a function, not $(...): a subshell cannot wait for our children).
+wait_for() {
+  local t=0
+  while kill -0 "$1" 2>/dev/null; do
+    sleep 0.2; t=$((t + 1))
+    [ $t -gt $(($2 * 5)) ] && { ws=hang; return; }
+  done
+  wait "$1"; ws=$?
+}
+# Waits (at most 60 s) until the first $1 ranks joined and started training,
+# then one more second, so that a kill lands mid-training (also under ASan).
+wait_started() {
+  local t=0 r
+  for ((r = 0; r < $1; r++)); do
+    until grep -q "trains batches" "$tmp/out$r" 2>/dev/null; do
+      sleep 0.2; t=$((t + 1)); [ $t -gt 300 ] && return
+    done
+  done
+  sleep 1
+}
+# Slow the job down enough to be killed mid-training: a straggler.
+slow=(--set 'stragglers=st.stragglers{worker=0, slowdown=200}' --set stages.read.batch_size=256
+  --set stages.train.minibatch=256 --set stages.train.workers=1)
+
+rm -f "$tmp"/out*
+start_ranks 3 t1 --set 'sync=st.sync.allreduce{}' "${slow[@]}"
+wait_started 3
+kill -9 "${pids[2]}"
+wait_for "${pids[0]}" 30; s0=$ws; wait_for "${pids[1]}" 30; s1=$ws;
+if [ "$s0" != hang ] && [ "$s0" != 0 ] && [ "$s1" != hang ] && [ "$s1" != 0 ] &&
+   grep -q "rank 2" "$tmp/out0"; then
+  ok "allreduce: a killed rank stops the others within 30 s, naming rank 2"
+else
+  bad "allreduce kill: rank 0 $s0, rank 1 $s1"
+fi
+
+rm -f "$tmp"/out*
+start_ranks 3 t2 --set 'sync=st.sync.async{}' --set 'dist={owners=2}' "${slow[@]}"
+wait_started 3
+kill -9 "${pids[2]}"
+wait_for "${pids[0]}" 120; s0=$ws; wait_for "${pids[1]}" 120; s1=$ws;
+if [ "$s0" = 0 ] && [ "$s1" = 0 ] && grep -q "rank 2 died during training" "$tmp/out0" &&
+   grep -q "eval *auc" "$tmp/out0"; then
+  ok "async: a killed worker rank leaves the others to finish, and is reported"
+else
+  bad "async worker kill: rank 0 $s0, rank 1 $s1"
+fi
+
+rm -f "$tmp"/out*
+start_ranks 3 t3 --set 'sync=st.sync.async{}' --set 'dist={owners=2}' "${slow[@]}"
+wait_started 3
+kill -9 "${pids[1]}"
+wait_for "${pids[0]}" 60; s0=$ws; wait_for "${pids[2]}" 60; s2=$ws;
+if [ "$s0" != hang ] && [ "$s0" != 0 ] && [ "$s2" != hang ] && [ "$s2" != 0 ] &&
+   grep -q "rank 1" "$tmp/out0"; then
+  ok "async: a killed owner rank stops the job within 60 s"
+else
+  bad "async owner kill: rank 0 $s0, rank 2 $s2"
+fi
+
+# Wrong token: refused while rank 0 waits; then the real rank 1 joins.
+rm -f "$tmp"/out*
+p=$(port)
+env1=(STRATA_WORLD_SIZE=2 STRATA_COORDINATOR=127.0.0.1:$p)
+tok=(--set 'sync=st.sync.allreduce{}' --set stages.read.batch_size=256
+  --set stages.train.minibatch=256 --set stages.train.workers=1)
+env "${env1[@]}" STRATA_RANK=0 STRATA_TOKEN=good "$strata" run "${base[@]}" "${tok[@]}" \
+  >"$tmp/out0" 2>&1 &
+pids=($!)
+sleep 1
+env "${env1[@]}" STRATA_RANK=1 STRATA_TOKEN=evil timeout 60 "$strata" run "${base[@]}" "${tok[@]}" \
+  >"$tmp/outx" 2>&1
+sx=$?
+env "${env1[@]}" STRATA_RANK=1 STRATA_TOKEN=good "$strata" run "${base[@]}" "${tok[@]}" \
+  >"$tmp/out1" 2>&1 &
+pids+=($!)
+wait_for "${pids[0]}" 120; s0=$ws; wait_for "${pids[1]}" 120; s1=$ws;
+if [ $sx -ne 0 ] && [ $sx -ne 124 ] && grep -qi "token" "$tmp/outx" && [ "$s0" = 0 ] &&
+   [ "$s1" = 0 ] && grep -qi "wrong job token" "$tmp/out0"; then
+  ok "a process with the wrong token is refused; the job runs"
+else
+  bad "wrong token: impostor $sx, rank 0 $s0, rank 1 $s1"
+fi
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
