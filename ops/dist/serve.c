@@ -17,6 +17,52 @@
 
 /* ---- fp16 rows (Section 4.2.3) -------------------------------------------- */
 
+/* IEEE binary16 by hand, rounding to nearest even: _Float16 is not in
+ * every C compiler this builds with (clang 14 refuses it on x86-64), and
+ * F16C would tie the wire format to a CPU flag. */
+static uint16_t f32_to_f16(float f)
+{
+	uint32_t x;
+	memcpy(&x, &f, sizeof x);
+	const uint32_t sign = (x >> 16) & 0x8000u, e = (x >> 23) & 0xffu;
+	uint32_t m = x & 0x7fffffu;
+	if (e == 0xffu)                                 /* inf, nan */
+		return (uint16_t)(sign | 0x7c00u | (m ? 0x200u : 0));
+	const int32_t he = (int32_t)e - 127 + 15;
+	if (he >= 0x1f)                                 /* overflow: inf */
+		return (uint16_t)(sign | 0x7c00u);
+	if (he <= 0) {                                  /* subnormal or zero */
+		if (he < -10)
+			return (uint16_t)sign;
+		m |= 0x800000u;
+		const uint32_t shift = (uint32_t)(14 - he);
+		uint32_t hm = m >> shift;
+		const uint32_t rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+		if (rem > half || (rem == half && (hm & 1)))
+			hm++;
+		return (uint16_t)(sign | hm);
+	}
+	uint32_t h = sign | ((uint32_t)he << 10) | (m >> 13);
+	const uint32_t rem = m & 0x1fffu;
+	if (rem > 0x1000u || (rem == 0x1000u && (h & 1)))
+		h++;                                    /* a carry moves into the exponent */
+	return (uint16_t)h;
+}
+
+static float f16_to_f32(uint16_t h)
+{
+	const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+	uint32_t x;
+	if (e == 0) {
+		float f = (float)m * 0x1p-24f;          /* zero or subnormal */
+		return sign ? -f : f;
+	}
+	x = e == 0x1f ? sign | 0x7f800000u | (m << 13) : sign | ((e + 112) << 23) | (m << 13);
+	float f;
+	memcpy(&f, &x, sizeof f);
+	return f;
+}
+
 void st__wire_f16_encode(const float *x, uint32_t dim, void *out)
 {
 	float m = 0;
@@ -24,18 +70,23 @@ void st__wire_f16_encode(const float *x, uint32_t dim, void *out)
 		m = fabsf(x[j]) > m ? fabsf(x[j]) : m;
 	float scale = m > 0 && isfinite(m) ? m : 1.0f, inv = 1.0f / scale;
 	memcpy(out, &scale, sizeof scale);
-	_Float16 *h = (_Float16 *)((uint8_t *)out + sizeof(float));
-	for (uint32_t j = 0; j < dim; j++)
-		h[j] = (_Float16)(x[j] * inv);
+	uint8_t *h = (uint8_t *)out + sizeof(float);
+	for (uint32_t j = 0; j < dim; j++) {
+		uint16_t v = f32_to_f16(x[j] * inv);
+		memcpy(h + 2 * j, &v, sizeof v);
+	}
 }
 
 void st__wire_f16_decode(const void *in, uint32_t dim, float *x)
 {
 	float scale;
 	memcpy(&scale, in, sizeof scale);
-	const _Float16 *h = (const _Float16 *)((const uint8_t *)in + sizeof(float));
-	for (uint32_t j = 0; j < dim; j++)
-		x[j] = (float)h[j] * scale;
+	const uint8_t *h = (const uint8_t *)in + sizeof(float);
+	for (uint32_t j = 0; j < dim; j++) {
+		uint16_t v;
+		memcpy(&v, h + 2 * j, sizeof v);
+		x[j] = f16_to_f32(v) * scale;
+	}
 }
 
 void st__dist_put_row(uint8_t *dst, const float *x, uint32_t dim, int f16)

@@ -221,6 +221,21 @@ static void test_f16_codec(void **state)
 	st__wire_f16_encode(z, N, buf);
 	st__wire_f16_decode(buf, N, y);
 	assert_memory_equal(y, z, sizeof z);
+	/* Exact values survive: halves of the scale, and the scale itself. */
+	float e[4] = { 1.5f, -0.75f, 0.375f, 3.0f }, o[4];
+	uint8_t eb[4 + 8];
+	st__wire_f16_encode(e, 4, eb);
+	st__wire_f16_decode(eb, 4, o);
+	assert_memory_equal(o, e, sizeof e);
+	/* Round to nearest even at a tie: 1 + 2^-11 is halfway between 1 and
+	 * 1 + 2^-10, and goes to 1 (even); 1 + 3 * 2^-11 goes to 1 + 2^-9. */
+	float t[2] = { 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f }, big[3];
+	uint8_t tb[4 + 8];
+	float tt[3] = { 1.0f, t[0] / 2, t[1] / 2 };     /* scale 1: values as they are */
+	st__wire_f16_encode(tt, 3, tb);
+	st__wire_f16_decode(tb, 3, big);
+	assert_true(big[1] == 0.5f);
+	assert_true(big[2] == 0.5f + 0x1p-10f);
 }
 
 int main(void)
