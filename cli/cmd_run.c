@@ -606,10 +606,19 @@ int st_cmd_run(int argc, char **argv)
 	rc_.pin = !o.no_pin;
 	st_topo_t *topo = NULL;
 	const char *metrics_path = o.metrics_path ? o.metrics_path : job->metrics_path;
+	char rank_metrics[4000];
+	if (dist && ncfg.rank != 0 && metrics_path) {
+		/* One metrics file per rank: FILE for rank 0, FILE.rank<r> for the others. */
+		snprintf(rank_metrics, sizeof rank_metrics, "%s.rank%d", metrics_path, ncfg.rank);
+		metrics_path = rank_metrics;
+	}
 
 	signals_start();
 	ec = ST_EXIT_FAILED;
-	if (maybe_generate(job, tty) < 0)
+	/* Ranks of one machine share the data folder: rank 0 alone generates
+	 * it, before it joins, so the others (waiting to join) read complete
+	 * files. */
+	if ((!dist || ncfg.rank == 0) && maybe_generate(job, tty) < 0)
 		goto stop;
 	if (job->out_dir && mkdir_p(job->out_dir) < 0) {
 		st_error("cannot create output directory %s: %s", job->out_dir, strerror(errno));
@@ -664,6 +673,12 @@ int st_cmd_run(int argc, char **argv)
 		goto stop;
 	}
 	if (dist && st_cli_dist_join(&rc_.net, &ncfg, job, rc_.model) < 0)
+		goto stop;
+	/* Rank 0 generated the data before it joined: the others find the
+	 * files now. */
+	if (dist && ncfg.rank != 0 && job->gen.enabled &&
+	    (st_job_expand_paths(&job->train) < 0 ||
+	     (job->has_eval && st_job_expand_paths(&job->eval) < 0)))
 		goto stop;
 	if (rc_.pin)
 		st_trainer_pin_workers(rc_.model, rc_.place[TRAIN_STAGE].cpus,
