@@ -24,10 +24,21 @@
  *              dist_lag), so rows may be up to `staleness` steps old.
  *   async      the dense parameters live on rank 0 (st_dist_dense): each
  *              worker sends its gradient and trains on the parameters that
- *              come back (a parameter server); rows as in hybrid. A worker
- *              rank that dies does not stop the others.
+ *              come back (a parameter server); rows applied on arrival by
+ *              their owners. A worker rank that dies does not stop the
+ *              others.
+ *   shadow     ShadowSync's model averaging (shadowsync-background-sync.md
+ *              §3.3, Algorithm 3) with one trainer per rank: the rank's
+ *              workers train its dense replica Hogwild, as async.c does in
+ *              one process, and never wait; a background thread per rank
+ *              ("st-shadow-net") repeatedly allreduces the replica across
+ *              ranks and blends it, w <- (1 - alpha) w + alpha mean(w).
+ *              Rows as in async. The rounds are collectives, so the
+ *              threads carry a "still training" flag in the same allreduce
+ *              and go on until every rank is done; the last round sets
+ *              every replica to the mean (the paper's output average).
  *
- * The other policies (gba, kstep, shadow, bsp, hop_bs, hop_bw) do not run
+ * The other policies (gba, kstep, bsp, hop_bs, hop_bw) do not run
  * across processes yet; st_sync_find_dist returns NULL for them and the
  * job is refused with that message.
  *
@@ -42,6 +53,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ops/dist/dist.h"
 #include "runtime/err.h"
@@ -409,10 +421,225 @@ const st_sync_ops_t st_sync_dist_async_ops = {
 	.report = das_report,
 };
 
+/* ---- shadow: model averaging in the background ------------------------------- */
+
+typedef struct {
+	st_sync_env_t env;
+	int N;
+	st_sync_dense_t dense;         /* the replica's optimizer state (the trainer's) */
+	uint64_t version;              /* replica updates (relaxed atomic) */
+	st_sync_hogwild_t *hw;         /* [N] */
+	pthread_mutex_t push_mu;
+	float alpha;
+	float *buf;                    /* [nparams + 1]: the replica, then the flag */
+	pthread_t th;
+	int started;
+	int done;                      /* this rank trained its last batch (atomic) */
+	int err;                       /* the shadow thread's error (atomic) */
+	uint64_t rounds;
+	st_sync_stats_t st;
+} dsh_t;
+
+/* Row gradients of one worker to their owners (applied on arrival). */
+static int push_rows(const st_sync_env_t *env, pthread_mutex_t *mu, const st_sync_grads_t *g,
+		     uint64_t t, uint64_t *bytes)
+{
+	const uint32_t n = g->n_rows ? g->n_rows : 1;
+	uint64_t *keys = malloc(sizeof(uint64_t) * n);
+	uint8_t *tab = malloc(n);
+	float *grad = malloc(sizeof(float) * (size_t)g->gstride * n);
+	int rc = keys && tab && grad ? ST_OK : ST_ENOMEM;
+	uint32_t k = 0;
+	for (uint32_t i = 0; rc >= 0 && i < g->n_rows; i++) {
+		uint32_t u = g->uidx[i];
+		if (!g->rows[u])
+			continue;
+		keys[k] = g->keys[u];
+		tab[k] = g->utable[u];
+		memcpy(grad + (size_t)k * g->gstride, g->grad + (size_t)u * g->gstride,
+		       sizeof(float) * g->row_dim[u]);
+		*bytes += 8 + sizeof(float) * (uint64_t)g->row_dim[u];
+		k++;
+	}
+	if (rc >= 0) {
+		pthread_mutex_lock(mu);
+		rc = st_dist_push(env->dist, 0, 0, t, keys, tab, grad, (size_t)g->gstride, k);
+		pthread_mutex_unlock(mu);
+	}
+	free(keys);
+	free(tab);
+	free(grad);
+	return rc;
+}
+
+static void *shadow_main(void *arg)
+{
+	dsh_t *s = arg;
+	pthread_setname_np(pthread_self(), "st-shadow-net");
+	const st_sync_env_t *env = &s->env;
+	st_net_t *net = st_dist_net(env->dist);
+	const size_t np = env->nparams;
+	const float inv = 1.0f / (float)st_net_size(net), a = s->alpha;
+	uint64_t seen = 0;
+	for (;;) {
+		/* At most one round per replica update while training; a rank
+		 * that is done keeps taking part, a little slower. */
+		int done = __atomic_load_n(&s->done, __ATOMIC_ACQUIRE);
+		uint64_t v = __atomic_load_n(&s->version, __ATOMIC_RELAXED);
+		if (!done && v == seen) {
+			struct timespec ts = { 0, 200 * 1000 };
+			nanosleep(&ts, NULL);
+			continue;
+		}
+		if (done && v == seen) {
+			struct timespec ts = { 0, 2 * 1000 * 1000 };
+			nanosleep(&ts, NULL);
+		}
+		uint64_t gap = v - seen;
+		seen = v;
+		st_sync_load_relaxed(s->buf, env->params, np);
+		s->buf[np] = done ? 0.0f : 1.0f;
+		int rc = st_net_allreduce_f32(net, s->buf, np + 1);
+		if (rc < 0) {
+			__atomic_store_n(&s->err, rc, __ATOMIC_RELAXED);
+			return NULL;
+		}
+		const int last = s->buf[np] == 0.0f;   /* nobody trains any more */
+		for (size_t j = 0; j < np; j++) {
+			float mean = s->buf[j] * inv, w;
+			st_sync_load_relaxed(&w, &env->params[j], 1);
+			w = last ? mean : (1.0f - a) * w + a * mean;
+			st_sync_store_relaxed(&env->params[j], &w, 1);
+		}
+		s->rounds++;
+		st_sync_stat_add(&s->st.staleness[st_sync_hist_bucket(gap)], 1);
+		st_sync_stat_add(&s->st.bytes, 2 * sizeof(float) * (uint64_t)np);
+		if (last)
+			return NULL;
+	}
+}
+
+static void dsh_destroy(void *self)
+{
+	dsh_t *s = self;
+	if (!s)
+		return;
+	if (s->started) {
+		/* A failed job: the thread ends when its collective fails
+		 * (the other ranks stop too) or when every rank is done. */
+		__atomic_store_n(&s->done, 1, __ATOMIC_RELEASE);
+		pthread_join(s->th, NULL);
+	}
+	for (int w = 0; s->hw && w < s->N; w++)
+		st_sync_hogwild_fini(&s->hw[w]);
+	free(s->hw);
+	free(s->buf);
+	st_sync_dense_fini(&s->dense);
+	pthread_mutex_destroy(&s->push_mu);
+	free(s);
+}
+
+static int dsh_create(void **self, const st_sync_env_t *env)
+{
+	if (!env->dist)
+		return ST_EINVAL;
+	const char *algo = NULL;
+	for (int i = 0; i < env->cfg->n_params; i++)
+		if (!strcmp(env->cfg->keys[i], "algo"))
+			algo = env->cfg->strs[i];
+	if (algo && strcmp(algo, "ma") != 0) {
+		st_error("shadow{algo = \"%s\"} does not run across processes yet: use algo = "
+			 "\"ma\" (model averaging)", algo);
+		return ST_EINVAL;
+	}
+	if (st_sync_cfg_num(env->cfg, "every", 0) != 0) {
+		st_error("shadow{every} (foreground syncs) does not run across processes yet");
+		return ST_EINVAL;
+	}
+	dsh_t *s = calloc(1, sizeof *s);
+	if (!s)
+		return ST_ENOMEM;
+	s->env = *env;
+	s->N = env->n_workers;
+	s->alpha = (float)st_sync_cfg_num(env->cfg, "alpha", 0.5);
+	pthread_mutex_init(&s->push_mu, NULL);
+	s->hw = calloc((size_t)s->N, sizeof *s->hw);
+	s->buf = malloc(sizeof(float) * (env->nparams + 1));
+	int rc = s->hw && s->buf ? st_sync_dense_init(&s->dense, env) : ST_ENOMEM;
+	for (int w = 0; rc >= 0 && w < s->N; w++)
+		rc = st_sync_hogwild_init(&s->hw[w], env);
+	if (rc >= 0 && pthread_create(&s->th, NULL, shadow_main, s) != 0)
+		rc = ST_ENOMEM;
+	if (rc < 0) {
+		dsh_destroy(s);
+		return rc;
+	}
+	s->started = 1;
+	*self = s;
+	return ST_OK;
+}
+
+static const float *dsh_begin_step(void *self, int w, uint64_t step)
+{
+	dsh_t *s = self;
+	return st_sync_hogwild_read(&s->hw[w], &s->env, &s->version);
+}
+
+static int dsh_apply(void *self, int w, st_sync_grads_t *g)
+{
+	dsh_t *s = self;
+	int rc = __atomic_load_n(&s->err, __ATOMIC_RELAXED);
+	if (rc < 0 || !g->n_examples)
+		return rc;
+	/* The replica's step (Hogwild, dense tensors only: the batch's rows
+	 * are private copies without optimizer state), then the rows to
+	 * their owners. */
+	st_sync_grads_t dense_only = *g;
+	dense_only.n_rows = 0;
+	st_sync_apply_hogwild(&s->env, &s->dense, &s->version, &s->hw[w], &dense_only, &s->st);
+	uint64_t bytes = 0;
+	rc = push_rows(&s->env, &s->push_mu, g, *s->dense.t, &bytes);
+	st_sync_stat_add(&s->st.bytes, bytes);
+	return rc;
+}
+
+static int dsh_finish(void *self)
+{
+	dsh_t *s = self;
+	if (!s->started)
+		return ST_OK;
+	__atomic_store_n(&s->done, 1, __ATOMIC_RELEASE);
+	pthread_join(s->th, NULL);
+	s->started = 0;
+	st_info("shadow: %llu model-averaging rounds across the ranks",
+		(unsigned long long)s->rounds);
+	return s->err;
+}
+
+static void dsh_report(void *self, st_sync_stats_t *out)
+{
+	st_sync_stats_read(&((dsh_t *)self)->st, out);
+}
+
+const st_sync_ops_t st_sync_dist_shadow_ops = {
+	.name = "shadow",
+	.schedule = ST_SYNC_FREE,
+	.flags = ST_SYNC_RELAXED_READS,
+	.create = dsh_create,
+	.destroy = dsh_destroy,
+	.begin_batch = das_begin_batch,
+	.begin_step = dsh_begin_step,
+	.apply = dsh_apply,
+	.end_batch = das_end_batch,
+	.report = dsh_report,
+	.finish = dsh_finish,
+};
+
 const st_sync_ops_t *st_sync_find_dist(const char *name)
 {
 	static const st_sync_ops_t *const ops[] = {
 		&st_sync_dist_allreduce_ops, &st_sync_dist_hybrid_ops, &st_sync_dist_async_ops,
+		&st_sync_dist_shadow_ops,
 	};
 	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
 		if (!strcmp(ops[i]->name, name))

@@ -140,6 +140,11 @@ typedef struct st_sync_ops {
 	void (*end_batch)(void *self, int w);
 	/* Statistics so far (no worker inside a hook, or slightly stale). */
 	void (*report)(void *self, st_sync_stats_t *out);
+	/* Optional (NULL: nothing): after this process's last train batch, on
+	 * the trainer's thread with no worker running; may block (a
+	 * multi-process policy waits for the other ranks). Called again at the
+	 * end of later passes: must then return at once. */
+	int (*finish)(void *self);
 } st_sync_ops_t;
 
 /* The policy named `name`, or NULL (a valid job name not implemented here). */

@@ -480,8 +480,8 @@ static int swap_policy(st_trainer_t *tr, const st_sync_cfg_t *cfg)
 	const char *pname = cfg->name ? cfg->name : "async";
 	const st_sync_ops_t *ops = tr->dist ? st_sync_find_dist(pname) : st_sync_find(pname);
 	if (!ops && tr->dist) {
-		st_error("sync policy '%s' does not run across processes yet (allreduce, hybrid "
-			 "and async do)", pname);
+		st_error("sync policy '%s' does not run across processes yet (allreduce, hybrid, "
+			 "async and shadow do)", pname);
 		return ST_EJOB;
 	}
 	if (!ops) {
@@ -1078,6 +1078,8 @@ static int train_finish(void *state, st_stage_ctx_t *ctx)
 {
 	st_trainer_t *tr = state;
 	int rc = dist_drain(tr);
+	if (rc >= 0 && tr->sops->finish)
+		rc = tr->sops->finish(tr->sync);
 	refresh_metrics(tr);
 	if (rc < 0)
 		return op_fail(ctx, rc, "the last steps with the other ranks: %s (sync policy %s)",

@@ -4,7 +4,7 @@
 #    model (floats, optimizer state, dense parameters: STRATA_DIGEST) and
 #    the eval AUC of one process with as many workers on the same global
 #    batch and seed;
-#  - hybrid and async run across processes and learn; the policies that do
+#  - hybrid, async and shadow run across processes and learn; the policies that do
 #    not run across processes yet are refused with a message;
 #  - kills: under allreduce the job stops within a bounded time naming the
 #    dead rank; under async a killed worker-only rank leaves the others to
@@ -74,7 +74,7 @@ else
 fi
 
 # Each policy that runs across processes learns; the others are refused.
-for pol in 'hybrid{staleness=2}' 'async{}'; do
+for pol in 'hybrid{staleness=2}' 'async{}' 'shadow{algo="ma"}'; do
   rm -f "$tmp"/out*
   if timeout 300 "$strata" launch -n 2 "${base[@]}" --set "sync=st.sync.$pol" \
        --set stages.read.batch_size=256 --set stages.train.minibatch=128 \
