@@ -38,7 +38,10 @@
  *              and go on until every rank is done; the last round sets
  *              every replica to the mean (the paper's output average).
  *
- * The other policies (gba, kstep, bsp, hop_bs, hop_bw) do not run
+ *   kstep      kstep.c itself, which merges across processes when env->dist
+ *              is set (its header says how).
+ *
+ * The other policies (gba, bsp, hop_bs, hop_bw) do not run
  * across processes yet; st_sync_find_dist returns NULL for them and the
  * job is refused with that message.
  *
@@ -59,10 +62,123 @@
 #include "runtime/err.h"
 #include "runtime/net/net.h"
 
+/* ---- a step's row sums to their owners (allreduce, hybrid, kstep) ---------- */
+
 typedef struct first {
 	const st_sync_grads_t *g;      /* the first toucher's gradients (hold the sum) */
 	uint32_t u;
 } first_t;
+
+struct st_sync_rowpush {
+	int N;
+	first_t **first;               /* [N] the row sums each worker made */
+	uint32_t *n, *cap;
+	uint64_t *keys;                /* the message arrays (worker 0) */
+	uint8_t *tab;
+	float *grad;
+	size_t pcap;
+};
+
+st_sync_rowpush_t *st_sync_rowpush_create(int n_workers)
+{
+	st_sync_rowpush_t *r = calloc(1, sizeof *r);
+	if (!r)
+		return NULL;
+	r->N = n_workers;
+	r->first = calloc((size_t)n_workers, sizeof *r->first);
+	r->n = calloc((size_t)n_workers, sizeof *r->n);
+	r->cap = calloc((size_t)n_workers, sizeof *r->cap);
+	if (!r->first || !r->n || !r->cap) {
+		st_sync_rowpush_destroy(r);
+		return NULL;
+	}
+	return r;
+}
+
+void st_sync_rowpush_destroy(st_sync_rowpush_t *r)
+{
+	if (!r)
+		return;
+	for (int w = 0; r->first && w < r->N; w++)
+		free(r->first[w]);
+	free(r->first);
+	free(r->n);
+	free(r->cap);
+	free(r->keys);
+	free(r->tab);
+	free(r->grad);
+	free(r);
+}
+
+struct collect {
+	st_sync_rowpush_t *r;
+	int w;
+};
+
+/* st_sync_sum_rows' callback: remembers where worker w left a row sum. */
+static int collect(void *arg, const st_sync_grads_t *gv, uint32_t u)
+{
+	struct collect *c = arg;
+	st_sync_rowpush_t *r = c->r;
+	const int w = c->w;
+	if (r->n[w] == r->cap[w]) {
+		uint32_t cap = r->cap[w] ? 2 * r->cap[w] : 1024;
+		first_t *p = realloc(r->first[w], sizeof(first_t) * cap);
+		if (!p)
+			return ST_ENOMEM;
+		r->first[w] = p;
+		r->cap[w] = cap;
+	}
+	r->first[w][r->n[w]++] = (first_t){ gv, u };
+	return ST_OK;
+}
+
+int st_sync_rowpush_sum(st_sync_rowpush_t *r, const st_sync_env_t *env,
+			st_sync_grads_t *const *g, int w)
+{
+	r->n[w] = 0;
+	struct collect c = { r, w };
+	return st_sync_sum_rows(env, g, w, collect, &c);
+}
+
+int st_sync_rowpush_send(st_sync_rowpush_t *r, const st_sync_env_t *env, uint64_t step,
+			 uint64_t t, uint64_t *bytes)
+{
+	size_t n = 0;
+	int gs = 1;
+	for (int w = 0; w < r->N; w++) {
+		n += r->n[w];
+		if (r->n[w])
+			gs = r->first[w][0].g->gstride;
+	}
+	if (n > r->pcap) {
+		free(r->keys);
+		free(r->tab);
+		free(r->grad);
+		r->keys = malloc(sizeof(uint64_t) * n);
+		r->tab = malloc(n);
+		r->grad = malloc(sizeof(float) * n * (size_t)gs);
+		r->pcap = r->keys && r->tab && r->grad ? n : 0;
+		if (!r->pcap)
+			return ST_ENOMEM;
+	}
+	size_t k = 0;
+	for (int w = 0; w < r->N; w++)
+		for (uint32_t i = 0; i < r->n[w]; i++) {
+			const st_sync_grads_t *gv = r->first[w][i].g;
+			const uint32_t u = r->first[w][i].u;
+			if (!gv->rows[u])
+				continue;   /* not admitted: no update, as in one process */
+			r->keys[k] = gv->keys[u];
+			r->tab[k] = gv->utable[u];
+			memcpy(r->grad + k * (size_t)gs, gv->grad + (size_t)u * gv->gstride,
+			       sizeof(float) * gv->row_dim[u]);
+			*bytes += 8 + sizeof(float) * (uint64_t)gv->row_dim[u];
+			k++;
+		}
+	return st_dist_push(env->dist, step, 1, t, r->keys, r->tab, r->grad, (size_t)gs,
+			    (uint32_t)k);
+}
 
 typedef struct {
 	st_sync_env_t env;
@@ -72,12 +188,7 @@ typedef struct {
 	uint64_t step;                 /* sync steps done by this policy (worker 0) */
 	int *owner;                    /* [ntensors] local worker reducing tensor i */
 	st_sync_grads_t **g;           /* [N] */
-	first_t **first;               /* [N] the row sums each worker made */
-	uint32_t *nfirst, *capfirst;
-	uint64_t *pkeys;               /* push arrays (worker 0) */
-	uint8_t *ptab;
-	float *pgrad;
-	size_t pcap;
+	st_sync_rowpush_t *rows;
 	int err;                       /* first error of a step (relaxed atomic) */
 	st_sync_stats_t st;
 } dar_t;
@@ -88,17 +199,10 @@ static void dar_destroy(void *self)
 	if (!s)
 		return;
 	pthread_barrier_destroy(&s->bar);
-	for (int w = 0; s->first && w < s->N; w++)
-		free(s->first[w]);
-	free(s->first);
-	free(s->nfirst);
-	free(s->capfirst);
+	st_sync_rowpush_destroy(s->rows);
 	free(s->owner);
 	free(s->g);
 	st_sync_dense_fini(&s->dense);
-	free(s->pkeys);
-	free(s->ptab);
-	free(s->pgrad);
 	free(s);
 }
 
@@ -114,11 +218,8 @@ static int dar_create(void **self, const st_sync_env_t *env)
 	pthread_barrier_init(&s->bar, NULL, (unsigned)s->N);
 	s->owner = st_sync_tensor_owners(env);
 	s->g = calloc((size_t)s->N, sizeof *s->g);
-	s->first = calloc((size_t)s->N, sizeof *s->first);
-	s->nfirst = calloc((size_t)s->N, sizeof *s->nfirst);
-	s->capfirst = calloc((size_t)s->N, sizeof *s->capfirst);
-	if (st_sync_dense_init(&s->dense, env) < 0 || !s->owner || !s->g || !s->first ||
-	    !s->nfirst || !s->capfirst) {
+	s->rows = st_sync_rowpush_create(s->N);
+	if (st_sync_dense_init(&s->dense, env) < 0 || !s->owner || !s->g || !s->rows) {
 		dar_destroy(s);
 		return ST_ENOMEM;
 	}
@@ -137,69 +238,15 @@ static const float *dar_begin_step(void *self, int w, uint64_t step)
 	return s->env.params;
 }
 
-struct collect {
-	dar_t *s;
-	int w;
-};
-
-/* st_sync_sum_rows' callback: remembers where worker w left a row sum. */
-static int collect(void *arg, const st_sync_grads_t *gv, uint32_t u)
-{
-	struct collect *c = arg;
-	dar_t *s = c->s;
-	const int w = c->w;
-	if (s->nfirst[w] == s->capfirst[w]) {
-		uint32_t cap = s->capfirst[w] ? 2 * s->capfirst[w] : 1024;
-		first_t *p = realloc(s->first[w], sizeof(first_t) * cap);
-		if (!p)
-			return ST_ENOMEM;
-		s->first[w] = p;
-		s->capfirst[w] = cap;
-	}
-	s->first[w][s->nfirst[w]++] = (first_t){ gv, u };
-	return ST_OK;
-}
-
 /* Worker 0: this rank's row sums to their owners, then the dense sum across
  * ranks. */
 static int exchange(dar_t *s, float *acc, uint64_t t)
 {
 	const st_sync_env_t *env = &s->env;
-	size_t n = 0;
-	for (int w = 0; w < s->N; w++)
-		n += s->nfirst[w];
-	const int gs = s->g[0]->gstride;
-	if (n > s->pcap) {
-		free(s->pkeys);
-		free(s->ptab);
-		free(s->pgrad);
-		s->pkeys = malloc(sizeof(uint64_t) * n);
-		s->ptab = malloc(n);
-		s->pgrad = malloc(sizeof(float) * n * (size_t)gs);
-		s->pcap = s->pkeys && s->ptab && s->pgrad ? n : 0;
-		if (!s->pcap)
-			return ST_ENOMEM;
-	}
-	size_t k = 0;
-	uint64_t bytes = 0;
-	for (int w = 0; w < s->N; w++)
-		for (uint32_t i = 0; i < s->nfirst[w]; i++) {
-			const st_sync_grads_t *gv = s->first[w][i].g;
-			const uint32_t u = s->first[w][i].u;
-			if (!gv->rows[u])
-				continue;   /* not admitted: no update, as in one process */
-			s->pkeys[k] = gv->keys[u];
-			s->ptab[k] = gv->utable[u];
-			memcpy(s->pgrad + k * (size_t)gs, gv->grad + (size_t)u * gv->gstride,
-			       sizeof(float) * gv->row_dim[u]);
-			bytes += 8 + sizeof(float) * (uint64_t)gv->row_dim[u];
-			k++;
-		}
-	int rc = st_dist_push(env->dist, s->step, 1, t, s->pkeys, s->ptab, s->pgrad, (size_t)gs,
-			      (uint32_t)k);
+	uint64_t bytes = sizeof(float) * (uint64_t)env->nparams;
+	int rc = st_sync_rowpush_send(s->rows, env, s->step, t, &bytes);
 	if (rc >= 0)
 		rc = st_net_allreduce_f32(st_dist_net(env->dist), acc, env->nparams);
-	bytes += sizeof(float) * (uint64_t)env->nparams;
 	st_sync_stat_add(&s->st.bytes, bytes);
 	return rc;
 }
@@ -215,9 +262,7 @@ static int dar_apply(void *self, int w, st_sync_grads_t *g)
 	 * by tensor owner into worker 0's buffer, rows into their first
 	 * toucher's, in worker order. */
 	st_sync_reduce_dense(env, s->g, s->owner, w, NULL, 0);
-	s->nfirst[w] = 0;
-	struct collect c = { s, w };
-	int rc = st_sync_sum_rows(env, s->g, w, collect, &c);
+	int rc = st_sync_rowpush_sum(s->rows, env, s->g, w);
 	if (rc < 0)
 		__atomic_store_n(&s->err, rc, __ATOMIC_RELAXED);
 	pthread_barrier_wait(&s->bar);                          /* B */
@@ -635,11 +680,13 @@ const st_sync_ops_t st_sync_dist_shadow_ops = {
 	.finish = dsh_finish,
 };
 
+extern const st_sync_ops_t st_sync_kstep_ops;   /* kstep.c runs in both */
+
 const st_sync_ops_t *st_sync_find_dist(const char *name)
 {
 	static const st_sync_ops_t *const ops[] = {
 		&st_sync_dist_allreduce_ops, &st_sync_dist_hybrid_ops, &st_sync_dist_async_ops,
-		&st_sync_dist_shadow_ops,
+		&st_sync_dist_shadow_ops, &st_sync_kstep_ops,
 	};
 	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
 		if (!strcmp(ops[i]->name, name))

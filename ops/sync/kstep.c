@@ -45,6 +45,14 @@
  * of its params + v (2 nparams floats), of which each worker sends
  * 2 (N-1) / N of the buffer. The dense traffic falls as 1/k.
  *
+ * Across processes (env->dist, docs/distributed.md): every worker of every
+ * rank is a replica of Algorithm 2. A merge sums v over the rank's
+ * replicas, allreduces the sums across ranks (rank order), and does the
+ * same for the updated x with the merged v, so with one worker per rank the
+ * merge is the single-process one bit for bit (the same sums in the same
+ * order). Rows go to their owners as allreduce's do (st_sync_rowpush_*).
+ * At the end (finish) env->params gets the mean over every rank's replicas.
+ *
  * Threads: hooks on the N worker threads, lockstep. Per step: barrier A
  * after every worker has updated its own moments (and, off merge steps,
  * its replica); between A and B the owner of key u (u mod N) updates that
@@ -60,7 +68,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/dist/dist.h"
 #include "runtime/err.h"
+#include "runtime/net/net.h"
 
 typedef struct {
 	float *x, *m, *v;          /* [nparams] replica and its Adam moments */
@@ -78,6 +88,11 @@ typedef struct {
 	kworker_t *w;
 	st_sync_grads_t **g;       /* [N] this step's gradients */
 	int merged_last;           /* the last step was a merge (read after B) */
+	/* Across processes: */
+	st_sync_rowpush_t *rows;
+	float *vsum, *xsum;        /* [nparams] merge sums, allreduced */
+	float inv_total;           /* 1 / replicas of the job */
+	int err;                   /* first network error (relaxed atomic) */
 	st_sync_stats_t st;        /* relaxed atomics */
 	uint64_t merges;           /* relaxed atomic */
 } kstep_t;
@@ -105,6 +120,9 @@ static void ks_destroy(void *self)
 		pthread_barrier_destroy(&s->bar);
 	free(s->w);
 	free(s->g);
+	st_sync_rowpush_destroy(s->rows);
+	free(s->vsum);
+	free(s->xsum);
 	free(s);
 }
 
@@ -137,6 +155,17 @@ static int ks_create(void **self, const st_sync_env_t *env)
 	}
 	pthread_barrier_init(&s->bar, NULL, (unsigned)s->N);
 	size_t n = env->nparams ? env->nparams : 1;
+	s->inv_total = 1.0f / (float)s->N;
+	if (env->dist) {
+		s->rows = st_sync_rowpush_create(s->N);
+		s->vsum = malloc(sizeof(float) * n);
+		s->xsum = malloc(sizeof(float) * n);
+		if (!s->rows || !s->vsum || !s->xsum) {
+			ks_destroy(s);
+			return ST_ENOMEM;
+		}
+		s->inv_total = 1.0f / (float)(s->N * st_net_size(st_dist_net(env->dist)));
+	}
 	for (int i = 0; i < s->N; i++) {
 		kworker_t *a = &s->w[i];
 		a->x = malloc(sizeof(float) * n);
@@ -207,7 +236,7 @@ static void local_step(kstep_t *s, kworker_t *a, const float *g, int merge)
 static void merge_range(kstep_t *s, size_t lo, size_t hi)
 {
 	const int N = s->N;
-	const float eps = s->env.dense_opt->eps, inv_n = 1.0f / (float)N;
+	const float eps = s->env.dense_opt->eps, inv_n = s->inv_total;
 	for (size_t j = lo; j < hi; j++) {
 		float vs = 0.0f, xs = 0.0f;
 		for (int i = 0; i < N; i++)
@@ -224,6 +253,59 @@ static void merge_range(kstep_t *s, size_t lo, size_t hi)
 		for (int i = 0; i < N; i++) {
 			s->w[i].x[j] = xbar;
 			s->w[i].v[j] = vbar;
+		}
+	}
+}
+
+/* A network step of worker 0 between two barriers; errors are kept. */
+static void net_sum(kstep_t *s, int w, float *buf)
+{
+	if (w == 0 && !__atomic_load_n(&s->err, __ATOMIC_RELAXED)) {
+		int rc = st_net_allreduce_f32(st_dist_net(s->env.dist), buf, s->env.nparams);
+		if (rc < 0)
+			__atomic_store_n(&s->err, rc, __ATOMIC_RELAXED);
+	}
+}
+
+/* Lines 12-13 across processes, worker w's range [lo, hi): the sums of v
+ * and of the updated x over this rank's replicas, allreduced in rank
+ * order, then the means into every local replica. */
+static void merge_dist(kstep_t *s, int w)
+{
+	const int N = s->N;
+	const float eps = s->env.dense_opt->eps, inv = s->inv_total;
+	size_t lo, hi;
+	range(s, w, &lo, &hi);
+	for (size_t j = lo; j < hi; j++) {
+		float vs = 0.0f;
+		for (int i = 0; i < N; i++)
+			vs += s->w[i].v[j];
+		s->vsum[j] = vs;
+	}
+	pthread_barrier_wait(&s->bar);
+	net_sum(s, w, s->vsum);
+	pthread_barrier_wait(&s->bar);
+	for (size_t j = lo; j < hi; j++) {
+		const float vbar = s->vsum[j] * inv;
+		float xs = 0.0f;
+		for (int i = 0; i < N; i++) {
+			const kworker_t *a = &s->w[i];
+			float xi = a->x[j];
+			if (a->upd)
+				xi -= a->step * a->m[j] / (sqrtf(vbar) * a->isb + eps);
+			xs += xi;
+		}
+		s->vsum[j] = vbar;
+		s->xsum[j] = xs;
+	}
+	pthread_barrier_wait(&s->bar);
+	net_sum(s, w, s->xsum);
+	pthread_barrier_wait(&s->bar);
+	for (size_t j = lo; j < hi; j++) {
+		const float xbar = s->xsum[j] * inv;
+		for (int i = 0; i < N; i++) {
+			s->w[i].x[j] = xbar;
+			s->w[i].v[j] = s->vsum[j];
 		}
 	}
 }
@@ -245,8 +327,15 @@ static int ks_apply(void *self, int w, st_sync_grads_t *g)
 	pthread_barrier_wait(&s->bar);                          /* A */
 
 	/* Sparse, as allreduce.c: rows u with u mod N == w; the first toucher
-	 * (lowest worker index) holds the sum. */
-	st_sync_reduce_rows(env, s->g, w, step);
+	 * (lowest worker index) holds the sum; across processes the sums go
+	 * to the rows' owners (sent after barrier B). */
+	if (env->dist) {
+		int rc = st_sync_rowpush_sum(s->rows, env, s->g, w);
+		if (rc < 0)
+			__atomic_store_n(&s->err, rc, __ATOMIC_RELAXED);
+	} else {
+		st_sync_reduce_rows(env, s->g, w, step);
+	}
 	uint64_t bytes = 0;
 	if (g->n_examples) {
 		for (uint32_t q = 0; q < g->n_rows; q++)
@@ -254,7 +343,10 @@ static int ks_apply(void *self, int w, st_sync_grads_t *g)
 		st_sync_stat_add(&s->st.updates, 1);
 		st_sync_stat_add(&s->st.staleness[0], 1);
 	}
-	if (merge) {
+	if (merge && env->dist) {
+		merge_dist(s, w);
+		bytes += 2 * sizeof(float) * (uint64_t)env->nparams;
+	} else if (merge) {
 		size_t lo, hi;
 		range(s, w, &lo, &hi);
 		merge_range(s, lo, hi);
@@ -270,6 +362,19 @@ static int ks_apply(void *self, int w, st_sync_grads_t *g)
 		s->merged_last = merge;   /* read by others only after a barrier */
 		if (merge)
 			st_sync_stat_add(&s->merges, 1);
+	}
+	if (env->dist) {
+		/* Worker 0 sends the row sums (step index step - 1, the same
+		 * on every rank); nobody reuses a gradient buffer before C. */
+		if (w == 0 && !__atomic_load_n(&s->err, __ATOMIC_RELAXED)) {
+			uint64_t rb = 0;
+			int rc = st_sync_rowpush_send(s->rows, env, step - 1, step, &rb);
+			if (rc < 0)
+				__atomic_store_n(&s->err, rc, __ATOMIC_RELAXED);
+			st_sync_stat_add(&s->st.bytes, rb);
+		}
+		pthread_barrier_wait(&s->bar);                  /* C */
+		return __atomic_load_n(&s->err, __ATOMIC_RELAXED);
 	}
 	return ST_OK;
 }
@@ -294,6 +399,26 @@ static void ks_end_batch(void *self, int w)
 			xs += s->w[i].x[j];
 		p[j] = xs * inv_n;
 	}
+}
+
+/* Across processes, after the last step: env->params = the mean of every
+ * rank's replicas (the last step merged them already, or one allreduce). */
+static int ks_finish(void *self)
+{
+	kstep_t *s = self;
+	const st_sync_env_t *env = &s->env;
+	if (!env->dist || s->merged_last)
+		return ST_OK;
+	for (size_t j = 0; j < env->nparams; j++) {
+		float xs = 0.0f;
+		for (int i = 0; i < s->N; i++)
+			xs += s->w[i].x[j];
+		s->xsum[j] = xs;
+	}
+	int rc = st_net_allreduce_f32(st_dist_net(env->dist), s->xsum, env->nparams);
+	for (size_t j = 0; rc >= 0 && j < env->nparams; j++)
+		env->params[j] = s->xsum[j] * s->inv_total;
+	return rc;
 }
 
 static void ks_report(void *self, st_sync_stats_t *out)
@@ -331,4 +456,5 @@ const st_sync_ops_t st_sync_kstep_ops = {
 	.apply = ks_apply,
 	.end_batch = ks_end_batch,
 	.report = ks_report,
+	.finish = ks_finish,
 };

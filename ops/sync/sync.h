@@ -150,6 +150,22 @@ typedef struct st_sync_ops {
 /* The policy named `name`, or NULL (a valid job name not implemented here). */
 const st_sync_ops_t *st_sync_find(const char *name);
 
+/* Multi-process lockstep policies (dist_policies.c): a step's row sums to
+ * the rows' owners, synchronously (ops/dist/dist.h). Between two barriers
+ * every worker w calls st_sync_rowpush_sum (st_sync_sum_rows, remembering
+ * the sums); after the next barrier worker 0 alone calls
+ * st_sync_rowpush_send (step: the policy's step index, the same on every
+ * rank; t: the sparse optimizer's step), and the others wait at a third
+ * barrier before they reuse their gradient buffers. *bytes grows by what
+ * the rows take on the wire. */
+typedef struct st_sync_rowpush st_sync_rowpush_t;
+st_sync_rowpush_t *st_sync_rowpush_create(int n_workers);
+void st_sync_rowpush_destroy(st_sync_rowpush_t *r);
+int st_sync_rowpush_sum(st_sync_rowpush_t *r, const st_sync_env_t *env,
+			st_sync_grads_t *const *g, int w);
+int st_sync_rowpush_send(st_sync_rowpush_t *r, const st_sync_env_t *env, uint64_t step,
+			 uint64_t t, uint64_t *bytes);
+
 /* The multi-process twin of policy `name` (ops/sync/dist_policies.c), or
  * NULL when that policy does not run across processes yet. */
 const st_sync_ops_t *st_sync_find_dist(const char *name);

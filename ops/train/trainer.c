@@ -481,7 +481,7 @@ static int swap_policy(st_trainer_t *tr, const st_sync_cfg_t *cfg)
 	const st_sync_ops_t *ops = tr->dist ? st_sync_find_dist(pname) : st_sync_find(pname);
 	if (!ops && tr->dist) {
 		st_error("sync policy '%s' does not run across processes yet (allreduce, hybrid, "
-			 "async and shadow do)", pname);
+			 "kstep, async and shadow do)", pname);
 		return ST_EJOB;
 	}
 	if (!ops) {
@@ -506,11 +506,12 @@ static int swap_policy(st_trainer_t *tr, const st_sync_cfg_t *cfg)
 	tr->sops = ops;
 	tr->sync = obj;
 	tr->dist_lockstep = tr->dist && ops->schedule == ST_SYNC_LOCKSTEP;
-	/* How far a pull may run ahead of the applied steps: allreduce none,
-	 * hybrid its staleness bound (PERSIA's, persia-hybrid-training.md
-	 * Section 4.1), async without bound. */
+	/* How far a pull may run ahead of the applied steps: allreduce and
+	 * kstep none, hybrid its staleness bound (PERSIA's,
+	 * persia-hybrid-training.md Section 4.1), async and shadow without
+	 * bound. */
 	tr->dist_lag = !tr->dist || ops->schedule != ST_SYNC_LOCKSTEP ? -1
-		       : !strcmp(ops->name, "allreduce") ? 0
+		       : strcmp(ops->name, "hybrid") != 0 ? 0
 		       : (int64_t)cfg_param(cfg, "staleness", 0);
 	tr->gstep_base = tr->gstep;
 	for (int i = 0; i < tr->N; i++) {

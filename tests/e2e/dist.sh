@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Multi-process jobs on one machine (docs/distributed.md), end to end:
-#  - allreduce on 2 and 4 processes of one worker each trains exactly the
+#  - allreduce on 2 and 4 processes (and kstep on 2) of one worker each trains exactly the
 #    model (floats, optimizer state, dense parameters: STRATA_DIGEST) and
 #    the eval AUC of one process with as many workers on the same global
 #    batch and seed;
@@ -50,6 +50,22 @@ for P in 2 4; do
     bad "allreduce on $P processes: '$dP' vs '$d1', $(evalauc "$tmp/outP") vs $(evalauc "$tmp/out1")"
   fi
 done
+
+# kstep (k-step Adam merging) across processes: the same identity; 47 steps
+# with k = 3 end off a merge, so the final mean is the finish's allreduce.
+rm -f "$tmp"/out*
+STRATA_DIGEST=1 "$strata" run "${base[@]}" --set 'sync=st.sync.kstep{k=3}' \
+  --set stages.train.workers=2 --set stages.read.batch_size=512 \
+  --set stages.train.minibatch=256 >"$tmp/out1" 2>&1
+STRATA_DIGEST=1 timeout 300 "$strata" launch -n 2 "${base[@]}" --set 'sync=st.sync.kstep{k=3}' \
+  --set stages.train.workers=1 --set stages.read.batch_size=256 \
+  --set stages.train.minibatch=256 >"$tmp/outP" 2>&1
+d1=$(digest "$tmp/out1") dP=$(digest "$tmp/outP")
+if [ -n "$d1" ] && [ "$d1" = "$dP" ] && [ "$(evalauc "$tmp/out1")" = "$(evalauc "$tmp/outP")" ]; then
+  ok "kstep{k=3} on 2 processes = 1 process of 2 workers ($d1)"
+else
+  bad "kstep on 2 processes: '$dP' vs '$d1'"
+fi
 
 # The same under mpirun (OpenMPI's variables give rank and size).
 if command -v mpirun >/dev/null; then
