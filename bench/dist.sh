@@ -68,8 +68,8 @@ to_num() { # 41.2k -> 41200
 
 printf '\n%-10s %3s %12s %8s %14s %8s\n' policy P "ex/s" "vs P=1" "bytes/example" "eval auc"
 base=   # one process (allreduce of one worker): the reference of every ratio
-for pol in 'st.sync.allreduce{}' 'st.sync.hybrid{staleness=4}' 'st.sync.async{}' \
-	'st.sync.shadow{algo="ma"}'; do
+for pol in 'st.sync.allreduce{}' 'st.sync.hybrid{staleness=4}' 'st.sync.kstep{k=4}' \
+	'st.sync.async{}' 'st.sync.shadow{algo="ma"}'; do
 	for P in $procs; do
 		[ "$P" = 1 ] && [ "$pol" != 'st.sync.allreduce{}' ] && continue
 		read -r eps bpe auc < <(run "$P" "$pol")
