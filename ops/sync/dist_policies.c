@@ -227,9 +227,14 @@ static int dar_create(void **self, const st_sync_env_t *env)
 	return ST_OK;
 }
 
-static int dar_begin_batch(void *self, uint32_t n_uniq)
+/* Hooks these policies do not need. */
+static int noop_begin_batch(void *self, uint32_t n_uniq)
 {
 	return ST_OK;
+}
+
+static void noop_end_batch(void *self, int w)
+{
 }
 
 static const float *dar_begin_step(void *self, int w, uint64_t step)
@@ -293,10 +298,6 @@ static int dar_apply(void *self, int w, st_sync_grads_t *g)
 	return rc;
 }
 
-static void dar_end_batch(void *self, int w)
-{
-}
-
 static void dar_report(void *self, st_sync_stats_t *out)
 {
 	st_sync_stats_read(&((dar_t *)self)->st, out);
@@ -307,10 +308,10 @@ const st_sync_ops_t st_sync_dist_allreduce_ops = {
 	.schedule = ST_SYNC_LOCKSTEP,
 	.create = dar_create,
 	.destroy = dar_destroy,
-	.begin_batch = dar_begin_batch,
+	.begin_batch = noop_begin_batch,
 	.begin_step = dar_begin_step,
 	.apply = dar_apply,
-	.end_batch = dar_end_batch,
+	.end_batch = noop_end_batch,
 	.report = dar_report,
 };
 
@@ -319,12 +320,44 @@ const st_sync_ops_t st_sync_dist_hybrid_ops = {
 	.schedule = ST_SYNC_LOCKSTEP,
 	.create = dar_create,   /* the pulls' staleness bound is the trainer's */
 	.destroy = dar_destroy,
-	.begin_batch = dar_begin_batch,
+	.begin_batch = noop_begin_batch,
 	.begin_step = dar_begin_step,
 	.apply = dar_apply,
-	.end_batch = dar_end_batch,
+	.end_batch = noop_end_batch,
 	.report = dar_report,
 };
+
+/* Row gradients of one worker to their owners (applied on arrival). */
+static int push_rows(const st_sync_env_t *env, pthread_mutex_t *mu, const st_sync_grads_t *g,
+		     uint64_t t, uint64_t *bytes)
+{
+	const uint32_t n = g->n_rows ? g->n_rows : 1;
+	uint64_t *keys = malloc(sizeof(uint64_t) * n);
+	uint8_t *tab = malloc(n);
+	float *grad = malloc(sizeof(float) * (size_t)g->gstride * n);
+	int rc = keys && tab && grad ? ST_OK : ST_ENOMEM;
+	uint32_t k = 0;
+	for (uint32_t i = 0; rc >= 0 && i < g->n_rows; i++) {
+		uint32_t u = g->uidx[i];
+		if (!g->rows[u])
+			continue;
+		keys[k] = g->keys[u];
+		tab[k] = g->utable[u];
+		memcpy(grad + (size_t)k * g->gstride, g->grad + (size_t)u * g->gstride,
+		       sizeof(float) * g->row_dim[u]);
+		*bytes += 8 + sizeof(float) * (uint64_t)g->row_dim[u];
+		k++;
+	}
+	if (rc >= 0) {
+		pthread_mutex_lock(mu);
+		rc = st_dist_push(env->dist, 0, 0, t, keys, tab, grad, (size_t)g->gstride, k);
+		pthread_mutex_unlock(mu);
+	}
+	free(keys);
+	free(tab);
+	free(grad);
+	return rc;
+}
 
 /* ---- async: dense parameters on rank 0 ------------------------------------------ */
 
@@ -405,48 +438,12 @@ static int das_apply(void *self, int w, st_sync_grads_t *g)
 	st_sync_stat_add(&s->st.staleness[st_sync_hist_bucket(stale)], 1);
 	st_sync_stat_add(&s->st.updates, 1);
 	st_sync_stat_add(&s->st.steps, 1);
-	/* Rows: this worker's gradients to their owners, applied on arrival.
-	 * The rows of a batch are private copies, so keys are listed once per
-	 * worker; gstride-spaced gradients by unique index. */
-	uint64_t *keys = malloc(sizeof(uint64_t) * (g->n_rows ? g->n_rows : 1));
-	uint8_t *tab = malloc(g->n_rows ? g->n_rows : 1);
-	float *grad = malloc(sizeof(float) * (size_t)g->gstride * (g->n_rows ? g->n_rows : 1));
-	if (!keys || !tab || !grad) {
-		free(keys);
-		free(tab);
-		free(grad);
-		return ST_ENOMEM;
-	}
-	uint32_t k = 0;
+	/* Rows: this worker's gradients to their owners, applied on arrival
+	 * (a batch's rows are private copies, so keys go once per worker). */
 	uint64_t bytes = sizeof(float) * (uint64_t)env->nparams * 2;
-	for (uint32_t i = 0; i < g->n_rows; i++) {
-		uint32_t u = g->uidx[i];
-		if (!g->rows[u])
-			continue;
-		keys[k] = g->keys[u];
-		tab[k] = g->utable[u];
-		memcpy(grad + (size_t)k * g->gstride, g->grad + (size_t)u * g->gstride,
-		       sizeof(float) * g->row_dim[u]);
-		bytes += 8 + sizeof(float) * (uint64_t)g->row_dim[u];
-		k++;
-	}
-	pthread_mutex_lock(&s->push_mu);
-	rc = st_dist_push(env->dist, 0, 0, v, keys, tab, grad, (size_t)g->gstride, k);
-	pthread_mutex_unlock(&s->push_mu);
-	free(keys);
-	free(tab);
-	free(grad);
+	rc = push_rows(env, &s->push_mu, g, v, &bytes);
 	st_sync_stat_add(&s->st.bytes, bytes);
 	return rc;
-}
-
-static int das_begin_batch(void *self, uint32_t n_uniq)
-{
-	return ST_OK;
-}
-
-static void das_end_batch(void *self, int w)
-{
 }
 
 static void das_report(void *self, st_sync_stats_t *out)
@@ -459,10 +456,10 @@ const st_sync_ops_t st_sync_dist_async_ops = {
 	.schedule = ST_SYNC_FREE,
 	.create = das_create,
 	.destroy = das_destroy,
-	.begin_batch = das_begin_batch,
+	.begin_batch = noop_begin_batch,
 	.begin_step = das_begin_step,
 	.apply = das_apply,
-	.end_batch = das_end_batch,
+	.end_batch = noop_end_batch,
 	.report = das_report,
 };
 
@@ -484,38 +481,6 @@ typedef struct {
 	uint64_t rounds;
 	st_sync_stats_t st;
 } dsh_t;
-
-/* Row gradients of one worker to their owners (applied on arrival). */
-static int push_rows(const st_sync_env_t *env, pthread_mutex_t *mu, const st_sync_grads_t *g,
-		     uint64_t t, uint64_t *bytes)
-{
-	const uint32_t n = g->n_rows ? g->n_rows : 1;
-	uint64_t *keys = malloc(sizeof(uint64_t) * n);
-	uint8_t *tab = malloc(n);
-	float *grad = malloc(sizeof(float) * (size_t)g->gstride * n);
-	int rc = keys && tab && grad ? ST_OK : ST_ENOMEM;
-	uint32_t k = 0;
-	for (uint32_t i = 0; rc >= 0 && i < g->n_rows; i++) {
-		uint32_t u = g->uidx[i];
-		if (!g->rows[u])
-			continue;
-		keys[k] = g->keys[u];
-		tab[k] = g->utable[u];
-		memcpy(grad + (size_t)k * g->gstride, g->grad + (size_t)u * g->gstride,
-		       sizeof(float) * g->row_dim[u]);
-		*bytes += 8 + sizeof(float) * (uint64_t)g->row_dim[u];
-		k++;
-	}
-	if (rc >= 0) {
-		pthread_mutex_lock(mu);
-		rc = st_dist_push(env->dist, 0, 0, t, keys, tab, grad, (size_t)g->gstride, k);
-		pthread_mutex_unlock(mu);
-	}
-	free(keys);
-	free(tab);
-	free(grad);
-	return rc;
-}
 
 static void *shadow_main(void *arg)
 {
@@ -672,10 +637,10 @@ const st_sync_ops_t st_sync_dist_shadow_ops = {
 	.flags = ST_SYNC_RELAXED_READS,
 	.create = dsh_create,
 	.destroy = dsh_destroy,
-	.begin_batch = das_begin_batch,
+	.begin_batch = noop_begin_batch,
 	.begin_step = dsh_begin_step,
 	.apply = dsh_apply,
-	.end_batch = das_end_batch,
+	.end_batch = noop_end_batch,
 	.report = dsh_report,
 	.finish = dsh_finish,
 };
