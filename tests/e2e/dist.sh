@@ -6,8 +6,8 @@
 #    batch and seed;
 #  - hybrid, async and shadow run across processes and learn; the policies that do
 #    not run across processes yet are refused with a message;
-#  - kills: under allreduce the job stops within a bounded time naming the
-#    dead rank; under async a killed worker-only rank leaves the others to
+#  - kills: under allreduce and shadow the job stops within a bounded time
+#    naming the dead rank; under async a killed worker-only rank leaves the others to
 #    finish (and the loss is reported); a killed owner stops the job;
 #  - a process with the wrong job token is refused while the job forms.
 # Usage: dist.sh PATH/TO/strata HAVE_UCX(0|1)
@@ -183,6 +183,29 @@ if [ "$s0" != hang ] && [ "$s0" != 0 ] && [ "$s2" != hang ] && [ "$s2" != 0 ] &&
   ok "async: a killed owner rank stops the job within 60 s"
 else
   bad "async owner kill: rank 0 $s0, rank 2 $s2"
+fi
+
+rm -f "$tmp"/out*
+start_ranks 3 t4 --set 'sync=st.sync.shadow{algo="ma"}' "${slow[@]}"
+wait_started 3
+kill -9 "${pids[1]}"
+wait_for "${pids[0]}" 60; s0=$ws; wait_for "${pids[2]}" 60; s2=$ws;
+if [ "$s0" != hang ] && [ "$s0" != 0 ] && [ "$s2" != hang ] && [ "$s2" != 0 ] &&
+   grep -q "rank 1" "$tmp/out0"; then
+  ok "shadow: a killed rank stops the others' background averaging and the job"
+else
+  bad "shadow kill: rank 0 $s0, rank 2 $s2"
+fi
+
+# strata launch refuses bad arguments before starting anything.
+rm -f "$tmp"/out*
+"$strata" launch -n 0 "${base[@]}" >"$tmp/out" 2>&1; r1=$?
+"$strata" launch -n 2 "$tmp/no-such-job.lua" >>"$tmp/out" 2>&1; r2=$?
+"$strata" launch "${base[@]}" >>"$tmp/out" 2>&1; r3=$?
+if [ $r1 -eq 2 ] && [ $r2 -eq 2 ] && [ $r3 -eq 2 ]; then
+  ok "strata launch: -n 0, a missing job file and a missing -n are usage errors (exit 2)"
+else
+  bad "launch usage errors: $r1 $r2 $r3"
 fi
 
 # Wrong token: refused while rank 0 waits; then the real rank 1 joins.
