@@ -154,6 +154,12 @@ static void test_bad_pushes_change_nothing(void **state)
 	/* Truncated. */
 	void *m = push_msg(0, 0, keys, 1, g, &len);
 	assert_int_equal(st__dist_handle(&f->d, m, len - 4, 1), ST_EPEER);
+	/* Longer than its key count says (trailing bytes). */
+	m = push_msg(0, 0, keys, 1, g, &len);
+	void *longer = calloc(1, len + 8);
+	memcpy(longer, m, len);
+	free(m);
+	assert_int_equal(st__dist_handle(&f->d, longer, len + 8, 1), ST_EPEER);
 	/* A table that does not exist. */
 	m = push_msg(0, 0, keys, 1, g, &len);
 	((uint8_t *)m)[sizeof(wire_hdr_t) + 8] = 3;
