@@ -132,36 +132,16 @@ int st_dist_pull(st_dist_t *d, const uint64_t *keys, const uint8_t *table, uint3
 				return rc;
 			}
 		}
+		/* Straight into the batch's buffer, at the keys' positions. */
 		size_t c = d->lok_cap;
-		uint64_t *lk = NULL;
-		uint8_t *lt = NULL;
-		float *lb = NULL;
-		rc = st__dist_grow((void **)&d->lok, &c, m, 1);
+		rc = st__dist_grow((void **)&d->lok, &c, n, 1);
 		d->lok_cap = c;
-		if (rc >= 0) {
-			lk = malloc(sizeof(uint64_t) * m);
-			lt = malloc(m);
-			lb = malloc(sizeof(float) * stride * m);
-			if (!lk || !lt || !lb)
-				rc = ST_ENOMEM;
-		}
-		if (rc >= 0) {
-			for (uint32_t i = 0; i < m; i++) {
-				lk[i] = keys[pos[i]];
-				lt[i] = table[pos[i]];
-			}
-			rc = st__dist_serve_rows(d, lk, lt, m, create, stamp, d->lok, lb, stride);
-		}
+		if (rc >= 0)
+			rc = st__dist_serve_rows(d, keys, table, pos, m, create, stamp, d->lok, buf,
+						 stride);
 		pthread_mutex_unlock(&d->mu);
-		for (uint32_t i = 0; rc >= 0 && i < m; i++) {
-			float *dst = buf + (size_t)pos[i] * stride;
-			if (d->lok[i])
-				memcpy(dst, lb + (size_t)i * stride, sizeof(float) * d->dim[lt[i]]);
-			rows[pos[i]] = d->lok[i] ? dst : NULL;
-		}
-		free(lk);
-		free(lt);
-		free(lb);
+		for (uint32_t i = 0; rc >= 0 && i < m; i++)
+			rows[pos[i]] = d->lok[pos[i]] ? buf + (size_t)pos[i] * stride : NULL;
 		if (rc < 0)
 			return rc;
 		stat_add(&d->st.keys_local, m);

@@ -110,8 +110,13 @@ int st__dist_ob_reserve(obuf_t *b, size_t need);
 /* Logs a malformed message from rank `from`; returns ST_EPEER. */
 int st__dist_bad_msg(int from, const char *what, size_t len);
 int st__dist_grow(void **p, size_t *cap, size_t n, size_t elem);
-int st__dist_serve_rows(st_dist_t *d, const uint64_t *keys, const uint8_t *tab, uint32_t n,
-			int create, uint32_t stamp, uint8_t *ok, float *out, size_t stride);
+/* Resolves keys[idx[q]] (q < n; idx NULL: keys[q]) in their tables
+ * (creating rows when `create`), copies each admitted key i's emb+wide
+ * floats to out + i * stride and sets ok[i]; the rows are unpinned again at
+ * once (the copies are what trains). mu held. */
+int st__dist_serve_rows(st_dist_t *d, const uint64_t *keys, const uint8_t *tab,
+			const uint32_t *idx, uint32_t n, int create, uint32_t stamp, uint8_t *ok,
+			float *out, size_t stride);
 /* One message to this rank's service, mu held; takes ownership of msg. */
 int st__dist_handle(st_dist_t *d, void *msg, size_t len, int from);
 void *st__dist_service(void *arg);

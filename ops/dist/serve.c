@@ -166,11 +166,10 @@ int st__dist_grow(void **p, size_t *cap, size_t n, size_t elem)
 	return ST_OK;
 }
 
-/* Resolves n keys in their tables (creating rows when `create`), copies the
- * emb+wide floats of each admitted key i to out + i * stride and sets
- * ok[i]. The rows are unpinned again at once: the copies are what trains. */
-int st__dist_serve_rows(st_dist_t *d, const uint64_t *keys, const uint8_t *tab, uint32_t n,
-		      int create, uint32_t stamp, uint8_t *ok, float *out, size_t stride)
+/* See dist_internal.h. */
+int st__dist_serve_rows(st_dist_t *d, const uint64_t *keys, const uint8_t *tab,
+			const uint32_t *idx, uint32_t n, int create, uint32_t stamp, uint8_t *ok,
+			float *out, size_t stride)
 {
 	if (n > d->rcap) {
 		size_t c = d->rcap ? d->rcap : 1024;
@@ -188,11 +187,13 @@ int st__dist_serve_rows(st_dist_t *d, const uint64_t *keys, const uint8_t *tab, 
 	}
 	for (int k = 0; k < d->n_tables; k++) {
 		uint32_t m = 0;
-		for (uint32_t i = 0; i < n; i++)
+		for (uint32_t q = 0; q < n; q++) {
+			const uint32_t i = idx ? idx[q] : q;
 			if (tab[i] == k) {
 				d->mkey[m] = keys[i];
 				d->spos[m++] = i;
 			}
+		}
 		if (!m)
 			continue;
 		int rc = st_table_resolve(d->tables[k], d->mkey, m, stamp, create, d->rscratch);
@@ -242,7 +243,7 @@ static int answer_pull(st_dist_t *d, const void *msg, size_t len, int from)
 	if (st__dist_grow((void **)&d->sok, &c, n + 8, 1) < 0)
 		return ST_ENOMEM;
 	d->okcap = c;
-	int rc = st__dist_serve_rows(d, keys, tab, n, (h->flags & WF_CREATE) != 0, h->stamp, d->sok,
+	int rc = st__dist_serve_rows(d, keys, tab, NULL, n, (h->flags & WF_CREATE) != 0, h->stamp, d->sok,
 			    d->sbuf, md);
 	if (rc < 0) {
 		st_error("dist: pull of %u keys from rank %d: %s", n, from, st_strerror(rc));

@@ -327,35 +327,63 @@ const st_sync_ops_t st_sync_dist_hybrid_ops = {
 	.report = dar_report,
 };
 
-/* Row gradients of one worker to their owners (applied on arrival). */
-static int push_rows(const st_sync_env_t *env, pthread_mutex_t *mu, const st_sync_grads_t *g,
+/* One worker's row gradients to their owners, applied on arrival (async,
+ * shadow): the workers take turns (st_dist_push is one thread at a time)
+ * and share the message arrays, grown once. */
+typedef struct rowsend {
+	pthread_mutex_t mu;
+	uint64_t *keys;
+	uint8_t *tab;
+	float *grad;
+	size_t cap;
+} rowsend_t;
+
+static void rowsend_init(rowsend_t *r)
+{
+	memset(r, 0, sizeof *r);
+	pthread_mutex_init(&r->mu, NULL);
+}
+
+static void rowsend_fini(rowsend_t *r)
+{
+	pthread_mutex_destroy(&r->mu);
+	free(r->keys);
+	free(r->tab);
+	free(r->grad);
+}
+
+static int push_rows(const st_sync_env_t *env, rowsend_t *r, const st_sync_grads_t *g,
 		     uint64_t t, uint64_t *bytes)
 {
-	const uint32_t n = g->n_rows ? g->n_rows : 1;
-	uint64_t *keys = malloc(sizeof(uint64_t) * n);
-	uint8_t *tab = malloc(n);
-	float *grad = malloc(sizeof(float) * (size_t)g->gstride * n);
-	int rc = keys && tab && grad ? ST_OK : ST_ENOMEM;
+	const size_t gs = (size_t)g->gstride;
+	int rc = ST_OK;
+	pthread_mutex_lock(&r->mu);
+	if (g->n_rows > r->cap) {
+		free(r->keys);
+		free(r->tab);
+		free(r->grad);
+		r->keys = malloc(sizeof(uint64_t) * g->n_rows);
+		r->tab = malloc(g->n_rows);
+		r->grad = malloc(sizeof(float) * gs * g->n_rows);
+		r->cap = r->keys && r->tab && r->grad ? g->n_rows : 0;
+		if (!r->cap)
+			rc = ST_ENOMEM;
+	}
 	uint32_t k = 0;
 	for (uint32_t i = 0; rc >= 0 && i < g->n_rows; i++) {
 		uint32_t u = g->uidx[i];
 		if (!g->rows[u])
 			continue;
-		keys[k] = g->keys[u];
-		tab[k] = g->utable[u];
-		memcpy(grad + (size_t)k * g->gstride, g->grad + (size_t)u * g->gstride,
+		r->keys[k] = g->keys[u];
+		r->tab[k] = g->utable[u];
+		memcpy(r->grad + (size_t)k * gs, g->grad + (size_t)u * gs,
 		       sizeof(float) * g->row_dim[u]);
 		*bytes += 8 + sizeof(float) * (uint64_t)g->row_dim[u];
 		k++;
 	}
-	if (rc >= 0) {
-		pthread_mutex_lock(mu);
-		rc = st_dist_push(env->dist, 0, 0, t, keys, tab, grad, (size_t)g->gstride, k);
-		pthread_mutex_unlock(mu);
-	}
-	free(keys);
-	free(tab);
-	free(grad);
+	if (rc >= 0)
+		rc = st_dist_push(env->dist, 0, 0, t, r->keys, r->tab, r->grad, gs, k);
+	pthread_mutex_unlock(&r->mu);
 	return rc;
 }
 
@@ -366,7 +394,7 @@ typedef struct {
 	int N;
 	float **params;                /* [N] each worker's copy */
 	uint64_t *version;             /* [N] rank 0's update count at the copy */
-	pthread_mutex_t push_mu;
+	rowsend_t send;                /* row pushes */
 	st_sync_stats_t st;
 } das_t;
 
@@ -379,7 +407,7 @@ static void das_destroy(void *self)
 		free(s->params[w]);
 	free(s->params);
 	free(s->version);
-	pthread_mutex_destroy(&s->push_mu);
+	rowsend_fini(&s->send);
 	free(s);
 }
 
@@ -392,7 +420,7 @@ static int das_create(void **self, const st_sync_env_t *env)
 		return ST_ENOMEM;
 	s->env = *env;
 	s->N = env->n_workers;
-	pthread_mutex_init(&s->push_mu, NULL);
+	rowsend_init(&s->send);
 	s->params = calloc((size_t)s->N, sizeof(float *));
 	s->version = calloc((size_t)s->N, sizeof(uint64_t));
 	if (!s->params || !s->version) {
@@ -441,7 +469,7 @@ static int das_apply(void *self, int w, st_sync_grads_t *g)
 	/* Rows: this worker's gradients to their owners, applied on arrival
 	 * (a batch's rows are private copies, so keys go once per worker). */
 	uint64_t bytes = sizeof(float) * (uint64_t)env->nparams * 2;
-	rc = push_rows(env, &s->push_mu, g, v, &bytes);
+	rc = push_rows(env, &s->send, g, v, &bytes);
 	st_sync_stat_add(&s->st.bytes, bytes);
 	return rc;
 }
@@ -471,7 +499,7 @@ typedef struct {
 	st_sync_dense_t dense;         /* the replica's optimizer state (the trainer's) */
 	uint64_t version;              /* replica updates (relaxed atomic) */
 	st_sync_hogwild_t *hw;         /* [N] */
-	pthread_mutex_t push_mu;
+	rowsend_t send;                /* row pushes */
 	float alpha;
 	float *buf;                    /* [nparams + 1]: the replica, then the flag */
 	pthread_t th;
@@ -545,7 +573,7 @@ static void dsh_destroy(void *self)
 	free(s->hw);
 	free(s->buf);
 	st_sync_dense_fini(&s->dense);
-	pthread_mutex_destroy(&s->push_mu);
+	rowsend_fini(&s->send);
 	free(s);
 }
 
@@ -572,7 +600,7 @@ static int dsh_create(void **self, const st_sync_env_t *env)
 	s->env = *env;
 	s->N = env->n_workers;
 	s->alpha = (float)st_sync_cfg_num(env->cfg, "alpha", 0.5);
-	pthread_mutex_init(&s->push_mu, NULL);
+	rowsend_init(&s->send);
 	s->hw = calloc((size_t)s->N, sizeof *s->hw);
 	s->buf = malloc(sizeof(float) * (env->nparams + 1));
 	int rc = s->hw && s->buf ? st_sync_dense_init(&s->dense, env) : ST_ENOMEM;
@@ -608,7 +636,7 @@ static int dsh_apply(void *self, int w, st_sync_grads_t *g)
 	dense_only.n_rows = 0;
 	st_sync_apply_hogwild(&s->env, &s->dense, &s->version, &s->hw[w], &dense_only, &s->st);
 	uint64_t bytes = 0;
-	rc = push_rows(&s->env, &s->push_mu, g, *s->dense.t, &bytes);
+	rc = push_rows(&s->env, &s->send, g, *s->dense.t, &bytes);
 	st_sync_stat_add(&s->st.bytes, bytes);
 	return rc;
 }

@@ -149,11 +149,24 @@ wait_started() {
 slow=(--set 'stragglers=st.stragglers{worker=0, slowdown=200}' --set stages.read.batch_size=256
   --set stages.train.minibatch=256 --set stages.train.workers=1)
 
-rm -f "$tmp"/out*
-start_ranks 3 t1 --set 'sync=st.sync.allreduce{}' "${slow[@]}"
-wait_started 3
-kill -9 "${pids[2]}"
-wait_for "${pids[0]}" 30; s0=$ws; wait_for "${pids[1]}" 30; s1=$ws;
+# Three ranks by hand, one killed mid-training: kill_one VICTIM SECS TOKEN
+# run-args...; sa and sb are the two survivors' exit statuses (lower rank
+# first), or "hang" after SECS seconds.
+kill_one() {
+  local victim=$1 secs=$2 tok=$3 r; shift 3
+  rm -f "$tmp"/out*
+  start_ranks 3 "$tok" "$@"
+  wait_started 3
+  kill -9 "${pids[$victim]}"
+  local st=()
+  for r in 0 1 2; do
+    [ $r -eq "$victim" ] && continue
+    wait_for "${pids[$r]}" "$secs"; st+=("$ws")
+  done
+  sa=${st[0]} sb=${st[1]}
+}
+
+kill_one 2 30 t1 --set 'sync=st.sync.allreduce{}' "${slow[@]}"; s0=$sa s1=$sb
 if [ "$s0" != hang ] && [ "$s0" != 0 ] && [ "$s1" != hang ] && [ "$s1" != 0 ] &&
    grep -q "rank 2" "$tmp/out0"; then
   ok "allreduce: a killed rank stops the others within 30 s, naming rank 2"
@@ -161,11 +174,7 @@ else
   bad "allreduce kill: rank 0 $s0, rank 1 $s1"
 fi
 
-rm -f "$tmp"/out*
-start_ranks 3 t2 --set 'sync=st.sync.async{}' --set 'dist={owners=2}' "${slow[@]}"
-wait_started 3
-kill -9 "${pids[2]}"
-wait_for "${pids[0]}" 120; s0=$ws; wait_for "${pids[1]}" 120; s1=$ws;
+kill_one 2 120 t2 --set 'sync=st.sync.async{}' --set 'dist={owners=2}' "${slow[@]}"; s0=$sa s1=$sb
 if [ "$s0" = 0 ] && [ "$s1" = 0 ] && grep -q "rank 2 died during training" "$tmp/out0" &&
    grep -q "eval *auc" "$tmp/out0"; then
   ok "async: a killed worker rank leaves the others to finish, and is reported"
@@ -173,11 +182,7 @@ else
   bad "async worker kill: rank 0 $s0, rank 1 $s1"
 fi
 
-rm -f "$tmp"/out*
-start_ranks 3 t3 --set 'sync=st.sync.async{}' --set 'dist={owners=2}' "${slow[@]}"
-wait_started 3
-kill -9 "${pids[1]}"
-wait_for "${pids[0]}" 60; s0=$ws; wait_for "${pids[2]}" 60; s2=$ws;
+kill_one 1 60 t3 --set 'sync=st.sync.async{}' --set 'dist={owners=2}' "${slow[@]}"; s0=$sa s2=$sb
 if [ "$s0" != hang ] && [ "$s0" != 0 ] && [ "$s2" != hang ] && [ "$s2" != 0 ] &&
    grep -q "rank 1" "$tmp/out0"; then
   ok "async: a killed owner rank stops the job within 60 s"
@@ -185,11 +190,7 @@ else
   bad "async owner kill: rank 0 $s0, rank 2 $s2"
 fi
 
-rm -f "$tmp"/out*
-start_ranks 3 t4 --set 'sync=st.sync.shadow{algo="ma"}' "${slow[@]}"
-wait_started 3
-kill -9 "${pids[1]}"
-wait_for "${pids[0]}" 60; s0=$ws; wait_for "${pids[2]}" 60; s2=$ws;
+kill_one 1 60 t4 --set 'sync=st.sync.shadow{algo="ma"}' "${slow[@]}"; s0=$sa s2=$sb
 if [ "$s0" != hang ] && [ "$s0" != 0 ] && [ "$s2" != hang ] && [ "$s2" != 0 ] &&
    grep -q "rank 1" "$tmp/out0"; then
   ok "shadow: a killed rank stops the others' background averaging and the job"
