@@ -83,15 +83,20 @@ Pmax=$(echo $procs | awk '{print $NF}')
 read -r eps bpe auc < <(run "$Pmax" 'st.sync.allreduce{}' --set 'dist={compress=true}')
 printf '%-10s %3s %12s %8s %14s %8s   (dist.compress = true)\n' allreduce "$Pmax" "$eps" - "$bpe" "$auc"
 
-if command -v ucx_perftest >/dev/null; then
-	port=$((20000 + RANDOM % 20000))
-	ucx_perftest -p $port -t tag_bw -s 1048576 -n 2000 >/dev/null 2>&1 &
+perftest() { # label, UCX_TLS value ("" = UCX's choice)
+	local port=$((20000 + RANDOM % 20000)) srv bw
+	env ${2:+UCX_TLS=$2} ucx_perftest -p $port -t tag_bw -s 1048576 -n 2000 >/dev/null 2>&1 &
 	srv=$!
 	sleep 1
-	bw=$(ucx_perftest -p $port 127.0.0.1 -t tag_bw -s 1048576 -n 2000 2>&1 | awk '/Final:/ {print $0}')
+	bw=$(env ${2:+UCX_TLS=$2} ucx_perftest -p $port 127.0.0.1 -t tag_bw -s 1048576 -n 2000 2>&1 |
+		awk '/Final:/ {print $0}')
 	kill $srv 2>/dev/null || true
+	echo "  $1: $bw"
+}
+if command -v ucx_perftest >/dev/null; then
 	echo
-	echo "ucx_perftest tag_bw 1 MiB, two processes on this machine:"
-	echo "  $bw"
-	echo "  (columns: iterations, latency typical/avg/overall usec, bandwidth avg/overall MB/s, msg rate)"
+	echo "ucx_perftest tag_bw 1 MiB, two processes on this machine"
+	echo "(columns: iterations, latency typical/avg/overall usec, bandwidth avg/overall MB/s, msg rate):"
+	perftest "UCX's choice (shared memory)" ""
+	perftest "TCP loopback (what strata's transport uses)" "tcp,self"
 fi
