@@ -27,16 +27,7 @@
  *              come back (a parameter server); rows applied on arrival by
  *              their owners. A worker rank that dies does not stop the
  *              others.
- *   shadow     ShadowSync's model averaging (shadowsync-background-sync.md
- *              §3.3, Algorithm 3) with one trainer per rank: the rank's
- *              workers train its dense replica Hogwild, as async.c does in
- *              one process, and never wait; a background thread per rank
- *              ("st-shadow-net") repeatedly allreduces the replica across
- *              ranks and blends it, w <- (1 - alpha) w + alpha mean(w).
- *              Rows as in async. The rounds are collectives, so the
- *              threads carry a "still training" flag in the same allreduce
- *              and go on until every rank is done; the last round sets
- *              every replica to the mean (the paper's output average).
+ *   shadow     ShadowSync in the background: dist_shadow.c.
  *
  *   kstep      kstep.c itself, which merges across processes when env->dist
  *              is set (its header says how).
@@ -51,7 +42,7 @@
  * (st_dist_push and the collectives are one-thread-at-a-time); async's
  * workers push under a mutex.
  */
-#include "ops/sync/sync.h"
+#include "ops/sync/dist_sync.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -227,13 +218,12 @@ static int dar_create(void **self, const st_sync_env_t *env)
 	return ST_OK;
 }
 
-/* Hooks these policies do not need. */
-static int noop_begin_batch(void *self, uint32_t n_uniq)
+int st__sync_noop_begin_batch(void *self, uint32_t n_uniq)
 {
 	return ST_OK;
 }
 
-static void noop_end_batch(void *self, int w)
+void st__sync_noop_end_batch(void *self, int w)
 {
 }
 
@@ -308,10 +298,10 @@ const st_sync_ops_t st_sync_dist_allreduce_ops = {
 	.schedule = ST_SYNC_LOCKSTEP,
 	.create = dar_create,
 	.destroy = dar_destroy,
-	.begin_batch = noop_begin_batch,
+	.begin_batch = st__sync_noop_begin_batch,
 	.begin_step = dar_begin_step,
 	.apply = dar_apply,
-	.end_batch = noop_end_batch,
+	.end_batch = st__sync_noop_end_batch,
 	.report = dar_report,
 };
 
@@ -320,72 +310,12 @@ const st_sync_ops_t st_sync_dist_hybrid_ops = {
 	.schedule = ST_SYNC_LOCKSTEP,
 	.create = dar_create,   /* the pulls' staleness bound is the trainer's */
 	.destroy = dar_destroy,
-	.begin_batch = noop_begin_batch,
+	.begin_batch = st__sync_noop_begin_batch,
 	.begin_step = dar_begin_step,
 	.apply = dar_apply,
-	.end_batch = noop_end_batch,
+	.end_batch = st__sync_noop_end_batch,
 	.report = dar_report,
 };
-
-/* One worker's row gradients to their owners, applied on arrival (async,
- * shadow): the workers take turns (st_dist_push is one thread at a time)
- * and share the message arrays, grown once. */
-typedef struct rowsend {
-	pthread_mutex_t mu;
-	uint64_t *keys;
-	uint8_t *tab;
-	float *grad;
-	size_t cap;
-} rowsend_t;
-
-static void rowsend_init(rowsend_t *r)
-{
-	memset(r, 0, sizeof *r);
-	pthread_mutex_init(&r->mu, NULL);
-}
-
-static void rowsend_fini(rowsend_t *r)
-{
-	pthread_mutex_destroy(&r->mu);
-	free(r->keys);
-	free(r->tab);
-	free(r->grad);
-}
-
-static int push_rows(const st_sync_env_t *env, rowsend_t *r, const st_sync_grads_t *g,
-		     uint64_t t, uint64_t *bytes)
-{
-	const size_t gs = (size_t)g->gstride;
-	int rc = ST_OK;
-	pthread_mutex_lock(&r->mu);
-	if (g->n_rows > r->cap) {
-		free(r->keys);
-		free(r->tab);
-		free(r->grad);
-		r->keys = malloc(sizeof(uint64_t) * g->n_rows);
-		r->tab = malloc(g->n_rows);
-		r->grad = malloc(sizeof(float) * gs * g->n_rows);
-		r->cap = r->keys && r->tab && r->grad ? g->n_rows : 0;
-		if (!r->cap)
-			rc = ST_ENOMEM;
-	}
-	uint32_t k = 0;
-	for (uint32_t i = 0; rc >= 0 && i < g->n_rows; i++) {
-		uint32_t u = g->uidx[i];
-		if (!g->rows[u])
-			continue;
-		r->keys[k] = g->keys[u];
-		r->tab[k] = g->utable[u];
-		memcpy(r->grad + (size_t)k * gs, g->grad + (size_t)u * gs,
-		       sizeof(float) * g->row_dim[u]);
-		*bytes += 8 + sizeof(float) * (uint64_t)g->row_dim[u];
-		k++;
-	}
-	if (rc >= 0)
-		rc = st_dist_push(env->dist, 0, 0, t, r->keys, r->tab, r->grad, gs, k);
-	pthread_mutex_unlock(&r->mu);
-	return rc;
-}
 
 /* ---- async: dense parameters on rank 0 ------------------------------------------ */
 
@@ -407,7 +337,7 @@ static void das_destroy(void *self)
 		free(s->params[w]);
 	free(s->params);
 	free(s->version);
-	rowsend_fini(&s->send);
+	st__rowsend_fini(&s->send);
 	free(s);
 }
 
@@ -420,7 +350,7 @@ static int das_create(void **self, const st_sync_env_t *env)
 		return ST_ENOMEM;
 	s->env = *env;
 	s->N = env->n_workers;
-	rowsend_init(&s->send);
+	st__rowsend_init(&s->send);
 	s->params = calloc((size_t)s->N, sizeof(float *));
 	s->version = calloc((size_t)s->N, sizeof(uint64_t));
 	if (!s->params || !s->version) {
@@ -469,7 +399,7 @@ static int das_apply(void *self, int w, st_sync_grads_t *g)
 	/* Rows: this worker's gradients to their owners, applied on arrival
 	 * (a batch's rows are private copies, so keys go once per worker). */
 	uint64_t bytes = sizeof(float) * (uint64_t)env->nparams * 2;
-	rc = push_rows(env, &s->send, g, v, &bytes);
+	rc = st__rowsend_push(env, &s->send, g, v, &bytes);
 	st_sync_stat_add(&s->st.bytes, bytes);
 	return rc;
 }
@@ -484,196 +414,67 @@ const st_sync_ops_t st_sync_dist_async_ops = {
 	.schedule = ST_SYNC_FREE,
 	.create = das_create,
 	.destroy = das_destroy,
-	.begin_batch = noop_begin_batch,
+	.begin_batch = st__sync_noop_begin_batch,
 	.begin_step = das_begin_step,
 	.apply = das_apply,
-	.end_batch = noop_end_batch,
+	.end_batch = st__sync_noop_end_batch,
 	.report = das_report,
 };
 
-/* ---- shadow: model averaging in the background ------------------------------- */
+/* ---- rows applied on arrival (dist_sync.h) ---------------------------------- */
 
-typedef struct {
-	st_sync_env_t env;
-	int N;
-	st_sync_dense_t dense;         /* the replica's optimizer state (the trainer's) */
-	uint64_t version;              /* replica updates (relaxed atomic) */
-	st_sync_hogwild_t *hw;         /* [N] */
-	rowsend_t send;                /* row pushes */
-	float alpha;
-	float *buf;                    /* [nparams + 1]: the replica, then the flag */
-	pthread_t th;
-	int started;
-	int done;                      /* this rank trained its last batch (atomic) */
-	int err;                       /* the shadow thread's error (atomic) */
-	uint64_t rounds;
-	st_sync_stats_t st;
-} dsh_t;
-
-static void *shadow_main(void *arg)
+void st__rowsend_init(rowsend_t *r)
 {
-	dsh_t *s = arg;
-	pthread_setname_np(pthread_self(), "st-shadow-net");
-	const st_sync_env_t *env = &s->env;
-	st_net_t *net = st_dist_net(env->dist);
-	const size_t np = env->nparams;
-	const float inv = 1.0f / (float)st_net_size(net), a = s->alpha;
-	uint64_t seen = 0;
-	for (;;) {
-		/* At most one round per replica update while training; a rank
-		 * that is done keeps taking part, a little slower. */
-		int done = __atomic_load_n(&s->done, __ATOMIC_ACQUIRE);
-		uint64_t v = __atomic_load_n(&s->version, __ATOMIC_RELAXED);
-		if (!done && v == seen) {
-			struct timespec ts = { 0, 200 * 1000 };
-			nanosleep(&ts, NULL);
+	memset(r, 0, sizeof *r);
+	pthread_mutex_init(&r->mu, NULL);
+}
+
+void st__rowsend_fini(rowsend_t *r)
+{
+	pthread_mutex_destroy(&r->mu);
+	free(r->keys);
+	free(r->tab);
+	free(r->grad);
+}
+
+int st__rowsend_push(const st_sync_env_t *env, rowsend_t *r, const st_sync_grads_t *g,
+		     uint64_t t, uint64_t *bytes)
+{
+	const size_t gs = (size_t)g->gstride;
+	int rc = ST_OK;
+	pthread_mutex_lock(&r->mu);
+	if (g->n_rows > r->cap) {
+		free(r->keys);
+		free(r->tab);
+		free(r->grad);
+		r->keys = malloc(sizeof(uint64_t) * g->n_rows);
+		r->tab = malloc(g->n_rows);
+		r->grad = malloc(sizeof(float) * gs * g->n_rows);
+		r->cap = r->keys && r->tab && r->grad ? g->n_rows : 0;
+		if (!r->cap)
+			rc = ST_ENOMEM;
+	}
+	uint32_t k = 0;
+	for (uint32_t i = 0; rc >= 0 && i < g->n_rows; i++) {
+		uint32_t u = g->uidx[i];
+		if (!g->rows[u])
 			continue;
-		}
-		if (done && v == seen) {
-			struct timespec ts = { 0, 2 * 1000 * 1000 };
-			nanosleep(&ts, NULL);
-		}
-		uint64_t gap = v - seen;
-		seen = v;
-		st_sync_load_relaxed(s->buf, env->params, np);
-		s->buf[np] = done ? 0.0f : 1.0f;
-		int rc = st_net_allreduce_f32(net, s->buf, np + 1);
-		if (rc < 0) {
-			__atomic_store_n(&s->err, rc, __ATOMIC_RELAXED);
-			return NULL;
-		}
-		const int last = s->buf[np] == 0.0f;   /* nobody trains any more */
-		for (size_t j = 0; j < np; j++) {
-			float mean = s->buf[j] * inv, w;
-			st_sync_load_relaxed(&w, &env->params[j], 1);
-			w = last ? mean : (1.0f - a) * w + a * mean;
-			st_sync_store_relaxed(&env->params[j], &w, 1);
-		}
-		s->rounds++;
-		st_sync_stat_add(&s->st.staleness[st_sync_hist_bucket(gap)], 1);
-		st_sync_stat_add(&s->st.bytes, 2 * sizeof(float) * (uint64_t)np);
-		if (last)
-			return NULL;
+		r->keys[k] = g->keys[u];
+		r->tab[k] = g->utable[u];
+		memcpy(r->grad + (size_t)k * gs, g->grad + (size_t)u * gs,
+		       sizeof(float) * g->row_dim[u]);
+		*bytes += 8 + sizeof(float) * (uint64_t)g->row_dim[u];
+		k++;
 	}
-}
-
-static void dsh_destroy(void *self)
-{
-	dsh_t *s = self;
-	if (!s)
-		return;
-	if (s->started) {
-		/* A failed job: the thread ends when its collective fails
-		 * (the other ranks stop too) or when every rank is done. */
-		__atomic_store_n(&s->done, 1, __ATOMIC_RELEASE);
-		pthread_join(s->th, NULL);
-	}
-	for (int w = 0; s->hw && w < s->N; w++)
-		st_sync_hogwild_fini(&s->hw[w]);
-	free(s->hw);
-	free(s->buf);
-	st_sync_dense_fini(&s->dense);
-	rowsend_fini(&s->send);
-	free(s);
-}
-
-static int dsh_create(void **self, const st_sync_env_t *env)
-{
-	if (!env->dist)
-		return ST_EINVAL;
-	const char *algo = NULL;
-	for (int i = 0; i < env->cfg->n_params; i++)
-		if (!strcmp(env->cfg->keys[i], "algo"))
-			algo = env->cfg->strs[i];
-	if (algo && strcmp(algo, "ma") != 0) {
-		st_error("shadow{algo = \"%s\"} does not run across processes yet: use algo = "
-			 "\"ma\" (model averaging)", algo);
-		return ST_EINVAL;
-	}
-	if (st_sync_cfg_num(env->cfg, "every", 0) != 0) {
-		st_error("shadow{every} (foreground syncs) does not run across processes yet");
-		return ST_EINVAL;
-	}
-	dsh_t *s = calloc(1, sizeof *s);
-	if (!s)
-		return ST_ENOMEM;
-	s->env = *env;
-	s->N = env->n_workers;
-	s->alpha = (float)st_sync_cfg_num(env->cfg, "alpha", 0.5);
-	rowsend_init(&s->send);
-	s->hw = calloc((size_t)s->N, sizeof *s->hw);
-	s->buf = malloc(sizeof(float) * (env->nparams + 1));
-	int rc = s->hw && s->buf ? st_sync_dense_init(&s->dense, env) : ST_ENOMEM;
-	for (int w = 0; rc >= 0 && w < s->N; w++)
-		rc = st_sync_hogwild_init(&s->hw[w], env);
-	if (rc >= 0 && pthread_create(&s->th, NULL, shadow_main, s) != 0)
-		rc = ST_ENOMEM;
-	if (rc < 0) {
-		dsh_destroy(s);
-		return rc;
-	}
-	s->started = 1;
-	*self = s;
-	return ST_OK;
-}
-
-static const float *dsh_begin_step(void *self, int w, uint64_t step)
-{
-	dsh_t *s = self;
-	return st_sync_hogwild_read(&s->hw[w], &s->env, &s->version);
-}
-
-static int dsh_apply(void *self, int w, st_sync_grads_t *g)
-{
-	dsh_t *s = self;
-	int rc = __atomic_load_n(&s->err, __ATOMIC_RELAXED);
-	if (rc < 0 || !g->n_examples)
-		return rc;
-	/* The replica's step (Hogwild, dense tensors only: the batch's rows
-	 * are private copies without optimizer state), then the rows to
-	 * their owners. */
-	st_sync_grads_t dense_only = *g;
-	dense_only.n_rows = 0;
-	st_sync_apply_hogwild(&s->env, &s->dense, &s->version, &s->hw[w], &dense_only, &s->st);
-	uint64_t bytes = 0;
-	rc = push_rows(&s->env, &s->send, g, *s->dense.t, &bytes);
-	st_sync_stat_add(&s->st.bytes, bytes);
+	if (rc >= 0)
+		rc = st_dist_push(env->dist, 0, 0, t, r->keys, r->tab, r->grad, gs, k);
+	pthread_mutex_unlock(&r->mu);
 	return rc;
 }
 
-static int dsh_finish(void *self)
-{
-	dsh_t *s = self;
-	if (!s->started)
-		return ST_OK;
-	__atomic_store_n(&s->done, 1, __ATOMIC_RELEASE);
-	pthread_join(s->th, NULL);
-	s->started = 0;
-	st_info("shadow: %llu model-averaging rounds across the ranks",
-		(unsigned long long)s->rounds);
-	return s->err;
-}
-
-static void dsh_report(void *self, st_sync_stats_t *out)
-{
-	st_sync_stats_read(&((dsh_t *)self)->st, out);
-}
-
-const st_sync_ops_t st_sync_dist_shadow_ops = {
-	.name = "shadow",
-	.schedule = ST_SYNC_FREE,
-	.flags = ST_SYNC_RELAXED_READS,
-	.create = dsh_create,
-	.destroy = dsh_destroy,
-	.begin_batch = noop_begin_batch,
-	.begin_step = dsh_begin_step,
-	.apply = dsh_apply,
-	.end_batch = noop_end_batch,
-	.report = dsh_report,
-	.finish = dsh_finish,
-};
 
 extern const st_sync_ops_t st_sync_kstep_ops;   /* kstep.c runs in both */
+extern const st_sync_ops_t st_sync_dist_shadow_ops;   /* dist_shadow.c */
 
 const st_sync_ops_t *st_sync_find_dist(const char *name)
 {
