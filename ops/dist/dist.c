@@ -87,7 +87,7 @@ static int check_peer(st_dist_t *d, int need_all)
 
 int st_dist_pull(st_dist_t *d, const uint64_t *keys, const uint8_t *table, uint32_t n,
 		 uint64_t need_step, int create, uint32_t stamp, float *buf, size_t stride,
-		 float **rows, int (*stop)(void *arg), void *stop_arg)
+		 float **rows, uint64_t *tokens, int (*stop)(void *arg), void *stop_arg)
 {
 	uint32_t cnt[ST_NET_MAX_RANKS];
 	uint32_t **const P = d->pull_split.pos;
@@ -98,6 +98,8 @@ int st_dist_pull(st_dist_t *d, const uint64_t *keys, const uint8_t *table, uint3
 	const wire_hdr_t h0 = { .type = MSG_PULL, .req = req, .step = need_step,
 				.stamp = stamp, .flags = create ? WF_CREATE : 0 };
 	memset(buf, 0, sizeof(float) * stride * (size_t)n);
+	if (tokens)
+		memset(tokens, 0, sizeof(uint64_t) * (size_t)d->P);
 	for (int o = 0; o < d->owners; o++) {
 		if (o == d->rank || !cnt[o])
 			continue;
@@ -139,6 +141,8 @@ int st_dist_pull(st_dist_t *d, const uint64_t *keys, const uint8_t *table, uint3
 		if (rc >= 0)
 			rc = st__dist_serve_rows(d, keys, table, pos, m, create, stamp, d->lok, buf,
 						 stride);
+		if (tokens)
+			tokens[d->rank] = d->buf.k;
 		pthread_mutex_unlock(&d->mu);
 		for (uint32_t i = 0; rc >= 0 && i < m; i++)
 			rows[pos[i]] = d->lok[pos[i]] ? buf + (size_t)pos[i] * stride : NULL;
@@ -179,6 +183,8 @@ int st_dist_pull(st_dist_t *d, const uint64_t *keys, const uint8_t *table, uint3
 			free(msg);
 			return st__dist_bad_msg(o, "PULL reply", len);
 		}
+		if (tokens)
+			tokens[o] = h->t;
 		const uint8_t *p = ok + wire_pad8(m);
 		for (uint32_t i = 0; i < m; i++) {
 			float *dst = buf + (size_t)pos[i] * stride;
@@ -194,26 +200,30 @@ int st_dist_pull(st_dist_t *d, const uint64_t *keys, const uint8_t *table, uint3
 	return ST_OK;
 }
 
-int st_dist_push(st_dist_t *d, uint64_t step, int sync, uint64_t t, const uint64_t *keys,
-		 const uint8_t *table, const float *grad, size_t gstride, uint32_t n)
+/* Row gradients to their owners, each owner's keys in one message made
+ * from h0 (step = tokens[o] when tokens is set); every owner gets one,
+ * possibly empty, when `all`. */
+static int push_rows(st_dist_t *d, const wire_hdr_t *h0, const uint64_t *tokens, int all,
+		     const uint64_t *keys, const uint8_t *table, const float *grad,
+		     size_t gstride, uint32_t n)
 {
 	uint32_t cnt[ST_NET_MAX_RANKS];
 	int rc = split_owners(d, &d->push_split, keys, n, cnt);
 	if (rc < 0)
 		return rc;
 	const int f16 = d->f16;
-	const wire_hdr_t h0 = { .type = MSG_PUSH, .step = step, .t = t,
-				.flags = (sync ? WF_SYNC : 0) | (f16 ? WF_F16 : 0) };
 	for (int o = 0; o < d->owners; o++) {
-		if (!cnt[o] && !sync)
+		if (!cnt[o] && !all)
 			continue;
 		const uint32_t m = cnt[o], *pos = d->push_split.pos[o];
 		size_t rb = 0;
 		for (uint32_t i = 0; i < m; i++)
 			rb += wire_row_bytes(d->dim[table[pos[i]]], f16);
 		obuf_t *b = &d->push_out[o];
-		if ((rc = ob_keys(b, &h0, keys, table, pos, m, rb)) < 0)
+		if ((rc = ob_keys(b, h0, keys, table, pos, m, rb)) < 0)
 			return rc;
+		if (tokens)
+			((wire_hdr_t *)b->p)->step = tokens[o];
 		uint8_t *p = b->p + b->len;
 		for (uint32_t i = 0; i < m; i++) {
 			const uint32_t dim = d->dim[table[pos[i]]];
@@ -241,24 +251,65 @@ int st_dist_push(st_dist_t *d, uint64_t step, int sync, uint64_t t, const uint64
 	return ST_OK;
 }
 
-int st_dist_dense(st_dist_t *d, int w, const float *grad, float *params, uint64_t *version)
+int st_dist_push(st_dist_t *d, uint64_t step, int sync, uint64_t t, const uint64_t *keys,
+		 const uint8_t *table, const float *grad, size_t gstride, uint32_t n)
+{
+	const wire_hdr_t h0 = { .type = MSG_PUSH, .step = step, .t = t,
+				.flags = (sync ? WF_SYNC : 0) | (d->f16 ? WF_F16 : 0) };
+	return push_rows(d, &h0, NULL, sync, keys, table, grad, gstride, n);
+}
+
+static void buf_hdr(wire_hdr_t *h, const st_dist_buf_t *b)
+{
+	h->flags |= WF_BUF | (b->perid ? WF_PERID : 0);
+	h->stamp = b->M;
+	h->pad = b->tol;
+}
+
+int st_dist_push_buf(st_dist_t *d, const st_dist_buf_t *b, const uint64_t *tokens,
+		     const uint64_t *keys, const uint8_t *table, const float *grad,
+		     size_t gstride, uint32_t n)
+{
+	wire_hdr_t h0 = { .type = MSG_PUSH, .flags = d->f16 ? WF_F16 : 0 };
+	buf_hdr(&h0, b);
+	return push_rows(d, &h0, tokens, 1, keys, table, grad, gstride, n);
+}
+
+/* A DENSE exchange with rank 0: h (n, flags, worker, buffer fields set),
+ * then the reply's parameters into params and its header into *rep. */
+static int dense_call(st_dist_t *d, wire_hdr_t *h, const float *grad, float *params,
+		      wire_hdr_t *rep)
 {
 	const size_t np = d->env->nparams;
-	const wire_hdr_t h = { .type = MSG_DENSE, .n = (uint32_t)np, .flags = grad ? 1 : 0,
-			       .worker = (uint32_t)w };
+	h->type = MSG_DENSE;
+	h->n = (uint32_t)np;
+	h->flags |= grad ? 1 : 0;
 	if (d->rank == 0) {
+		/* Rank 0's own workers: the handlers' work without a message. */
+		int rc = ST_OK;
 		pthread_mutex_lock(&d->mu);
-		if (grad) {
-			uint64_t t = ++*d->dense_t;
-			st_sync_dense_update(d->env, d->env->params, d->dense_state, grad, t);
+		*rep = (wire_hdr_t){ 0 };
+		if (h->flags & WF_BUF) {
+			int dropped = 0;
+			rc = st__dist_buf_dense(d, h, grad, &rep->t, &rep->step, &dropped);
+			rep->flags = dropped ? 1 : 0;
+			if (rc == -1) {
+				st_error("dist: a buffered policy changed its parameters mid-job");
+				rc = ST_EINVAL;
+			}
+		} else {
+			if (grad)
+				st_sync_dense_update(d->env, d->env->params, d->dense_state, grad,
+						     ++*d->dense_t);
+			rep->t = *d->dense_t;
 		}
-		memcpy(params, d->env->params, sizeof(float) * np);
-		*version = *d->dense_t;
+		if (rc >= 0)
+			memcpy(params, d->env->params, sizeof(float) * np);
 		pthread_mutex_unlock(&d->mu);
-		return ST_OK;
+		return rc;
 	}
-	int rc = grad ? st_net_send2(d->net, 0, CH_REQ, &h, sizeof h, grad, sizeof(float) * np)
-		      : st_net_send(d->net, 0, CH_REQ, &h, sizeof h);
+	int rc = grad ? st_net_send2(d->net, 0, CH_REQ, h, sizeof *h, grad, sizeof(float) * np)
+		      : st_net_send(d->net, 0, CH_REQ, h, sizeof *h);
 	if (rc < 0) {
 		st_error("dist: dense parameters from rank 0: %s", st_strerror(rc));
 		return rc;
@@ -266,7 +317,7 @@ int st_dist_dense(st_dist_t *d, int w, const float *grad, float *params, uint64_
 	void *msg;
 	size_t len;
 	int from;
-	rc = st_net_recv(d->net, 0, CH_DENSE_REPLY + (uint32_t)w, &msg, &len, &from, -1);
+	rc = st_net_recv(d->net, 0, CH_DENSE_REPLY + h->worker, &msg, &len, &from, -1);
 	if (rc < 0) {
 		st_error("dist: dense parameters from rank 0: %s", st_strerror(rc));
 		return rc;
@@ -277,9 +328,32 @@ int st_dist_dense(st_dist_t *d, int w, const float *grad, float *params, uint64_
 		return st__dist_bad_msg(0, "DENSE reply", len);
 	}
 	memcpy(params, r + 1, sizeof(float) * np);
-	*version = r->t;
+	*rep = *r;
 	free(msg);
 	return ST_OK;
+}
+
+int st_dist_dense(st_dist_t *d, int w, const float *grad, float *params, uint64_t *version)
+{
+	wire_hdr_t h = { .worker = (uint32_t)w }, r;
+	int rc = dense_call(d, &h, grad, params, &r);
+	if (rc >= 0)
+		*version = r.t;
+	return rc;
+}
+
+int st_dist_dense_buf(st_dist_t *d, int w, const st_dist_buf_t *b, const float *grad,
+		      uint64_t token, float *params, uint64_t *next, uint64_t *age, int *dropped)
+{
+	wire_hdr_t h = { .worker = (uint32_t)w, .step = token }, r;
+	buf_hdr(&h, b);
+	int rc = dense_call(d, &h, grad, params, &r);
+	if (rc >= 0) {
+		*next = r.t;
+		*age = r.step;
+		*dropped = (r.flags & 1) != 0;
+	}
+	return rc;
 }
 
 /* ---- the end of training --------------------------------------------------------- */
@@ -345,8 +419,20 @@ int st_dist_finish(st_dist_t *d, int *lost)
 		ts.tv_sec += 1;
 		pthread_cond_timedwait(&d->cv, &d->mu, &ts);
 	}
+	/* 3. Every contribution of every rank has arrived: the gradient
+	 * buffers' partial steps (psbuf.c), here and at every other owner,
+	 * before anyone reads the model. */
+	int rc = st__dist_buf_flush(d);
 	pthread_mutex_unlock(&d->mu);
-	int rc = ST_OK;
+	for (int o = 1; rc >= 0 && o < d->owners; o++) {
+		wire_hdr_t h = { .type = MSG_BFLUSH };
+		rc = st_net_send(d->net, o, CH_REQ, &h, sizeof h);
+		if (rc >= 0)
+			rc = wait_ctrl(d, o, CH_FLUSH_REPLY, MSG_FLUSH_REPLY, "buffer flush", NULL);
+		if (rc < 0)
+			st_error("dist: owner rank %d died: its rows are lost, the job cannot "
+				 "finish", o);
+	}
 	for (int r = 1; r < d->P; r++)
 		*lost += d->done[r] < round;
 	for (int r = 1; r < d->P; r++) {
@@ -461,6 +547,7 @@ void st_dist_destroy(st_dist_t *d)
 	free(d->macc);
 	free(d->mtab);
 	free(d->lok);
+	st__dist_buf_free(d);
 	pthread_cond_destroy(&d->cv);
 	pthread_mutex_destroy(&d->mu);
 	free(d);

@@ -34,6 +34,10 @@
  * pulls may then see rows a few batches old (bounded by the batches in
  * flight), PERSIA's "asynchronous embedding" (Section 4.1).
  *
+ * Buffered pushes (gba, bsp) fill per-owner gradient buffers applied every
+ * M contributions (psbuf.c); rank 0 has every owner apply a partial buffer
+ * once all ranks have finished.
+ *
  * Failure: a request whose owner died returns ST_EPEER; st_dist_finish
  * tolerates non-owner ranks that died (asynchronous policies), and reports
  * them.
@@ -77,7 +81,9 @@ int st_dist_owner(const st_dist_t *d, uint64_t key);
 
 /* Row copies of a batch: rows[i] = buf + i * stride floats for the keys
  * admitted (emb+wide floats filled, optimizer state zero), NULL for keys
- * not admitted. need_step: wait until sync steps 0..need_step-1 are
+ * not admitted. tokens (may be NULL): [size] each owner's buffered step
+ * count when it served the pull (st_dist_push_buf), 0 for owners not
+ * asked. need_step: wait until sync steps 0..need_step-1 are
  * applied at every owner (0: no wait). create: a train batch (rows are
  * created, subject to admission). stamp: the TTL clock. One thread at a
  * time (the pull stage). stop(stop_arg) (may be NULL) is asked while
@@ -85,7 +91,7 @@ int st_dist_owner(const st_dist_t *d, uint64_t key);
  * because this rank's train stage failed). ST_OK, ST_EPEER, ST_ENOMEM. */
 int st_dist_pull(st_dist_t *d, const uint64_t *keys, const uint8_t *table, uint32_t n,
 		 uint64_t need_step, int create, uint32_t stamp, float *buf, size_t stride,
-		 float **rows, int (*stop)(void *arg), void *stop_arg);
+		 float **rows, uint64_t *tokens, int (*stop)(void *arg), void *stop_arg);
 
 /* One step's row gradients of this rank: grad + i * gstride for keys[i]
  * (dim of its table floats). sync: step `step` of a synchronous policy
@@ -99,6 +105,31 @@ int st_dist_push(st_dist_t *d, uint64_t step, int sync, uint64_t t, const uint64
  * current parameters into params. With grad NULL, only fetches. Thread-safe
  * per worker index w (its own reply channel). */
 int st_dist_dense(st_dist_t *d, int w, const float *grad, float *params, uint64_t *version);
+
+/* The buffered policies (gba, bsp; ops/dist/psbuf.c has the algorithm):
+ * each worker gradient is one contribution to rank 0's dense buffer and to
+ * every owner's row buffer; each buffer applies a global step per M
+ * contributions. */
+typedef struct st_dist_buf {
+	uint32_t M;            /* contributions per global step */
+	uint32_t tol;          /* staleness tolerance iota; UINT32_MAX: none (bsp) */
+	int perid;             /* gba: per-ID tags, rows averaged over their touchers */
+} st_dist_buf_t;
+
+/* One worker gradient's rows to every owner (an empty message to owners
+ * it has no keys of): tokens[o] as st_dist_pull gave it for the batch.
+ * One thread at a time. */
+int st_dist_push_buf(st_dist_t *d, const st_dist_buf_t *b, const uint64_t *tokens,
+		     const uint64_t *keys, const uint8_t *table, const float *grad,
+		     size_t gstride, uint32_t n);
+
+/* One worker gradient's dense part to rank 0's buffer, with the token of
+ * the parameters it was computed with (grad NULL: only a fetch); params =
+ * rank 0's parameters after it, *next = the token they carry, *age = the
+ * contribution's staleness, *dropped = 1 when beyond the tolerance.
+ * Thread-safe per worker index w. */
+int st_dist_dense_buf(st_dist_t *d, int w, const st_dist_buf_t *b, const float *grad,
+		      uint64_t token, float *params, uint64_t *next, uint64_t *age, int *dropped);
 
 /* End of training: waits until this rank's pushes are applied, tells rank
  * 0, and keeps serving until every live rank has done the same. Returns
@@ -115,6 +146,8 @@ typedef struct st_dist_stats {
 	uint64_t bytes_sent, msgs_sent;
 	uint64_t pulls_remote, keys_remote, keys_local;
 	uint64_t pushes, rows_pushed;     /* received and applied by this owner */
+	uint64_t buf_steps;               /* buffered global steps applied here */
+	uint64_t buf_rows_dropped;        /* row gradients dropped as too stale here */
 } st_dist_stats_t;
 void st_dist_stats(const st_dist_t *d, st_dist_stats_t *out);
 

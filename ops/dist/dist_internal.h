@@ -40,6 +40,31 @@ typedef struct obuf {
 	uint32_t n;
 } obuf_t;
 
+/* The gradient buffers of the buffered policies (psbuf.c). */
+typedef struct psbuf {
+	uint32_t M, tol;           /* contributions per step; iota (UINT32_MAX: none) */
+	int perid;                 /* gba: tags, rows averaged over touchers */
+	uint32_t md;               /* the widest row */
+	/* Rows (every owner): the step being filled. */
+	uint64_t k;                /* global steps applied here */
+	uint32_t n;                /* contributions in the buffer */
+	size_t nacc, acap;         /* IDs summed, capacity */
+	uint64_t *akey;
+	uint8_t *atab;
+	float *asum;               /* [acap * md] */
+	uint32_t *acnt, *akept;    /* contributions touching it, of which kept */
+	uint32_t *aslot;           /* hash -> sum index (UINT32_MAX: empty) */
+	size_t scap;
+	/* Tags: (table, key) -> seen (0: empty). */
+	uint64_t *tkey, *tseen;
+	uint8_t *ttab;
+	size_t tcap, tn;
+	/* Dense (rank 0). */
+	uint64_t dk;
+	uint32_t dn, dkept;
+	float *dagg;
+} psbuf_t;
+
 struct st_dist {
 	st_net_t *net;
 	int rank, P, owners, f16;
@@ -87,6 +112,8 @@ struct st_dist {
 	size_t lok_cap;
 	int failed;                    /* the service failed (atomic) */
 
+	psbuf_t buf;               /* gba, bsp (under mu) */
+
 	st_dist_stats_t st;        /* relaxed atomics */
 };
 
@@ -121,5 +148,22 @@ int st__dist_serve_rows(st_dist_t *d, const uint64_t *keys, const uint8_t *tab,
 int st__dist_handle(st_dist_t *d, void *msg, size_t len, int from);
 void *st__dist_service(void *arg);
 void st__dist_step_free(step_acc_t *a, int P);
+/* One optimizer step t of key's row in table k with gradient g (nothing
+ * when the row is not there). mu held. */
+int st__dist_update_row(st_dist_t *d, int k, uint64_t key, const float *g, uint64_t t);
+
+/* psbuf.c (mu held). A checked buffered PUSH: its rows into the step being
+ * filled; the M-th contribution applies the step. ST_OK, ST_EPEER (bad
+ * parameters or token, logged), ST_ENOMEM. */
+int st__dist_buf_rows(st_dist_t *d, const wire_hdr_t *h, size_t len, int from);
+/* Rank 0: a dense contribution (grad NULL: a fetch). *token = the dense
+ * global step now, *age = the contribution's staleness, *dropped = 1 when
+ * it exceeded the tolerance. ST_OK, -1 (bad parameters or token),
+ * ST_ENOMEM. */
+int st__dist_buf_dense(st_dist_t *d, const wire_hdr_t *h, const float *grad, uint64_t *token,
+		       uint64_t *age, int *dropped);
+/* A partial buffer's last step (dense on rank 0, rows). */
+int st__dist_buf_flush(st_dist_t *d);
+void st__dist_buf_free(st_dist_t *d);
 
 #endif

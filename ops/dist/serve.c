@@ -256,7 +256,7 @@ static int answer_pull(st_dist_t *d, const void *msg, size_t len, int from)
 	if (st__dist_ob_reserve(&d->reply, bytes) < 0)
 		return ST_ENOMEM;
 	wire_hdr_t *r = (wire_hdr_t *)d->reply.p;
-	*r = (wire_hdr_t){ .type = MSG_PULL_REPLY, .n = n, .req = h->req,
+	*r = (wire_hdr_t){ .type = MSG_PULL_REPLY, .n = n, .req = h->req, .t = d->buf.k,
 			   .flags = f16 ? WF_F16 : 0 };
 	uint8_t *ok = (uint8_t *)(r + 1);
 	memcpy(ok, d->sok, n);
@@ -276,8 +276,7 @@ static const uint8_t *push_rows(const wire_hdr_t *h)
 	return (const uint8_t *)(h + 1) + sizeof(uint64_t) * (size_t)h->n + wire_pad8(h->n);
 }
 
-/* One optimizer step of key's row in table k with gradient g. */
-static int update_row(st_dist_t *d, int k, uint64_t key, const float *g, uint64_t t)
+int st__dist_update_row(st_dist_t *d, int k, uint64_t key, const float *g, uint64_t t)
 {
 	float *row = NULL;
 	int rc = st_table_resolve(d->tables[k], &key, 1, 0, 0, &row);
@@ -300,7 +299,7 @@ static int apply_async(st_dist_t *d, const wire_hdr_t *h)
 	for (uint32_t i = 0; i < h->n; i++) {
 		st__dist_get_row(p, d->dim[tab[i]], f16, d->trow);
 		p += wire_row_bytes(d->dim[tab[i]], f16);
-		int rc = update_row(d, tab[i], keys[i], d->trow, h->t);
+		int rc = st__dist_update_row(d, tab[i], keys[i], d->trow, h->t);
 		if (rc < 0)
 			return rc;
 	}
@@ -375,7 +374,7 @@ static int apply_step(st_dist_t *d, step_acc_t *a)
 		uint32_t u = d->mslot[j];
 		if (u == UINT32_MAX)
 			continue;
-		int rc = update_row(d, d->mtab[u], d->mkeys[j], d->macc + (size_t)u * md, t);
+		int rc = st__dist_update_row(d, d->mtab[u], d->mkeys[j], d->macc + (size_t)u * md, t);
 		if (rc < 0)
 			return rc;
 	}
@@ -443,17 +442,28 @@ static int answer_dense(st_dist_t *d, const void *msg, size_t len, int from)
 	if (d->rank != 0 || h->n != np || len != sizeof *h + (has_grad ? sizeof(float) * np : 0) ||
 	    h->worker >= 1024)
 		return st__dist_bad_msg(from, "DENSE", len);
-	if (has_grad) {
-		uint64_t t = ++*d->dense_t;
-		st_sync_dense_update(d->env, d->env->params, d->dense_state,
-				     (const float *)(h + 1), t);
+	const float *grad = has_grad ? (const float *)(h + 1) : NULL;
+	uint64_t v = 0, age = 0;
+	int dropped = 0;
+	if (h->flags & WF_BUF) {
+		/* gba, bsp: into the gradient buffer (psbuf.c). */
+		int rc = st__dist_buf_dense(d, h, grad, &v, &age, &dropped);
+		if (rc == ST_ENOMEM)
+			return rc;
+		if (rc < 0)
+			return st__dist_bad_msg(from, "DENSE (buffered: parameters or token)", len);
+	} else {
+		if (grad)
+			st_sync_dense_update(d->env, d->env->params, d->dense_state, grad,
+					     ++*d->dense_t);
+		v = *d->dense_t;
 	}
 	size_t bytes = sizeof *h + sizeof(float) * np;
 	if (st__dist_ob_reserve(&d->reply, bytes) < 0)
 		return ST_ENOMEM;
 	wire_hdr_t *r = (wire_hdr_t *)d->reply.p;
 	*r = (wire_hdr_t){ .type = MSG_DENSE_REPLY, .n = (uint32_t)np, .req = h->req,
-			   .t = *d->dense_t };
+			   .t = v, .step = age, .flags = dropped ? 1 : 0 };
 	memcpy(r + 1, d->env->params, sizeof(float) * np);
 	return send_reply(d, from, CH_DENSE_REPLY + h->worker, d->reply.p, bytes);
 }
@@ -504,12 +514,15 @@ int st__dist_handle(st_dist_t *d, void *msg, size_t len, int from)
 				rc = retry_deferred(d);
 			return rc;
 		}
-		rc = apply_async(d, h);
+		rc = h->flags & WF_BUF ? st__dist_buf_rows(d, h, len, from) : apply_async(d, h);
 		break;
 	case MSG_DENSE:
 		rc = answer_dense(d, msg, len, from);
 		break;
+	case MSG_BFLUSH:   /* the buffers' partial steps, answered as a FLUSH */
 	case MSG_FLUSH: {
+		if (h->type == MSG_BFLUSH && (rc = st__dist_buf_flush(d)) < 0)
+			break;
 		wire_hdr_t r = { .type = MSG_FLUSH_REPLY, .req = h->req };
 		rc = send_reply(d, from, CH_FLUSH_REPLY, &r, sizeof r);
 		break;

@@ -29,6 +29,7 @@ enum {
 	MSG_FLUSH_REPLY = 0x52464c53,
 	MSG_DONE = 0x444f4e45,    /* "DONE" */
 	MSG_FIN = 0x46494e21,     /* "FIN!" */
+	MSG_BFLUSH = 0x42464c53,  /* "BFLS": apply a partial gradient buffer (psbuf.c) */
 };
 
 /* Flags. */
@@ -36,18 +37,25 @@ enum {
 	WF_CREATE = 1,            /* PULL: create rows (train batch) */
 	WF_SYNC = 2,              /* PUSH: a synchronous step */
 	WF_F16 = 4,               /* floats as block-scaled fp16 */
+	WF_BUF = 8,               /* PUSH, DENSE: a contribution to the gradient
+				   * buffers (psbuf.c): step = token, stamp = M,
+				   * pad = tolerance */
+	WF_PERID = 16,            /* with WF_BUF: gba's per-ID tags and averages */
 };
 
 typedef struct wire_hdr {
 	uint32_t type;
 	uint32_t n;               /* keys (PULL, PUSH), floats (DENSE) */
 	uint64_t req;             /* request id echoed by the reply */
-	uint64_t step;            /* PULL: need_step; PUSH: step */
-	uint64_t t;               /* PUSH: optimizer step; DENSE_REPLY: version */
-	uint32_t stamp;           /* PULL: TTL clock */
+	uint64_t step;            /* PULL: need_step; PUSH: step (WF_BUF: token);
+				   * DENSE_REPLY (WF_BUF): the contribution's age */
+	uint64_t t;               /* PUSH: optimizer step; DENSE_REPLY: version
+				   * (WF_BUF: the next token); PULL_REPLY: the
+				   * owner's buffered step count */
+	uint32_t stamp;           /* PULL: TTL clock; WF_BUF: M */
 	uint32_t flags;
 	uint32_t worker;          /* DENSE: the worker's reply channel offset */
-	uint32_t pad;
+	uint32_t pad;             /* WF_BUF: tolerance */
 } wire_hdr_t;
 
 static inline size_t wire_pad8(size_t n)

@@ -10,6 +10,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ops/dist/dist.h"
 #include "ops/train/trainer_internal.h"
@@ -93,18 +94,20 @@ int st__trainer_dist_pull(st_trainer_t *tr, st_batch_t *b, const uint16_t *uslot
 {
 	const uint32_t nu = b->n_uniq;
 	const size_t stride = (size_t)tr->gstride;
-	size_t head = (sizeof(dist_rowbuf_t) + nu + 63) & ~(size_t)63;
+	const size_t ntok = (size_t)st_dist_size(tr->dist);
+	size_t head = (sizeof(dist_rowbuf_t) + sizeof(uint64_t) * ntok + nu + 63) & ~(size_t)63;
 	dist_rowbuf_t *rb = malloc(head + sizeof(float) * stride * (nu ? nu : 1));
 	if (!rb)
 		return ST_ENOMEM;
-	rb->utable = (uint8_t *)(rb + 1);
+	rb->tokens = (uint64_t *)(rb + 1);
+	rb->utable = (uint8_t *)(rb->tokens + ntok);
 	rb->rows = (float *)((uint8_t *)rb + head);
 	for (uint32_t u = 0; u < nu; u++)
 		rb->utable[u] = (uint8_t)tr->slot_table[uslot[u]];
 	free(b->rowbuf);
 	b->rowbuf = rb;
 	return st_dist_pull(tr->dist, b->uniq, rb->utable, nu, need_step, !b->eval,
-			    (uint32_t)b->seq, rb->rows, stride, b->rows, graph_stopped, g);
+			    (uint32_t)b->seq, rb->rows, stride, b->rows, rb->tokens, graph_stopped, g);
 }
 
 static int pull_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
@@ -137,6 +140,13 @@ static int pull_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 		const int64_t lag = tr->dist_lag;
 		uint64_t need = lag < 0 ? 0 : b->eval ? tr->dist_steps
 				: tr->dist_pulled > (uint64_t)lag ? tr->dist_pulled - (uint64_t)lag : 0;
+		/* FRESH_ROWS (gba, bsp): train batch k is pulled once batch k-1
+		 * has begun training. */
+		while (tr->dist_fresh && !b->eval && !st_graph_canceled(ctx->graph) &&
+		       __atomic_load_n(&tr->dist_begun, __ATOMIC_ACQUIRE) < tr->dist_pulled) {
+			struct timespec ts = { 0, 50 * 1000 };
+			nanosleep(&ts, NULL);
+		}
 		rc = st__trainer_dist_pull(tr, b, uslot, need, ctx->graph);
 		if (!b->eval)
 			tr->dist_pulled++;

@@ -399,7 +399,7 @@ static int das_apply(void *self, int w, st_sync_grads_t *g)
 	/* Rows: this worker's gradients to their owners, applied on arrival
 	 * (a batch's rows are private copies, so keys go once per worker). */
 	uint64_t bytes = sizeof(float) * (uint64_t)env->nparams * 2;
-	rc = st__rowsend_push(env, &s->send, g, v, &bytes);
+	rc = st__rowsend_push(env, &s->send, g, v, NULL, &bytes);
 	st_sync_stat_add(&s->st.bytes, bytes);
 	return rc;
 }
@@ -421,6 +421,202 @@ const st_sync_ops_t st_sync_dist_async_ops = {
 	.report = das_report,
 };
 
+/* ---- gba and bsp: gradient buffers at the parameter servers ------------------- */
+
+typedef struct {
+	st_sync_env_t env;
+	int N;
+	const char *name;
+	st_dist_buf_t b;
+	float **params;                /* [N] each worker's copy */
+	uint64_t *token;               /* [N] the token of that copy */
+	int *err;                      /* [N] a failed first fetch, reported at apply */
+	rowsend_t send;                /* row contributions */
+	uint64_t steps;                /* the highest token seen (relaxed atomic) */
+	st_sync_stats_t st;
+} dbuf_t;
+
+static void dbuf_destroy(void *self)
+{
+	dbuf_t *s = self;
+	if (!s)
+		return;
+	for (int w = 0; s->params && w < s->N; w++)
+		free(s->params[w]);
+	free(s->params);
+	free(s->token);
+	free(s->err);
+	st__rowsend_fini(&s->send);
+	free(s);
+}
+
+/* The buffer's parameters from the job: gba{global_batch, tolerance}
+ * (M = global_batch / minibatch over every worker of every rank, as in one
+ * process) or bsp{b}. ST_OK or ST_EJOB (logged). */
+static int dbuf_params(const st_sync_env_t *env, const char *name, st_dist_buf_t *b)
+{
+	if (!strcmp(name, "bsp")) {
+		double v = st_sync_cfg_num(env->cfg, "b", -1);
+		if (!(v >= 1) || v > (1u << 20)) {
+			st_error("sync policy bsp: parameter b (gradients per update, 1 .. %u) is "
+				 "missing or out of range", 1u << 20);
+			return ST_EJOB;
+		}
+		*b = (st_dist_buf_t){ .M = (uint32_t)v, .tol = UINT32_MAX, .perid = 0 };
+		return ST_OK;
+	}
+	const double gb = st_sync_cfg_num(env->cfg, "global_batch", -1);
+	const double tol = st_sync_cfg_num(env->cfg, "tolerance", 1);
+	const uint64_t local = env->minibatch;
+	if (!(gb >= 1) || gb != (double)(uint64_t)gb) {
+		st_error("sync gba: global_batch (examples per global step, an integer >= 1) "
+			 "is required, e.g. st.sync.gba{global_batch = 4 * minibatch}");
+		return ST_EJOB;
+	}
+	if (!(tol >= 0) || tol != (double)(uint32_t)tol || tol >= UINT32_MAX) {
+		st_error("sync gba: tolerance must be an integer >= 0 (got %g)", tol);
+		return ST_EJOB;
+	}
+	if (!local || (uint64_t)gb % local || (uint64_t)gb / local > (1u << 20)) {
+		st_error("sync gba: global_batch = %.0f must be a multiple of the minibatch (%llu "
+			 "examples per worker step), at most %u times it", gb,
+			 (unsigned long long)local, 1u << 20);
+		return ST_EJOB;
+	}
+	*b = (st_dist_buf_t){ .M = (uint32_t)((uint64_t)gb / local), .tol = (uint32_t)tol,
+			      .perid = 1 };
+	return ST_OK;
+}
+
+static int dbuf_create_named(void **self, const st_sync_env_t *env, const char *name)
+{
+	if (!env->dist)
+		return ST_EINVAL;
+	dbuf_t *s = calloc(1, sizeof *s);
+	if (!s)
+		return ST_ENOMEM;
+	s->env = *env;
+	s->N = env->n_workers;
+	s->name = name;
+	st__rowsend_init(&s->send);
+	int rc = dbuf_params(env, name, &s->b);
+	if (rc < 0) {
+		dbuf_destroy(s);
+		return rc;
+	}
+	s->params = calloc((size_t)s->N, sizeof(float *));
+	s->token = calloc((size_t)s->N, sizeof(uint64_t));
+	s->err = calloc((size_t)s->N, sizeof(int));
+	rc = s->params && s->token && s->err ? ST_OK : ST_ENOMEM;
+	for (int w = 0; rc >= 0 && w < s->N; w++) {
+		s->params[w] = malloc(sizeof(float) * (env->nparams ? env->nparams : 1));
+		if (!s->params[w])
+			rc = ST_ENOMEM;
+		else
+			memcpy(s->params[w], env->params, sizeof(float) * env->nparams);
+	}
+	if (rc < 0) {
+		dbuf_destroy(s);
+		return rc;
+	}
+	if (st_dist_rank(env->dist) == 0)
+		st_info("sync %s across %d processes: every %u worker gradients make one global "
+			"step%s", name, st_dist_size(env->dist), s->b.M,
+			s->b.perid ? " (GBA token control, Appendix B)" : "");
+	*self = s;
+	return ST_OK;
+}
+
+static int dgba_create(void **self, const st_sync_env_t *env)
+{
+	return dbuf_create_named(self, env, "gba");
+}
+
+static int dbsp_create(void **self, const st_sync_env_t *env)
+{
+	return dbuf_create_named(self, env, "bsp");
+}
+
+static const float *dbuf_begin_step(void *self, int w, uint64_t step)
+{
+	dbuf_t *s = self;
+	if (step == 0) {
+		/* The policy's first step: rank 0's parameters and a token
+		 * ("pull the parameters and fetch a token from PS", Alg. 1). */
+		uint64_t age;
+		int dropped;
+		s->err[w] = st_dist_dense_buf(s->env.dist, w, &s->b, NULL, 0, s->params[w],
+					      &s->token[w], &age, &dropped);
+	}
+	return s->params[w];
+}
+
+static int dbuf_apply(void *self, int w, st_sync_grads_t *g)
+{
+	dbuf_t *s = self;
+	const st_sync_env_t *env = &s->env;
+	if (s->err[w] < 0)
+		return s->err[w];
+	if (!g->n_examples)
+		return ST_OK;
+	/* Rows to every owner's buffer with the tokens of the batch's pull,
+	 * then the dense gradient to rank 0's with the parameters' token; the
+	 * reply is the next parameters and token (Alg. 1 lines 16-18: send,
+	 * then pull and fetch for the next batch). */
+	uint64_t bytes = 2 * (8 + sizeof(float) * (uint64_t)env->nparams);
+	int rc = st__rowsend_push(env, &s->send, g, 0, &s->b, &bytes);
+	st_sync_stat_add(&s->st.bytes, bytes);
+	if (rc < 0)
+		return rc;
+	uint64_t next, age;
+	int dropped;
+	rc = st_dist_dense_buf(env->dist, w, &s->b, g->dense, s->token[w], s->params[w], &next,
+			       &age, &dropped);
+	if (rc < 0)
+		return rc;
+	s->token[w] = next;
+	st_sync_stat_add(&s->st.staleness[st_sync_hist_bucket(age)], 1);
+	st_sync_stat_add(dropped ? &s->st.dropped : &s->st.updates, 1);
+	uint64_t seen = __atomic_load_n(&s->steps, __ATOMIC_RELAXED);
+	while (next > seen && !__atomic_compare_exchange_n(&s->steps, &seen, next, 0,
+							    __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
+	return ST_OK;
+}
+
+static void dbuf_report(void *self, st_sync_stats_t *out)
+{
+	dbuf_t *s = self;
+	st_sync_stats_read(&s->st, out);
+	out->steps = __atomic_load_n(&s->steps, __ATOMIC_RELAXED);
+}
+
+const st_sync_ops_t st_sync_dist_gba_ops = {
+	.name = "gba",
+	.schedule = ST_SYNC_FREE,
+	.flags = ST_SYNC_FRESH_ROWS,
+	.create = dgba_create,
+	.destroy = dbuf_destroy,
+	.begin_batch = st__sync_noop_begin_batch,
+	.begin_step = dbuf_begin_step,
+	.apply = dbuf_apply,
+	.end_batch = st__sync_noop_end_batch,
+	.report = dbuf_report,
+};
+
+const st_sync_ops_t st_sync_dist_bsp_ops = {
+	.name = "bsp",
+	.schedule = ST_SYNC_FREE,
+	.flags = ST_SYNC_FRESH_ROWS,
+	.create = dbsp_create,
+	.destroy = dbuf_destroy,
+	.begin_batch = st__sync_noop_begin_batch,
+	.begin_step = dbuf_begin_step,
+	.apply = dbuf_apply,
+	.end_batch = st__sync_noop_end_batch,
+	.report = dbuf_report,
+};
+
 /* ---- rows applied on arrival (dist_sync.h) ---------------------------------- */
 
 void st__rowsend_init(rowsend_t *r)
@@ -438,7 +634,7 @@ void st__rowsend_fini(rowsend_t *r)
 }
 
 int st__rowsend_push(const st_sync_env_t *env, rowsend_t *r, const st_sync_grads_t *g,
-		     uint64_t t, uint64_t *bytes)
+		     uint64_t t, const st_dist_buf_t *buf, uint64_t *bytes)
 {
 	const size_t gs = (size_t)g->gstride;
 	int rc = ST_OK;
@@ -466,7 +662,10 @@ int st__rowsend_push(const st_sync_env_t *env, rowsend_t *r, const st_sync_grads
 		*bytes += 8 + sizeof(float) * (uint64_t)g->row_dim[u];
 		k++;
 	}
-	if (rc >= 0)
+	if (rc >= 0 && buf)
+		rc = st_dist_push_buf(env->dist, buf, g->owner_token, r->keys, r->tab, r->grad, gs,
+				      k);
+	else if (rc >= 0)
 		rc = st_dist_push(env->dist, 0, 0, t, r->keys, r->tab, r->grad, gs, k);
 	pthread_mutex_unlock(&r->mu);
 	return rc;
@@ -480,7 +679,8 @@ const st_sync_ops_t *st_sync_find_dist(const char *name)
 {
 	static const st_sync_ops_t *const ops[] = {
 		&st_sync_dist_allreduce_ops, &st_sync_dist_hybrid_ops, &st_sync_dist_async_ops,
-		&st_sync_dist_shadow_ops, &st_sync_kstep_ops,
+		&st_sync_dist_shadow_ops, &st_sync_kstep_ops, &st_sync_dist_gba_ops,
+		&st_sync_dist_bsp_ops,
 	};
 	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
 		if (!strcmp(ops[i]->name, name))

@@ -166,7 +166,7 @@ static int dsh_apply(void *self, int w, st_sync_grads_t *g)
 	dense_only.n_rows = 0;
 	st_sync_apply_hogwild(&s->env, &s->dense, &s->version, &s->hw[w], &dense_only, &s->st);
 	uint64_t bytes = 0;
-	rc = st__rowsend_push(&s->env, &s->send, g, *s->dense.t, &bytes);
+	rc = st__rowsend_push(&s->env, &s->send, g, *s->dense.t, NULL, &bytes);
 	st_sync_stat_add(&s->st.bytes, bytes);
 	return rc;
 }

@@ -24,10 +24,13 @@ typedef struct rowsend {
 
 void st__rowsend_init(rowsend_t *r);
 void st__rowsend_fini(rowsend_t *r);
-/* g's admitted rows to their owners (st_dist_push, asynchronous, optimizer
- * step t); *bytes grows by what the rows take. ST_OK or an error. */
+struct st_dist_buf;
+/* g's admitted rows to their owners: applied on arrival with optimizer
+ * step t (st_dist_push), or with buf set a contribution to the owners'
+ * gradient buffers (st_dist_push_buf, with g->owner_token). *bytes grows
+ * by what the rows take. ST_OK or an error. */
 int st__rowsend_push(const st_sync_env_t *env, rowsend_t *r, const st_sync_grads_t *g,
-		     uint64_t t, uint64_t *bytes);
+		     uint64_t t, const struct st_dist_buf *buf, uint64_t *bytes);
 
 /* Hooks the multi-process policies often do not need. */
 int st__sync_noop_begin_batch(void *self, uint32_t n_uniq);

@@ -58,6 +58,14 @@ enum {
 	 * worker-private copy before computing, and the policy writes with
 	 * relaxed atomics (st_sync_row_update_relaxed). */
 	ST_SYNC_RELAXED_READS = 1,
+	/* Multi-process: rows are pulled just before they train, as the GBA
+	 * paper's workers pull parameters and a token right before computing
+	 * (gba-global-batch-aggregation.txt Appendix B, Algorithm 1 line 16):
+	 * the pull stage starts batch k only once batch k-1 began training, so
+	 * a batch's rows are at most one batch older than its dense
+	 * parameters (the per-ID staleness of ops/dist/psbuf.c counts from
+	 * the pull). */
+	ST_SYNC_FRESH_ROWS = 2,
 };
 
 /* What a policy is given at creation; every pointer outlives the policy. */
@@ -104,6 +112,9 @@ typedef struct st_sync_grads {
 	 * route row gradients to the keys' owners). */
 	const uint64_t *keys;
 	const uint8_t *utable;
+	/* Each owner rank's buffered step count when it served the batch's
+	 * pull (gba, bsp across processes; ops/dist/psbuf.c). */
+	const uint64_t *owner_token;
 } st_sync_grads_t;
 
 /* Histogram of staleness: bucket 0 counts 0, bucket k >= 1 counts values in
@@ -168,6 +179,7 @@ int st_sync_rowpush_send(st_sync_rowpush_t *r, const st_sync_env_t *env, uint64_
 
 /* The multi-process twin of policy `name` (ops/sync/dist_policies.c), or
  * NULL when that policy does not run across processes yet. */
+#define ST_SYNC_DIST_NAMES "allreduce, hybrid, kstep, async, shadow, gba and bsp"
 const st_sync_ops_t *st_sync_find_dist(const char *name);
 
 /* The registry, NULL-terminated (for listings). */

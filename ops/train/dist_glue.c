@@ -17,8 +17,8 @@ int st_trainer_attach_dist(st_trainer_t *tr, st_net_t *net, const st_job_t *job)
 	const st_sync_cfg_t *scfg = &job->sync;
 	const char *name = scfg->name ? scfg->name : "async";
 	if (!st_sync_find_dist(name)) {
-		st_error("sync policy '%s' does not run across processes yet (allreduce, hybrid, "
-			 "kstep, async and shadow do)", name);
+		st_error("sync policy '%s' does not run across processes yet (" ST_SYNC_DIST_NAMES
+			 " do)", name);
 		return ST_EJOB;
 	}
 	if (tr->n_tables > ST_DIST_MAX_TABLES)

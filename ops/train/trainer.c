@@ -480,8 +480,8 @@ static int swap_policy(st_trainer_t *tr, const st_sync_cfg_t *cfg)
 	const char *pname = cfg->name ? cfg->name : "async";
 	const st_sync_ops_t *ops = tr->dist ? st_sync_find_dist(pname) : st_sync_find(pname);
 	if (!ops && tr->dist) {
-		st_error("sync policy '%s' does not run across processes yet (allreduce, hybrid, "
-			 "kstep, async and shadow do)", pname);
+		st_error("sync policy '%s' does not run across processes yet (" ST_SYNC_DIST_NAMES
+			 " do)", pname);
 		return ST_EJOB;
 	}
 	if (!ops) {
@@ -506,6 +506,7 @@ static int swap_policy(st_trainer_t *tr, const st_sync_cfg_t *cfg)
 	tr->sops = ops;
 	tr->sync = obj;
 	tr->dist_lockstep = tr->dist && ops->schedule == ST_SYNC_LOCKSTEP;
+	tr->dist_fresh = tr->dist && (ops->flags & ST_SYNC_FRESH_ROWS);
 	/* How far a pull may run ahead of the applied steps: allreduce and
 	 * kstep none, hybrid its staleness bound (PERSIA's,
 	 * persia-hybrid-training.md Section 4.1), async and shadow without
@@ -672,6 +673,7 @@ static void compute(st_trainer_t *tr, worker_t *w, st_batch_t *b, uint32_t mb,
 		.rows = shared, .row_dim = rdim, .grad = w->gu, .gstride = gs,
 		.mark = w->mark, .stamp = stamp, .keys = b->uniq,
 		.utable = b->rowbuf ? ((const dist_rowbuf_t *)b->rowbuf)->utable : NULL,
+		.owner_token = b->rowbuf ? ((const dist_rowbuf_t *)b->rowbuf)->tokens : NULL,
 	};
 }
 
@@ -896,6 +898,13 @@ static void refresh_metrics(st_trainer_t *tr)
 		st_metrics_set(tr->metrics, "dist_keys_remote", (double)ds.keys_remote);
 		st_metrics_set(tr->metrics, "dist_keys_local", (double)ds.keys_local);
 		st_metrics_set(tr->metrics, "dist_rows_pushed", (double)ds.rows_pushed);
+		if (ds.buf_steps) {
+			/* gba, bsp: this owner's buffered global steps and the
+			 * row gradients it dropped as too stale. */
+			st_metrics_set(tr->metrics, "dist_buf_steps", (double)ds.buf_steps);
+			st_metrics_set(tr->metrics, "dist_buf_rows_dropped",
+				       (double)ds.buf_rows_dropped);
+		}
 	}
 	/* Each worker's own speed: examples over the seconds it spent
 	 * computing and straggling (not waiting on others), so a slow worker
@@ -1020,6 +1029,8 @@ static int train_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 {
 	st_trainer_t *tr = state;
 	*out = b;
+	if (tr->dist && !b->eval)
+		__atomic_fetch_add(&tr->dist_begun, 1, __ATOMIC_RELEASE);
 	if ((int)b->n_dense != tr->n_dense || (int)b->n_slots > tr->n_slots)
 		return op_fail(ctx, ST_EINVAL, "batch %llu has %u dense features and %u slots, "
 			       "the model expects %d and %d", (unsigned long long)b->seq,

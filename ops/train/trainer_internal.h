@@ -152,6 +152,8 @@ struct st_trainer {
 	int dist_lockstep, dist_drained;
 	int64_t dist_lag;
 	uint64_t dist_pulled, dist_steps;
+	uint64_t dist_begun;       /* train batches begun (relaxed atomic; FRESH_ROWS) */
+	int dist_fresh;            /* the policy has ST_SYNC_FRESH_ROWS */
 	uint32_t dist_tot;
 	st_batch_t dist_empty;     /* the batch of a step this rank has no data for */
 
@@ -175,9 +177,11 @@ static inline uint64_t mix64(uint64_t z)
 int st__trainer_fail(st_stage_ctx_t *ctx, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
-/* A multi-process batch's row copies (st_batch_t.rowbuf): the table of each
- * unique key, then the rows (gstride floats each). One allocation. */
+/* A multi-process batch's row copies (st_batch_t.rowbuf): each owner's
+ * buffered step count at the pull, the table of each unique key, then the
+ * rows (gstride floats each). One allocation. */
 typedef struct dist_rowbuf {
+	uint64_t *tokens;          /* [world size] (st_dist_pull) */
 	uint8_t *utable;
 	float *rows;
 } dist_rowbuf_t;

@@ -4,11 +4,11 @@
 #    model (floats, optimizer state, dense parameters: STRATA_DIGEST) and
 #    the eval AUC of one process with as many workers on the same global
 #    batch and seed;
-#  - hybrid, async and shadow run across processes and learn; the policies that do
-#    not run across processes yet are refused with a message;
+#  - hybrid, async, shadow, gba and bsp run across processes and learn; the
+#    policies that do not run across processes yet are refused with a message;
 #  - kills: under allreduce and shadow the job stops within a bounded time
-#    naming the dead rank; under async a killed worker-only rank leaves the others to
-#    finish (and the loss is reported); a killed owner stops the job;
+#    naming the dead rank; under async and gba a killed worker-only rank leaves
+#    the others to finish (and the loss is reported); a killed owner stops the job;
 #  - a process with the wrong job token is refused while the job forms.
 # Usage: dist.sh PATH/TO/strata HAVE_UCX(0|1)
 set -u
@@ -90,7 +90,9 @@ else
 fi
 
 # Each policy that runs across processes learns; the others are refused.
-for pol in 'hybrid{staleness=2}' 'async{}' 'shadow{algo="ma"}'; do
+# gba and bsp aggregate 4 worker gradients (2 ranks x 2 workers) per step.
+for pol in 'hybrid{staleness=2}' 'async{}' 'shadow{algo="ma"}' 'gba{global_batch=512}' \
+    'bsp{b=4}'; do
   rm -f "$tmp"/out*
   if timeout 300 "$strata" launch -n 2 "${base[@]}" --set "sync=st.sync.$pol" \
        --set stages.read.batch_size=256 --set stages.train.minibatch=128 \
@@ -103,13 +105,13 @@ for pol in 'hybrid{staleness=2}' 'async{}' 'shadow{algo="ma"}'; do
   fi
 done
 rm -f "$tmp"/out*
-timeout 60 "$strata" launch -n 2 "${base[@]}" --set 'sync=st.sync.gba{global_batch=1024}' \
+timeout 60 "$strata" launch -n 2 "${base[@]}" --set 'sync=st.sync.hop_bs{b=1}' \
   >"$tmp/out" 2>&1
 rc=$?
 if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "does not run across processes yet" "$tmp/out"; then
-  ok "gba across processes is refused with a message"
+  ok "hop_bs across processes is refused with a message"
 else
-  bad "gba across processes: rc=$rc"
+  bad "hop_bs across processes: rc=$rc"
 fi
 
 # Ranks started by hand (as a launcher would), so the test knows their pids.
@@ -180,6 +182,17 @@ if [ "$s0" = 0 ] && [ "$s1" = 0 ] && grep -q "rank 2 died during training" "$tmp
   ok "async: a killed worker rank leaves the others to finish, and is reported"
 else
   bad "async worker kill: rank 0 $s0, rank 1 $s1"
+fi
+
+# GBA: a lost worker's tokens do not matter (Appendix B); the buffers fill
+# from the others and the job ends with the loss reported.
+kill_one 2 120 t5 --set 'sync=st.sync.gba{global_batch=768}' --set 'dist={owners=2}' "${slow[@]}"
+s0=$sa s1=$sb
+if [ "$s0" = 0 ] && [ "$s1" = 0 ] && grep -q "rank 2 died during training" "$tmp/out0" &&
+   grep -q "eval *auc" "$tmp/out0"; then
+  ok "gba: a killed worker rank leaves the others to finish, and is reported"
+else
+  bad "gba worker kill: rank 0 $s0, rank 1 $s1"
 fi
 
 kill_one 1 60 t3 --set 'sync=st.sync.async{}' --set 'dist={owners=2}' "${slow[@]}"; s0=$sa s2=$sb

@@ -3,7 +3,12 @@
  * network: synchronous steps are applied only once every rank's list has
  * arrived, summed in rank order; malformed, repeated and late pushes are
  * rejected and change nothing; asynchronous pushes apply on arrival; the
- * fp16 codec's error stays within half an fp16 step of the row's scale.
+ * fp16 codec's error stays within half an fp16 step of the row's scale;
+ * the gradient buffers of gba and bsp (psbuf.c) apply one step per M
+ * contributions, drop row gradients by their IDs' tags, average rows over
+ * their touchers (gba) or the step's contributions (bsp), drop stale dense
+ * gradients, and reject contributions that disagree on M or carry a token
+ * from the future.
  * The multi-process paths run in tests/e2e/dist.sh.
  */
 #include <math.h>
@@ -17,6 +22,7 @@
 #include <cmocka.h>
 
 #include "ops/dist/dist_internal.h"
+#include "ops/nn/model.h"
 #include "ops/optim/optim.h"
 #include "runtime/err.h"
 
@@ -69,6 +75,7 @@ static void fix_free(fix_t *f)
 	free(d->mslot);
 	free(d->macc);
 	free(d->mtab);
+	st__dist_buf_free(d);
 	pthread_cond_destroy(&d->cv);
 	pthread_mutex_destroy(&d->mu);
 	st_table_destroy(f->t);
@@ -202,6 +209,177 @@ static void test_async_applies_on_arrival(void **state)
 	fix_free(f);
 }
 
+/* A buffered PUSH (psbuf.c): M, tolerance (UINT32_MAX: none), gba or bsp. */
+static int bpush(fix_t *f, uint64_t token, uint32_t M, uint32_t tol, int perid,
+		 const uint64_t *keys, uint32_t n, const float *g)
+{
+	size_t len;
+	wire_hdr_t *h = push_msg(token, 0, keys, n, g, &len);
+	h->flags |= WF_BUF | (perid ? WF_PERID : 0);
+	h->stamp = M;
+	h->pad = tol;
+	return st__dist_handle(&f->d, h, len, 1);
+}
+
+static void fill(float *g, float v)
+{
+	for (int j = 0; j < DIM; j++)
+		g[j] = v;
+}
+
+static void expect_row(fix_t *f, uint64_t key, const float *before, float delta)
+{
+	float now[DIM];
+	row_of(f, key, now);
+	for (int j = 0; j < DIM; j++)
+		assert_true(now[j] == before[j] - delta);
+}
+
+static void test_gba_rows_buffer_tags_and_averages(void **state)
+{
+	fix_t *f = fix_new(2);
+	const uint64_t k11[1] = { 11 }, both[2] = { 11, 22 }, k22[1] = { 22 };
+	float b11[DIM], b22[DIM], g[2 * DIM];
+	row_of(f, 11, b11);
+	row_of(f, 22, b22);
+	/* Step 0 (M = 2, tolerance 0): nothing until the second contribution;
+	 * key 11 averaged over its 2 touchers, key 22 over its one. */
+	fill(g, 1.0f);
+	assert_int_equal(bpush(f, 0, 2, 0, 1, k11, 1, g), ST_OK);
+	expect_row(f, 11, b11, 0);
+	fill(g, 3.0f);
+	fill(g + DIM, 2.0f);
+	assert_int_equal(bpush(f, 0, 2, 0, 1, both, 2, g), ST_OK);
+	assert_int_equal(f->d.buf.k, 1);
+	expect_row(f, 11, b11, 0.5f * 2.0f);          /* sgd lr 0.5, (1 + 3) / 2 */
+	expect_row(f, 22, b22, 0.5f * 2.0f);
+	row_of(f, 11, b11);
+	row_of(f, 22, b22);
+	/* Step 1: a contribution read at step 0 is one step stale for keys 11
+	 * and 22 (updated by step 0): beyond tolerance 0, dropped, but it still
+	 * counts as a toucher of 11; one read at step 1 is fresh. An empty
+	 * contribution counts toward M. */
+	fill(g, 5.0f);
+	assert_int_equal(bpush(f, 0, 2, 0, 1, k11, 1, g), ST_OK);
+	fill(g, 1.0f);
+	assert_int_equal(bpush(f, 1, 2, 0, 1, k11, 1, g), ST_OK);
+	expect_row(f, 11, b11, 0.5f * (1.0f / 2));
+	assert_int_equal(f->d.st.buf_rows_dropped, 1);
+	assert_int_equal(bpush(f, 1, 2, 0, 1, k22, 0, g), ST_OK);
+	/* Step 2 with tolerance 0: key 22's tag is step 0, so a contribution
+	 * read at step 1 is fresh for it although it is one step old. */
+	fill(g, 4.0f);
+	assert_int_equal(bpush(f, 1, 2, 0, 1, k22, 1, g), ST_OK);
+	assert_int_equal(f->d.buf.k, 3);
+	expect_row(f, 22, b22, 0.5f * 4.0f);
+	/* Disagreeing parameters and a token from the future change nothing. */
+	row_of(f, 22, b22);
+	assert_int_equal(bpush(f, 0, 3, 0, 1, k22, 1, g), ST_EPEER);
+	assert_int_equal(bpush(f, 0, 2, 1, 1, k22, 1, g), ST_EPEER);
+	assert_int_equal(bpush(f, 0, 2, 0, 0, k22, 1, g), ST_EPEER);
+	assert_int_equal(bpush(f, 9, 2, 0, 1, k22, 1, g), ST_EPEER);
+	assert_int_equal(f->d.buf.n, 0);
+	/* A partial buffer is applied by a flush (the end of the job). */
+	assert_int_equal(bpush(f, 3, 2, 0, 1, k22, 1, g), ST_OK);
+	expect_row(f, 22, b22, 0);
+	assert_int_equal(st__dist_buf_flush(&f->d), ST_OK);
+	expect_row(f, 22, b22, 0.5f * 4.0f);
+	fix_free(f);
+}
+
+static void test_bsp_rows_average_over_the_step(void **state)
+{
+	fix_t *f = fix_new(2);
+	const uint64_t k11[1] = { 11 };
+	float b11[DIM], g[DIM];
+	row_of(f, 11, b11);
+	/* b = 3: key 11 in two of three contributions, the sum over 3; no
+	 * staleness check (bsp), so an old token is kept. */
+	fill(g, 3.0f);
+	assert_int_equal(bpush(f, 0, 3, UINT32_MAX, 0, k11, 1, g), ST_OK);
+	assert_int_equal(bpush(f, 0, 3, UINT32_MAX, 0, k11, 0, g), ST_OK);
+	expect_row(f, 11, b11, 0);
+	assert_int_equal(bpush(f, 0, 3, UINT32_MAX, 0, k11, 1, g), ST_OK);
+	expect_row(f, 11, b11, 0.5f * (6.0f / 3));
+	row_of(f, 11, b11);
+	for (int i = 0; i < 3; i++)
+		assert_int_equal(bpush(f, 0, 3, UINT32_MAX, 0, k11, 1, g), ST_OK);
+	expect_row(f, 11, b11, 0.5f * 3.0f);
+	assert_int_equal(f->d.st.buf_rows_dropped, 0);
+	fix_free(f);
+}
+
+static void test_gba_dense_drops_stale_gradients(void **state)
+{
+	fix_t *f = fix_new(2);
+	st_model_cfg_t mc;
+	memset(&mc, 0, sizeof mc);
+	mc.type = (char *)"lr";
+	mc.emb_dim = 1;
+	st_model_t *model;
+	assert_int_equal(st_model_create(&model, &mc, 2, 1, 1), ST_OK);
+	float *p = st_model_params(model);
+	const size_t np = st_model_nparams(model);
+	assert_true(np >= 1 && np <= 8);
+	for (size_t j = 0; j < np; j++)
+		p[j] = 1.0f;
+	f->env.model = model;
+	f->env.params = p;
+	f->env.nparams = np;
+	uint64_t dt = 0;
+	float dstate[8] = { 0 };
+	f->d.dense_t = &dt;
+	f->d.dense_state = dstate;
+	wire_hdr_t h = { .type = MSG_DENSE, .stamp = 2, .pad = 1,
+			 .flags = WF_BUF | WF_PERID | 1 };
+	float g[8];
+	uint64_t tok, age;
+	int dropped;
+	/* Two fresh gradients (2 and 4): one step of their mean, 3. */
+	for (int i = 0; i < 2; i++) {
+		for (size_t j = 0; j < np; j++)
+			g[j] = 2.0f + 2.0f * (float)i;
+		h.step = 0;
+		assert_int_equal(st__dist_buf_dense(&f->d, &h, g, &tok, &age, &dropped), ST_OK);
+		assert_int_equal(dropped, 0);
+	}
+	assert_int_equal(tok, 1);
+	assert_int_equal(dt, 1);
+	for (size_t j = 0; j < np; j++)
+		assert_true(p[j] == 1.0f - 0.5f * 3.0f);
+	/* Step 1 (tolerance 1), step 2 (a token-0 gradient is 2 stale). */
+	for (size_t j = 0; j < np; j++)
+		g[j] = 1.0f;
+	h.step = 0;
+	assert_int_equal(st__dist_buf_dense(&f->d, &h, g, &tok, &age, &dropped), ST_OK);
+	assert_true(age == 1 && !dropped);
+	h.step = 1;
+	assert_int_equal(st__dist_buf_dense(&f->d, &h, g, &tok, &age, &dropped), ST_OK);
+	assert_int_equal(tok, 2);
+	const float after1 = 1.0f - 0.5f * 3.0f - 0.5f * 1.0f;
+	for (size_t j = 0; j < np; j++)
+		assert_true(p[j] == after1);
+	h.step = 0;
+	assert_int_equal(st__dist_buf_dense(&f->d, &h, g, &tok, &age, &dropped), ST_OK);
+	assert_true(age == 2 && dropped);
+	h.step = 2;
+	for (size_t j = 0; j < np; j++)
+		g[j] = 4.0f;
+	assert_int_equal(st__dist_buf_dense(&f->d, &h, g, &tok, &age, &dropped), ST_OK);
+	/* The dropped gradient counts as zero in the mean over the step's 2. */
+	for (size_t j = 0; j < np; j++)
+		assert_true(p[j] == after1 - 0.5f * (4.0f / 2));
+	/* A fetch (no gradient) only returns the token; a future token is bad. */
+	h.flags &= ~1u;
+	assert_int_equal(st__dist_buf_dense(&f->d, &h, NULL, &tok, &age, &dropped), ST_OK);
+	assert_int_equal(tok, 3);
+	h.step = 7;
+	assert_int_equal(st__dist_buf_dense(&f->d, &h, NULL, &tok, &age, &dropped), -1);
+	st__dist_buf_free(&f->d);
+	st_model_destroy(model);
+	fix_free(f);
+}
+
 static void test_f16_codec(void **state)
 {
 	enum { N = 37 };
@@ -250,6 +428,9 @@ int main(void)
 		cmocka_unit_test(test_sync_step_waits_and_sums_in_rank_order),
 		cmocka_unit_test(test_bad_pushes_change_nothing),
 		cmocka_unit_test(test_async_applies_on_arrival),
+		cmocka_unit_test(test_gba_rows_buffer_tags_and_averages),
+		cmocka_unit_test(test_bsp_rows_average_over_the_step),
+		cmocka_unit_test(test_gba_dense_drops_stale_gradients),
 		cmocka_unit_test(test_f16_codec),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
