@@ -66,22 +66,33 @@ to_num() { # 41.2k -> 41200
 	esac
 }
 
-printf '\n%-10s %3s %12s %8s %14s %8s\n' policy P "ex/s" "vs P=1" "bytes/example" "eval auc"
+printf '\n%-28s %3s %12s %8s %14s %8s\n' policy P "ex/s" "vs P=1" "bytes/example" "eval auc"
 base=   # one process (allreduce of one worker): the reference of every ratio
+# @G is the global batch of P processes (P x 1024), @P the process count:
+# gba and bsp aggregate one gradient per process per global step, the
+# global batch allreduce trains. BENCH_POLICIES (space-separated names)
+# runs a subset, e.g. BENCH_POLICIES="gba bsp hop_bs".
 for pol in 'st.sync.allreduce{}' 'st.sync.hybrid{staleness=4}' 'st.sync.kstep{k=4}' \
-	'st.sync.async{}' 'st.sync.shadow{algo="ma"}'; do
+	'st.sync.async{}' 'st.sync.shadow{algo="ma"}' 'st.sync.shadow{algo="easgd"}' \
+	'st.sync.shadow{algo="bmuf"}' 'st.sync.gba{global_batch=@G}' 'st.sync.bsp{b=@P}' \
+	'st.sync.hop_bs{b=1}'; do
+	name=${pol#st.sync.}
+	if [ -n "${BENCH_POLICIES:-}" ] && ! [[ " $BENCH_POLICIES allreduce " == *" ${name%%\{*} "* ]]; then
+		continue
+	fi
 	for P in $procs; do
 		[ "$P" = 1 ] && [ "$pol" != 'st.sync.allreduce{}' ] && continue
-		read -r eps bpe auc < <(run "$P" "$pol")
+		p=${pol//@G/$((P * 1024))}
+		p=${p//@P/$P}
+		read -r eps bpe auc < <(run "$P" "$p")
 		[ "$P" = 1 ] && base=$eps
 		ratio=$( [ -n "$base" ] && awk -v a="$eps" -v b="$base" 'BEGIN{printf "%.2f", a / b}' || echo -)
-		name=${pol#st.sync.}
-		printf '%-10s %3s %12s %8s %14s %8s\n' "${name%%\{*}" "$P" "$eps" "$ratio" "$bpe" "$auc"
+		printf '%-28s %3s %12s %8s %14s %8s\n' "${p#st.sync.}" "$P" "$eps" "$ratio" "$bpe" "$auc"
 	done
 done
 Pmax=$(echo $procs | awk '{print $NF}')
 read -r eps bpe auc < <(run "$Pmax" 'st.sync.allreduce{}' --set 'dist={compress=true}')
-printf '%-10s %3s %12s %8s %14s %8s   (dist.compress = true)\n' allreduce "$Pmax" "$eps" - "$bpe" "$auc"
+printf '%-28s %3s %12s %8s %14s %8s   (dist.compress = true)\n' 'allreduce{}'  "$Pmax" "$eps" - "$bpe" "$auc"
 
 perftest() { # label, UCX_TLS value ("" = UCX's choice)
 	local port=$((20000 + RANDOM % 20000)) srv bw

@@ -298,9 +298,27 @@ static int dense_call(st_dist_t *d, wire_hdr_t *h, const float *grad, float *par
 				rc = ST_EINVAL;
 			}
 		} else {
-			if (grad)
+			if (h->flags & WF_HOP && (rc = st__dist_hop_step(d, h, 0, grad != NULL)) == -1) {
+				st_error("dist: hop_bs: bad worker index or bound");
+				rc = ST_EINVAL;
+			}
+			if (grad && rc >= 0)
 				st_sync_dense_update(d->env, d->env->params, d->dense_state, grad,
 						     ++*d->dense_t);
+			/* hop_bs: wait for the clock rule; the others' messages
+			 * and deaths wake us (or the timeout, to see deaths). */
+			while (rc >= 0 && h->flags & WF_HOP && !st__dist_hop_ready(d, 0, h->worker)) {
+				struct timespec ts;
+				clock_gettime(CLOCK_REALTIME, &ts);
+				ts.tv_nsec += 200 * 1000 * 1000;
+				if (ts.tv_nsec >= 1000000000L) {
+					ts.tv_sec++;
+					ts.tv_nsec -= 1000000000L;
+				}
+				pthread_cond_timedwait(&d->cv, &d->mu, &ts);
+			}
+			if (rc >= 0 && h->flags & WF_HOP)
+				rc = st__dist_hop_poll(d);
 			rep->t = *d->dense_t;
 		}
 		if (rc >= 0)
@@ -340,6 +358,29 @@ int st_dist_dense(st_dist_t *d, int w, const float *grad, float *params, uint64_
 	if (rc >= 0)
 		*version = r.t;
 	return rc;
+}
+
+int st_dist_dense_hop(st_dist_t *d, int w, uint32_t b, const float *grad, float *params,
+		      uint64_t *version)
+{
+	wire_hdr_t h = { .worker = (uint32_t)w, .stamp = b, .flags = WF_HOP }, r;
+	int rc = dense_call(d, &h, grad, params, &r);
+	if (rc >= 0)
+		*version = r.t;
+	return rc;
+}
+
+int st_dist_idle(st_dist_t *d, int w)
+{
+	wire_hdr_t h = { .type = MSG_IDLE, .worker = (uint32_t)w };
+	if (d->rank != 0)
+		return st_net_send(d->net, 0, CH_REQ, &h, sizeof h);
+	pthread_mutex_lock(&d->mu);
+	int rc = st__dist_hop_idle(d, 0, (uint32_t)w);
+	if (rc >= 0)
+		rc = st__dist_hop_poll(d);
+	pthread_mutex_unlock(&d->mu);
+	return rc < 0 ? ST_EINVAL : rc;
 }
 
 int st_dist_dense_buf(st_dist_t *d, int w, const st_dist_buf_t *b, const float *grad,
@@ -548,6 +589,7 @@ void st_dist_destroy(st_dist_t *d)
 	free(d->mtab);
 	free(d->lok);
 	st__dist_buf_free(d);
+	st__dist_hop_free(d);
 	pthread_cond_destroy(&d->cv);
 	pthread_mutex_destroy(&d->mu);
 	free(d);

@@ -131,6 +131,15 @@ int st_dist_push_buf(st_dist_t *d, const st_dist_buf_t *b, const uint64_t *token
 int st_dist_dense_buf(st_dist_t *d, int w, const st_dist_buf_t *b, const float *grad,
 		      uint64_t token, float *params, uint64_t *next, uint64_t *age, int *dropped);
 
+/* hop_bs (ops/dist/hop.c): as st_dist_dense, with rank 0's clock rule —
+ * the reply comes once this worker is at most b gradients ahead of the
+ * slowest active worker of any rank. */
+int st_dist_dense_hop(st_dist_t *d, int w, uint32_t b, const float *grad, float *params,
+		      uint64_t *version);
+/* hop_bs: worker w has no minibatch left in this batch (it stops counting
+ * as the slowest until its next st_dist_dense_hop). */
+int st_dist_idle(st_dist_t *d, int w);
+
 /* End of training: waits until this rank's pushes are applied, tells rank
  * 0, and keeps serving until every live rank has done the same. Returns
  * ST_OK (and *lost = ranks that died so far, all non-owners), or ST_EPEER

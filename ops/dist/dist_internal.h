@@ -65,6 +65,23 @@ typedef struct psbuf {
 	float *dagg;
 } psbuf_t;
 
+/* hop_bs's clocks on rank 0 (hop.c). */
+typedef struct held {
+	int from;
+	uint32_t worker;
+	uint64_t req;
+} held_t;
+
+typedef struct hop {
+	int N;                     /* workers per rank */
+	uint32_t b;                /* the bound */
+	int b_set;
+	uint64_t *clock;           /* [P * N] gradients applied */
+	uint8_t *state;            /* [P * N] unseen, active, idle */
+	held_t *held;              /* replies held back */
+	size_t nheld, cap;
+} hop_t;
+
 struct st_dist {
 	st_net_t *net;
 	int rank, P, owners, f16;
@@ -113,6 +130,7 @@ struct st_dist {
 	int failed;                    /* the service failed (atomic) */
 
 	psbuf_t buf;               /* gba, bsp (under mu) */
+	hop_t hop;                 /* hop_bs, rank 0 (under mu) */
 
 	st_dist_stats_t st;        /* relaxed atomics */
 };
@@ -165,5 +183,21 @@ int st__dist_buf_dense(st_dist_t *d, const wire_hdr_t *h, const float *grad, uin
 /* A partial buffer's last step (dense on rank 0, rows). */
 int st__dist_buf_flush(st_dist_t *d);
 void st__dist_buf_free(st_dist_t *d);
+
+/* hop.c (mu held, rank 0). A hop_bs DENSE of worker w of rank `from` (its
+ * gradient, if any, already applied): the clocks. ST_OK, -1 (bad worker
+ * or bound), ST_ENOMEM. */
+int st__dist_hop_step(st_dist_t *d, const wire_hdr_t *h, int from, int has_grad);
+/* Worker w of rank `from` has no minibatch left in its batch. */
+int st__dist_hop_idle(st_dist_t *d, int from, uint32_t w);
+/* Whether that worker may start its next step (the clock rule). */
+int st__dist_hop_ready(st_dist_t *d, int from, uint32_t w);
+/* Holds back the reply to request req of that worker. */
+int st__dist_hop_hold(st_dist_t *d, int from, uint32_t w, uint64_t req);
+/* Sends, with reply(), the held replies whose workers may go on now. */
+int st__dist_hop_release(st_dist_t *d, int (*reply)(st_dist_t *, int, uint32_t, uint64_t));
+void st__dist_hop_free(st_dist_t *d);
+/* serve.c: st__dist_hop_release with the service's reply. */
+int st__dist_hop_poll(st_dist_t *d);
 
 #endif

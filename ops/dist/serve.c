@@ -434,6 +434,32 @@ static int add_sync(st_dist_t *d, void *msg, size_t len, int from)
 	return rc;
 }
 
+/* Rank 0's dense parameters to worker w of rank `to`. */
+static int dense_reply(st_dist_t *d, int to, uint32_t w, uint64_t req, uint64_t v,
+		       uint64_t age, int dropped)
+{
+	const size_t np = d->env->nparams;
+	size_t bytes = sizeof(wire_hdr_t) + sizeof(float) * np;
+	if (st__dist_ob_reserve(&d->reply, bytes) < 0)
+		return ST_ENOMEM;
+	wire_hdr_t *r = (wire_hdr_t *)d->reply.p;
+	*r = (wire_hdr_t){ .type = MSG_DENSE_REPLY, .n = (uint32_t)np, .req = req,
+			   .t = v, .step = age, .flags = dropped ? 1 : 0 };
+	memcpy(r + 1, d->env->params, sizeof(float) * np);
+	return send_reply(d, to, CH_DENSE_REPLY + w, d->reply.p, bytes);
+}
+
+/* A held hop_bs reply, now allowed: the parameters as they are now. */
+static int hop_reply(st_dist_t *d, int to, uint32_t w, uint64_t req)
+{
+	return dense_reply(d, to, w, req, *d->dense_t, 0, 0);
+}
+
+int st__dist_hop_poll(st_dist_t *d)
+{
+	return d->hop.nheld ? st__dist_hop_release(d, hop_reply) : ST_OK;
+}
+
 static int answer_dense(st_dist_t *d, const void *msg, size_t len, int from)
 {
 	const wire_hdr_t *h = msg;
@@ -453,19 +479,30 @@ static int answer_dense(st_dist_t *d, const void *msg, size_t len, int from)
 		if (rc < 0)
 			return st__dist_bad_msg(from, "DENSE (buffered: parameters or token)", len);
 	} else {
+		if (h->flags & WF_HOP) {
+			/* hop_bs: the clocks first (hop.c), so a bad message
+			 * changes nothing. */
+			int rc = st__dist_hop_step(d, h, from, has_grad);
+			if (rc == ST_ENOMEM)
+				return rc;
+			if (rc < 0)
+				return st__dist_bad_msg(from, "DENSE (hop_bs: worker or bound)",
+							len);
+		}
 		if (grad)
 			st_sync_dense_update(d->env, d->env->params, d->dense_state, grad,
 					     ++*d->dense_t);
 		v = *d->dense_t;
 	}
-	size_t bytes = sizeof *h + sizeof(float) * np;
-	if (st__dist_ob_reserve(&d->reply, bytes) < 0)
-		return ST_ENOMEM;
-	wire_hdr_t *r = (wire_hdr_t *)d->reply.p;
-	*r = (wire_hdr_t){ .type = MSG_DENSE_REPLY, .n = (uint32_t)np, .req = h->req,
-			   .t = v, .step = age, .flags = dropped ? 1 : 0 };
-	memcpy(r + 1, d->env->params, sizeof(float) * np);
-	return send_reply(d, from, CH_DENSE_REPLY + h->worker, d->reply.p, bytes);
+	if (h->flags & WF_HOP) {
+		/* The reply waits for the clock rule. */
+		int rc;
+		if (!st__dist_hop_ready(d, from, h->worker))
+			return st__dist_hop_hold(d, from, h->worker, h->req);
+		rc = dense_reply(d, from, h->worker, h->req, v, 0, 0);
+		return rc < 0 ? rc : st__dist_hop_release(d, hop_reply);
+	}
+	return dense_reply(d, from, h->worker, h->req, v, age, dropped);
 }
 
 static int retry_deferred(st_dist_t *d);
@@ -518,6 +555,17 @@ int st__dist_handle(st_dist_t *d, void *msg, size_t len, int from)
 		break;
 	case MSG_DENSE:
 		rc = answer_dense(d, msg, len, from);
+		break;
+	case MSG_IDLE:
+		if (d->rank != 0 || len != sizeof *h) {
+			rc = st__dist_bad_msg(from, "IDLE", len);
+			break;
+		}
+		rc = st__dist_hop_idle(d, from, h->worker);
+		if (rc == -1)
+			rc = st__dist_bad_msg(from, "IDLE (worker)", len);
+		else if (rc >= 0)
+			rc = st__dist_hop_poll(d);
 		break;
 	case MSG_BFLUSH:   /* the buffers' partial steps, answered as a FLUSH */
 	case MSG_FLUSH: {
@@ -573,8 +621,13 @@ void *st__dist_service(void *arg)
 		size_t len;
 		int from;
 		int rc = st_net_recv(d->net, ST_NET_ANY, CH_REQ, &buf, &len, &from, 0.2);
-		if (rc == ST_EAGAIN)
+		if (rc == ST_EAGAIN) {
+			/* hop_bs: a rank may have died, freeing held replies. */
+			pthread_mutex_lock(&d->mu);
+			(void)st__dist_hop_poll(d);
+			pthread_mutex_unlock(&d->mu);
 			continue;
+		}
 		if (rc == ST_ECANCELED)
 			break;
 		if (rc < 0) {

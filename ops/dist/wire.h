@@ -30,6 +30,7 @@ enum {
 	MSG_DONE = 0x444f4e45,    /* "DONE" */
 	MSG_FIN = 0x46494e21,     /* "FIN!" */
 	MSG_BFLUSH = 0x42464c53,  /* "BFLS": apply a partial gradient buffer (psbuf.c) */
+	MSG_IDLE = 0x49444c45,    /* "IDLE": hop_bs worker has no minibatch left (hop.c) */
 };
 
 /* Flags. */
@@ -41,6 +42,7 @@ enum {
 				   * buffers (psbuf.c): step = token, stamp = M,
 				   * pad = tolerance */
 	WF_PERID = 16,            /* with WF_BUF: gba's per-ID tags and averages */
+	WF_HOP = 32,              /* DENSE: hop_bs's clock rule, stamp = b (hop.c) */
 };
 
 typedef struct wire_hdr {

@@ -317,13 +317,16 @@ const st_sync_ops_t st_sync_dist_hybrid_ops = {
 	.report = dar_report,
 };
 
-/* ---- async: dense parameters on rank 0 ------------------------------------------ */
+/* ---- async and hop_bs: dense parameters on rank 0 --------------------------------- */
 
 typedef struct {
 	st_sync_env_t env;
 	int N;
+	int hop;                       /* hop_bs: rank 0's clock rule (ops/dist/hop.c) */
+	uint32_t b;
 	float **params;                /* [N] each worker's copy */
 	uint64_t *version;             /* [N] rank 0's update count at the copy */
+	uint8_t *idle;                 /* [N] hop_bs: idled since the copy */
 	rowsend_t send;                /* row pushes */
 	st_sync_stats_t st;
 } das_t;
@@ -337,6 +340,7 @@ static void das_destroy(void *self)
 		free(s->params[w]);
 	free(s->params);
 	free(s->version);
+	free(s->idle);
 	st__rowsend_fini(&s->send);
 	free(s);
 }
@@ -345,15 +349,25 @@ static int das_create(void **self, const st_sync_env_t *env)
 {
 	if (!env->dist)
 		return ST_EINVAL;
+	const int hop = env->cfg && env->cfg->name && !strcmp(env->cfg->name, "hop_bs");
+	const double b = hop ? st_sync_cfg_num(env->cfg, "b", -1) : 0;
+	if (hop && (!(b >= 0) || b != (double)(uint32_t)b)) {
+		st_error("sync policy hop_bs: parameter b (how many steps the fastest worker "
+			 "may run ahead of the slowest, an integer >= 0) is missing or invalid");
+		return ST_EJOB;
+	}
 	das_t *s = calloc(1, sizeof *s);
 	if (!s)
 		return ST_ENOMEM;
 	s->env = *env;
 	s->N = env->n_workers;
+	s->hop = hop;
+	s->b = (uint32_t)b;
 	st__rowsend_init(&s->send);
 	s->params = calloc((size_t)s->N, sizeof(float *));
 	s->version = calloc((size_t)s->N, sizeof(uint64_t));
-	if (!s->params || !s->version) {
+	s->idle = calloc((size_t)s->N, 1);
+	if (!s->params || !s->version || !s->idle) {
 		das_destroy(s);
 		return ST_ENOMEM;
 	}
@@ -372,10 +386,15 @@ static int das_create(void **self, const st_sync_env_t *env)
 static const float *das_begin_step(void *self, int w, uint64_t step)
 {
 	das_t *s = self;
-	if (step == 0) {
-		/* The first step of the policy: rank 0's current parameters. */
+	if (step == 0 || s->idle[w]) {
+		/* The first step of the policy, or (hop_bs) the first after
+		 * idling: rank 0's current parameters (and, for hop_bs, the
+		 * worker rejoins the clocks). */
+		s->idle[w] = 0;
 		uint64_t v;
-		if (st_dist_dense(s->env.dist, w, NULL, s->params[w], &v) >= 0)
+		int rc = s->hop ? st_dist_dense_hop(s->env.dist, w, s->b, NULL, s->params[w], &v)
+				: st_dist_dense(s->env.dist, w, NULL, s->params[w], &v);
+		if (rc >= 0)
 			s->version[w] = v;
 	}
 	return s->params[w];
@@ -388,6 +407,23 @@ static int das_apply(void *self, int w, st_sync_grads_t *g)
 	if (!g->n_examples)
 		return ST_OK;
 	uint64_t v0 = s->version[w], v;
+	if (s->hop) {
+		/* hop_bs: the rows first, since the dense reply may be held
+		 * back by the clock rule (ops/dist/hop.c). */
+		uint64_t bytes = sizeof(float) * (uint64_t)env->nparams * 2;
+		int rc = st__rowsend_push(env, &s->send, g, v0 + 1, NULL, &bytes);
+		st_sync_stat_add(&s->st.bytes, bytes);
+		if (rc >= 0)
+			rc = st_dist_dense_hop(env->dist, w, s->b, g->dense, s->params[w], &v);
+		if (rc < 0)
+			return rc;
+		s->version[w] = v;
+		uint64_t stale = v > v0 + 1 ? v - v0 - 1 : 0;
+		st_sync_stat_add(&s->st.staleness[st_sync_hist_bucket(stale)], 1);
+		st_sync_stat_add(&s->st.updates, 1);
+		st_sync_stat_add(&s->st.steps, 1);
+		return ST_OK;
+	}
 	int rc = st_dist_dense(env->dist, w, g->dense, s->params[w], &v);
 	if (rc < 0)
 		return rc;
@@ -404,6 +440,17 @@ static int das_apply(void *self, int w, st_sync_grads_t *g)
 	return rc;
 }
 
+/* hop_bs: this worker has no minibatch left in the batch. */
+static void das_end_batch(void *self, int w)
+{
+	das_t *s = self;
+	if (!s->hop)
+		return;
+	s->idle[w] = 1;
+	if (st_dist_idle(s->env.dist, w) < 0)
+		st_warn("hop_bs: worker %d could not tell rank 0 it is idle", w);
+}
+
 static void das_report(void *self, st_sync_stats_t *out)
 {
 	st_sync_stats_read(&((das_t *)self)->st, out);
@@ -418,6 +465,18 @@ const st_sync_ops_t st_sync_dist_async_ops = {
 	.begin_step = das_begin_step,
 	.apply = das_apply,
 	.end_batch = st__sync_noop_end_batch,
+	.report = das_report,
+};
+
+const st_sync_ops_t st_sync_dist_hop_bs_ops = {
+	.name = "hop_bs",
+	.schedule = ST_SYNC_FREE,
+	.create = das_create,
+	.destroy = das_destroy,
+	.begin_batch = st__sync_noop_begin_batch,
+	.begin_step = das_begin_step,
+	.apply = das_apply,
+	.end_batch = das_end_batch,
 	.report = das_report,
 };
 
@@ -680,7 +739,7 @@ const st_sync_ops_t *st_sync_find_dist(const char *name)
 	static const st_sync_ops_t *const ops[] = {
 		&st_sync_dist_allreduce_ops, &st_sync_dist_hybrid_ops, &st_sync_dist_async_ops,
 		&st_sync_dist_shadow_ops, &st_sync_kstep_ops, &st_sync_dist_gba_ops,
-		&st_sync_dist_bsp_ops,
+		&st_sync_dist_bsp_ops, &st_sync_dist_hop_bs_ops,
 	};
 	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
 		if (!strcmp(ops[i]->name, name))

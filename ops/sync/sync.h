@@ -179,7 +179,7 @@ int st_sync_rowpush_send(st_sync_rowpush_t *r, const st_sync_env_t *env, uint64_
 
 /* The multi-process twin of policy `name` (ops/sync/dist_policies.c), or
  * NULL when that policy does not run across processes yet. */
-#define ST_SYNC_DIST_NAMES "allreduce, hybrid, kstep, async, shadow, gba and bsp"
+#define ST_SYNC_DIST_NAMES "allreduce, hybrid, kstep, async, shadow, gba, bsp and hop_bs"
 const st_sync_ops_t *st_sync_find_dist(const char *name);
 
 /* The registry, NULL-terminated (for listings). */

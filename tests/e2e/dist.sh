@@ -4,7 +4,7 @@
 #    model (floats, optimizer state, dense parameters: STRATA_DIGEST) and
 #    the eval AUC of one process with as many workers on the same global
 #    batch and seed;
-#  - hybrid, async, shadow, gba and bsp run across processes and learn; the
+#  - hybrid, async, shadow, gba, bsp and hop_bs run across processes and learn; the
 #    policies that do not run across processes yet are refused with a message;
 #  - kills: under allreduce and shadow the job stops within a bounded time
 #    naming the dead rank; under async and gba a killed worker-only rank leaves
@@ -92,7 +92,7 @@ fi
 # Each policy that runs across processes learns; the others are refused.
 # gba and bsp aggregate 4 worker gradients (2 ranks x 2 workers) per step.
 for pol in 'hybrid{staleness=2}' 'async{}' 'shadow{algo="ma"}' 'gba{global_batch=512}' \
-    'bsp{b=4}'; do
+    'bsp{b=4}' 'hop_bs{b=1}'; do
   rm -f "$tmp"/out*
   if timeout 300 "$strata" launch -n 2 "${base[@]}" --set "sync=st.sync.$pol" \
        --set stages.read.batch_size=256 --set stages.train.minibatch=128 \
@@ -105,13 +105,13 @@ for pol in 'hybrid{staleness=2}' 'async{}' 'shadow{algo="ma"}' 'gba{global_batch
   fi
 done
 rm -f "$tmp"/out*
-timeout 60 "$strata" launch -n 2 "${base[@]}" --set 'sync=st.sync.hop_bs{b=1}' \
-  >"$tmp/out" 2>&1
+timeout 60 "$strata" launch -n 2 "${base[@]}" --set 'sync=st.sync.hop_bw{b=1}' \
+  --set stages.train.workers=2 >"$tmp/out" 2>&1
 rc=$?
 if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "does not run across processes yet" "$tmp/out"; then
-  ok "hop_bs across processes is refused with a message"
+  ok "hop_bw across processes is refused with a message"
 else
-  bad "hop_bs across processes: rc=$rc"
+  bad "hop_bw across processes: rc=$rc"
 fi
 
 # Ranks started by hand (as a launcher would), so the test knows their pids.

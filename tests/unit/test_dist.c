@@ -8,7 +8,8 @@
  * contributions, drop row gradients by their IDs' tags, average rows over
  * their touchers (gba) or the step's contributions (bsp), drop stale dense
  * gradients, and reject contributions that disagree on M or carry a token
- * from the future.
+ * from the future; hop_bs's clock rule (hop.c) holds a worker's reply
+ * while it is more than b gradients ahead of the slowest active worker.
  * The multi-process paths run in tests/e2e/dist.sh.
  */
 #include <math.h>
@@ -380,6 +381,70 @@ static void test_gba_dense_drops_stale_gradients(void **state)
 	fix_free(f);
 }
 
+static int n_replies;
+static int reply_count(st_dist_t *d, int to, uint32_t w, uint64_t req)
+{
+	(void)d;
+	assert_int_equal(to, 0);
+	assert_int_equal(w, 0);
+	assert_int_equal(req, 77);
+	n_replies++;
+	return ST_OK;
+}
+
+/* hop_bs's clock rule on rank 0 (hop.c): b = 1 over 2 ranks x 2 workers. */
+static void test_hop_bs_clock_rule(void **state)
+{
+	fix_t *f = fix_new(2);
+	st_dist_t *d = &f->d;
+	f->env.n_workers = 2;
+	wire_hdr_t fetch = { .type = MSG_DENSE, .stamp = 1, .flags = WF_HOP }, grad = fetch;
+	grad.flags |= 1;
+	wire_hdr_t r1 = fetch;
+	/* Worker 0 of rank 0 alone: never waits for workers not seen yet. */
+	assert_int_equal(st__dist_hop_step(d, &fetch, 0, 0), ST_OK);
+	for (int i = 0; i < 3; i++) {
+		assert_int_equal(st__dist_hop_step(d, &grad, 0, 1), ST_OK);
+		assert_true(st__dist_hop_ready(d, 0, 0));
+	}
+	/* Rank 1's worker 0 joins at the slowest active clock (3), not 0. */
+	assert_int_equal(st__dist_hop_step(d, &r1, 1, 0), ST_OK);
+	assert_int_equal(d->hop.clock[2], 3);
+	assert_int_equal(st__dist_hop_step(d, &grad, 0, 1), ST_OK);   /* 4 vs 3 */
+	assert_true(st__dist_hop_ready(d, 0, 0));
+	assert_int_equal(st__dist_hop_step(d, &grad, 0, 1), ST_OK);   /* 5 vs 3 */
+	assert_false(st__dist_hop_ready(d, 0, 0));
+	assert_true(st__dist_hop_ready(d, 1, 0));                       /* the slowest */
+	/* The held reply goes out once the slowest catches up to within b. */
+	n_replies = 0;
+	assert_int_equal(st__dist_hop_hold(d, 0, 0, 77), ST_OK);
+	assert_int_equal(st__dist_hop_release(d, reply_count), ST_OK);
+	assert_int_equal(n_replies, 0);
+	r1.flags |= 1;
+	assert_int_equal(st__dist_hop_step(d, &r1, 1, 1), ST_OK);     /* 4 */
+	assert_int_equal(st__dist_hop_release(d, reply_count), ST_OK);
+	assert_int_equal(n_replies, 1);
+	assert_int_equal(d->hop.nheld, 0);
+	/* An idle worker is not the slowest: rank 0's worker may go on. */
+	assert_int_equal(st__dist_hop_step(d, &grad, 0, 1), ST_OK);   /* 6 vs 4 */
+	assert_false(st__dist_hop_ready(d, 0, 0));
+	assert_int_equal(st__dist_hop_idle(d, 1, 0), ST_OK);
+	assert_true(st__dist_hop_ready(d, 0, 0));
+	/* Back from idling: at the slowest active clock (6). */
+	assert_int_equal(st__dist_hop_step(d, &r1, 1, 1), ST_OK);
+	assert_int_equal(d->hop.clock[2], 7);
+	/* A worker index beyond the job's, or another bound: rejected. */
+	wire_hdr_t bad = grad;
+	bad.worker = 2;
+	assert_int_equal(st__dist_hop_step(d, &bad, 1, 1), -1);
+	bad = grad;
+	bad.stamp = 3;
+	assert_int_equal(st__dist_hop_step(d, &bad, 1, 1), -1);
+	assert_int_equal(st__dist_hop_idle(d, 1, 5), -1);
+	st__dist_hop_free(d);
+	fix_free(f);
+}
+
 static void test_f16_codec(void **state)
 {
 	enum { N = 37 };
@@ -431,6 +496,7 @@ int main(void)
 		cmocka_unit_test(test_gba_rows_buffer_tags_and_averages),
 		cmocka_unit_test(test_bsp_rows_average_over_the_step),
 		cmocka_unit_test(test_gba_dense_drops_stale_gradients),
+		cmocka_unit_test(test_hop_bs_clock_rule),
 		cmocka_unit_test(test_f16_codec),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
