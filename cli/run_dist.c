@@ -25,6 +25,7 @@ static int refuse(const st_job_t *job, const char *what, const char *why)
 
 int st_cli_dist_check(st_job_t *job)
 {
+	job->dist_run = 1;
 	if (job->n_phases)
 		return refuse(job, "phases", "run each phase as its own job");
 	if (job->ckpt_dir || job->resume)

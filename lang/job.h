@@ -164,6 +164,9 @@ typedef struct st_job {
 	int export_delta;      /* exports after the first carry only the changes */
 	int export_keep;       /* full exports kept (with their deltas); 0 = all */
 	int dist_owners;       /* multi-process: ranks owning sparse rows; 0 = all */
+	int dist_run;          /* set by the CLI: this process is one rank of a
+				* multi-process job (the trainer's policy then
+				* comes with st_trainer_attach_dist) */
 	int dist_compress;     /* compressed pulls and pushes on the wire */
 	double dist_timeout;   /* seconds before a silent peer counts as dead */
 	char *metrics_path;    /* JSON-lines metrics file; NULL = none */

@@ -275,6 +275,42 @@ int st_dist_push_buf(st_dist_t *d, const st_dist_buf_t *b, const uint64_t *token
 	return push_rows(d, &h0, tokens, 1, keys, table, grad, gstride, n);
 }
 
+/* Rank 0's own hop_bw contribution (mu held): as the service does for the
+ * other ranks (serve.c), waiting on cv until the step closes. */
+static int bw_local(st_dist_t *d, const wire_hdr_t *h, const float *grad, wire_hdr_t *rep)
+{
+	int late = 0;
+	int rc = st__dist_bw_contrib(d, h, grad, 0, &late);
+	if (rc == -1) {
+		st_error("dist: hop_bw: a step not open yet, or another bound");
+		return ST_EINVAL;
+	}
+	if (rc < 0)
+		return rc;
+	if (late) {
+		*rep = (wire_hdr_t){ .t = d->hop.k, .flags = grad ? 1 : 0 };
+		return ST_OK;
+	}
+	if ((rc = st__dist_hop_hold(d, 0, UINT32_MAX, 0)) < 0)
+		return rc;
+	const uint64_t mine = h->step;
+	while (rc >= 0 && d->hop.k == mine) {
+		rc = st__dist_hop_poll(d);   /* closes the step when it can */
+		if (rc < 0 || d->hop.k != mine)
+			break;
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 200 * 1000 * 1000;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&d->cv, &d->mu, &ts);
+	}
+	*rep = (wire_hdr_t){ .t = d->hop.k, .step = d->hop.lastK[0] };
+	return rc;
+}
+
 /* A DENSE exchange with rank 0: h (n, flags, worker, buffer fields set),
  * then the reply's parameters into params and its header into *rep. */
 static int dense_call(st_dist_t *d, wire_hdr_t *h, const float *grad, float *params,
@@ -289,7 +325,9 @@ static int dense_call(st_dist_t *d, wire_hdr_t *h, const float *grad, float *par
 		int rc = ST_OK;
 		pthread_mutex_lock(&d->mu);
 		*rep = (wire_hdr_t){ 0 };
-		if (h->flags & WF_BUF) {
+		if (h->flags & WF_BW) {
+			rc = bw_local(d, h, grad, rep);
+		} else if (h->flags & WF_BUF) {
 			int dropped = 0;
 			rc = st__dist_buf_dense(d, h, grad, &rep->t, &rep->step, &dropped);
 			rep->flags = dropped ? 1 : 0;
@@ -368,6 +406,28 @@ int st_dist_dense_hop(st_dist_t *d, int w, uint32_t b, const float *grad, float 
 	if (rc >= 0)
 		*version = r.t;
 	return rc;
+}
+
+int st_dist_dense_bw(st_dist_t *d, uint32_t b, const float *grad, uint64_t token,
+		     float *params, uint64_t *next, uint32_t *K, int *late)
+{
+	wire_hdr_t h = { .stamp = b, .step = token, .flags = WF_BW }, r;
+	int rc = dense_call(d, &h, grad, params, &r);
+	if (rc >= 0) {
+		*next = r.t;
+		*K = (uint32_t)r.step;
+		*late = (r.flags & 1) != 0;
+	}
+	return rc;
+}
+
+int st_dist_push_quorum(st_dist_t *d, uint64_t step, uint64_t t, uint32_t K,
+			const uint64_t *keys, const uint8_t *table, const float *grad,
+			size_t gstride, uint32_t n)
+{
+	const wire_hdr_t h0 = { .type = MSG_PUSH, .step = step, .t = t, .pad = K,
+				.flags = WF_SYNC | WF_BW | (d->f16 ? WF_F16 : 0) };
+	return push_rows(d, &h0, NULL, 1, keys, table, grad, gstride, n);
 }
 
 int st_dist_idle(st_dist_t *d, int w)

@@ -140,6 +140,22 @@ int st_dist_dense_hop(st_dist_t *d, int w, uint32_t b, const float *grad, float 
  * as the slowest until its next st_dist_dense_hop). */
 int st_dist_idle(st_dist_t *d, int w);
 
+/* hop_bw across ranks (ops/dist/hop.c; ranks are the workers): this
+ * rank's gradient of the step whose parameters it read (token) to rank 0,
+ * which closes a step once all but b of the active ranks have sent theirs
+ * and drops those that come after. Returns once the step closed (or at
+ * once when late: *late = 1); params = rank 0's parameters then, *next =
+ * their token, *K = the ranks kept in the step (0 when late). grad NULL:
+ * only a fetch. One thread at a time. */
+int st_dist_dense_bw(st_dist_t *d, uint32_t b, const float *grad, uint64_t token,
+		     float *params, uint64_t *next, uint32_t *K, int *late);
+/* A kept rank's row gradients of hop_bw step `step` to every owner (the
+ * owner applies the step once the step's K kept ranks' lists are in,
+ * summed in rank order). One thread at a time. */
+int st_dist_push_quorum(st_dist_t *d, uint64_t step, uint64_t t, uint32_t K,
+			const uint64_t *keys, const uint8_t *table, const float *grad,
+			size_t gstride, uint32_t n);
+
 /* End of training: waits until this rank's pushes are applied, tells rank
  * 0, and keeps serving until every live rank has done the same. Returns
  * ST_OK (and *lost = ranks that died so far, all non-owners), or ST_EPEER

@@ -18,6 +18,7 @@
 typedef struct step_acc {
 	uint64_t step;
 	int count;
+	int expect;                /* lists that make the step (P; hop_bw: K) */
 	void **msg;                /* [P] that rank's PUSH for this step */
 	size_t *len;
 	struct step_acc *next;
@@ -80,6 +81,12 @@ typedef struct hop {
 	uint8_t *state;            /* [P * N] unseen, active, idle */
 	held_t *held;              /* replies held back */
 	size_t nheld, cap;
+	/* hop_bw (ranks are the units, worker index 0): the open step. */
+	int bw;                    /* the clocks are hop_bw's */
+	uint64_t k;                /* steps closed */
+	uint32_t kept;             /* contributions to step k */
+	float *sum;                /* [nparams] their dense sum */
+	uint32_t *lastK;           /* [P] quorum of the step each rank was last kept in */
 } hop_t;
 
 struct st_dist {
@@ -197,6 +204,18 @@ int st__dist_hop_hold(st_dist_t *d, int from, uint32_t w, uint64_t req);
 /* Sends, with reply(), the held replies whose workers may go on now. */
 int st__dist_hop_release(st_dist_t *d, int (*reply)(st_dist_t *, int, uint32_t, uint64_t));
 void st__dist_hop_free(st_dist_t *d);
+/* hop_bw (hop.c, mu held, rank 0): rank `from`'s gradient for step
+ * h->step (the step of the parameters it read). *late = 1: the step has
+ * closed, the gradient is dropped (answer now); else it is kept and the
+ * answer waits until the step closes (st__dist_bw_close releases it
+ * through reply(); held entries with worker UINT32_MAX are rank 0's own
+ * and get no reply). grad NULL: a fetch (registers the rank, *late = 1). ST_OK, -1 (a step not open yet, another b), ST_ENOMEM. */
+int st__dist_bw_contrib(st_dist_t *d, const wire_hdr_t *h, const float *grad, int from,
+			int *late);
+/* Closes the open step if enough ranks have contributed (b fewer than the
+ * active ranks, or all of them): one dense optimizer step of their mean,
+ * then the held answers. */
+int st__dist_bw_close(st_dist_t *d, int (*reply)(st_dist_t *, int, uint32_t, uint64_t));
 /* serve.c: st__dist_hop_release with the service's reply. */
 int st__dist_hop_poll(st_dist_t *d);
 

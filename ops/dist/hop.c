@@ -25,6 +25,17 @@
  * worker idles or a rank dies (the service thread looks every 0.2 s).
  * Rank 0's own workers wait on st_dist.cv.
  *
+ * hop_bw across ranks (Hop-BW, the same paper: "ignores the pre-set
+ * number b3 of gradients from the slowest workers during each gradient
+ * aggregation"; ops/sync/hop_bw.c in one process). A rank's workers step
+ * together, so the units are ranks (worker index 0): step k collects the
+ * ranks' gradients computed on the parameters of step k; once all but b of
+ * the active ranks have sent theirs (at least one), rank 0 applies their
+ * mean as one optimizer step, closes the step and answers them with the
+ * quorum size K (their rows then go to the owners as a step of K lists); a
+ * gradient for a closed step is dropped and answered at once with the new
+ * parameters. Active: as above (joined, not done, alive).
+ *
  * All functions: st_dist.mu held, rank 0.
  */
 #include <stdlib.h>
@@ -40,6 +51,8 @@ void st__dist_hop_free(st_dist_t *d)
 	free(d->hop.clock);
 	free(d->hop.state);
 	free(d->hop.held);
+	free(d->hop.sum);
+	free(d->hop.lastK);
 	memset(&d->hop, 0, sizeof d->hop);
 }
 
@@ -147,6 +160,78 @@ int st__dist_hop_hold(st_dist_t *d, int from, uint32_t w, uint64_t req)
 	}
 	h->held[h->nheld++] = (held_t){ .from = from, .worker = w, .req = req };
 	return ST_OK;
+}
+
+/* ---- hop_bw: backup workers across ranks ------------------------------------ */
+
+int st__dist_bw_contrib(st_dist_t *d, const wire_hdr_t *hd, const float *grad, int from,
+			int *late)
+{
+	int rc = hop_init(d);
+	if (rc < 0)
+		return rc;
+	hop_t *h = &d->hop;
+	const size_t np = d->env->nparams;
+	if (!h->sum) {
+		h->sum = calloc(np ? np : 1, sizeof(float));
+		h->lastK = calloc((size_t)d->P, sizeof(uint32_t));
+		if (!h->sum || !h->lastK)
+			return ST_ENOMEM;
+	}
+	if (hd->step > h->k || (h->b_set && h->b != hd->stamp))
+		return -1;
+	h->b = hd->stamp;
+	h->b_set = 1;
+	h->bw = 1;
+	h->state[(size_t)from * h->N] = ACTIVE;
+	if (!grad || hd->step < h->k) {
+		*late = 1;   /* a fetch, or "ignores the gradients from the stragglers" */
+		return ST_OK;
+	}
+	*late = 0;
+	for (size_t j = 0; j < np; j++)
+		h->sum[j] += grad[j];
+	h->kept++;
+	return ST_OK;
+}
+
+int st__dist_bw_close(st_dist_t *d, int (*reply)(st_dist_t *, int, uint32_t, uint64_t))
+{
+	hop_t *h = &d->hop;
+	if (!h->sum || !h->kept)
+		return ST_OK;
+	drop_dead(d);
+	uint32_t active = 0;
+	for (int r = 0; r < d->P; r++)
+		active += h->state[(size_t)r * h->N] == ACTIVE;
+	/* The quorum: the first active - b contributions (at least one). A
+	 * rank that has finished its data or died no longer counts. */
+	const uint32_t need = active > h->b + 1 ? active - h->b : 1;
+	if (h->kept < need)
+		return ST_OK;
+	const size_t np = d->env->nparams;
+	const float inv = 1.0f / (float)h->kept;
+	for (size_t j = 0; j < np; j++)
+		h->sum[j] *= inv;
+	st_sync_dense_update(d->env, d->env->params, d->dense_state, h->sum, ++*d->dense_t);
+	memset(h->sum, 0, sizeof(float) * np);
+	const uint32_t K = h->kept;
+	h->k++;
+	h->kept = 0;
+	pthread_cond_broadcast(&d->cv);
+	/* Every held answer belongs to the step just closed. */
+	int rc = ST_OK;
+	for (size_t i = 0; i < h->nheld; i++) {
+		held_t x = h->held[i];
+		h->lastK[x.from] = K;
+		if (x.worker != UINT32_MAX && alive(d, x.from) && reply) {   /* MAX: rank 0's own */
+			int r = reply(d, x.from, x.worker, x.req);
+			if (r < 0 && rc >= 0)
+				rc = r;
+		}
+	}
+	h->nheld = 0;
+	return rc;
 }
 
 int st__dist_hop_release(st_dist_t *d, int (*reply)(st_dist_t *, int, uint32_t, uint64_t))

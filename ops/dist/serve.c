@@ -315,6 +315,8 @@ static int apply_step(st_dist_t *d, step_acc_t *a)
 	uint64_t t = 0;
 	for (int r = 0; r < d->P; r++) {
 		const wire_hdr_t *h = a->msg[r];
+		if (!h)
+			continue;   /* hop_bw: a rank not in the step's quorum */
 		total += h->n;
 		t = h->t > t ? h->t : t;
 	}
@@ -345,6 +347,8 @@ static int apply_step(st_dist_t *d, step_acc_t *a)
 	uint32_t nu = 0;
 	for (int r = 0; r < d->P; r++) {
 		const wire_hdr_t *h = a->msg[r];
+		if (!h)
+			continue;
 		const uint64_t *keys = (const uint64_t *)(h + 1);
 		const uint8_t *tab = (const uint8_t *)(keys + h->n);
 		const uint8_t *p = push_rows(h);
@@ -414,14 +418,20 @@ static int add_sync(st_dist_t *d, void *msg, size_t len, int from)
 		a->next = *pp;
 		*pp = a;
 	}
-	if (a->msg[from]) {
+	/* hop_bw: only the step's K kept ranks send (header pad); the others
+	 * every rank. */
+	const int expect = h->flags & WF_BW ? (int)h->pad : d->P;
+	if (!a->expect)
+		a->expect = expect;
+	if (a->msg[from] || expect != a->expect || expect < 1 || expect > d->P) {
 		free(msg);
-		return st__dist_bad_msg(from, "PUSH (second list for one step)", len);
+		return st__dist_bad_msg(from, "PUSH (second list for one step, or a bad count)",
+					len);
 	}
 	a->msg[from] = msg;
 	a->count++;
 	int rc = ST_OK;
-	while (d->steps && d->steps->step == d->applied && d->steps->count == d->P) {
+	while (d->steps && d->steps->step == d->applied && d->steps->count == d->steps->expect) {
 		step_acc_t *head = d->steps;
 		rc = apply_step(d, head);
 		d->steps = head->next;
@@ -455,8 +465,16 @@ static int hop_reply(st_dist_t *d, int to, uint32_t w, uint64_t req)
 	return dense_reply(d, to, w, req, *d->dense_t, 0, 0);
 }
 
+/* A held hop_bw answer: the step closed with the rank's gradient in it. */
+static int bw_reply(st_dist_t *d, int to, uint32_t w, uint64_t req)
+{
+	return dense_reply(d, to, w, req, d->hop.k, d->hop.lastK[to], 0);
+}
+
 int st__dist_hop_poll(st_dist_t *d)
 {
+	if (d->hop.bw)
+		return st__dist_bw_close(d, bw_reply);
 	return d->hop.nheld ? st__dist_hop_release(d, hop_reply) : ST_OK;
 }
 
@@ -471,6 +489,20 @@ static int answer_dense(st_dist_t *d, const void *msg, size_t len, int from)
 	const float *grad = has_grad ? (const float *)(h + 1) : NULL;
 	uint64_t v = 0, age = 0;
 	int dropped = 0;
+	if (h->flags & WF_BW) {
+		/* hop_bw: a contribution to the open step (hop.c). */
+		int late = 0;
+		int rc = st__dist_bw_contrib(d, h, grad, from, &late);
+		if (rc == ST_ENOMEM)
+			return rc;
+		if (rc < 0 || h->worker != 0)
+			return st__dist_bad_msg(from, "DENSE (hop_bw: step or bound)", len);
+		if (late)
+			return dense_reply(d, from, 0, h->req, d->hop.k, 0, grad != NULL);
+		if ((rc = st__dist_hop_hold(d, from, 0, h->req)) < 0)
+			return rc;
+		return st__dist_bw_close(d, bw_reply);
+	}
 	if (h->flags & WF_BUF) {
 		/* gba, bsp: into the gradient buffer (psbuf.c). */
 		int rc = st__dist_buf_dense(d, h, grad, &v, &age, &dropped);

@@ -43,6 +43,8 @@ enum {
 				   * pad = tolerance */
 	WF_PERID = 16,            /* with WF_BUF: gba's per-ID tags and averages */
 	WF_HOP = 32,              /* DENSE: hop_bs's clock rule, stamp = b (hop.c) */
+	WF_BW = 64,               /* DENSE: hop_bw's quorum, stamp = b, step = token;
+				   * PUSH (with WF_SYNC): a step of pad = K ranks */
 };
 
 typedef struct wire_hdr {

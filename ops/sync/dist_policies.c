@@ -32,9 +32,14 @@
  *   kstep      kstep.c itself, which merges across processes when env->dist
  *              is set (its header says how).
  *
- * The other policies (gba, bsp, hop_bs, hop_bw) do not run
- * across processes yet; st_sync_find_dist returns NULL for them and the
- * job is refused with that message.
+ *   gba, bsp   gradient buffers at the parameter servers (rank 0 dense,
+ *              every owner its rows): ops/dist/psbuf.c has the algorithm.
+ *   hop_bs     async with rank 0's clock rule (ops/dist/hop.c).
+ *   hop_bw     each rank a lockstep unit; rank 0 closes a step with all
+ *              but b of the active ranks and drops the rest (ops/dist/hop.c).
+ *
+ * auto does not run across processes yet; st_sync_find_dist returns NULL
+ * for it and the job is refused with that message.
  *
  * Threads: like allreduce.c — hooks on the N local worker threads with
  * barriers; between barriers each float is written by one worker. The
@@ -132,8 +137,10 @@ int st_sync_rowpush_sum(st_sync_rowpush_t *r, const st_sync_env_t *env,
 	return st_sync_sum_rows(env, g, w, collect, &c);
 }
 
-int st_sync_rowpush_send(st_sync_rowpush_t *r, const st_sync_env_t *env, uint64_t step,
-			 uint64_t t, uint64_t *bytes)
+/* The message arrays of a step's row sums, each scaled by `scale`: *nk
+ * keys of *gs floats' stride. */
+static int rowpush_fill(st_sync_rowpush_t *r, float scale, size_t *nk, int *gsp,
+			uint64_t *bytes)
 {
 	size_t n = 0;
 	int gs = 1;
@@ -162,13 +169,38 @@ int st_sync_rowpush_send(st_sync_rowpush_t *r, const st_sync_env_t *env, uint64_
 				continue;   /* not admitted: no update, as in one process */
 			r->keys[k] = gv->keys[u];
 			r->tab[k] = gv->utable[u];
-			memcpy(r->grad + k * (size_t)gs, gv->grad + (size_t)u * gv->gstride,
-			       sizeof(float) * gv->row_dim[u]);
+			float *dst = r->grad + k * (size_t)gs;
+			const float *src = gv->grad + (size_t)u * gv->gstride;
+			for (int j = 0; j < gv->row_dim[u]; j++)
+				dst[j] = src[j] * scale;
 			*bytes += 8 + sizeof(float) * (uint64_t)gv->row_dim[u];
 			k++;
 		}
-	return st_dist_push(env->dist, step, 1, t, r->keys, r->tab, r->grad, (size_t)gs,
-			    (uint32_t)k);
+	*nk = k;
+	*gsp = gs;
+	return ST_OK;
+}
+
+int st_sync_rowpush_send(st_sync_rowpush_t *r, const st_sync_env_t *env, uint64_t step,
+			 uint64_t t, uint64_t *bytes)
+{
+	size_t k;
+	int gs;
+	int rc = rowpush_fill(r, 1.0f, &k, &gs, bytes);
+	return rc < 0 ? rc : st_dist_push(env->dist, step, 1, t, r->keys, r->tab, r->grad,
+					  (size_t)gs, (uint32_t)k);
+}
+
+/* hop_bw: the step's row sums of a kept rank, as means over the K kept
+ * ranks (each rank's sum is over its own examples' mean loss). */
+static int rowpush_send_quorum(st_sync_rowpush_t *r, const st_sync_env_t *env, uint64_t step,
+			       uint64_t t, uint32_t K, uint64_t *bytes)
+{
+	size_t k;
+	int gs;
+	int rc = rowpush_fill(r, 1.0f / (float)K, &k, &gs, bytes);
+	return rc < 0 ? rc : st_dist_push_quorum(env->dist, step, t, K, r->keys, r->tab,
+						 r->grad, (size_t)gs, (uint32_t)k);
 }
 
 typedef struct {
@@ -480,6 +512,152 @@ const st_sync_ops_t st_sync_dist_hop_bs_ops = {
 	.report = das_report,
 };
 
+/* ---- hop_bw: backup ranks ------------------------------------------------------ */
+
+typedef struct {
+	st_sync_env_t env;
+	int N;
+	uint32_t b;
+	pthread_barrier_t bar;
+	int *owner;                    /* [ntensors] local worker reducing tensor i */
+	st_sync_grads_t **g;           /* [N] */
+	st_sync_rowpush_t *rows;
+	uint64_t token;                /* the step of the replica's parameters */
+	int err;                       /* first error of a step (relaxed atomic) */
+	st_sync_stats_t st;
+} dbw_t;
+
+static void dbw_destroy(void *self)
+{
+	dbw_t *s = self;
+	if (!s)
+		return;
+	pthread_barrier_destroy(&s->bar);
+	st_sync_rowpush_destroy(s->rows);
+	free(s->owner);
+	free(s->g);
+	free(s);
+}
+
+static int dbw_create(void **self, const st_sync_env_t *env)
+{
+	if (!env->dist)
+		return ST_EINVAL;
+	const int P = st_dist_size(env->dist);
+	const double b = st_sync_cfg_num(env->cfg, "b", -1);
+	if (!(b >= 0) || b >= P || b != (double)(uint32_t)b) {
+		st_error("sync policy hop_bw across processes drops the b slowest ranks of each "
+			 "step: b must be an integer >= 0 and below the number of ranks (%d); "
+			 "got %g", P, b);
+		return ST_EJOB;
+	}
+	dbw_t *s = calloc(1, sizeof *s);
+	if (!s)
+		return ST_ENOMEM;
+	s->env = *env;
+	s->N = env->n_workers;
+	s->b = (uint32_t)b;
+	pthread_barrier_init(&s->bar, NULL, (unsigned)s->N);
+	s->owner = st_sync_tensor_owners(env);
+	s->g = calloc((size_t)s->N, sizeof *s->g);
+	s->rows = st_sync_rowpush_create(s->N);
+	if (!s->owner || !s->g || !s->rows) {
+		dbw_destroy(s);
+		return ST_ENOMEM;
+	}
+	/* Join rank 0's steps now (so this rank counts in their quorum from
+	 * the start) with its current parameters and step. */
+	uint64_t tok;
+	uint32_t K;
+	int late;
+	int rc = st_dist_dense_bw(env->dist, s->b, NULL, 0, env->params, &tok, &K, &late);
+	if (rc < 0) {
+		dbw_destroy(s);
+		return rc;
+	}
+	s->token = tok;
+	*self = s;
+	return ST_OK;
+}
+
+static const float *dbw_begin_step(void *self, int w, uint64_t step)
+{
+	return ((dbw_t *)self)->env.params;
+}
+
+/* Worker 0: this rank's step to rank 0; the rows to their owners if the
+ * step kept it. */
+static int dbw_exchange(dbw_t *s, float *dense, uint32_t n_examples)
+{
+	const st_sync_env_t *env = &s->env;
+	if (!n_examples)
+		return ST_OK;   /* no minibatch in this local step: nothing to send */
+	uint64_t next, bytes = 2 * sizeof(float) * (uint64_t)env->nparams;
+	uint32_t K;
+	int late;
+	int rc = st_dist_dense_bw(env->dist, s->b, dense, s->token, env->params, &next, &K, &late);
+	if (rc >= 0 && !late)
+		rc = rowpush_send_quorum(s->rows, env, s->token, s->token + 1, K, &bytes);
+	if (rc < 0)
+		return rc;
+	st_sync_stat_add(&s->st.bytes, bytes);
+	st_sync_stat_add(late ? &s->st.dropped : &s->st.updates, 1);
+	st_sync_stat_add(&s->st.staleness[st_sync_hist_bucket(late ? next - s->token : 0)], 1);
+	__atomic_store_n(&s->st.steps, next, __ATOMIC_RELAXED);
+	s->token = next;
+	return ST_OK;
+}
+
+static int dbw_apply(void *self, int w, st_sync_grads_t *g)
+{
+	dbw_t *s = self;
+	const st_sync_env_t *env = &s->env;
+	s->g[w] = g;
+	pthread_barrier_wait(&s->bar);                          /* A */
+	/* This rank's step, summed as the single-process policies sum it. */
+	st_sync_reduce_dense(env, s->g, s->owner, w, NULL, 0);
+	int rc = st_sync_rowpush_sum(s->rows, env, s->g, w);
+	if (rc < 0)
+		__atomic_store_n(&s->err, rc, __ATOMIC_RELAXED);
+	pthread_barrier_wait(&s->bar);                          /* B */
+	if (w == 0 && !__atomic_load_n(&s->err, __ATOMIC_RELAXED)) {
+		uint32_t n = 0;
+		for (int v = 0; v < s->N; v++)
+			n += s->g[v]->n_examples;
+		/* Rank 0's parameters come back into the replica while the
+		 * other workers wait at C. */
+		if ((rc = dbw_exchange(s, s->g[0]->dense, n)) < 0)
+			__atomic_store_n(&s->err, rc, __ATOMIC_RELAXED);
+	}
+	pthread_barrier_wait(&s->bar);                          /* C */
+	return __atomic_load_n(&s->err, __ATOMIC_RELAXED);
+}
+
+static int dbw_finish(void *self)
+{
+	/* This rank has no more steps: the others' close without it. */
+	return st_dist_idle(((dbw_t *)self)->env.dist, 0);
+}
+
+static void dbw_report(void *self, st_sync_stats_t *out)
+{
+	st_sync_stats_read(&((dbw_t *)self)->st, out);
+}
+
+const st_sync_ops_t st_sync_dist_hop_bw_ops = {
+	.name = "hop_bw",
+	.schedule = ST_SYNC_LOCKSTEP,
+	.flags = ST_SYNC_RANK_LOCAL | ST_SYNC_FRESH_ROWS,
+	.create = dbw_create,
+	.destroy = dbw_destroy,
+	.begin_batch = st__sync_noop_begin_batch,
+	.begin_step = dbw_begin_step,
+	.apply = dbw_apply,
+	.end_batch = st__sync_noop_end_batch,
+	.report = dbw_report,
+	.finish = dbw_finish,
+};
+
 /* ---- gba and bsp: gradient buffers at the parameter servers ------------------- */
 
 typedef struct {
@@ -739,7 +917,7 @@ const st_sync_ops_t *st_sync_find_dist(const char *name)
 	static const st_sync_ops_t *const ops[] = {
 		&st_sync_dist_allreduce_ops, &st_sync_dist_hybrid_ops, &st_sync_dist_async_ops,
 		&st_sync_dist_shadow_ops, &st_sync_kstep_ops, &st_sync_dist_gba_ops,
-		&st_sync_dist_bsp_ops, &st_sync_dist_hop_bs_ops,
+		&st_sync_dist_bsp_ops, &st_sync_dist_hop_bs_ops, &st_sync_dist_hop_bw_ops,
 	};
 	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
 		if (!strcmp(ops[i]->name, name))

@@ -64,8 +64,13 @@ enum {
 	 * the pull stage starts batch k only once batch k-1 began training, so
 	 * a batch's rows are at most one batch older than its dense
 	 * parameters (the per-ID staleness of ops/dist/psbuf.c counts from
-	 * the pull). */
+	 * the pull). gba, bsp, hop_bw. */
 	ST_SYNC_FRESH_ROWS = 2,
+	/* Multi-process LOCKSTEP policy whose steps are lockstep among the
+	 * rank's own workers only (hop_bw): the trainer then runs no
+	 * per-batch collective across ranks and scales a step by the rank's
+	 * own examples; the policy joins the ranks itself. */
+	ST_SYNC_RANK_LOCAL = 4,
 };
 
 /* What a policy is given at creation; every pointer outlives the policy. */
@@ -179,7 +184,7 @@ int st_sync_rowpush_send(st_sync_rowpush_t *r, const st_sync_env_t *env, uint64_
 
 /* The multi-process twin of policy `name` (ops/sync/dist_policies.c), or
  * NULL when that policy does not run across processes yet. */
-#define ST_SYNC_DIST_NAMES "allreduce, hybrid, kstep, async, shadow, gba, bsp and hop_bs"
+#define ST_SYNC_DIST_NAMES "allreduce, hybrid, kstep, async, shadow, gba, bsp, hop_bs and hop_bw"
 const st_sync_ops_t *st_sync_find_dist(const char *name);
 
 /* The registry, NULL-terminated (for listings). */

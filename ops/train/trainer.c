@@ -404,7 +404,10 @@ int st_trainer_create(st_trainer_t **out, const st_job_t *job, st_metrics_t *met
 			goto fail;
 		}
 	}
-	if ((rc = st_trainer_set_policy(tr, scfg)) < 0)
+	/* One rank of a multi-process job gets the multi-process twin of its
+	 * policy from st_trainer_attach_dist (which checks its parameters:
+	 * hop_bw's b, say, counts ranks there, not this rank's workers). */
+	if (!job->dist_run && (rc = st_trainer_set_policy(tr, scfg)) < 0)
 		goto fail;
 	*out = tr;
 	return ST_OK;
@@ -505,13 +508,14 @@ static int swap_policy(st_trainer_t *tr, const st_sync_cfg_t *cfg)
 	}
 	tr->sops = ops;
 	tr->sync = obj;
-	tr->dist_lockstep = tr->dist && ops->schedule == ST_SYNC_LOCKSTEP;
+	tr->dist_lockstep = tr->dist && ops->schedule == ST_SYNC_LOCKSTEP &&
+			    !(ops->flags & ST_SYNC_RANK_LOCAL);
 	tr->dist_fresh = tr->dist && (ops->flags & ST_SYNC_FRESH_ROWS);
 	/* How far a pull may run ahead of the applied steps: allreduce and
 	 * kstep none, hybrid its staleness bound (PERSIA's,
 	 * persia-hybrid-training.md Section 4.1), async and shadow without
 	 * bound. */
-	tr->dist_lag = !tr->dist || ops->schedule != ST_SYNC_LOCKSTEP ? -1
+	tr->dist_lag = !tr->dist_lockstep ? -1
 		       : strcmp(ops->name, "hybrid") != 0 ? 0
 		       : (int64_t)cfg_param(cfg, "staleness", 0);
 	tr->gstep_base = tr->gstep;
@@ -760,13 +764,13 @@ static void run_batch(st_trainer_t *tr, worker_t *w)
 	if (ops->schedule == ST_SYNC_LOCKSTEP) {
 		/* A multi-process batch is one step of every rank (also with no
 		 * data here), over the examples of all the ranks' batches. */
-		const uint32_t nsteps = tr->dist ? 1 : (nmb + (uint32_t)N - 1) / (uint32_t)N;
+		const uint32_t nsteps = tr->dist_lockstep ? 1 : (nmb + (uint32_t)N - 1) / (uint32_t)N;
 		for (uint32_t s = 0; s < nsteps; s++) {
 			const uint32_t mb = s * (uint32_t)N + (uint32_t)w->idx;
 			uint32_t tot = 0;
 			for (uint32_t v = s * (uint32_t)N; v < (s + 1) * (uint32_t)N && v < nmb; v++)
 				tot += mb_size(tr, b, v);
-			if (tr->dist)
+			if (tr->dist_lockstep)
 				tot = tr->dist_tot;
 			float scale = tr->mean_loss ? 1.0f / (float)tot : 1.0f;
 			const float *params = ops->begin_step(tr->sync, w->idx,

@@ -4,7 +4,8 @@
 #    model (floats, optimizer state, dense parameters: STRATA_DIGEST) and
 #    the eval AUC of one process with as many workers on the same global
 #    batch and seed;
-#  - hybrid, async, shadow, gba, bsp and hop_bs run across processes and learn; the
+#  - hybrid, async, shadow, gba, bsp, hop_bs and hop_bw run across processes and
+#    learn; hop_bw drops a straggling rank's gradients; the
 #    policies that do not run across processes yet are refused with a message;
 #  - kills: under allreduce and shadow the job stops within a bounded time
 #    naming the dead rank; under async and gba a killed worker-only rank leaves
@@ -92,7 +93,7 @@ fi
 # Each policy that runs across processes learns; the others are refused.
 # gba and bsp aggregate 4 worker gradients (2 ranks x 2 workers) per step.
 for pol in 'hybrid{staleness=2}' 'async{}' 'shadow{algo="ma"}' 'gba{global_batch=512}' \
-    'bsp{b=4}' 'hop_bs{b=1}'; do
+    'bsp{b=4}' 'hop_bs{b=1}' 'hop_bw{b=1}'; do
   rm -f "$tmp"/out*
   if timeout 300 "$strata" launch -n 2 "${base[@]}" --set "sync=st.sync.$pol" \
        --set stages.read.batch_size=256 --set stages.train.minibatch=128 \
@@ -105,13 +106,13 @@ for pol in 'hybrid{staleness=2}' 'async{}' 'shadow{algo="ma"}' 'gba{global_batch
   fi
 done
 rm -f "$tmp"/out*
-timeout 60 "$strata" launch -n 2 "${base[@]}" --set 'sync=st.sync.hop_bw{b=1}' \
+timeout 60 "$strata" launch -n 2 "${base[@]}" --set 'sync=st.sync.auto{}' \
   --set stages.train.workers=2 >"$tmp/out" 2>&1
 rc=$?
 if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "does not run across processes yet" "$tmp/out"; then
-  ok "hop_bw across processes is refused with a message"
+  ok "auto across processes is refused with a message"
 else
-  bad "hop_bw across processes: rc=$rc"
+  bad "auto across processes: rc=$rc"
 fi
 
 # Ranks started by hand (as a launcher would), so the test knows their pids.
@@ -147,6 +148,32 @@ wait_started() {
   done
   sleep 1
 }
+# hop_bw{b=1} on 3 ranks with rank 2 a straggler: each step closes with
+# the first 2 ranks, so rank 2's gradients are the ones dropped.
+rm -f "$tmp"/out* "$tmp"/m.json*
+p=$(port)
+pids=()
+for r in 0 1 2; do
+  extra=()
+  [ $r = 2 ] && extra=(--set 'stragglers=st.stragglers{worker=0, slowdown=8}')
+  STRATA_RANK=$r STRATA_WORLD_SIZE=3 STRATA_COORDINATOR=127.0.0.1:$p STRATA_TOKEN=bw \
+    timeout 300 "$strata" run "${base[@]}" --metrics "$tmp/m.json" \
+    --set 'sync=st.sync.hop_bw{b=1}' --set stages.train.workers=1 \
+    --set stages.read.batch_size=256 --set stages.train.minibatch=256 "${extra[@]}" \
+    >"$tmp/out$r" 2>&1 &
+  pids+=($!)
+done
+st=0
+for p in "${pids[@]}"; do wait "$p" || st=1; done
+pids=()
+dropped() { tail -n 1 "$1" | grep -o '"sync_dropped":[0-9]*' | cut -d: -f2; }
+d0=$(dropped "$tmp/m.json") d1=$(dropped "$tmp/m.json.rank1") d2=$(dropped "$tmp/m.json.rank2")
+if [ $st = 0 ] && [ -n "$d2" ] && [ "$d2" -ge 4 ] && [ "$d2" -gt $((${d0:-99} + ${d1:-99})) ]; then
+  ok "hop_bw{b=1}: the straggling rank's gradients are the ones dropped ($d0, $d1, $d2)"
+else
+  bad "hop_bw straggler: status $st, dropped $d0 $d1 $d2"
+fi
+
 # Slow the job down enough to be killed mid-training: a straggler.
 slow=(--set 'stragglers=st.stragglers{worker=0, slowdown=200}' --set stages.read.batch_size=256
   --set stages.train.minibatch=256 --set stages.train.workers=1)

@@ -9,7 +9,10 @@
  * their touchers (gba) or the step's contributions (bsp), drop stale dense
  * gradients, and reject contributions that disagree on M or carry a token
  * from the future; hop_bs's clock rule (hop.c) holds a worker's reply
- * while it is more than b gradients ahead of the slowest active worker.
+ * while it is more than b gradients ahead of the slowest active worker;
+ * hop_bw's quorum (hop.c) closes a step with all but b active ranks and
+ * drops the late ones, and the owners apply its rows once the K kept
+ * ranks' lists are in.
  * The multi-process paths run in tests/e2e/dist.sh.
  */
 #include <math.h>
@@ -445,6 +448,116 @@ static void test_hop_bs_clock_rule(void **state)
 	fix_free(f);
 }
 
+static int bw_replies;
+static int reply_bw(st_dist_t *d, int to, uint32_t w, uint64_t req)
+{
+	(void)d;
+	assert_true(to == 1 || to == 2);
+	assert_int_equal(w, 0);
+	assert_int_equal(req, 5);
+	bw_replies++;
+	return ST_OK;
+}
+
+/* hop_bw across ranks (hop.c): 3 ranks, b = 1 — a step closes with the
+ * first 2 of the 3 active ranks, the third's gradient is dropped; a rank
+ * that is done no longer counts. The owners apply a step's rows once its K
+ * kept ranks' lists are in (serve.c). */
+static void test_hop_bw_quorum(void **state)
+{
+	fix_t *f = fix_new(3);
+	st_dist_t *d = &f->d;
+	st_model_cfg_t mc;
+	memset(&mc, 0, sizeof mc);
+	mc.type = (char *)"lr";
+	mc.emb_dim = 1;
+	st_model_t *model;
+	assert_int_equal(st_model_create(&model, &mc, 2, 1, 1), ST_OK);
+	float *p = st_model_params(model);
+	const size_t np = st_model_nparams(model);
+	for (size_t j = 0; j < np; j++)
+		p[j] = 1.0f;
+	f->env.model = model;
+	f->env.params = p;
+	f->env.nparams = np;
+	f->env.n_workers = 1;
+	uint64_t dt = 0;
+	float dstate[8] = { 0 };
+	d->dense_t = &dt;
+	d->dense_state = dstate;
+	wire_hdr_t h = { .type = MSG_DENSE, .stamp = 1, .flags = WF_BW | 1, .step = 0 };
+	float g1[8], g3[8];
+	for (size_t j = 0; j < np; j++) {
+		g1[j] = 1.0f;
+		g3[j] = 3.0f;
+	}
+	int late;
+	for (int r = 0; r < 3; r++)    /* every rank joins */
+		assert_int_equal(st__dist_bw_contrib(d, &h, NULL, r, &late), ST_OK);
+	bw_replies = 0;
+	assert_int_equal(st__dist_bw_contrib(d, &h, g1, 1, &late), ST_OK);
+	assert_int_equal(late, 0);
+	assert_int_equal(st__dist_hop_hold(d, 1, 0, 5), ST_OK);
+	assert_int_equal(st__dist_bw_close(d, reply_bw), ST_OK);
+	assert_int_equal(d->hop.k, 0);                 /* 1 of the quorum of 2 */
+	assert_int_equal(st__dist_bw_contrib(d, &h, g3, 2, &late), ST_OK);
+	assert_int_equal(st__dist_hop_hold(d, 2, 0, 5), ST_OK);
+	assert_int_equal(st__dist_bw_close(d, reply_bw), ST_OK);
+	assert_int_equal(d->hop.k, 1);
+	assert_int_equal(bw_replies, 2);
+	assert_int_equal(d->hop.lastK[1], 2);
+	for (size_t j = 0; j < np; j++)
+		assert_true(p[j] == 1.0f - 0.5f * 2.0f);   /* sgd lr 0.5, mean of 1 and 3 */
+	/* Rank 0 comes late for step 0: dropped, nothing changes. */
+	assert_int_equal(st__dist_bw_contrib(d, &h, g3, 0, &late), ST_OK);
+	assert_int_equal(late, 1);
+	for (size_t j = 0; j < np; j++)
+		assert_true(p[j] == 0.0f);
+	/* A step not open yet, another b: rejected. */
+	h.step = 5;
+	assert_int_equal(st__dist_bw_contrib(d, &h, g1, 1, &late), -1);
+	h.step = 1;
+	h.stamp = 2;
+	assert_int_equal(st__dist_bw_contrib(d, &h, g1, 1, &late), -1);
+	h.stamp = 1;
+	/* Ranks 0 and 2 done: rank 1 alone is the quorum. */
+	assert_int_equal(st__dist_hop_idle(d, 0, 0), ST_OK);
+	assert_int_equal(st__dist_hop_idle(d, 2, 0), ST_OK);
+	bw_replies = 0;
+	assert_int_equal(st__dist_bw_contrib(d, &h, g1, 1, &late), ST_OK);
+	assert_int_equal(st__dist_hop_hold(d, 1, 0, 5), ST_OK);
+	assert_int_equal(st__dist_bw_close(d, reply_bw), ST_OK);
+	assert_int_equal(d->hop.k, 2);
+	assert_int_equal(bw_replies, 1);
+	assert_int_equal(d->hop.lastK[1], 1);
+
+	/* Rows: step 0 kept ranks 1 and 2 (K = 2); applied once both are in,
+	 * a third list or a different K rejected. */
+	const uint64_t keys[1] = { 9 };
+	float before[DIM], gr[DIM];
+	row_of(f, 9, before);
+	fill(gr, 2.0f);
+	size_t len;
+	wire_hdr_t *m = push_msg(0, 1, keys, 1, gr, &len);
+	m->flags |= WF_BW;
+	m->pad = 2;
+	assert_int_equal(st__dist_handle(d, m, len, 2), ST_OK);
+	expect_row(f, 9, before, 0);
+	m = push_msg(0, 1, keys, 1, gr, &len);
+	m->flags |= WF_BW;
+	m->pad = 3;
+	assert_int_equal(st__dist_handle(d, m, len, 1), ST_EPEER);
+	m = push_msg(0, 1, keys, 1, gr, &len);
+	m->flags |= WF_BW;
+	m->pad = 2;
+	assert_int_equal(st__dist_handle(d, m, len, 1), ST_OK);
+	assert_int_equal(d->applied, 1);
+	expect_row(f, 9, before, 0.5f * 4.0f);
+	st__dist_hop_free(d);
+	st_model_destroy(model);
+	fix_free(f);
+}
+
 static void test_f16_codec(void **state)
 {
 	enum { N = 37 };
@@ -497,6 +610,7 @@ int main(void)
 		cmocka_unit_test(test_bsp_rows_average_over_the_step),
 		cmocka_unit_test(test_gba_dense_drops_stale_gradients),
 		cmocka_unit_test(test_hop_bs_clock_rule),
+		cmocka_unit_test(test_hop_bw_quorum),
 		cmocka_unit_test(test_f16_codec),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
