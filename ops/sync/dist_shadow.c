@@ -1,90 +1,455 @@
 /*
- * dist_shadow.c — ShadowSync across processes ("shadow" in a multi-process
- * job; shadowsync-background-sync.md §3.3): each rank's workers train its
- * dense replica Hogwild and never wait; a background thread per rank
- * ("st-shadow-net") syncs the replicas across the ranks. Rows go to their
- * owners and are applied on arrival, as under async. dist_policies.c has
- * the overview of the multi-process policies.
+ * dist_shadow.c — ShadowSync across processes ("shadow{algo, alpha, eta}"
+ * in a multi-process job; Zheng et al., shadowsync-background-sync.md
+ * §3.3): each rank is one of the paper's trainers. Its N workers train its
+ * dense replica w^(i) Hogwild and never wait; a background thread per rank
+ * ("st-shadow-net", the paper's shadow thread, Algorithm 1 lines 10-12)
+ * syncs the replicas across the ranks. Rows go to their owners and are
+ * applied on arrival, as under async. dist_policies.c has the overview of
+ * the multi-process policies; shadow.c is the one-process twin.
  *
- *   ma  (Algorithm 3): each round allreduces the replica across ranks and
- *       blends it, w <- (1 - alpha) w + alpha mean(w). The rounds are
- *       collectives, so the threads carry a "still training" flag in the
- *       same allreduce and go on until every rank is done; the last round
- *       sets every replica to the mean (the paper's output average).
+ *   ma    (Algorithm 3): each round allreduces the replicas
+ *         (st_net_allreduce_f32, summed in rank order, so every rank gets
+ *         the same bits) and blends w <- (1 - a) w + a mean(w).
+ *   bmuf  (Algorithm 4): every rank holds w^global (lines 2, 9), initialised
+ *         to the initial replica w_0; a round allreduces the replicas
+ *         (w^copy = their mean, lines 5-6), steps w^global <- w^global +
+ *         eta (w^copy - w^global) (lines 7-9: a plain block step, no
+ *         momentum) and blends w <- (1 - a) w + a w^global (line 10). The
+ *         allreduce gives every rank the same bits, so w^global stays
+ *         identical on every rank without ever being sent.
+ *   easgd (Algorithm 2): the central copy w^PS (the paper's sync PS,
+ *         Algorithm 1 line 3) lives on rank 0, starting at w_0. A round of
+ *         rank i sends w^(i) to rank 0 (CH_SHADOW_REQ), which applies
+ *         w^PS <- (1 - a) w^PS + a w^(i) (line 4) on arrival, one request
+ *         at a time in arrival order as a PS would, and answers with the
+ *         new w^PS (CH_SHADOW_REPLY); rank i then blends w^(i) <- (1 - a)
+ *         w^(i) + a w^PS (line 5). Rank 0's shadow thread is also the PS:
+ *         between requests it syncs rank 0's own replica the same way,
+ *         without a message.
+ * with a = alpha (default 0.5) and eta (default 1), and easgd the default
+ * algo, as in shadow.c. The foreground variant (every = n) does not run
+ * across processes.
+ *
+ * Pacing: a shadow thread runs at most one round per replica update while
+ * its rank trains (a round with nothing new would only cost network).
+ *
+ * End: the shadow threads sync "while data is not all consumed"
+ * (Algorithms 2-4 line 3/4), read as the job's data: a rank whose workers
+ * are done keeps syncing (every 2 ms instead of once per update) while
+ * other ranks train, so its replica keeps following theirs. The last
+ * round, once no rank trains any more, sets every replica to the mean of
+ * the replicas with one allreduce (the paper's "output the average of
+ * w^(i)", §3.3), so the ranks end with identical dense parameters.
+ * ma and bmuf carry a "still training" flag in their allreduce: the
+ * rounds are collectives, so the round whose flags sum to 0 is everyone's
+ * last. easgd's rounds are not collectives, so the ranks agree on the end
+ * through rank 0: a rank that is done flags its requests DONE; once rank
+ * 0's own workers are done and it has seen DONE from every other rank, it
+ * answers each rank's next request with w^PS flagged FIN; a rank that gets
+ * FIN sends no more requests and enters the final allreduce, and rank 0
+ * enters it once every other rank has had its FIN. So rank 0 has served
+ * every request when it leaves, and every rank enters the final
+ * collective.
+ *
+ * Failures: a peer that dies stops the shadow thread with ST_EPEER (a
+ * failed collective; for easgd st_net_dead, checked at every wait, and
+ * st_net_recv from rank 0), logged naming the rank; the workers' next
+ * apply and the policy's finish return it, so the job stops. No wait is
+ * unbounded while a peer is dead. A malformed easgd message (wrong size
+ * or type, a request after FIN, an answer to another request) is logged
+ * naming its sender and fails the thread too: its sender would otherwise
+ * wait forever.
+ *
+ * Memory order: the workers write the replica (env->params) with relaxed
+ * atomics (st_sync_apply_hogwild) and the shadow thread reads and blends
+ * it element by element with relaxed loads and stores; the two race on
+ * purpose, as in shadow.c (a blend between a worker's load and store of a
+ * tensor is lost, and the other way round; nothing is torn). w^global,
+ * w^PS and the message buffers are the shadow thread's alone.
+ *
+ * Statistics: per round of a rank, its sync gap (replica updates since
+ * its previous round) in the staleness histogram; bytes: what the round
+ * sends, 2 nparams floats for an allreduce (as ma always counted) and for
+ * an easgd request + reply (counted by the requesting rank; rank 0's own
+ * syncs send nothing).
+ *
+ * Log: finish reports each rank's rounds, how far its replica was from the
+ * mean before the final average (the "replica spread", |w - mean| /
+ * |mean|: a few 1e-2 when the replicas were synced, about 0.3 on the e2e
+ * job when they never were) and an XXH3 digest of its final replica, so a
+ * test can check that every rank ends with the same one.
+ *
+ * Threads: N workers (FREE schedule) + "st-shadow-net" (started in create,
+ * joined in finish or destroy). No lock.
  */
 #include "ops/sync/dist_sync.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <xxhash.h>
 
 #include "ops/dist/dist.h"
 #include "runtime/err.h"
 #include "runtime/net/net.h"
 
+enum { MA = 0, BMUF = 1, EASGD = 2 };
+
+static const char *const algo_name[] = { "ma", "bmuf", "easgd" };
+
+/* easgd's channels (runtime/net). 0x3000-0x30ff is reserved here:
+ * ops/dist/wire.h uses 1..4 and 64..1087, and the net layer's collectives
+ * 0xff00 and up. */
+enum {
+	CH_SHADOW_REQ = 0x3000,     /* a rank's replica to rank 0's sync PS */
+	CH_SHADOW_REPLY = 0x3001,   /* w^PS back, or FIN, to the rank's shadow thread */
+};
+
+enum {
+	MSG_SYNC = 0x53594e43,      /* "SYNC": header + nparams floats of w^(i) */
+	MSG_PS = 0x50535250,        /* "PSRP": header + nparams floats of w^PS */
+	SF_DONE = 1,                /* SYNC: the sender's workers are done */
+	SF_FIN = 2,                 /* PS: every rank is done; the final average next */
+};
+
+/* The header of every easgd message (native-endian, as runtime/net). */
+typedef struct shmsg {
+	uint32_t type;
+	uint32_t flags;
+	uint64_t seq;               /* SYNC: the rank's round; PS: echoed */
+	uint64_t n;                 /* floats after the header */
+} shmsg_t;
+
 typedef struct {
 	st_sync_env_t env;
-	int N;
+	int N, algo;
+	float alpha, eta;
 	st_sync_dense_t dense;         /* the replica's optimizer state (the trainer's) */
+	pthread_mutex_t umu;           /* one worker's optimizer step at a time */
 	uint64_t version;              /* replica updates (relaxed atomic) */
 	st_sync_hogwild_t *hw;         /* [N] */
 	rowsend_t send;                /* row pushes */
-	float alpha;
 	float *buf;                    /* [nparams + 1]: the replica, then the flag */
+	float *glob;                   /* bmuf: w^global [nparams] */
+	float *ps;                     /* easgd, rank 0: w^PS [nparams] */
+	uint8_t *done_from;            /* easgd, rank 0: [P] 1 DONE seen, 2 FIN sent */
 	pthread_t th;
 	int started;
 	int done;                      /* this rank trained its last batch (atomic) */
 	int err;                       /* the shadow thread's error (atomic) */
-	uint64_t rounds;
+	uint64_t rounds;               /* this rank's syncs (the shadow thread's) */
+	uint64_t served;               /* easgd, rank 0: the other ranks' syncs */
+	double spread;                 /* |w - mean| / |mean| before the final average */
 	st_sync_stats_t st;
 } dsh_t;
+
+static void *fail(dsh_t *s, int rc)
+{
+	__atomic_store_n(&s->err, rc, __ATOMIC_RELAXED);
+	return NULL;
+}
+
+static void nap(long us)
+{
+	struct timespec ts = { 0, us * 1000 };
+	nanosleep(&ts, NULL);
+}
+
+/* Waits until this rank's replica has changed since *seen or its workers
+ * are done; returns done (and the gap since *seen, which moves on). A rank
+ * that is done and has nothing new naps 2 ms first: it keeps syncing while
+ * other ranks train, a little slower. dead: check for dead peers while
+ * waiting (easgd; ma/bmuf's collectives find them). */
+static int wait_round(dsh_t *s, uint64_t *seen, uint64_t *gap, int dead, int *rc)
+{
+	st_net_t *net = st_dist_net(s->env.dist);
+	*rc = ST_OK;
+	for (;;) {
+		int done = __atomic_load_n(&s->done, __ATOMIC_ACQUIRE);
+		uint64_t v = __atomic_load_n(&s->version, __ATOMIC_RELAXED);
+		int first;
+		if (dead && st_net_dead(net, &first)) {
+			st_error("shadow: rank %d died: the background sync (%s) stops the job",
+				 first, algo_name[s->algo]);
+			*rc = ST_EPEER;
+			return done;
+		}
+		if (v == *seen && !done) {
+			nap(200);
+			continue;
+		}
+		if (v == *seen)
+			nap(2000);
+		*gap = v - *seen;
+		*seen = v;
+		return done;
+	}
+}
+
+/* One sync of this rank's replica: its gap and what it sent. */
+static void note_round(dsh_t *s, uint64_t gap, uint64_t floats)
+{
+	s->rounds++;
+	st_sync_stat_add(&s->st.staleness[st_sync_hist_bucket(gap)], 1);
+	st_sync_stat_add(&s->st.bytes, sizeof(float) * floats);
+}
+
+/* w <- (1 - a) w + a c, or w <- c when last, element by element against
+ * the workers (relaxed); c[j] is taken times scale. The last blend also
+ * measures how far this rank's replica was from the mean, |w - c| / |c|
+ * (L2), for the log: replicas that were not synced during training end far
+ * apart even though the final average hides it. */
+static void blend(dsh_t *s, const float *c, float scale, int last)
+{
+	float *p = s->env.params;
+	const float a = s->alpha, b = 1.0f - s->alpha;
+	double d2 = 0, c2 = 0;
+	for (size_t j = 0; j < s->env.nparams; j++) {
+		float x = c[j] * scale, w;
+		st_sync_load_relaxed(&w, &p[j], 1);
+		d2 += (double)(w - x) * (w - x);
+		c2 += (double)x * x;
+		w = last ? x : b * w + a * x;
+		st_sync_store_relaxed(&p[j], &w, 1);
+	}
+	if (last)
+		s->spread = c2 > 0 ? sqrt(d2 / c2) : sqrt(d2);
+}
+
+/* ---- ma and bmuf: rounds are allreduces (Algorithms 3 and 4) ------------- */
+
+static void *collective_main(dsh_t *s)
+{
+	st_net_t *net = st_dist_net(s->env.dist);
+	const size_t np = s->env.nparams;
+	const float inv = 1.0f / (float)st_net_size(net);
+	uint64_t seen = 0, gap;
+	int rc;
+	for (;;) {
+		int done = wait_round(s, &seen, &gap, 0, &rc);
+		/* Algorithm 3 lines 5-6, Algorithm 4 lines 5-6: the sum of the
+		 * replicas, and whether anybody still trains. */
+		st_sync_load_relaxed(s->buf, s->env.params, np);
+		s->buf[np] = done ? 0.0f : 1.0f;
+		rc = st_net_allreduce_f32(net, s->buf, np + 1);
+		if (rc < 0)
+			return fail(s, rc);
+		const int last = s->buf[np] == 0.0f;   /* nobody trains any more */
+		if (s->algo == BMUF && !last) {
+			/* Algorithm 4 lines 7-9: the same bits on every rank. */
+			for (size_t j = 0; j < np; j++)
+				s->glob[j] += s->eta * (s->buf[j] * inv - s->glob[j]);
+			blend(s, s->glob, 1.0f, 0);          /* line 10 */
+		} else {
+			blend(s, s->buf, inv, last);         /* Algorithm 3 line 7 */
+		}
+		note_round(s, gap, 2 * (uint64_t)np);
+		if (last)
+			return NULL;
+	}
+}
+
+/* ---- easgd: rank 0 is the sync PS (Algorithm 2) ------------------------- */
+
+/* The end of every rank's easgd: every replica <- the mean of the replicas
+ * (one allreduce, entered by every rank after FIN). */
+static int final_mean(dsh_t *s)
+{
+	st_net_t *net = st_dist_net(s->env.dist);
+	const size_t np = s->env.nparams;
+	st_sync_load_relaxed(s->buf, s->env.params, np);
+	int rc = st_net_allreduce_f32(net, s->buf, np);
+	if (rc < 0)
+		return rc;
+	blend(s, s->buf, 1.0f / (float)st_net_size(net), 1);
+	note_round(s, 0, 2 * (uint64_t)np);
+	return ST_OK;
+}
+
+/* Algorithm 2 line 4 on the PS: w^PS <- (1 - a) w^PS + a x. */
+static void ps_apply(dsh_t *s, const float *x)
+{
+	const float a = s->alpha, b = 1.0f - s->alpha;
+	for (size_t j = 0; j < s->env.nparams; j++)
+		s->ps[j] = b * s->ps[j] + a * x[j];
+}
+
+/* Rank 0: one request from rank `from` (takes msg). Applies it to w^PS and
+ * answers with w^PS, flagged FIN when fin0 (rank 0 is done) and every
+ * rank is done; *ndone counts the ranks seen DONE, *nfin those sent FIN. */
+static int serve(dsh_t *s, void *msg, size_t len, int from, int fin0, int *ndone, int *nfin)
+{
+	st_net_t *net = st_dist_net(s->env.dist);
+	const size_t np = s->env.nparams;
+	const shmsg_t *h = msg;
+	const char *why = len < sizeof *h ? "short"
+		: h->type != MSG_SYNC ? "not a sync request"
+		: h->n != np || len != sizeof *h + sizeof(float) * np ? "wrong replica size"
+		: s->done_from[from] == 2 ? "a request after FIN"
+		: s->done_from[from] && !(h->flags & SF_DONE) ? "training again after DONE"
+		: NULL;
+	if (why) {
+		st_error("shadow: a malformed easgd request from rank %d on channel %#x (%s, "
+			 "%zu bytes for %zu parameters): the ranks disagree on the model or "
+			 "the protocol", from, CH_SHADOW_REQ, why, len, np);
+		free(msg);
+		return ST_EPEER;
+	}
+	ps_apply(s, (const float *)(h + 1));
+	if ((h->flags & SF_DONE) && !s->done_from[from]) {
+		s->done_from[from] = 1;
+		++*ndone;
+	}
+	const int P = st_net_size(net);
+	shmsg_t r = { .type = MSG_PS, .seq = h->seq, .n = np };
+	if (fin0 && *ndone == P - 1) {
+		r.flags = SF_FIN;
+		s->done_from[from] = 2;
+		++*nfin;
+	}
+	int rc = st_net_send2(net, from, CH_SHADOW_REPLY, &r, sizeof r, s->ps,
+			      sizeof(float) * np);
+	free(msg);
+	s->served++;
+	return rc;
+}
+
+static void *ps_main(dsh_t *s)
+{
+	st_net_t *net = st_dist_net(s->env.dist);
+	const int P = st_net_size(net);
+	const size_t np = s->env.nparams;
+	uint64_t seen = 0;
+	int ndone = 0, nfin = 0, fin0 = 0;
+	struct timespec last = { 0, 0 };
+	for (;;) {
+		int first;
+		if (st_net_dead(net, &first)) {
+			st_error("shadow: rank %d died: the background sync (easgd) stops the job",
+				 first);
+			return fail(s, ST_EPEER);
+		}
+		/* Rank 0's own round, when its replica moved; once its workers
+		 * are done, every 2 ms (as the other ranks' requests). */
+		int done = __atomic_load_n(&s->done, __ATOMIC_ACQUIRE);
+		uint64_t v = __atomic_load_n(&s->version, __ATOMIC_RELAXED);
+		struct timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (v != seen || (done && (now.tv_sec - last.tv_sec) * 1000000000L +
+					  (now.tv_nsec - last.tv_nsec) >= 2000000L)) {
+			st_sync_load_relaxed(s->buf, s->env.params, np);
+			ps_apply(s, s->buf);                  /* Algorithm 2 line 4 */
+			blend(s, s->ps, 1.0f, 0);             /* line 5 */
+			note_round(s, v - seen, 0);
+			seen = v;
+			last = now;
+			fin0 = done;
+		}
+		if (fin0 && nfin == P - 1)
+			break;
+		/* Serve: wait a little for a request, then take all that queued. */
+		double to = 200e-6;
+		for (;;) {
+			void *m;
+			size_t len;
+			int from;
+			int rc = st_net_recv(net, ST_NET_ANY, CH_SHADOW_REQ, &m, &len, &from, to);
+			to = 0;
+			if (rc == ST_EAGAIN)
+				break;
+			if (rc >= 0)
+				rc = serve(s, m, len, from, fin0, &ndone, &nfin);
+			if (rc < 0) {
+				if (st_net_dead(net, &first))
+					st_error("shadow: rank %d died: the background sync (easgd) "
+						 "stops the job", first);
+				else
+					st_error("shadow: easgd's sync PS (rank 0): %s",
+						 st_strerror(rc));
+				return fail(s, rc);
+			}
+		}
+	}
+	/* Every other rank had its FIN and sends no more requests. */
+	int rc = final_mean(s);
+	return rc < 0 ? fail(s, rc) : NULL;
+}
+
+/* A rank other than 0: rank 0's answer to request seq (w^PS). Checks for
+ * dead peers every half second. *msg is malloc'd. */
+static int recv_ps(dsh_t *s, uint64_t seq, void **msg)
+{
+	const size_t floats = s->env.nparams;
+	st_net_t *net = st_dist_net(s->env.dist);
+	for (;;) {
+		size_t len;
+		int rc = st_net_recv(net, 0, CH_SHADOW_REPLY, msg, &len, NULL, 0.5);
+		int first;
+		if (rc == ST_EAGAIN && !st_net_dead(net, &first))
+			continue;
+		if (rc == ST_EAGAIN) {
+			st_error("shadow: rank %d died: the background sync (easgd) stops the job",
+				 first);
+			return ST_EPEER;
+		}
+		if (rc < 0) {
+			st_error("shadow: easgd's sync PS (rank 0) is gone: %s", st_strerror(rc));
+			return rc;
+		}
+		const shmsg_t *h = *msg;
+		if (len == sizeof *h + sizeof(float) * floats && h->type == MSG_PS &&
+		    h->n == floats && h->seq == seq)
+			return ST_OK;
+		st_error("shadow: a malformed easgd message from rank 0 on channel %#x (%zu "
+			 "bytes; expected w^PS, %zu floats, for sync %llu)", CH_SHADOW_REPLY, len,
+			 floats, (unsigned long long)seq);
+		free(*msg);
+		*msg = NULL;
+		return ST_EPEER;
+	}
+}
+
+static void *easgd_main(dsh_t *s)
+{
+	st_net_t *net = st_dist_net(s->env.dist);
+	if (st_net_rank(net) == 0)
+		return ps_main(s);
+	const size_t np = s->env.nparams;
+	uint64_t seen = 0, gap;
+	int rc;
+	for (;;) {
+		int done = wait_round(s, &seen, &gap, 1, &rc);
+		if (rc < 0)
+			return fail(s, rc);
+		st_sync_load_relaxed(s->buf, s->env.params, np);
+		shmsg_t h = { .type = MSG_SYNC, .flags = done ? SF_DONE : 0, .seq = s->rounds,
+			      .n = np };
+		rc = st_net_send2(net, 0, CH_SHADOW_REQ, &h, sizeof h, s->buf, sizeof(float) * np);
+		void *m = NULL;
+		if (rc >= 0)
+			rc = recv_ps(s, h.seq, &m);
+		if (rc < 0)
+			return fail(s, rc);
+		const shmsg_t *r = m;
+		blend(s, (const float *)(r + 1), 1.0f, 0);   /* Algorithm 2 line 5 */
+		const int fin = (r->flags & SF_FIN) != 0;
+		free(m);
+		note_round(s, gap, 2 * (uint64_t)np);
+		if (fin)
+			break;
+	}
+	rc = final_mean(s);
+	return rc < 0 ? fail(s, rc) : NULL;
+}
 
 static void *shadow_main(void *arg)
 {
 	dsh_t *s = arg;
 	pthread_setname_np(pthread_self(), "st-shadow-net");
-	const st_sync_env_t *env = &s->env;
-	st_net_t *net = st_dist_net(env->dist);
-	const size_t np = env->nparams;
-	const float inv = 1.0f / (float)st_net_size(net), a = s->alpha;
-	uint64_t seen = 0;
-	for (;;) {
-		/* At most one round per replica update while training; a rank
-		 * that is done keeps taking part, a little slower. */
-		int done = __atomic_load_n(&s->done, __ATOMIC_ACQUIRE);
-		uint64_t v = __atomic_load_n(&s->version, __ATOMIC_RELAXED);
-		if (!done && v == seen) {
-			struct timespec ts = { 0, 200 * 1000 };
-			nanosleep(&ts, NULL);
-			continue;
-		}
-		if (done && v == seen) {
-			struct timespec ts = { 0, 2 * 1000 * 1000 };
-			nanosleep(&ts, NULL);
-		}
-		uint64_t gap = v - seen;
-		seen = v;
-		st_sync_load_relaxed(s->buf, env->params, np);
-		s->buf[np] = done ? 0.0f : 1.0f;
-		int rc = st_net_allreduce_f32(net, s->buf, np + 1);
-		if (rc < 0) {
-			__atomic_store_n(&s->err, rc, __ATOMIC_RELAXED);
-			return NULL;
-		}
-		const int last = s->buf[np] == 0.0f;   /* nobody trains any more */
-		for (size_t j = 0; j < np; j++) {
-			float mean = s->buf[j] * inv, w;
-			st_sync_load_relaxed(&w, &env->params[j], 1);
-			w = last ? mean : (1.0f - a) * w + a * mean;
-			st_sync_store_relaxed(&env->params[j], &w, 1);
-		}
-		s->rounds++;
-		st_sync_stat_add(&s->st.staleness[st_sync_hist_bucket(gap)], 1);
-		st_sync_stat_add(&s->st.bytes, 2 * sizeof(float) * (uint64_t)np);
-		if (last)
-			return NULL;
-	}
+	return s->algo == EASGD ? easgd_main(s) : collective_main(s);
 }
 
 static void dsh_destroy(void *self)
@@ -93,8 +458,8 @@ static void dsh_destroy(void *self)
 	if (!s)
 		return;
 	if (s->started) {
-		/* A failed job: the thread ends when its collective fails
-		 * (the other ranks stop too) or when every rank is done. */
+		/* A failed job: the thread ends when a peer fails (the other
+		 * ranks stop too) or when every rank is done. */
 		__atomic_store_n(&s->done, 1, __ATOMIC_RELEASE);
 		pthread_join(s->th, NULL);
 	}
@@ -102,26 +467,41 @@ static void dsh_destroy(void *self)
 		st_sync_hogwild_fini(&s->hw[w]);
 	free(s->hw);
 	free(s->buf);
+	free(s->glob);
+	free(s->ps);
+	free(s->done_from);
 	st_sync_dense_fini(&s->dense);
 	st__rowsend_fini(&s->send);
+	pthread_mutex_destroy(&s->umu);
 	free(s);
+}
+
+static const char *cfg_str(const st_sync_cfg_t *c, const char *key)
+{
+	for (int i = 0; i < c->n_params; i++)
+		if (c->keys[i] && !strcmp(c->keys[i], key))
+			return c->strs ? c->strs[i] : NULL;
+	return NULL;
 }
 
 static int dsh_create(void **self, const st_sync_env_t *env)
 {
 	if (!env->dist)
 		return ST_EINVAL;
-	const char *algo = NULL;
-	for (int i = 0; i < env->cfg->n_params; i++)
-		if (!strcmp(env->cfg->keys[i], "algo"))
-			algo = env->cfg->strs[i];
-	if (algo && strcmp(algo, "ma") != 0) {
-		st_error("shadow{algo = \"%s\"} does not run across processes yet: use algo = "
-			 "\"ma\" (model averaging)", algo);
-		return ST_EINVAL;
+	const char *algo = cfg_str(env->cfg, "algo");
+	double alpha = st_sync_cfg_num(env->cfg, "alpha", 0.5);
+	double eta = st_sync_cfg_num(env->cfg, "eta", 1.0);
+	/* The default is easgd, as in one process (shadow.c). */
+	int kind = !algo || !strcmp(algo, "easgd") ? EASGD
+		 : !strcmp(algo, "ma") ? MA : !strcmp(algo, "bmuf") ? BMUF : -1;
+	if (kind < 0 || !(alpha > 0 && alpha <= 1) || !(eta > 0)) {
+		st_error("sync shadow: need algo = \"easgd\" | \"ma\" | \"bmuf\" (got \"%s\"), "
+			 "0 < alpha <= 1 (got %g), eta > 0 (got %g)", algo ? algo : "", alpha, eta);
+		return ST_EJOB;
 	}
 	if (st_sync_cfg_num(env->cfg, "every", 0) != 0) {
-		st_error("shadow{every} (foreground syncs) does not run across processes yet");
+		st_error("shadow{every} (foreground syncs every n steps) does not run across "
+			 "processes yet: leave every out (or 0) for background syncs");
 		return ST_EINVAL;
 	}
 	dsh_t *s = calloc(1, sizeof *s);
@@ -129,11 +509,27 @@ static int dsh_create(void **self, const st_sync_env_t *env)
 		return ST_ENOMEM;
 	s->env = *env;
 	s->N = env->n_workers;
-	s->alpha = (float)st_sync_cfg_num(env->cfg, "alpha", 0.5);
+	s->algo = kind;
+	s->alpha = (float)alpha;
+	s->eta = (float)eta;
 	st__rowsend_init(&s->send);
+	pthread_mutex_init(&s->umu, NULL);
+	const size_t np = env->nparams, nb = sizeof(float) * (np ? np : 1);
+	st_net_t *net = st_dist_net(env->dist);
 	s->hw = calloc((size_t)s->N, sizeof *s->hw);
-	s->buf = malloc(sizeof(float) * (env->nparams + 1));
-	int rc = s->hw && s->buf ? st_sync_dense_init(&s->dense, env) : ST_ENOMEM;
+	s->buf = malloc(sizeof(float) * (np + 1));
+	int ok = s->hw && s->buf;
+	/* Algorithm 4 line 2, Algorithm 1 line 3: the global copies start at
+	 * w_0, the initial replica (the same on every rank: one seed). */
+	if (ok && kind == BMUF && (ok = (s->glob = malloc(nb)) != NULL))
+		memcpy(s->glob, env->params, sizeof(float) * np);
+	if (ok && kind == EASGD && st_net_rank(net) == 0) {
+		s->ps = malloc(nb);
+		s->done_from = calloc((size_t)st_net_size(net), 1);
+		if ((ok = s->ps && s->done_from))
+			memcpy(s->ps, env->params, sizeof(float) * np);
+	}
+	int rc = ok ? st_sync_dense_init(&s->dense, env) : ST_ENOMEM;
 	for (int w = 0; rc >= 0 && w < s->N; w++)
 		rc = st_sync_hogwild_init(&s->hw[w], env);
 	if (rc >= 0 && pthread_create(&s->th, NULL, shadow_main, s) != 0)
@@ -150,6 +546,7 @@ static int dsh_create(void **self, const st_sync_env_t *env)
 static const float *dsh_begin_step(void *self, int w, uint64_t step)
 {
 	dsh_t *s = self;
+	(void)step;
 	return st_sync_hogwild_read(&s->hw[w], &s->env, &s->version);
 }
 
@@ -164,9 +561,18 @@ static int dsh_apply(void *self, int w, st_sync_grads_t *g)
 	 * their owners. */
 	st_sync_grads_t dense_only = *g;
 	dense_only.n_rows = 0;
+	/* The rank's workers share one Adam state: two steps interleaved
+	 * element by element could pair one worker's first moment with the
+	 * other's near-zero second moment and blow the replica up in the
+	 * first steps (seen about once in 150-300 runs of 2 workers per
+	 * rank), so the steps take turns; the shadow thread's blends still
+	 * race with them, as in the paper. */
+	pthread_mutex_lock(&s->umu);
 	st_sync_apply_hogwild(&s->env, &s->dense, &s->version, &s->hw[w], &dense_only, &s->st);
+	pthread_mutex_unlock(&s->umu);
 	uint64_t bytes = 0;
-	rc = st__rowsend_push(&s->env, &s->send, g, *s->dense.t, NULL, &bytes);
+	rc = st__rowsend_push(&s->env, &s->send, g, __atomic_load_n(s->dense.t, __ATOMIC_RELAXED),
+			      NULL, &bytes);
 	st_sync_stat_add(&s->st.bytes, bytes);
 	return rc;
 }
@@ -179,9 +585,26 @@ static int dsh_finish(void *self)
 	__atomic_store_n(&s->done, 1, __ATOMIC_RELEASE);
 	pthread_join(s->th, NULL);
 	s->started = 0;
-	st_info("shadow: %llu model-averaging rounds across the ranks",
-		(unsigned long long)s->rounds);
-	return s->err;
+	int rc = __atomic_load_n(&s->err, __ATOMIC_RELAXED);
+	if (rc < 0)
+		return rc;
+	/* The digest lets a test check that every rank ends with the same
+	 * replica (STRATA_DIGEST covers rank 0's dense parameters only). */
+	unsigned long long h = XXH3_64bits(s->env.params, sizeof(float) * s->env.nparams);
+	if (s->algo == EASGD && s->ps)
+		st_info("shadow (easgd): %llu syncs of rank 0's replica and %llu of the other "
+			"ranks' with the central copy, then the mean (replica spread %.2e); "
+			"dense replica digest %016llx", (unsigned long long)s->rounds - 1,
+			(unsigned long long)s->served, s->spread, h);
+	else if (s->algo == EASGD)
+		st_info("shadow (easgd): %llu syncs with rank 0's central copy, then the mean "
+			"(replica spread %.2e); dense replica digest %016llx",
+			(unsigned long long)s->rounds - 1, s->spread, h);
+	else
+		st_info("shadow (%s): %llu averaging rounds across the ranks (replica spread "
+			"%.2e); dense replica digest %016llx", algo_name[s->algo],
+			(unsigned long long)s->rounds, s->spread, h);
+	return ST_OK;
 }
 
 static void dsh_report(void *self, st_sync_stats_t *out)
@@ -202,4 +625,3 @@ const st_sync_ops_t st_sync_dist_shadow_ops = {
 	.report = dsh_report,
 	.finish = dsh_finish,
 };
-
