@@ -75,6 +75,20 @@ static int split_owners(st_dist_t *d, split_t *sp, const uint64_t *keys, uint32_
 	return ST_OK;
 }
 
+/* Waits on cv (mu held) for at most 0.2 s: the callers re-check their
+ * condition and which peers are alive after each wake-up. */
+static void cv_wait(st_dist_t *d)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += 200 * 1000 * 1000;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_cond_timedwait(&d->cv, &d->mu, &ts);
+}
+
 static int check_peer(st_dist_t *d, int need_all)
 {
 	int first;
@@ -117,14 +131,7 @@ int st_dist_pull(st_dist_t *d, const uint64_t *keys, const uint8_t *table, uint3
 		const uint32_t m = cnt[d->rank], *pos = P[d->rank];
 		pthread_mutex_lock(&d->mu);
 		while (d->applied < need_step) {
-			struct timespec ts;
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += 200 * 1000 * 1000;
-			if (ts.tv_nsec >= 1000000000L) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000L;
-			}
-			pthread_cond_timedwait(&d->cv, &d->mu, &ts);
+			cv_wait(d);
 			if (d->applied < need_step && stop && stop(stop_arg))
 				rc = ST_ECANCELED;
 			else if (d->applied < need_step)
@@ -298,14 +305,7 @@ static int bw_local(st_dist_t *d, const wire_hdr_t *h, const float *grad, wire_h
 		rc = st__dist_hop_poll(d);   /* closes the step when it can */
 		if (rc < 0 || d->hop.k != mine)
 			break;
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 200 * 1000 * 1000;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&d->cv, &d->mu, &ts);
+		cv_wait(d);
 	}
 	*rep = (wire_hdr_t){ .t = d->hop.k, .step = d->hop.lastK[0] };
 	return rc;
@@ -346,14 +346,7 @@ static int dense_call(st_dist_t *d, wire_hdr_t *h, const float *grad, float *par
 			/* hop_bs: wait for the clock rule; the others' messages
 			 * and deaths wake us (or the timeout, to see deaths). */
 			while (rc >= 0 && h->flags & WF_HOP && !st__dist_hop_ready(d, 0, h->worker)) {
-				struct timespec ts;
-				clock_gettime(CLOCK_REALTIME, &ts);
-				ts.tv_nsec += 200 * 1000 * 1000;
-				if (ts.tv_nsec >= 1000000000L) {
-					ts.tv_sec++;
-					ts.tv_nsec -= 1000000000L;
-				}
-				pthread_cond_timedwait(&d->cv, &d->mu, &ts);
+				cv_wait(d);
 			}
 			if (rc >= 0 && h->flags & WF_HOP)
 				rc = st__dist_hop_poll(d);
@@ -515,10 +508,7 @@ int st_dist_finish(st_dist_t *d, int *lost)
 			waiting += d->done[r] < round && st_net_alive(d->net, r);
 		if (!waiting)
 			break;
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += 1;
-		pthread_cond_timedwait(&d->cv, &d->mu, &ts);
+		cv_wait(d);
 	}
 	/* 3. Every contribution of every rank has arrived: the gradient
 	 * buffers' partial steps (psbuf.c), here and at every other owner,

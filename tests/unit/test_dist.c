@@ -313,9 +313,10 @@ static void test_bsp_rows_average_over_the_step(void **state)
 	fix_free(f);
 }
 
-static void test_gba_dense_drops_stale_gradients(void **state)
+/* Dense parameters on rank 0 (an LR model of at most 8 floats, all 1, SGD
+ * lr 0.5): the model to destroy. */
+static st_model_t *dense_fix(fix_t *f, uint64_t *dt, float *dstate)
 {
-	fix_t *f = fix_new(2);
 	st_model_cfg_t mc;
 	memset(&mc, 0, sizeof mc);
 	mc.type = (char *)"lr";
@@ -330,10 +331,19 @@ static void test_gba_dense_drops_stale_gradients(void **state)
 	f->env.model = model;
 	f->env.params = p;
 	f->env.nparams = np;
+	f->d.dense_t = dt;
+	f->d.dense_state = dstate;
+	return model;
+}
+
+static void test_gba_dense_drops_stale_gradients(void **state)
+{
+	fix_t *f = fix_new(2);
 	uint64_t dt = 0;
 	float dstate[8] = { 0 };
-	f->d.dense_t = &dt;
-	f->d.dense_state = dstate;
+	st_model_t *model = dense_fix(f, &dt, dstate);
+	float *p = f->env.params;
+	const size_t np = f->env.nparams;
 	wire_hdr_t h = { .type = MSG_DENSE, .stamp = 2, .pad = 1,
 			 .flags = WF_BUF | WF_PERID | 1 };
 	float g[8];
@@ -467,24 +477,12 @@ static void test_hop_bw_quorum(void **state)
 {
 	fix_t *f = fix_new(3);
 	st_dist_t *d = &f->d;
-	st_model_cfg_t mc;
-	memset(&mc, 0, sizeof mc);
-	mc.type = (char *)"lr";
-	mc.emb_dim = 1;
-	st_model_t *model;
-	assert_int_equal(st_model_create(&model, &mc, 2, 1, 1), ST_OK);
-	float *p = st_model_params(model);
-	const size_t np = st_model_nparams(model);
-	for (size_t j = 0; j < np; j++)
-		p[j] = 1.0f;
-	f->env.model = model;
-	f->env.params = p;
-	f->env.nparams = np;
-	f->env.n_workers = 1;
 	uint64_t dt = 0;
 	float dstate[8] = { 0 };
-	d->dense_t = &dt;
-	d->dense_state = dstate;
+	st_model_t *model = dense_fix(f, &dt, dstate);
+	float *p = f->env.params;
+	const size_t np = f->env.nparams;
+	f->env.n_workers = 1;
 	wire_hdr_t h = { .type = MSG_DENSE, .stamp = 1, .flags = WF_BW | 1, .step = 0 };
 	float g1[8], g3[8];
 	for (size_t j = 0; j < np; j++) {
