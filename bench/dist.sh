@@ -75,7 +75,7 @@ base=   # one process (allreduce of one worker): the reference of every ratio
 for pol in 'st.sync.allreduce{}' 'st.sync.hybrid{staleness=4}' 'st.sync.kstep{k=4}' \
 	'st.sync.async{}' 'st.sync.shadow{algo="ma"}' 'st.sync.shadow{algo="easgd"}' \
 	'st.sync.shadow{algo="bmuf"}' 'st.sync.gba{global_batch=@G}' 'st.sync.bsp{b=@P}' \
-	'st.sync.hop_bs{b=1}'; do
+	'st.sync.hop_bs{b=1}' 'st.sync.hop_bw{b=1}'; do
 	name=${pol#st.sync.}
 	if [ -n "${BENCH_POLICIES:-}" ] && ! [[ " $BENCH_POLICIES allreduce " == *" ${name%%\{*} "* ]]; then
 		continue
