@@ -140,10 +140,10 @@ static int pull_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 		const int64_t lag = tr->dist_lag;
 		uint64_t need = lag < 0 ? 0 : b->eval ? tr->dist_steps
 				: tr->dist_pulled > (uint64_t)lag ? tr->dist_pulled - (uint64_t)lag : 0;
-		/* FRESH_ROWS (gba, bsp): train batch k is pulled once batch k-1
-		 * has begun training. */
+		/* FRESH_ROWS (gba, bsp, hop_bw): train batch k is pulled once
+		 * batch k-1 is trained, right before it computes. */
 		while (tr->dist_fresh && !b->eval && !st_graph_canceled(ctx->graph) &&
-		       __atomic_load_n(&tr->dist_begun, __ATOMIC_ACQUIRE) < tr->dist_pulled) {
+		       __atomic_load_n(&tr->dist_trained, __ATOMIC_ACQUIRE) < tr->dist_pulled) {
 			struct timespec ts = { 0, 50 * 1000 };
 			nanosleep(&ts, NULL);
 		}

@@ -61,10 +61,11 @@ enum {
 	/* Multi-process: rows are pulled just before they train, as the GBA
 	 * paper's workers pull parameters and a token right before computing
 	 * (gba-global-batch-aggregation.txt Appendix B, Algorithm 1 line 16):
-	 * the pull stage starts batch k only once batch k-1 began training, so
-	 * a batch's rows are at most one batch older than its dense
-	 * parameters (the per-ID staleness of ops/dist/psbuf.c counts from
-	 * the pull). gba, bsp, hop_bw. */
+	 * the pull stage starts batch k only once batch k-1 is trained, so a
+	 * batch's rows are no older than its dense parameters (the per-ID
+	 * staleness of ops/dist/psbuf.c counts from the pull). The price is
+	 * the pull's latency, no longer hidden behind training. gba, bsp,
+	 * hop_bw. */
 	ST_SYNC_FRESH_ROWS = 2,
 	/* Multi-process LOCKSTEP policy whose steps are lockstep among the
 	 * rank's own workers only (hop_bw): the trainer then runs no

@@ -1033,8 +1033,6 @@ static int train_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 {
 	st_trainer_t *tr = state;
 	*out = b;
-	if (tr->dist && !b->eval)
-		__atomic_fetch_add(&tr->dist_begun, 1, __ATOMIC_RELEASE);
 	if ((int)b->n_dense != tr->n_dense || (int)b->n_slots > tr->n_slots)
 		return op_fail(ctx, ST_EINVAL, "batch %llu has %u dense features and %u slots, "
 			       "the model expects %d and %d", (unsigned long long)b->seq,
@@ -1042,8 +1040,11 @@ static int train_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 	if (b->n && (!b->rows || !b->key_idx || !b->aux))
 		return op_fail(ctx, ST_EINVAL, "batch %llu was not pulled (no rows)",
 			       (unsigned long long)b->seq);
-	if (b->n == 0)
+	if (b->n == 0) {
+		if (tr->dist && !b->eval)
+			__atomic_fetch_add(&tr->dist_trained, 1, __ATOMIC_RELEASE);
 		return ST_OK;
+	}
 	int rc = size_workers(tr, b->n_uniq);
 	if (rc >= 0)
 		rc = tr->sops->begin_batch(tr->sync, b->n_uniq);
@@ -1061,6 +1062,8 @@ static int train_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 				       (unsigned long long)b->seq, st_strerror(rc));
 	}
 	run_workers(tr, b);
+	if (tr->dist && !b->eval)
+		__atomic_fetch_add(&tr->dist_trained, 1, __ATOMIC_RELEASE);
 	if (!b->eval && tr->sops->schedule == ST_SYNC_LOCKSTEP)
 		tr->gstep += (tr->nmb + (uint32_t)tr->N - 1) / (uint32_t)tr->N;
 	if (!b->eval && tr->dist)

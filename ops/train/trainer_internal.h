@@ -152,7 +152,7 @@ struct st_trainer {
 	int dist_lockstep, dist_drained;
 	int64_t dist_lag;
 	uint64_t dist_pulled, dist_steps;
-	uint64_t dist_begun;       /* train batches begun (relaxed atomic; FRESH_ROWS) */
+	uint64_t dist_trained;     /* train batches trained (atomic; FRESH_ROWS) */
 	int dist_fresh;            /* the policy has ST_SYNC_FRESH_ROWS */
 	uint32_t dist_tot;
 	st_batch_t dist_empty;     /* the batch of a step this rank has no data for */
