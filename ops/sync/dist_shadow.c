@@ -476,19 +476,11 @@ static void dsh_destroy(void *self)
 	free(s);
 }
 
-static const char *cfg_str(const st_sync_cfg_t *c, const char *key)
-{
-	for (int i = 0; i < c->n_params; i++)
-		if (c->keys[i] && !strcmp(c->keys[i], key))
-			return c->strs ? c->strs[i] : NULL;
-	return NULL;
-}
-
 static int dsh_create(void **self, const st_sync_env_t *env)
 {
 	if (!env->dist)
 		return ST_EINVAL;
-	const char *algo = cfg_str(env->cfg, "algo");
+	const char *algo = st_sync_cfg_str(env->cfg, "algo");
 	double alpha = st_sync_cfg_num(env->cfg, "alpha", 0.5);
 	double eta = st_sync_cfg_num(env->cfg, "eta", 1.0);
 	/* The default is easgd, as in one process (shadow.c). */

@@ -495,6 +495,14 @@ double st_sync_cfg_num(const st_sync_cfg_t *cfg, const char *key, double def)
 	return def;
 }
 
+const char *st_sync_cfg_str(const st_sync_cfg_t *cfg, const char *key)
+{
+	for (int i = 0; cfg && i < cfg->n_params; i++)
+		if (cfg->keys[i] && !strcmp(cfg->keys[i], key))
+			return cfg->strs ? cfg->strs[i] : NULL;
+	return NULL;
+}
+
 void st_sync_stats_read(const st_sync_stats_t *st, st_sync_stats_t *out)
 {
 	const uint64_t *src = (const uint64_t *)st;

@@ -331,6 +331,8 @@ void st_sync_gradbuf_fini(st_sync_gradbuf_t *b);
 
 /* The numeric parameter `key` of the policy's job settings, or def. */
 double st_sync_cfg_num(const st_sync_cfg_t *cfg, const char *key, double def);
+/* The string parameter `key` (shadow's algo), or NULL. */
+const char *st_sync_cfg_str(const st_sync_cfg_t *cfg, const char *key);
 /* Adds to a statistics counter with a relaxed atomic (stats are read while
  * workers run; slightly stale values are fine). */
 static inline void st_sync_stat_add(uint64_t *p, uint64_t v)

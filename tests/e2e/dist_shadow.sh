@@ -16,35 +16,14 @@
 #    then rank 0, the sync PS) stops the others within a bounded time,
 #    naming the dead rank.
 # Usage: dist_shadow.sh PATH/TO/strata HAVE_UCX(0|1)
-set -u
-strata=$1
-[ "${2:-1}" = 1 ] || { echo "strata was built without UCX: skipped"; exit 77; }
-root=${ST_SOURCE_ROOT:?}
-tmp=$(mktemp -d)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"; }
-trap cleanup EXIT
-cd "$root"
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; for f in "$tmp"/out*; do [ -f "$f" ] && { echo "     == $f"; sed 's/^/     | /' "$f" | tail -n 12; }; done; }
-
-"$strata" gen --rows 24000 --eval-rows 3000 --vocab 5000 --seed 5 --out "$tmp/d" >/dev/null 2>&1 ||
-  { echo "FAIL gen"; exit 1; }
-base=(tests/e2e/jobs/gen_dnn.lua --quiet --no-pin
-  --set 'data.generate=nil' --set "data.train.path=\"$tmp/d/train-*.tsv\""
-  --set "data.eval.path=\"$tmp/d/eval.tsv\"" --set stages.read.threads=1 --set seed=11)
+. "$(dirname "$0")/dist_lib.sh"
 evalauc() { grep -o 'eval *auc [0-9.]*' "$1" | grep -o '[0-9.]*$'; }
-port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # Learning, syncing, identical replicas. The AUC checks run one worker per
-# rank: with several, the rank's workers share the dense Adam state Hogwild
-# (st_sync_apply_hogwild, the same under ma), and now and then one of the
-# first worker steps throws the replica far off (|w| from 0.17 to 128 in
-# rank 0's third step, before any sync touched it; most likely two workers
-# storing the state at once, leaving an element with one's m and the
-# other's v ~ 0), which kills the model whatever the sync (seen in 1 of
-# about 300 runs of 3 ranks x 2 workers, 2 of 200 with 4). The last run,
+# rank (the reference is then the one-process run of as many workers). With
+# several, the rank's workers once shared the dense Adam state Hogwild and
+# now and then blew the replica up in its first steps (1 in ~300 runs of 3
+# ranks x 2 workers); they now take turns (dist_shadow.c). The last run,
 # two workers per rank for their races with the shadow thread (TSan),
 # checks the rest. The reference is one process of P workers (shadow.c),
 # one minibatch each per batch. Measured on this data (seed 11): one
