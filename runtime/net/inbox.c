@@ -211,6 +211,7 @@ int st__net_recv(st_net_t *net, int src, uint32_t chan, void **buf, size_t *len,
 	if (timeout_s >= 0)
 		deadline_of(timeout_s > 1e9 ? 1e9 : timeout_s, &deadline);
 	int rc, timed_out = 0;
+	const double poll_until = st__net_now() + ST__NET_POLL_S;
 	pthread_mutex_lock(&net->mu);
 	st__net_chan_t *c = chan_locked(net, chan);
 	for (;;) {
@@ -237,7 +238,15 @@ int st__net_recv(st_net_t *net, int src, uint32_t chan, void **buf, size_t *len,
 			rc = ST_EPEER;
 		else if (timed_out)
 			rc = ST_EAGAIN;
-		else {
+		else if (st__net_now() < poll_until) {
+			/* Progress the worker ourselves for a moment: an answer
+			 * that is already on its way then needs no wake-up of
+			 * the progress thread and no handoff. */
+			pthread_mutex_unlock(&net->mu);
+			st__net_poll(net);
+			pthread_mutex_lock(&net->mu);
+			continue;
+		} else {
 			if (timeout_s < 0)
 				pthread_cond_wait(&c->cv, &net->mu);
 			else

@@ -196,6 +196,11 @@ int st__net_post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan,
 /* Waits until every one of reqs[0..n) posted successfully has completed.
  * Returns ST_OK or the first error. */
 int st__net_wait(st_net_t *net, st__net_sreq_t *reqs, int n);
+/* How long a thread waiting for a message or a send progresses the UCX
+ * worker itself before it sleeps. */
+#define ST__NET_POLL_S 50e-6
+/* Progresses the worker if nobody else is (net.c); 1 if it did. */
+int st__net_poll(st_net_t *net);
 /* The monitor learned that rank r left or died: deliver what already
  * arrived from it, mark it, close its endpoint. */
 void st__net_peer_gone(st_net_t *net, int r, int how, const char *why);
