@@ -522,6 +522,9 @@ typedef struct {
 	int *owner;                    /* [ntensors] local worker reducing tensor i */
 	st_sync_grads_t **g;           /* [N] */
 	st_sync_rowpush_t *rows;
+	float *rep;                    /* [nparams] the parameters the workers read:
+					* rank 0's env->params change under its
+					* service thread when other ranks close steps */
 	uint64_t token;                /* the step of the replica's parameters */
 	int err;                       /* first error of a step (relaxed atomic) */
 	st_sync_stats_t st;
@@ -536,6 +539,7 @@ static void dbw_destroy(void *self)
 	st_sync_rowpush_destroy(s->rows);
 	free(s->owner);
 	free(s->g);
+	free(s->rep);
 	free(s);
 }
 
@@ -561,7 +565,8 @@ static int dbw_create(void **self, const st_sync_env_t *env)
 	s->owner = st_sync_tensor_owners(env);
 	s->g = calloc((size_t)s->N, sizeof *s->g);
 	s->rows = st_sync_rowpush_create(s->N);
-	if (!s->owner || !s->g || !s->rows) {
+	s->rep = malloc(sizeof(float) * (env->nparams ? env->nparams : 1));
+	if (!s->owner || !s->g || !s->rows || !s->rep) {
 		dbw_destroy(s);
 		return ST_ENOMEM;
 	}
@@ -570,7 +575,7 @@ static int dbw_create(void **self, const st_sync_env_t *env)
 	uint64_t tok;
 	uint32_t K;
 	int late;
-	int rc = st_dist_dense_bw(env->dist, s->b, NULL, 0, env->params, &tok, &K, &late);
+	int rc = st_dist_dense_bw(env->dist, s->b, NULL, 0, s->rep, &tok, &K, &late);
 	if (rc < 0) {
 		dbw_destroy(s);
 		return rc;
@@ -582,7 +587,7 @@ static int dbw_create(void **self, const st_sync_env_t *env)
 
 static const float *dbw_begin_step(void *self, int w, uint64_t step)
 {
-	return ((dbw_t *)self)->env.params;
+	return ((dbw_t *)self)->rep;
 }
 
 /* Worker 0: this rank's step to rank 0; the rows to their owners if the
@@ -595,7 +600,7 @@ static int dbw_exchange(dbw_t *s, float *dense, uint32_t n_examples)
 	uint64_t next, bytes = 2 * sizeof(float) * (uint64_t)env->nparams;
 	uint32_t K;
 	int late;
-	int rc = st_dist_dense_bw(env->dist, s->b, dense, s->token, env->params, &next, &K, &late);
+	int rc = st_dist_dense_bw(env->dist, s->b, dense, s->token, s->rep, &next, &K, &late);
 	if (rc >= 0 && !late)
 		rc = rowpush_send_quorum(s->rows, env, s->token, s->token + 1, K, &bytes);
 	if (rc < 0)
@@ -625,7 +630,8 @@ static int dbw_apply(void *self, int w, st_sync_grads_t *g)
 		for (int v = 0; v < s->N; v++)
 			n += s->g[v]->n_examples;
 		/* Rank 0's parameters come back into the replica while the
-		 * other workers wait at C. */
+		 * other workers wait at C (the eval and the end read rank 0's
+		 * own, fetched by st_trainer_dist_finish on the other ranks). */
 		if ((rc = dbw_exchange(s, s->g[0]->dense, n)) < 0)
 			__atomic_store_n(&s->err, rc, __ATOMIC_RELAXED);
 	}
