@@ -8,7 +8,7 @@
 #    learn; hop_bw drops a straggling rank's gradients; the
 #    policies that do not run across processes yet are refused with a message;
 #  - kills: under allreduce and shadow the job stops within a bounded time
-#    naming the dead rank; under async and gba a killed worker-only rank leaves
+#    naming the dead rank (and allreduce's runs again right after); under async and gba a killed worker-only rank leaves
 #    the others to finish (and the loss is reported); a killed owner stops the job;
 #  - a process with the wrong job token is refused while the job forms.
 # Usage: dist.sh PATH/TO/strata HAVE_UCX(0|1)
@@ -183,6 +183,16 @@ if [ "$s0" != hang ] && [ "$s0" != 0 ] && [ "$s1" != hang ] && [ "$s1" != 0 ] &&
   ok "allreduce: a killed rank stops the others within 30 s, naming rank 2"
 else
   bad "allreduce kill: rank 0 $s0, rank 1 $s1"
+fi
+# ... and the job can be started again at once (nothing left behind: ports,
+# files, shared state): the same three ranks run it to the end.
+rm -f "$tmp"/out*
+if timeout 300 "$strata" launch -n 3 "${base[@]}" --set 'sync=st.sync.allreduce{}' \
+     --set stages.read.batch_size=256 --set stages.train.minibatch=256 \
+     --set stages.train.workers=1 >"$tmp/out" 2>&1 && grep -q "eval *auc" "$tmp/out"; then
+  ok "allreduce: the job runs again to the end right after the kill"
+else
+  bad "allreduce restart after the kill"
 fi
 
 kill_one 2 120 t2 --set 'sync=st.sync.async{}' --set 'dist={owners=2}' "${slow[@]}"; s0=$sa s1=$sb
