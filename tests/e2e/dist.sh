@@ -97,39 +97,6 @@ else
   bad "auto across processes: rc=$rc"
 fi
 
-# Ranks started by hand (as a launcher would), so the test knows their pids.
-start_ranks() { # n, token, extra args...
-  local n=$1 tok=$2; shift 2
-  pids=()
-  local p; p=$(port)
-  for ((r = 0; r < n; r++)); do
-    STRATA_RANK=$r STRATA_WORLD_SIZE=$n STRATA_COORDINATOR=127.0.0.1:$p STRATA_TOKEN=$tok \
-      "$strata" run "${base[@]}" "$@" >"$tmp/out$r" 2>&1 &
-    pids+=($!)
-  done
-  coord=$p
-}
-# Waits for pid (at most $2 seconds); sets ws to its exit status or "hang"
-# (a function, not $(...): a subshell cannot wait for our children).
-wait_for() {
-  local t=0
-  while kill -0 "$1" 2>/dev/null; do
-    sleep 0.2; t=$((t + 1))
-    [ $t -gt $(($2 * 5)) ] && { ws=hang; return; }
-  done
-  wait "$1"; ws=$?
-}
-# Waits (at most 60 s) until the first $1 ranks joined and started training,
-# then one more second, so that a kill lands mid-training (also under ASan).
-wait_started() {
-  local t=0 r
-  for ((r = 0; r < $1; r++)); do
-    until grep -q "trains batches" "$tmp/out$r" 2>/dev/null; do
-      sleep 0.2; t=$((t + 1)); [ $t -gt 300 ] && return
-    done
-  done
-  sleep 1
-}
 # hop_bw{b=1} on 3 ranks with rank 2 a straggler: each step closes with
 # the first 2 ranks, so rank 2's gradients are the ones dropped.
 rm -f "$tmp"/out* "$tmp"/m.json*
@@ -155,27 +122,6 @@ if [ $st = 0 ] && [ -n "$d2" ] && [ "$d2" -ge 4 ] && [ "$d2" -gt $((${d0:-99} + 
 else
   bad "hop_bw straggler: status $st, dropped $d0 $d1 $d2"
 fi
-
-# Slow the job down enough to be killed mid-training: a straggler.
-slow=(--set 'stragglers=st.stragglers{worker=0, slowdown=200}' --set stages.read.batch_size=256
-  --set stages.train.minibatch=256 --set stages.train.workers=1)
-
-# Three ranks by hand, one killed mid-training: kill_one VICTIM SECS TOKEN
-# run-args...; sa and sb are the two survivors' exit statuses (lower rank
-# first), or "hang" after SECS seconds.
-kill_one() {
-  local victim=$1 secs=$2 tok=$3 r; shift 3
-  rm -f "$tmp"/out*
-  start_ranks 3 "$tok" "$@"
-  wait_started 3
-  kill -9 "${pids[$victim]}"
-  local st=()
-  for r in 0 1 2; do
-    [ $r -eq "$victim" ] && continue
-    wait_for "${pids[$r]}" "$secs"; st+=("$ws")
-  done
-  sa=${st[0]} sb=${st[1]}
-}
 
 kill_one 2 30 t1 --set 'sync=st.sync.allreduce{}' "${slow[@]}"; s0=$sa s1=$sb
 if [ "$s0" != hang ] && [ "$s0" != 0 ] && [ "$s1" != hang ] && [ "$s1" != 0 ] &&

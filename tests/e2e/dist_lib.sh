@@ -2,7 +2,8 @@
 # share; sourced with "$@" = PATH/TO/strata HAVE_UCX(0|1). Sets strata,
 # root, tmp (removed at exit, with every pid in `pids` killed), pass/fail
 # with ok/bad, generates the data into $tmp/d and sets `base`, the job
-# arguments every run starts from; port prints a free TCP port.
+# arguments every run starts from; port prints a free TCP port; kill_one
+# (and its helpers) starts three ranks by hand and kills one mid-training.
 set -u
 strata=$1
 [ "${2:-1}" = 1 ] || { echo "strata was built without UCX: skipped"; exit 77; }
@@ -22,3 +23,57 @@ base=(tests/e2e/jobs/gen_dnn.lua --quiet --no-pin
   --set 'data.generate=nil' --set "data.train.path=\"$tmp/d/train-*.tsv\""
   --set "data.eval.path=\"$tmp/d/eval.tsv\"" --set stages.read.threads=1 --set seed=11)
 port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# Ranks started by hand (as a launcher would), so the test knows their pids.
+start_ranks() { # n, token, extra args...
+  local n=$1 tok=$2; shift 2
+  pids=()
+  local p; p=$(port)
+  for ((r = 0; r < n; r++)); do
+    STRATA_RANK=$r STRATA_WORLD_SIZE=$n STRATA_COORDINATOR=127.0.0.1:$p STRATA_TOKEN=$tok \
+      "$strata" run "${base[@]}" "$@" >"$tmp/out$r" 2>&1 &
+    pids+=($!)
+  done
+  coord=$p
+}
+# Waits for pid (at most $2 seconds); sets ws to its exit status or "hang"
+# (a function, not $(...): a subshell cannot wait for our children).
+wait_for() {
+  local t=0
+  while kill -0 "$1" 2>/dev/null; do
+    sleep 0.2; t=$((t + 1))
+    [ $t -gt $(($2 * 5)) ] && { ws=hang; return; }
+  done
+  wait "$1"; ws=$?
+}
+# Waits (at most 60 s) until the first $1 ranks joined and started training,
+# then one more second, so that a kill lands mid-training (also under ASan).
+wait_started() {
+  local t=0 r
+  for ((r = 0; r < $1; r++)); do
+    until grep -q "trains batches" "$tmp/out$r" 2>/dev/null; do
+      sleep 0.2; t=$((t + 1)); [ $t -gt 300 ] && return
+    done
+  done
+  sleep 1
+}
+# Slow the job down enough to be killed mid-training: a straggler.
+slow=(--set 'stragglers=st.stragglers{worker=0, slowdown=200}' --set stages.read.batch_size=256
+  --set stages.train.minibatch=256 --set stages.train.workers=1)
+
+# Three ranks by hand, one killed mid-training: kill_one VICTIM SECS TOKEN
+# run-args...; sa and sb are the two survivors' exit statuses (lower rank
+# first), or "hang" after SECS seconds.
+kill_one() {
+  local victim=$1 secs=$2 tok=$3 r; shift 3
+  rm -f "$tmp"/out*
+  start_ranks 3 "$tok" "$@"
+  wait_started 3
+  kill -9 "${pids[$victim]}"
+  local st=()
+  for r in 0 1 2; do
+    [ $r -eq "$victim" ] && continue
+    wait_for "${pids[$r]}" "$secs"; st+=("$ws")
+  done
+  sa=${st[0]} sb=${st[1]}
+}

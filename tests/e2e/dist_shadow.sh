@@ -84,56 +84,7 @@ else
   bad "shadow{every = 4} across processes: rc=$rc"
 fi
 
-# Kills (the helpers of dist.sh). Ranks started by hand, so the test knows
-# their pids.
-start_ranks() { # n, token, extra args...
-  local n=$1 tok=$2; shift 2
-  pids=()
-  local p; p=$(port)
-  for ((r = 0; r < n; r++)); do
-    STRATA_RANK=$r STRATA_WORLD_SIZE=$n STRATA_COORDINATOR=127.0.0.1:$p STRATA_TOKEN=$tok \
-      "$strata" run "${base[@]}" "$@" >"$tmp/out$r" 2>&1 &
-    pids+=($!)
-  done
-}
-# Waits for pid (at most $2 seconds); sets ws to its exit status or "hang".
-wait_for() {
-  local t=0
-  while kill -0 "$1" 2>/dev/null; do
-    sleep 0.2; t=$((t + 1))
-    [ $t -gt $(($2 * 5)) ] && { ws=hang; return; }
-  done
-  wait "$1"; ws=$?
-}
-# Waits (at most 60 s) until the first $1 ranks started training, then one
-# more second, so that a kill lands mid-training.
-wait_started() {
-  local t=0 r
-  for ((r = 0; r < $1; r++)); do
-    until grep -q "trains batches" "$tmp/out$r" 2>/dev/null; do
-      sleep 0.2; t=$((t + 1)); [ $t -gt 300 ] && return
-    done
-  done
-  sleep 1
-}
-# A straggler slows the job down enough to be killed mid-training.
-slow=(--set 'stragglers=st.stragglers{worker=0, slowdown=200}' --set stages.read.batch_size=256
-  --set stages.train.minibatch=256 --set stages.train.workers=1)
-# Three ranks, one killed mid-training: kill_one VICTIM SECS TOKEN run-args...;
-# sa and sb are the survivors' exit statuses (lower rank first), or "hang".
-kill_one() {
-  local victim=$1 secs=$2 tok=$3 r; shift 3
-  rm -f "$tmp"/out*
-  start_ranks 3 "$tok" "$@"
-  wait_started 3
-  kill -9 "${pids[$victim]}"
-  local st=()
-  for r in 0 1 2; do
-    [ $r -eq "$victim" ] && continue
-    wait_for "${pids[$r]}" "$secs"; st+=("$ws")
-  done
-  sa=${st[0]} sb=${st[1]}
-}
+# Kills (kill_one and its helpers: dist_lib.sh).
 
 # A rank that syncs with rank 0's central copy dies. With dist = {owners =
 # 1} it owns no rows, so only the shadow threads can notice (under async
