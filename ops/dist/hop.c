@@ -99,15 +99,18 @@ static uint64_t min_active(const st_dist_t *d)
 	return m;
 }
 
+/* The clock rule against the slowest active clock m. */
+static int ready_at(const hop_t *h, int from, uint32_t w, uint64_t m)
+{
+	return m == UINT64_MAX || h->clock[(size_t)from * h->N + w] - m <= h->b;
+}
+
 int st__dist_hop_ready(st_dist_t *d, int from, uint32_t w)
 {
-	const hop_t *h = &d->hop;
-	if (!h->clock)
+	if (!d->hop.clock)
 		return 1;
 	drop_dead(d);
-	const size_t i = (size_t)from * h->N + w;
-	const uint64_t m = min_active(d);
-	return m == UINT64_MAX || h->clock[i] - m <= h->b;
+	return ready_at(&d->hop, from, w, min_active(d));
 }
 
 int st__dist_hop_step(st_dist_t *d, const wire_hdr_t *hd, int from, int has_grad)
@@ -150,14 +153,8 @@ int st__dist_hop_idle(st_dist_t *d, int from, uint32_t w)
 int st__dist_hop_hold(st_dist_t *d, int from, uint32_t w, uint64_t req)
 {
 	hop_t *h = &d->hop;
-	if (h->nheld == h->cap) {
-		size_t c = h->cap ? 2 * h->cap : 16;
-		held_t *p = realloc(h->held, c * sizeof *p);
-		if (!p)
-			return ST_ENOMEM;
-		h->held = p;
-		h->cap = c;
-	}
+	if (st__dist_grow((void **)&h->held, &h->cap, h->nheld + 1, sizeof *h->held) < 0)
+		return ST_ENOMEM;
 	h->held[h->nheld++] = (held_t){ .from = from, .worker = w, .req = req };
 	return ST_OK;
 }
@@ -239,9 +236,13 @@ int st__dist_hop_release(st_dist_t *d, int (*reply)(st_dist_t *, int, uint32_t, 
 	hop_t *h = &d->hop;
 	size_t k = 0;
 	int rc = ST_OK;
+	if (!h->nheld)
+		return ST_OK;
+	drop_dead(d);   /* once: the slowest clock is the same for every held reply */
+	const uint64_t m = min_active(d);
 	for (size_t i = 0; i < h->nheld; i++) {
 		held_t x = h->held[i];
-		if (alive(d, x.from) && !st__dist_hop_ready(d, x.from, x.worker)) {
+		if (alive(d, x.from) && !ready_at(h, x.from, x.worker, m)) {
 			h->held[k++] = x;
 			continue;
 		}

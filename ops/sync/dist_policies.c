@@ -349,6 +349,17 @@ const st_sync_ops_t st_sync_dist_hybrid_ops = {
 	.report = dar_report,
 };
 
+/* Each worker's private copy of the dense parameters, [N][nparams], filled
+ * with env's (async, hop_bs, gba, bsp: rank 0's replies overwrite them), or
+ * NULL. Free with st_sync_snaps_destroy. */
+static float **worker_copies(const st_sync_env_t *env)
+{
+	float **p = st_sync_snaps_create(env);
+	for (int w = 0; p && w < env->n_workers; w++)
+		memcpy(p[w], env->params, sizeof(float) * env->nparams);
+	return p;
+}
+
 /* ---- async and hop_bs: dense parameters on rank 0 --------------------------------- */
 
 typedef struct {
@@ -368,9 +379,7 @@ static void das_destroy(void *self)
 	das_t *s = self;
 	if (!s)
 		return;
-	for (int w = 0; s->params && w < s->N; w++)
-		free(s->params[w]);
-	free(s->params);
+	st_sync_snaps_destroy(s->params, s->N);
 	free(s->version);
 	free(s->idle);
 	st__rowsend_fini(&s->send);
@@ -396,20 +405,12 @@ static int das_create(void **self, const st_sync_env_t *env)
 	s->hop = hop;
 	s->b = (uint32_t)b;
 	st__rowsend_init(&s->send);
-	s->params = calloc((size_t)s->N, sizeof(float *));
+	s->params = worker_copies(env);
 	s->version = calloc((size_t)s->N, sizeof(uint64_t));
 	s->idle = calloc((size_t)s->N, 1);
 	if (!s->params || !s->version || !s->idle) {
 		das_destroy(s);
 		return ST_ENOMEM;
-	}
-	for (int w = 0; w < s->N; w++) {
-		s->params[w] = malloc(sizeof(float) * (env->nparams ? env->nparams : 1));
-		if (!s->params[w]) {
-			das_destroy(s);
-			return ST_ENOMEM;
-		}
-		memcpy(s->params[w], env->params, sizeof(float) * env->nparams);
 	}
 	*self = s;
 	return ST_OK;
@@ -684,9 +685,7 @@ static void dbuf_destroy(void *self)
 	dbuf_t *s = self;
 	if (!s)
 		return;
-	for (int w = 0; s->params && w < s->N; w++)
-		free(s->params[w]);
-	free(s->params);
+	st_sync_snaps_destroy(s->params, s->N);
 	free(s->token);
 	free(s->err);
 	st__rowsend_fini(&s->send);
@@ -747,17 +746,10 @@ static int dbuf_create_named(void **self, const st_sync_env_t *env, const char *
 		dbuf_destroy(s);
 		return rc;
 	}
-	s->params = calloc((size_t)s->N, sizeof(float *));
+	s->params = worker_copies(env);
 	s->token = calloc((size_t)s->N, sizeof(uint64_t));
 	s->err = calloc((size_t)s->N, sizeof(int));
 	rc = s->params && s->token && s->err ? ST_OK : ST_ENOMEM;
-	for (int w = 0; rc >= 0 && w < s->N; w++) {
-		s->params[w] = malloc(sizeof(float) * (env->nparams ? env->nparams : 1));
-		if (!s->params[w])
-			rc = ST_ENOMEM;
-		else
-			memcpy(s->params[w], env->params, sizeof(float) * env->nparams);
-	}
 	if (rc < 0) {
 		dbuf_destroy(s);
 		return rc;

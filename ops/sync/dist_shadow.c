@@ -96,9 +96,9 @@
 #include "runtime/err.h"
 #include "runtime/net/net.h"
 
-enum { MA = 0, BMUF = 1, EASGD = 2 };
+enum { EASGD = ST_SHADOW_EASGD, MA = ST_SHADOW_MA, BMUF = ST_SHADOW_BMUF };
 
-static const char *const algo_name[] = { "ma", "bmuf", "easgd" };
+static const char *const algo_name[] = { [EASGD] = "easgd", [MA] = "ma", [BMUF] = "bmuf" };
 
 /* easgd's channels (runtime/net). 0x3000-0x30ff is reserved here:
  * ops/dist/wire.h uses 1..4 and 64..1087, and the net layer's collectives
@@ -480,18 +480,11 @@ static int dsh_create(void **self, const st_sync_env_t *env)
 {
 	if (!env->dist)
 		return ST_EINVAL;
-	const char *algo = st_sync_cfg_str(env->cfg, "algo");
-	double alpha = st_sync_cfg_num(env->cfg, "alpha", 0.5);
-	double eta = st_sync_cfg_num(env->cfg, "eta", 1.0);
-	/* The default is easgd, as in one process (shadow.c). */
-	int kind = !algo || !strcmp(algo, "easgd") ? EASGD
-		 : !strcmp(algo, "ma") ? MA : !strcmp(algo, "bmuf") ? BMUF : -1;
-	if (kind < 0 || !(alpha > 0 && alpha <= 1) || !(eta > 0)) {
-		st_error("sync shadow: need algo = \"easgd\" | \"ma\" | \"bmuf\" (got \"%s\"), "
-			 "0 < alpha <= 1 (got %g), eta > 0 (got %g)", algo ? algo : "", alpha, eta);
+	/* The same settings and defaults (easgd) as in one process. */
+	st_sync_shadow_cfg_t c;
+	if (st_sync_shadow_cfg(env->cfg, &c) < 0)
 		return ST_EJOB;
-	}
-	if (st_sync_cfg_num(env->cfg, "every", 0) != 0) {
+	if (c.every != 0) {
 		st_error("shadow{every} (foreground syncs every n steps) does not run across "
 			 "processes yet: leave every out (or 0) for background syncs");
 		return ST_EINVAL;
@@ -501,9 +494,9 @@ static int dsh_create(void **self, const st_sync_env_t *env)
 		return ST_ENOMEM;
 	s->env = *env;
 	s->N = env->n_workers;
-	s->algo = kind;
-	s->alpha = (float)alpha;
-	s->eta = (float)eta;
+	s->algo = c.algo;
+	s->alpha = (float)c.alpha;
+	s->eta = (float)c.eta;
 	st__rowsend_init(&s->send);
 	pthread_mutex_init(&s->umu, NULL);
 	const size_t np = env->nparams, nb = sizeof(float) * (np ? np : 1);
@@ -513,9 +506,9 @@ static int dsh_create(void **self, const st_sync_env_t *env)
 	int ok = s->hw && s->buf;
 	/* Algorithm 4 line 2, Algorithm 1 line 3: the global copies start at
 	 * w_0, the initial replica (the same on every rank: one seed). */
-	if (ok && kind == BMUF && (ok = (s->glob = malloc(nb)) != NULL))
+	if (ok && c.algo == BMUF && (ok = (s->glob = malloc(nb)) != NULL))
 		memcpy(s->glob, env->params, sizeof(float) * np);
-	if (ok && kind == EASGD && st_net_rank(net) == 0) {
+	if (ok && c.algo == EASGD && st_net_rank(net) == 0) {
 		s->ps = malloc(nb);
 		s->done_from = calloc((size_t)st_net_size(net), 1);
 		if ((ok = s->ps && s->done_from))

@@ -69,7 +69,7 @@
 
 #include "runtime/err.h"
 
-enum { EASGD = 0, MA = 1, BMUF = 2 };
+enum { EASGD = ST_SHADOW_EASGD, MA = ST_SHADOW_MA, BMUF = ST_SHADOW_BMUF };
 
 typedef struct {
 	float *rep;           /* [nparams] replica w^(i): relaxed atomics */
@@ -239,12 +239,12 @@ static void sh_destroy(void *self)
 	free(s);
 }
 
-static int sh_create(void **self, const st_sync_env_t *env)
+int st_sync_shadow_cfg(const st_sync_cfg_t *cfg, st_sync_shadow_cfg_t *out)
 {
-	const char *algo = st_sync_cfg_str(env->cfg, "algo");
-	double alpha = st_sync_cfg_num(env->cfg, "alpha", 0.5);
-	double eta = st_sync_cfg_num(env->cfg, "eta", 1.0);
-	double every = st_sync_cfg_num(env->cfg, "every", 0);
+	const char *algo = st_sync_cfg_str(cfg, "algo");
+	double alpha = st_sync_cfg_num(cfg, "alpha", 0.5);
+	double eta = st_sync_cfg_num(cfg, "eta", 1.0);
+	double every = st_sync_cfg_num(cfg, "every", 0);
 	int kind = !algo || !strcmp(algo, "easgd") ? EASGD
 		 : !strcmp(algo, "ma") ? MA : !strcmp(algo, "bmuf") ? BMUF : -1;
 	if (kind < 0 || !(alpha > 0 && alpha <= 1) || !(eta > 0) || !(every >= 0) ||
@@ -254,15 +254,25 @@ static int sh_create(void **self, const st_sync_env_t *env)
 			 "(got %g; 0 = background sync)", algo ? algo : "", alpha, eta, every);
 		return ST_EJOB;
 	}
+	*out = (st_sync_shadow_cfg_t){ .algo = kind, .alpha = alpha, .eta = eta,
+				       .every = (uint64_t)every };
+	return ST_OK;
+}
+
+static int sh_create(void **self, const st_sync_env_t *env)
+{
+	st_sync_shadow_cfg_t c;
+	if (st_sync_shadow_cfg(env->cfg, &c) < 0)
+		return ST_EJOB;
 	shadow_t *s = calloc(1, sizeof *s);
 	if (!s)
 		return ST_ENOMEM;
 	s->env = *env;
 	s->N = env->n_workers;
-	s->algo = kind;
-	s->alpha = (float)alpha;
-	s->eta = (float)eta;
-	s->every = (uint64_t)every;
+	s->algo = c.algo;
+	s->alpha = (float)c.alpha;
+	s->eta = (float)c.eta;
+	s->every = c.every;
 	pthread_mutex_init(&s->mu, NULL);
 	sem_init(&s->kick, 0, 0);
 	size_t n = env->nparams ? env->nparams : 1;
@@ -270,8 +280,8 @@ static int sh_create(void **self, const st_sync_env_t *env)
 	int rd = st_model_max_row_dim(env->model);
 	size_t rowf = (size_t)rd + st_optim_state_floats(env->sparse_opt, (size_t)rd) + 1;
 	s->w = calloc((size_t)s->N, sizeof *s->w);
-	s->ps = kind == EASGD ? malloc(sizeof(float) * n) : NULL;
-	s->avg = kind != EASGD ? malloc(sizeof(float) * n) : NULL;
+	s->ps = c.algo == EASGD ? malloc(sizeof(float) * n) : NULL;
+	s->avg = c.algo != EASGD ? malloc(sizeof(float) * n) : NULL;
 	int ok = s->w && (s->ps || s->avg);
 	for (int i = 0; ok && i < s->N; i++) {
 		sworker_t *a = &s->w[i];
@@ -280,9 +290,9 @@ static int sh_create(void **self, const st_sync_env_t *env)
 		a->snap = malloc(sizeof(float) * n);
 		a->tmp = malloc(sizeof(float) * n);
 		a->trow = malloc(sizeof(float) * rowf);
-		a->glob = kind == BMUF ? malloc(sizeof(float) * n) : NULL;
+		a->glob = c.algo == BMUF ? malloc(sizeof(float) * n) : NULL;
 		ok = a->rep && a->state && a->snap && a->tmp && a->trow &&
-		     (kind != BMUF || a->glob);
+		     (c.algo != BMUF || a->glob);
 		if (!ok)
 			break;
 		/* Algorithm 1 line 5 (and 4 line 2): every copy starts at w_0. */

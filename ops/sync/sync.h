@@ -333,6 +333,16 @@ void st_sync_gradbuf_fini(st_sync_gradbuf_t *b);
 double st_sync_cfg_num(const st_sync_cfg_t *cfg, const char *key, double def);
 /* The string parameter `key` (shadow's algo), or NULL. */
 const char *st_sync_cfg_str(const st_sync_cfg_t *cfg, const char *key);
+/* shadow{algo, alpha, eta, every} (shadow.c; dist_shadow.c across
+ * processes): checked, with the defaults easgd, 0.5, 1 and 0. */
+enum { ST_SHADOW_EASGD = 0, ST_SHADOW_MA = 1, ST_SHADOW_BMUF = 2 };
+typedef struct st_sync_shadow_cfg {
+	int algo;              /* ST_SHADOW_* */
+	double alpha, eta;
+	uint64_t every;        /* 0: background syncs */
+} st_sync_shadow_cfg_t;
+/* ST_OK or ST_EJOB (logged). */
+int st_sync_shadow_cfg(const st_sync_cfg_t *cfg, st_sync_shadow_cfg_t *out);
 /* Adds to a statistics counter with a relaxed atomic (stats are read while
  * workers run; slightly stale values are fine). */
 static inline void st_sync_stat_add(uint64_t *p, uint64_t v)
