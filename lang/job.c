@@ -304,6 +304,8 @@ int st_job_dump(const st_job_t *job, FILE *f)
 			sg->probability, sg->slowdown, sg->seed);
 	else if (sg->enabled)
 		fprintf(f, "stragglers = worker %d, slowdown %g\n", sg->worker, sg->slowdown);
+	if (sg->enabled && sg->steps)
+		fprintf(f, "stragglers.steps = %" PRIu64 "\n", sg->steps);
 	for (int p = 0; p < job->n_phases; p++) {
 		const st_phase_t *ph = &job->phases[p];
 		char pre[64];

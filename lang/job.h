@@ -109,6 +109,7 @@ typedef struct st_straggler_cfg {
 	double probability;
 	double slowdown;       /* >= 1 */
 	uint64_t seed;
+	uint64_t steps;        /* > 0: only each worker's first `steps` minibatches */
 } st_straggler_cfg_t;
 
 /* One phase of a job (`phases`): trains with its own policy, continuing

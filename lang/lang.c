@@ -685,6 +685,7 @@ static int convert(lua_State *L)
 		c->probability = get_num(L, sg, "probability", 0);
 		c->slowdown = get_num(L, sg, "slowdown", 1);
 		c->seed = (uint64_t)get_int(L, sg, "seed", 0);
+		c->steps = (uint64_t)get_int(L, sg, "steps", 0);
 		lua_pop(L, 1);
 	}
 	int ph = push_table(L, t, "phases");

@@ -693,7 +693,7 @@ static double mono_s(void)
 static int slowed(const st_trainer_t *tr, int w, uint64_t step)
 {
 	const st_straggler_cfg_t *c = &tr->strag;
-	if (!c->enabled || !(c->slowdown > 1))
+	if (!c->enabled || !(c->slowdown > 1) || (c->steps && step >= c->steps))
 		return 0;
 	if (!c->random)
 		return w == c->worker;

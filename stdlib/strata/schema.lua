@@ -75,6 +75,7 @@ S.stragglers = {
 	{ "probability", "num", min = 0, max = 1 },
 	{ "slowdown", "num", min = 1, required = true },
 	{ "seed", "int", min = 0 },          -- default: the job's seed
+	{ "steps", "int", min = 1 },         -- slow only the first `steps` minibatches
 }
 
 -- One entry of `phases`; data and sync are checked like data.train and sync.

@@ -705,7 +705,7 @@ function V:stragglers(root, v, workers, seed)
 	return {
 		random = s.random, worker = s.random and -1 or s.worker,
 		probability = s.probability or 0, slowdown = s.slowdown or 1,
-		seed = s.seed or seed,
+		seed = s.seed or seed, steps = s.steps or 0,
 	}
 end
 

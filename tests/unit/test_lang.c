@@ -851,6 +851,7 @@ static void test_lang_phases_stragglers_auto(void **state)
 	assert_int_equal(j->stragglers.enabled, 1);
 	assert_int_equal(j->stragglers.worker, 2);
 	assert_true(j->stragglers.slowdown == 3.0);
+	assert_int_equal(j->stragglers.steps, 50);
 	assert_int_equal(j->n_phases, 2);
 	assert_string_equal(j->phases[0].name, "sync");
 	assert_int_equal(j->phases[0].rows, 400);
