@@ -34,7 +34,8 @@ int st_cli_dist_check(st_job_t *job)
 		return refuse(job, "export", "each rank would need its shard's part");
 	const char *pol = job->sync.name ? job->sync.name : "async";
 	const int workers = job->train_stage.threads > 0 ? job->train_stage.threads : 1;
-	if ((!strcmp(pol, "allreduce") || !strcmp(pol, "hybrid") || !strcmp(pol, "kstep")) &&
+	if ((!strcmp(pol, "allreduce") || !strcmp(pol, "hybrid") || !strcmp(pol, "kstep") ||
+	     !strcmp(pol, "auto")) &&
 	    job->batch_size > (int64_t)workers * job->minibatch) {
 		fprintf(stderr, "strata: %s: a multi-process %s trains one step per batch: "
 			"stages.read.batch_size (%d) must be at most stages.train.workers x "

@@ -130,11 +130,11 @@ int st_dist_pull(st_dist_t *d, const uint64_t *keys, const uint8_t *table, uint3
 	if (d->rank < d->owners && cnt[d->rank]) {
 		const uint32_t m = cnt[d->rank], *pos = P[d->rank];
 		pthread_mutex_lock(&d->mu);
-		while (d->applied < need_step) {
+		while (st__dist_pull_waits(d, need_step)) {
 			cv_wait(d);
-			if (d->applied < need_step && stop && stop(stop_arg))
+			if (st__dist_pull_waits(d, need_step) && stop && stop(stop_arg))
 				rc = ST_ECANCELED;
-			else if (d->applied < need_step)
+			else if (st__dist_pull_waits(d, need_step))
 				rc = check_peer(d, 1);
 			if (rc < 0) {
 				pthread_mutex_unlock(&d->mu);
@@ -471,12 +471,10 @@ static int wait_ctrl(st_dist_t *d, int src, uint32_t chan, uint32_t type, const 
 	return ok ? ST_OK : st__dist_bad_msg(src, what, len);
 }
 
-int st_dist_finish(st_dist_t *d, int *lost)
+/* Every push of ours is applied: a FLUSH to each other owner comes back
+ * after the pushes sent before it (one channel, in order). */
+static int flush_own(st_dist_t *d)
 {
-	*lost = 0;
-	const uint32_t round = ++d->round;
-	/* 1. Every push of ours is applied: a FLUSH to each other owner comes
-	 * back after the pushes sent before it (one channel, in order). */
 	for (int o = 0; o < d->owners; o++) {
 		if (o == d->rank)
 			continue;
@@ -490,11 +488,41 @@ int st_dist_finish(st_dist_t *d, int *lost)
 			return rc;
 		}
 	}
+	return ST_OK;
+}
+
+/* Rank 0, once every contribution of every rank has arrived: the gradient
+ * buffers' partial steps (psbuf.c), here and at every other owner. */
+static int flush_buffers(st_dist_t *d)
+{
+	pthread_mutex_lock(&d->mu);
+	int rc = st__dist_buf_flush(d);
+	pthread_mutex_unlock(&d->mu);
+	for (int o = 1; rc >= 0 && o < d->owners; o++) {
+		wire_hdr_t h = { .type = MSG_BFLUSH };
+		rc = st_net_send(d->net, o, CH_REQ, &h, sizeof h);
+		if (rc >= 0)
+			rc = wait_ctrl(d, o, CH_FLUSH_REPLY, MSG_FLUSH_REPLY, "buffer flush", NULL);
+		if (rc < 0)
+			st_error("dist: owner rank %d died: its rows are lost, the job cannot "
+				 "finish", o);
+	}
+	return rc;
+}
+
+int st_dist_finish(st_dist_t *d, int *lost)
+{
+	*lost = 0;
+	const uint32_t round = ++d->round;
+	/* 1. Every push of ours is applied. */
+	int rc = flush_own(d);
+	if (rc < 0)
+		return rc;
 	/* 2. Tell rank 0; rank 0 waits for every live rank, then lets all go. */
 	if (d->rank != 0) {
 		wire_hdr_t h = { .type = MSG_DONE, .step = round };
-		int rc = st_net_send(d->net, 0, CH_REQ, &h, sizeof h);
 		uint32_t nl = 0;
+		rc = st_net_send(d->net, 0, CH_REQ, &h, sizeof h);
 		if (rc >= 0)
 			rc = wait_ctrl(d, 0, CH_CTRL, MSG_FIN, "finish", &nl);
 		*lost = (int)nl;   /* rank 0 counted the ranks lost */
@@ -510,20 +538,10 @@ int st_dist_finish(st_dist_t *d, int *lost)
 			break;
 		cv_wait(d);
 	}
-	/* 3. Every contribution of every rank has arrived: the gradient
-	 * buffers' partial steps (psbuf.c), here and at every other owner,
-	 * before anyone reads the model. */
-	int rc = st__dist_buf_flush(d);
 	pthread_mutex_unlock(&d->mu);
-	for (int o = 1; rc >= 0 && o < d->owners; o++) {
-		wire_hdr_t h = { .type = MSG_BFLUSH };
-		rc = st_net_send(d->net, o, CH_REQ, &h, sizeof h);
-		if (rc >= 0)
-			rc = wait_ctrl(d, o, CH_FLUSH_REPLY, MSG_FLUSH_REPLY, "buffer flush", NULL);
-		if (rc < 0)
-			st_error("dist: owner rank %d died: its rows are lost, the job cannot "
-				 "finish", o);
-	}
+	/* 3. Every contribution of every rank has arrived: the partial
+	 * buffers, before anyone reads the model. */
+	rc = flush_buffers(d);
 	for (int r = 1; r < d->P; r++)
 		*lost += d->done[r] < round;
 	for (int r = 1; r < d->P; r++) {
@@ -543,6 +561,51 @@ int st_dist_finish(st_dist_t *d, int *lost)
 		if (s < 0 && rc >= 0)
 			rc = s;
 	}
+	return rc;
+}
+
+/* ---- switching between synchronous and asynchronous policies (st.sync.auto) -- */
+
+int st_dist_sync_end(st_dist_t *d, uint64_t steps)
+{
+	pthread_mutex_lock(&d->mu);
+	d->stepcap = steps;
+	int rc = st__dist_retry_deferred(d);
+	pthread_cond_broadcast(&d->cv);
+	pthread_mutex_unlock(&d->mu);
+	return rc;
+}
+
+int st_dist_sync_begin(st_dist_t *d)
+{
+	/* 1. Our pushes are applied; once every rank has said so (the
+	 * barrier), nothing of the asynchronous phase is in flight. */
+	int rc = flush_own(d);
+	if (rc >= 0)
+		rc = st_net_barrier(d->net);
+	/* 2. Rank 0 applies the buffers' partial steps everywhere and forgets
+	 * hop_bs's clocks (a later hop_bs phase starts its clocks afresh). */
+	if (rc >= 0 && d->rank == 0) {
+		rc = flush_buffers(d);
+		pthread_mutex_lock(&d->mu);
+		st__dist_hop_free(d);
+		pthread_mutex_unlock(&d->mu);
+	}
+	/* 3. Rank 0's dense parameters, optimizer state and step count become
+	 * every rank's replica (the bcast also waits for step 2). */
+	const st_sync_env_t *env = d->env;
+	if (rc >= 0)
+		rc = st_net_bcast(d->net, 0, env->params, sizeof(float) * env->nparams);
+	if (rc >= 0 && d->dense_state)
+		rc = st_net_bcast(d->net, 0, d->dense_state,
+				  sizeof(float) * st_sync_dense_state_floats(env));
+	if (rc >= 0 && d->dense_t)
+		rc = st_net_bcast(d->net, 0, d->dense_t, sizeof *d->dense_t);
+	pthread_mutex_lock(&d->mu);
+	d->stepcap = UINT64_MAX;
+	pthread_mutex_unlock(&d->mu);
+	if (rc < 0)
+		st_error("dist: switching to a synchronous policy: %s", st_strerror(rc));
 	return rc;
 }
 
@@ -568,6 +631,7 @@ int st_dist_create(st_dist_t **out, const st_dist_cfg_t *cfg)
 		d->dim[k] = cfg->dim[k];
 		md = d->dim[k] > md ? d->dim[k] : md;
 	}
+	d->stepcap = UINT64_MAX;
 	pthread_mutex_init(&d->mu, NULL);
 	pthread_cond_init(&d->cv, NULL);
 	d->trow = malloc(sizeof(float) * md);

@@ -163,6 +163,25 @@ int st_dist_push_quorum(st_dist_t *d, uint64_t step, uint64_t t, uint32_t K,
  * round), so that no rank leaves while another may still pull from it. */
 int st_dist_finish(st_dist_t *d, int *lost);
 
+/* st.sync.auto across processes (every rank calls these at the same batch,
+ * after the same vote):
+ *
+ * st_dist_sync_end: a synchronous phase ended after `steps` sync steps
+ * (the same on every rank). A pull made for a later step — prefetched
+ * before the switch, it trains under the asynchronous policy — no longer
+ * waits for steps that will not come: it is answered once step steps-1 is
+ * applied. Local; no message.
+ *
+ * st_dist_sync_begin: an asynchronous phase ends (a collective): every
+ * rank's pushes are applied, rank 0 applies the gradient buffers' partial
+ * steps at every owner and resets hop_bs's clocks, then broadcasts its
+ * dense parameters, dense optimizer state and step count — the
+ * authoritative ones of the asynchronous policies — to every rank's
+ * replica, and pulls wait for sync steps again. A rank that died makes it
+ * fail (ST_EPEER). */
+int st_dist_sync_end(st_dist_t *d, uint64_t steps);
+int st_dist_sync_begin(st_dist_t *d);
+
 /* An order-independent digest of the rows this rank owns (XOR of XXH3 of
  * key + floats) and their count, for comparing runs. */
 uint64_t st_dist_rows_digest(st_table_t *const *tables, int n_tables, uint64_t *rows);

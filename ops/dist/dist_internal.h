@@ -104,6 +104,8 @@ struct st_dist {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;         /* applied advanced, a rank done */
 	uint64_t applied;          /* sync steps applied here (under mu) */
+	uint64_t stepcap;          /* no pull waits for more sync steps than this:
+				    * the sync phase ended (st.sync.auto; under mu) */
 	step_acc_t *steps;         /* pending sync steps, ascending */
 	deferred_t *def;
 	size_t n_def, cap_def;
@@ -155,7 +157,15 @@ static inline uint64_t mixk(uint64_t z)
 }
 
 
+/* Whether a pull that needs sync steps 0..step-1 must still wait (mu held). */
+static inline int st__dist_pull_waits(const st_dist_t *d, uint64_t step)
+{
+	return (step < d->stepcap ? step : d->stepcap) > d->applied;
+}
+
 /* serve.c */
+/* Answers the deferred pulls that no longer wait (mu held). */
+int st__dist_retry_deferred(st_dist_t *d);
 void st__dist_put_row(uint8_t *dst, const float *x, uint32_t dim, int f16);
 void st__dist_get_row(const uint8_t *src, uint32_t dim, int f16, float *x);
 int st__dist_ob_reserve(obuf_t *b, size_t need);

@@ -537,7 +537,6 @@ static int answer_dense(st_dist_t *d, const void *msg, size_t len, int from)
 	return dense_reply(d, from, h->worker, h->req, v, age, dropped);
 }
 
-static int retry_deferred(st_dist_t *d);
 
 /* One message to this rank's service (mu held). Takes ownership of msg. */
 int st__dist_handle(st_dist_t *d, void *msg, size_t len, int from)
@@ -554,7 +553,7 @@ int st__dist_handle(st_dist_t *d, void *msg, size_t len, int from)
 			rc = st__dist_bad_msg(from, "PULL", len);
 			break;
 		}
-		if (h->step > d->applied) {
+		if (st__dist_pull_waits(d, h->step)) {
 			if (d->n_def == d->cap_def) {
 				size_t c = d->cap_def ? 2 * d->cap_def : 8;
 				deferred_t *p = realloc(d->def, c * sizeof *p);
@@ -580,7 +579,7 @@ int st__dist_handle(st_dist_t *d, void *msg, size_t len, int from)
 		if (h->flags & WF_SYNC) {
 			rc = add_sync(d, msg, len, from);
 			if (rc >= 0)
-				rc = retry_deferred(d);
+				rc = st__dist_retry_deferred(d);
 			return rc;
 		}
 		rc = h->flags & WF_BUF ? st__dist_buf_rows(d, h, len, from) : apply_async(d, h);
@@ -623,15 +622,14 @@ int st__dist_handle(st_dist_t *d, void *msg, size_t len, int from)
 	return rc;
 }
 
-/* Answers the deferred pulls whose steps are now applied (mu held). */
-static int retry_deferred(st_dist_t *d)
+int st__dist_retry_deferred(st_dist_t *d)
 {
 	size_t k = 0;
 	int rc = ST_OK;
 	for (size_t i = 0; i < d->n_def; i++) {
 		deferred_t x = d->def[i];
 		const wire_hdr_t *h = x.buf;
-		if (h->step > d->applied) {
+		if (st__dist_pull_waits(d, h->step)) {
 			d->def[k++] = x;
 			continue;
 		}

@@ -135,18 +135,24 @@ static int pull_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 	b->rows = rows;
 	const uint32_t step = (uint32_t)b->seq;
 	if (tr->dist) {
-		/* Train batch k waits for steps 0..k-1-lag; an eval pass runs
-		 * after training, so it waits for every step. */
-		const int64_t lag = tr->dist_lag;
-		uint64_t need = lag < 0 ? 0 : b->eval ? tr->dist_steps
-				: tr->dist_pulled > (uint64_t)lag ? tr->dist_pulled - (uint64_t)lag : 0;
 		/* FRESH_ROWS (gba, bsp, hop_bw): train batch k is pulled once
 		 * batch k-1 is trained, right before it computes. */
-		while (tr->dist_fresh && !b->eval && !st_graph_canceled(ctx->graph) &&
+		while (__atomic_load_n(&tr->dist_fresh, __ATOMIC_RELAXED) && !b->eval &&
+		       !st_graph_canceled(ctx->graph) &&
 		       __atomic_load_n(&tr->dist_trained, __ATOMIC_ACQUIRE) < tr->dist_pulled) {
 			struct timespec ts = { 0, 50 * 1000 };
 			nanosleep(&ts, NULL);
 		}
+		/* Train batch k is sync step k + soff (soff = 0 unless st.sync.auto
+		 * switched) and waits for steps 0..k+soff-1-lag; an eval pass runs
+		 * after training, so it waits for every step. The train thread
+		 * sets soff, then lag (release) at a switch. */
+		const int64_t lag = __atomic_load_n(&tr->dist_lag, __ATOMIC_ACQUIRE);
+		const int64_t at = (int64_t)tr->dist_pulled +
+				   __atomic_load_n(&tr->dist_soff, __ATOMIC_RELAXED) - lag;
+		uint64_t need = lag < 0 ? 0
+				: b->eval ? __atomic_load_n(&tr->dist_ssteps, __ATOMIC_RELAXED)
+				: at > 0 ? (uint64_t)at : 0;
 		rc = st__trainer_dist_pull(tr, b, uslot, need, ctx->graph);
 		if (!b->eval)
 			tr->dist_pulled++;

@@ -38,8 +38,8 @@
  *   hop_bw     each rank a lockstep unit; rank 0 closes a step with all
  *              but b of the active ranks and drops the rest (ops/dist/hop.c).
  *
- * auto does not run across processes yet; st_sync_find_dist returns NULL
- * for it and the job is refused with that message.
+ * auto switches between these (ops/train/trainer.c, "auto across
+ * processes"); st_sync_find_dist has no entry for it.
  *
  * Threads: like allreduce.c — hooks on the N local worker threads with
  * barriers; between barriers each float is written by one worker. The
@@ -238,6 +238,7 @@ static int dar_create(void **self, const st_sync_env_t *env)
 		return ST_ENOMEM;
 	s->env = *env;
 	s->N = env->n_workers;
+	s->step = env->dist_step0;
 	pthread_barrier_init(&s->bar, NULL, (unsigned)s->N);
 	s->owner = st_sync_tensor_owners(env);
 	s->g = calloc((size_t)s->N, sizeof *s->g);

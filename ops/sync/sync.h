@@ -98,6 +98,10 @@ typedef struct st_sync_env {
 	/* Multi-process jobs: the sharded store (ops/dist/dist.h); NULL in one
 	 * process. Only the policies of st_sync_find_dist are given one. */
 	struct st_dist *dist;
+	/* Multi-process synchronous steps (allreduce, hybrid) the ranks made
+	 * before this policy was created (st.sync.auto switches back and forth):
+	 * its first synchronous PUSH is step dist_step0. */
+	uint64_t dist_step0;
 } st_sync_env_t;
 
 /* One worker's gradients of one step (valid until apply returns). */
@@ -185,7 +189,7 @@ int st_sync_rowpush_send(st_sync_rowpush_t *r, const st_sync_env_t *env, uint64_
 
 /* The multi-process twin of policy `name` (ops/sync/dist_policies.c), or
  * NULL when that policy does not run across processes yet. */
-#define ST_SYNC_DIST_NAMES "allreduce, hybrid, kstep, async, shadow, gba, bsp, hop_bs and hop_bw"
+#define ST_SYNC_DIST_NAMES "allreduce, hybrid, kstep, async, shadow, gba, bsp, hop_bs, hop_bw and auto"
 const st_sync_ops_t *st_sync_find_dist(const char *name);
 
 /* The registry, NULL-terminated (for listings). */

@@ -12,11 +12,43 @@
 #include "ops/train/trainer_internal.h"
 #include "runtime/err.h"
 
+/* st.sync.auto across processes switches between a lockstep policy, whose
+ * steps every rank takes together, and one whose ranks go at their own pace
+ * (trainer.c, "auto across processes", has the protocol). kstep and shadow
+ * keep replicas that a switch would have to merge, and hop_bw's steps are
+ * a rank's own; they are not offered. */
+static int auto_subs_ok(const st_sync_cfg_t *cfg)
+{
+	static const char *const ok[2][5] = {
+		{ "allreduce", "hybrid", NULL },
+		{ "async", "gba", "bsp", "hop_bs", NULL },
+	};
+	static const char *const defaults[2] = { "allreduce", "async" };
+	for (int i = 0; i < 2; i++) {
+		const st_sync_cfg_t *s = cfg->sub[i];
+		const char *name = !s ? defaults[i] : s->name ? s->name : "async";
+		int found = 0;
+		for (int k = 0; ok[i][k]; k++)
+			found |= !strcmp(ok[i][k], name);
+		if (!found) {
+			st_error("st.sync.auto across processes switches between a synchronous "
+				 "policy (allreduce or hybrid) and an asynchronous one (async, gba, "
+				 "bsp or hop_bs); its %s policy is '%s'", i ? "async" : "sync",
+				 name);
+			return 0;
+		}
+	}
+	return 1;
+}
+
 int st_trainer_attach_dist(st_trainer_t *tr, st_net_t *net, const st_job_t *job)
 {
 	const st_sync_cfg_t *scfg = &job->sync;
 	const char *name = scfg->name ? scfg->name : "async";
-	if (!st_sync_find_dist(name)) {
+	if (!strcmp(name, "auto")) {
+		if (!auto_subs_ok(scfg))
+			return ST_EJOB;
+	} else if (!st_sync_find_dist(name)) {
 		st_error("sync policy '%s' does not run across processes yet (" ST_SYNC_DIST_NAMES
 			 " do)", name);
 		return ST_EJOB;
@@ -54,6 +86,13 @@ int st_trainer_dist_finish(st_trainer_t *tr, int *lost)
 		uint64_t v;
 		rc = st_dist_dense(tr->dist, 0, NULL, tr->env.params, &v);
 	}
+	/* st.sync.auto: what it did, and a digest of this rank's final dense
+	 * parameters — the same on every rank, whatever phase came last. */
+	if (rc >= 0 && tr->auto_on)
+		st_info("st.sync.auto: %llu switches, ended under %s; dense parameters digest "
+			"%016llx", (unsigned long long)tr->switches, tr->sops->name,
+			(unsigned long long)XXH3_64bits(tr->env.params,
+							sizeof(float) * tr->env.nparams));
 	return rc;
 }
 

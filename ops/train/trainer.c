@@ -492,9 +492,19 @@ static int swap_policy(st_trainer_t *tr, const st_sync_cfg_t *cfg)
 			 cfg->name);
 		return ST_EJOB;
 	}
+	const int lockstep = tr->dist && ops->schedule == ST_SYNC_LOCKSTEP &&
+			     !(ops->flags & ST_SYNC_RANK_LOCAL);
+	int rc = ST_OK;
+	if (tr->dist && tr->sync && tr->dist_lockstep && !lockstep)
+		rc = st_dist_sync_end(tr->dist, tr->dist_ssteps);
+	else if (tr->dist && tr->sync && !tr->dist_lockstep && lockstep)
+		rc = st_dist_sync_begin(tr->dist);
+	if (rc < 0)
+		return rc;
 	void *obj = NULL;
 	tr->env.cfg = cfg;
-	int rc = ops->create(&obj, &tr->env);
+	tr->env.dist_step0 = tr->dist_ssteps;
+	rc = ops->create(&obj, &tr->env);
 	/* The policy may keep env->cfg: cfg may not outlive this call, so it
 	 * gets a view without parameters (policies read them in create). */
 	tr->env.cfg = &tr->sync_cfg;
@@ -508,16 +518,19 @@ static int swap_policy(st_trainer_t *tr, const st_sync_cfg_t *cfg)
 	}
 	tr->sops = ops;
 	tr->sync = obj;
-	tr->dist_lockstep = tr->dist && ops->schedule == ST_SYNC_LOCKSTEP &&
-			    !(ops->flags & ST_SYNC_RANK_LOCAL);
-	tr->dist_fresh = tr->dist && (ops->flags & ST_SYNC_FRESH_ROWS);
+	tr->dist_lockstep = lockstep;
+	__atomic_store_n(&tr->dist_fresh, tr->dist && (ops->flags & ST_SYNC_FRESH_ROWS),
+			 __ATOMIC_RELAXED);
 	/* How far a pull may run ahead of the applied steps: allreduce and
 	 * kstep none, hybrid its staleness bound (PERSIA's,
 	 * persia-hybrid-training.md Section 4.1), async and shadow without
-	 * bound. */
-	tr->dist_lag = !tr->dist_lockstep ? -1
-		       : strcmp(ops->name, "hybrid") != 0 ? 0
-		       : (int64_t)cfg_param(cfg, "staleness", 0);
+	 * bound. The pull thread reads them: the batches pulled from now on
+	 * that are not trained yet are this policy's next sync steps. */
+	const int64_t trained = (int64_t)__atomic_load_n(&tr->dist_trained, __ATOMIC_ACQUIRE);
+	__atomic_store_n(&tr->dist_soff, (int64_t)tr->dist_ssteps - trained, __ATOMIC_RELAXED);
+	__atomic_store_n(&tr->dist_lag, !tr->dist_lockstep ? -1
+			 : strcmp(ops->name, "hybrid") != 0 ? 0
+			 : (int64_t)cfg_param(cfg, "staleness", 0), __ATOMIC_RELEASE);
 	tr->gstep_base = tr->gstep;
 	for (int i = 0; i < tr->N; i++) {
 		tr->w[i].step_base = tr->w[i].steps;
@@ -931,29 +944,39 @@ static void refresh_metrics(st_trainer_t *tr)
  * aggregation.txt §1-2); below threshold * 0.8 — hysteresis, so a ratio
  * hovering at the threshold does not flip every window — it goes back to
  * the synchronous policy, whose updates are exact. */
-static int auto_check(st_trainer_t *tr)
+/* The fastest and slowest workers' mean step times over the window; 0 when
+ * some worker has fewer than `window` samples since the last switch. */
+static int auto_spread(const st_trainer_t *tr, double *lo, double *hi)
 {
 	const uint32_t win = tr->auto_window;
-	double lo = INFINITY, hi = 0;
+	*lo = INFINITY;
+	*hi = 0;
 	for (int i = 0; i < tr->N; i++) {
 		const worker_t *w = &tr->w[i];
 		if (w->ring_n < win)
-			return ST_OK;
+			return 0;
 		double sum = 0;
 		for (uint32_t k = 0; k < win; k++)
 			sum += w->ring[k];
 		double mean = sum / win;
-		lo = mean < lo ? mean : lo;
-		hi = mean > hi ? mean : hi;
+		*lo = mean < *lo ? mean : *lo;
+		*hi = mean > *hi ? mean : *hi;
 	}
-	double ratio = lo > 0 ? hi / lo : 1.0;
-	int want = tr->auto_cur;
+	return 1;
+}
+
+/* The policy auto wants at this spread (with hysteresis). */
+static int auto_want(const st_trainer_t *tr, double ratio)
+{
 	if (tr->auto_cur == 0 && ratio > tr->auto_threshold)
-		want = 1;
-	else if (tr->auto_cur == 1 && ratio < tr->auto_threshold * 0.8)
-		want = 0;
-	if (want == tr->auto_cur)
-		return ST_OK;
+		return 1;
+	if (tr->auto_cur == 1 && ratio < tr->auto_threshold * 0.8)
+		return 0;
+	return tr->auto_cur;
+}
+
+static int auto_switch(st_trainer_t *tr, int want, double ratio)
+{
 	const char *from = tr->sops->name;
 	int rc = swap_policy(tr, &tr->auto_sub[want]);
 	if (rc < 0)
@@ -966,6 +989,94 @@ static int auto_check(st_trainer_t *tr)
 	if (tr->metrics)
 		st_metrics_set(tr->metrics, "sync_switches", (double)tr->switches);
 	return ST_OK;
+}
+
+static int auto_check(st_trainer_t *tr)
+{
+	double lo, hi;
+	if (!auto_spread(tr, &lo, &hi))
+		return ST_OK;
+	const double ratio = lo > 0 ? hi / lo : 1.0;
+	const int want = auto_want(tr, ratio);
+	return want == tr->auto_cur ? ST_OK : auto_switch(tr, want, ratio);
+}
+
+/* ---- auto across processes --------------------------------------------------
+ *
+ * Every rank must switch at the same point, so the ranks vote: an
+ * allgather of each rank's spread (and whether it is out of data), from
+ * which every rank makes the same decision — the slowest worker of any
+ * rank against the fastest of any rank, the one-process rule over all the
+ * job's workers. When:
+ *
+ *  - synchronous phase (lockstep): after every `window` steps. Every rank
+ *    takes part in every step (a rank out of data with empty steps,
+ *    dist_drain), so the ranks count the same steps and vote together.
+ *  - asynchronous phase: a rank votes after every `window` of its own
+ *    batches, and once when it is out of data; a rank out of data then
+ *    keeps voting until every rank is (the vote that finds them all out of
+ *    data ends training) or the vote switches back to the synchronous
+ *    policy. So the ranks meet every `window` batches: ranks drift apart by
+ *    at most that much, and a straggling rank is waited for there.
+ *
+ * The switch (swap_policy): synchronous -> asynchronous leaves the
+ * replicas as they are (they are identical) and releases pulls that were
+ * waiting for steps that will not come (st_dist_sync_end);
+ * asynchronous -> synchronous drains every rank's updates and gives every
+ * rank rank 0's dense parameters and optimizer state (st_dist_sync_begin).
+ * A rank that dies makes the next vote fail: under auto the job stops,
+ * naming it, in either phase. */
+
+typedef struct vote {
+	uint32_t done;             /* out of data */
+	uint32_t ready;            /* every worker has a full window */
+	double lo, hi;
+} vote_t;
+
+/* One vote; *all_done = every rank is out of data. */
+static int dist_vote(st_trainer_t *tr, int done, int *all_done)
+{
+	st_net_t *net = st_dist_net(tr->dist);
+	const int P = st_net_size(net);
+	vote_t me = { .done = (uint32_t)done };
+	me.ready = !done && auto_spread(tr, &me.lo, &me.hi);
+	vote_t *all = malloc(sizeof(vote_t) * (size_t)P);
+	if (!all)
+		return ST_ENOMEM;
+	int rc = st_net_allgather(net, &me, sizeof me, all);
+	double lo = INFINITY, hi = 0;
+	int ready = 0, out = 1;
+	for (int r = 0; rc >= 0 && r < P; r++) {
+		out &= all[r].done != 0;
+		if (!all[r].ready)
+			continue;
+		ready = 1;
+		lo = all[r].lo < lo ? all[r].lo : lo;
+		hi = all[r].hi > hi ? all[r].hi : hi;
+	}
+	free(all);
+	tr->auto_tick = 0;
+	*all_done = out;
+	if (rc < 0) {
+		st_error("st.sync.auto: the vote with the other ranks failed: %s", st_strerror(rc));
+		return rc;
+	}
+	if (out || !ready)
+		return ST_OK;
+	const double ratio = lo > 0 ? hi / lo : 1.0;
+	st_debug("st.sync.auto: vote after batch %llu: slowest / fastest worker %.2f (%s)",
+		 (unsigned long long)tr->batches, ratio, tr->sops->name);
+	const int want = auto_want(tr, ratio);
+	return want == tr->auto_cur ? ST_OK : auto_switch(tr, want, ratio);
+}
+
+/* After a step (synchronous phase) or a batch (asynchronous phase). */
+static int dist_auto_tick(st_trainer_t *tr, int done)
+{
+	int all_done;
+	if (++tr->auto_tick < tr->auto_window)
+		return ST_OK;
+	return dist_vote(tr, done, &all_done);
 }
 
 /* Runs batch b (one step per worker schedule) on every worker. */
@@ -1003,15 +1114,24 @@ static int dist_gather(st_trainer_t *tr, uint32_t n, uint32_t *tot)
 }
 
 /* Multi-process lockstep, out of data: takes part in the steps of the
- * ranks that still have some (with no examples) until none has. */
+ * ranks that still have some (with no examples) until none has. Under
+ * st.sync.auto, also in its votes until every rank is out of data. */
 static int dist_drain(st_trainer_t *tr)
 {
-	if (!tr->dist || !tr->dist_lockstep || tr->dist_drained)
+	if (!tr->dist || (!tr->dist_lockstep && !tr->auto_on) || tr->dist_drained)
 		return ST_OK;
 	for (;;) {
+		int rc;
+		if (!tr->dist_lockstep) {
+			int all_done;
+			if ((rc = dist_vote(tr, 1, &all_done)) < 0)
+				return rc;
+			if (all_done)
+				break;
+			continue;
+		}
 		uint32_t tot = 0;
-		int rc = dist_gather(tr, 0, &tot);
-		if (rc < 0)
+		if ((rc = dist_gather(tr, 0, &tot)) < 0)
 			return rc;
 		if (tot == 0)
 			break;
@@ -1023,6 +1143,9 @@ static int dist_drain(st_trainer_t *tr)
 		if (tr->err < 0)
 			return tr->err;
 		tr->dist_steps++;
+		__atomic_store_n(&tr->dist_ssteps, tr->dist_ssteps + 1, __ATOMIC_RELAXED);
+		if (tr->auto_on && (rc = dist_auto_tick(tr, 1)) < 0)
+			return rc;
 	}
 	tr->dist_drained = 1;
 	return ST_OK;
@@ -1068,6 +1191,8 @@ static int train_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 		tr->gstep += (tr->nmb + (uint32_t)tr->N - 1) / (uint32_t)tr->N;
 	if (!b->eval && tr->dist)
 		tr->dist_steps++;
+	if (!b->eval && tr->dist && tr->dist_lockstep)
+		__atomic_store_n(&tr->dist_ssteps, tr->dist_ssteps + 1, __ATOMIC_RELAXED);
 	tr->cur = NULL;
 	if (tr->err < 0)
 		return op_fail(ctx, tr->err, "batch %llu: sync policy %s failed: %s",
@@ -1082,9 +1207,11 @@ static int train_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 	if (tr->metrics)
 		st_metrics_add(tr->metrics, "examples", b->n);
 	tr->batches++;
-	if (tr->auto_on && (rc = auto_check(tr)) < 0)
-		return op_fail(ctx, rc, "batch %llu: cannot switch sync policy: %s",
-			       (unsigned long long)b->seq, st_strerror(rc));
+	if (tr->auto_on && (rc = tr->dist ? dist_auto_tick(tr, 0) : auto_check(tr)) < 0)
+		return op_fail(ctx, rc, "batch %llu: st.sync.auto could not %s: %s",
+			       (unsigned long long)b->seq,
+			       tr->dist ? "vote with the other ranks or switch" : "switch policy",
+			       st_strerror(rc));
 	tr->since += b->n;
 	if (tr->since >= AUC_REFRESH) {
 		tr->since = 0;

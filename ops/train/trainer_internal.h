@@ -155,6 +155,9 @@ struct st_trainer {
 	uint64_t dist_trained;     /* train batches trained (atomic; FRESH_ROWS) */
 	int dist_fresh;            /* the policy has ST_SYNC_FRESH_ROWS */
 	uint32_t dist_tot;
+	uint64_t dist_ssteps;      /* synchronous steps taken part in (atomic) */
+	int64_t dist_soff;         /* train batch j is sync step j + soff (atomic) */
+	uint32_t auto_tick;        /* steps or batches since the last vote (auto) */
 	st_batch_t dist_empty;     /* the batch of a step this rank has no data for */
 
 	float *ev_pred, *ev_label;

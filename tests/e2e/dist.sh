@@ -87,15 +87,6 @@ for pol in 'hybrid{staleness=2}' 'async{}' 'shadow{algo="ma"}' 'gba{global_batch
     bad "$pol on 2 processes"
   fi
 done
-rm -f "$tmp"/out*
-timeout 60 "$strata" launch -n 2 "${base[@]}" --set 'sync=st.sync.auto{}' \
-  --set stages.train.workers=2 >"$tmp/out" 2>&1
-rc=$?
-if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "does not run across processes yet" "$tmp/out"; then
-  ok "auto across processes is refused with a message"
-else
-  bad "auto across processes: rc=$rc"
-fi
 
 # hop_bw{b=1} on 3 ranks with rank 2 a straggler: each step closes with
 # the first 2 ranks, so rank 2's gradients are the ones dropped.
