@@ -28,11 +28,20 @@
  *         between requests it syncs rank 0's own replica the same way,
  *         without a message.
  * with a = alpha (default 0.5) and eta (default 1), and easgd the default
- * algo, as in shadow.c. The foreground variant (every = n) does not run
- * across processes.
+ * algo, as in shadow.c.
  *
  * Pacing: a shadow thread runs at most one round per replica update while
  * its rank trains (a round with nothing new would only cost network).
+ *
+ * Fixed rate (every = n, the foreground syncs the paper compares ShadowSync
+ * with, §3.3 "fixed-rate"; shadow.c's every): the rank's replica syncs
+ * after every n of its updates, and its training waits for that: the
+ * worker whose update is the n-th asks the shadow thread for a round and
+ * waits for it holding the rank's update lock, so the rank's other workers
+ * stop at their next update too. The rounds are the same as in the
+ * background (so for ma and bmuf a rank's round waits in the allreduce for
+ * the other ranks' next round: the ranks sync every n updates together),
+ * and so are the end and the failures.
  *
  * End: the shadow threads sync "while data is not all consumed"
  * (Algorithms 2-4 line 3/4), read as the job's data: a rank whose workers
@@ -141,6 +150,11 @@ typedef struct {
 	int done;                      /* this rank trained its last batch (atomic) */
 	int err;                       /* the shadow thread's error (atomic) */
 	uint64_t rounds;               /* this rank's syncs (the shadow thread's) */
+	uint64_t every;                /* fixed rate: a round per `every` updates */
+	uint64_t want;                 /*   the update a worker waits to see synced (atomic) */
+	uint64_t target;               /*   the request the current round serves (thread's) */
+	uint64_t synced;               /*   the last request served (atomic) */
+	int over;                      /* the shadow thread returned (atomic) */
 	uint64_t served;               /* easgd, rank 0: the other ranks' syncs */
 	double spread;                 /* |w - mean| / |mean| before the final average */
 	st_sync_stats_t st;
@@ -158,11 +172,30 @@ static void nap(long us)
 	nanosleep(&ts, NULL);
 }
 
-/* Waits until this rank's replica has changed since *seen or its workers
- * are done; returns done (and the gap since *seen, which moves on). A rank
- * that is done and has nothing new naps 2 ms first: it keeps syncing while
- * other ranks train, a little slower. dead: check for dead peers while
- * waiting (easgd; ma/bmuf's collectives find them). */
+/* Fixed rate: whether a worker asked for a round since the last one (the
+ * round about to start serves it). */
+static int take_request(dsh_t *s)
+{
+	uint64_t want = __atomic_load_n(&s->want, __ATOMIC_ACQUIRE);
+	if (want == s->target)
+		return 0;
+	s->target = want;
+	return 1;
+}
+
+/* Fixed rate: the round that took the request is over. */
+static void round_done(dsh_t *s)
+{
+	if (s->every)
+		__atomic_store_n(&s->synced, s->target, __ATOMIC_RELEASE);
+}
+
+/* Waits until this rank's replica has changed since *seen (fixed rate: a
+ * worker asked for a round) or its workers are done; returns done (and
+ * the gap since *seen, which moves on). A rank that is done and has
+ * nothing new naps 2 ms first: it keeps syncing while other ranks train, a
+ * little slower. dead: check for dead peers while waiting (easgd; ma/bmuf's
+ * collectives find them). */
 static int wait_round(dsh_t *s, uint64_t *seen, uint64_t *gap, int dead, int *rc)
 {
 	st_net_t *net = st_dist_net(s->env.dist);
@@ -177,11 +210,12 @@ static int wait_round(dsh_t *s, uint64_t *seen, uint64_t *gap, int dead, int *rc
 			*rc = ST_EPEER;
 			return done;
 		}
-		if (v == *seen && !done) {
-			nap(200);
+		const int go = s->every ? take_request(s) : v != *seen;
+		if (!go && !done) {
+			nap(s->every ? 50 : 200);
 			continue;
 		}
-		if (v == *seen)
+		if (!go)
 			nap(2000);
 		*gap = v - *seen;
 		*seen = v;
@@ -247,6 +281,7 @@ static void *collective_main(dsh_t *s)
 			blend(s, s->buf, inv, last);         /* Algorithm 3 line 7 */
 		}
 		note_round(s, gap, 2 * (uint64_t)np);
+		round_done(s);
 		if (last)
 			return NULL;
 	}
@@ -338,12 +373,14 @@ static void *ps_main(dsh_t *s)
 		uint64_t v = __atomic_load_n(&s->version, __ATOMIC_RELAXED);
 		struct timespec now;
 		clock_gettime(CLOCK_MONOTONIC, &now);
-		if (v != seen || (done && (now.tv_sec - last.tv_sec) * 1000000000L +
-					  (now.tv_nsec - last.tv_nsec) >= 2000000L)) {
+		if ((s->every ? take_request(s) : v != seen) ||
+		    (done && (now.tv_sec - last.tv_sec) * 1000000000L +
+			     (now.tv_nsec - last.tv_nsec) >= 2000000L)) {
 			st_sync_load_relaxed(s->buf, s->env.params, np);
 			ps_apply(s, s->buf);                  /* Algorithm 2 line 4 */
 			blend(s, s->ps, 1.0f, 0);             /* line 5 */
 			note_round(s, v - seen, 0);
+			round_done(s);
 			seen = v;
 			last = now;
 			fin0 = done;
@@ -438,6 +475,7 @@ static void *easgd_main(dsh_t *s)
 		const int fin = (r->flags & SF_FIN) != 0;
 		free(m);
 		note_round(s, gap, 2 * (uint64_t)np);
+		round_done(s);
 		if (fin)
 			break;
 	}
@@ -449,7 +487,9 @@ static void *shadow_main(void *arg)
 {
 	dsh_t *s = arg;
 	pthread_setname_np(pthread_self(), "st-shadow-net");
-	return s->algo == EASGD ? easgd_main(s) : collective_main(s);
+	void *r = s->algo == EASGD ? easgd_main(s) : collective_main(s);
+	__atomic_store_n(&s->over, 1, __ATOMIC_RELEASE);
+	return r;
 }
 
 static void dsh_destroy(void *self)
@@ -484,11 +524,6 @@ static int dsh_create(void **self, const st_sync_env_t *env)
 	st_sync_shadow_cfg_t c;
 	if (st_sync_shadow_cfg(env->cfg, &c) < 0)
 		return ST_EJOB;
-	if (c.every != 0) {
-		st_error("shadow{every} (foreground syncs every n steps) does not run across "
-			 "processes yet: leave every out (or 0) for background syncs");
-		return ST_EINVAL;
-	}
 	dsh_t *s = calloc(1, sizeof *s);
 	if (!s)
 		return ST_ENOMEM;
@@ -497,6 +532,7 @@ static int dsh_create(void **self, const st_sync_env_t *env)
 	s->algo = c.algo;
 	s->alpha = (float)c.alpha;
 	s->eta = (float)c.eta;
+	s->every = c.every;
 	st__rowsend_init(&s->send);
 	pthread_mutex_init(&s->umu, NULL);
 	const size_t np = env->nparams, nb = sizeof(float) * (np ? np : 1);
@@ -535,6 +571,24 @@ static const float *dsh_begin_step(void *self, int w, uint64_t step)
 	return st_sync_hogwild_read(&s->hw[w], &s->env, &s->version);
 }
 
+/* Fixed rate: the worker whose update was the v-th (a multiple of every)
+ * asks for a round and waits until it is over, holding umu (the rank's
+ * other workers wait at their next update). */
+static int wait_synced(dsh_t *s, uint64_t v)
+{
+	__atomic_store_n(&s->want, v, __ATOMIC_RELEASE);
+	for (;;) {
+		int rc = __atomic_load_n(&s->err, __ATOMIC_RELAXED);
+		if (rc < 0)
+			return rc;
+		if (__atomic_load_n(&s->synced, __ATOMIC_ACQUIRE) >= v)
+			return ST_OK;
+		if (__atomic_load_n(&s->over, __ATOMIC_ACQUIRE))
+			return ST_ECANCELED;   /* the job is being torn down */
+		nap(20);
+	}
+}
+
 static int dsh_apply(void *self, int w, st_sync_grads_t *g)
 {
 	dsh_t *s = self;
@@ -554,7 +608,12 @@ static int dsh_apply(void *self, int w, st_sync_grads_t *g)
 	 * race with them, as in the paper. */
 	pthread_mutex_lock(&s->umu);
 	st_sync_apply_hogwild(&s->env, &s->dense, &s->version, &s->hw[w], &dense_only, &s->st);
+	const uint64_t v = __atomic_load_n(&s->version, __ATOMIC_RELAXED);
+	if (s->every && v % s->every == 0)
+		rc = wait_synced(s, v);
 	pthread_mutex_unlock(&s->umu);
+	if (rc < 0)
+		return rc;
 	uint64_t bytes = 0;
 	rc = st__rowsend_push(&s->env, &s->send, g, __atomic_load_n(s->dense.t, __ATOMIC_RELAXED),
 			      NULL, &bytes);
