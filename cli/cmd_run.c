@@ -413,16 +413,31 @@ static void append_file(const char *to, const char *from)
 	remove(from);
 }
 
-/* Prints and records the eval result; ST_OK or the pass's error. */
+/* Scores src (an eval pass) with the model as it is: *auc etc. cover
+ * every rank's share of it in a multi-process job (rank 0 collects them;
+ * the other ranks get NAN). ST_OK or the pass's error. */
+static int run_eval_of(run_ctx_t *rc_, const st_source_t *src, double *secs, double *auc,
+		       double *ll, double *calib, uint64_t *n)
+{
+	st_read_stats_t es = { 0 };
+	st_trainer_reset_eval(rc_->model);
+	int rc = run_pass(rc_, src, 1, 1, NULL, 0, secs, &es);
+	if (rc >= 0 && rc_->net && (rc = st_trainer_dist_eval_gather(rc_->model)) < 0)
+		st_error("cannot collect the eval results of the other ranks");
+	if (rc < 0)
+		return rc;
+	*auc = *ll = *calib = NAN;
+	*n = 0;
+	if (rc_->net && st_net_rank(rc_->net) != 0)
+		return ST_OK;
+	return st_trainer_eval_result(rc_->model, auc, ll, calib, n);
+}
+
+/* The job's eval data. */
 static int run_eval(run_ctx_t *rc_, double *auc, double *ll, double *calib, uint64_t *n)
 {
 	double secs = 0;
-	st_read_stats_t es = { 0 };
-	st_trainer_reset_eval(rc_->model);
-	int rc = run_pass(rc_, &rc_->job->eval, 1, 1, NULL, 0, &secs, &es);
-	if (rc < 0)
-		return rc;
-	return st_trainer_eval_result(rc_->model, auc, ll, calib, n);
+	return run_eval_of(rc_, &rc_->job->eval, &secs, auc, ll, calib, n);
 }
 
 /* Runs the job's phases in order on one trainer. 0 or the error. */
@@ -448,8 +463,12 @@ static int export_now(run_ctx_t *rc_)
 
 static int final_checkpoint(run_ctx_t *rc_, const st_trainer_ckpt_cfg_t *cfg);
 
-static int run_phases(run_ctx_t *rc_, const char *metrics_path, int tty)
+static int run_phases(run_ctx_t *rc_, const char *metrics_path, int tty, double *total_secs)
 {
+	/* In a multi-process job rank 0 prints the phase lines and the eval
+	 * results (of every rank's share), the progressive AUC of its own
+	 * examples. */
+	const int talk = !rc_->net || st_net_rank(rc_->net) == 0;
 	const st_job_t *job = rc_->job;
 	char tmp[4200];
 	if (metrics_path) {
@@ -478,9 +497,12 @@ static int run_phases(run_ctx_t *rc_, const char *metrics_path, int tty)
 		st_info("resuming at phase %d/%d%s", first + 1, job->n_phases,
 			partial >= 0 ? " (mid-phase)" : "");
 	}
+	*total_secs = 0;
 	for (int i = first; i < job->n_phases; i++) {
 		const st_phase_t *ph = &job->phases[i];
-		int rc = st_trainer_set_policy(rc_->model, &ph->sync);
+		int rc = rc_->net ? st_trainer_dist_phase(rc_->model) : ST_OK;
+		if (rc >= 0)
+			rc = st_trainer_set_policy(rc_->model, &ph->sync);
 		if (rc < 0) {
 			st_error("phase %s: cannot start sync policy %s: %s", ph->name,
 				 ph->sync.name, st_strerror(rc));
@@ -503,10 +525,8 @@ static int run_phases(run_ctx_t *rc_, const char *metrics_path, int tty)
 			/* Progressive validation of the slice: scored by the model
 			 * trained on every earlier slice, before it learns from it
 			 * (kstep-adam-terabyte-training.md, Section 5). */
-			st_trainer_reset_eval(rc_->model);
-			if ((rc = run_pass(rc_, &src, 1, 1, NULL, 0, &secs, &rs)) < 0)
+			if ((rc = run_eval_of(rc_, &src, &secs, &vauc, &vll, &vcal, &vn)) < 0)
 				return rc;
-			st_trainer_eval_result(rc_->model, &vauc, &vll, &vcal, &vn);
 			slice[i] = (slice_t){ vauc, vll, vn };
 		}
 		rc = run_pass(rc_, &src, job->epochs, 0, metrics_path ? tmp : NULL, tty, &secs, &rs);
@@ -515,24 +535,31 @@ static int run_phases(run_ctx_t *rc_, const char *metrics_path, int tty)
 		if (rc < 0)
 			return rc;
 		st_trainer_end_pass(rc_->model);
+		*total_secs += secs;
+		int lost = 0;
+		if (rc_->net && (rc = st_trainer_dist_finish(rc_->model, &lost)) < 0)
+			return rc;
 		if (export_now(rc_) < 0 || final_checkpoint(rc_, rc_->ckpt) < 0)
 			return ST_EIO;
 		double auc = 0, ll = 0, eauc = NAN, ell = NAN, calib = NAN;
 		uint64_t n = 0, en = 0;
 		st_trainer_progress(rc_->model, &auc, &ll, &n);
-		printf("%s: phase %d '%s' (sync %s): ", job->name, i + 1, ph->name,
-		       st_trainer_policy_name(rc_->model));
-		print_count(stdout, n - n_before);
-		printf(" examples in %.2f s, progressive auc %.4f logloss %.4f", secs, auc, ll);
-		if (ph->validate && i != partial)
-			printf(", slice auc %.4f logloss %.4f (before training on it)", vauc, vll);
-		if (job->has_eval) {
-			if ((rc = run_eval(rc_, &eauc, &ell, &calib, &en)) < 0)
-				return rc;
-			printf(", eval auc %.4f logloss %.4f", eauc, ell);
+		if (job->has_eval && (rc = run_eval(rc_, &eauc, &ell, &calib, &en)) < 0)
+			return rc;
+		if (talk) {
+			printf("%s: phase %d '%s' (sync %s): ", job->name, i + 1, ph->name,
+			       st_trainer_policy_name(rc_->model));
+			print_count(stdout, n - n_before);
+			printf(" examples%s in %.2f s, progressive auc %.4f logloss %.4f",
+			       rc_->net ? " (rank 0's)" : "", secs, auc, ll);
+			if (ph->validate && i != partial)
+				printf(", slice auc %.4f logloss %.4f (before training on it)", vauc,
+				       vll);
+			if (job->has_eval)
+				printf(", eval auc %.4f logloss %.4f", eauc, ell);
+			printf("\n");
+			fflush(stdout);
 		}
-		printf("\n");
-		fflush(stdout);
 		if (metrics_path) {
 			FILE *f = fopen(metrics_path, "a");
 			if (f) {
@@ -557,7 +584,7 @@ static int run_phases(run_ctx_t *rc_, const char *metrics_path, int tty)
 	int any = 0;
 	for (int i = 0; i < job->n_phases; i++)
 		any |= job->phases[i].validate;
-	if (any) {
+	if (any && talk) {
 		printf("%s: slices, each scored before training on it\n", job->name);
 		printf("  %-16s %10s %8s %8s\n", "slice", "examples", "auc", "logloss");
 		for (int i = 0; i < job->n_phases; i++)
@@ -757,8 +784,18 @@ int st_cmd_run(int argc, char **argv)
 		st_info("%s: %d phases, %d train worker%s, model %s", job->name, job->n_phases,
 			job->train_stage.threads, job->train_stage.threads == 1 ? "" : "s",
 			job->model.type);
-		if (run_phases(&rc_, metrics_path, tty) < 0)
+		double secs = 0;
+		if (run_phases(&rc_, metrics_path, tty, &secs) < 0)
 			goto stop_desc;
+		/* Multi-process: the whole job's summary, then a clean end. */
+		if (rc_.net && (st_cli_dist_summary(rc_.net, rc_.model, job, secs, lost, digest) < 0 ||
+				st_trainer_dist_leave(rc_.model, &lost) < 0))
+			goto stop_desc;
+		if (!rc_.net && digest) {
+			uint64_t rows = 0, h = st_trainer_digest(rc_.model, 1, &rows);
+			printf("%s: model digest %016llx  %llu rows\n", job->name,
+			       (unsigned long long)h, (unsigned long long)rows);
+		}
 		ec = ST_EXIT_OK;
 		goto stop_desc;
 	}

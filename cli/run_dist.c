@@ -26,22 +26,30 @@ static int refuse(const st_job_t *job, const char *what, const char *why)
 int st_cli_dist_check(st_job_t *job)
 {
 	job->dist_run = 1;
-	if (job->n_phases)
-		return refuse(job, "phases", "run each phase as its own job");
 	if (job->ckpt_dir || job->resume)
 		return refuse(job, "checkpoint/resume", "each rank would need its shard's part");
 	if (job->export_dir)
 		return refuse(job, "export", "each rank would need its shard's part");
-	const char *pol = job->sync.name ? job->sync.name : "async";
+	/* The job's policy and every phase's, before anything trains. */
 	const int workers = job->train_stage.threads > 0 ? job->train_stage.threads : 1;
-	if ((!strcmp(pol, "allreduce") || !strcmp(pol, "hybrid") || !strcmp(pol, "kstep") ||
-	     !strcmp(pol, "auto")) &&
-	    job->batch_size > (int64_t)workers * job->minibatch) {
-		fprintf(stderr, "strata: %s: a multi-process %s trains one step per batch: "
-			"stages.read.batch_size (%d) must be at most stages.train.workers x "
-			"minibatch (%d x %d)\n", job->file, pol, job->batch_size, workers,
-			job->minibatch);
-		return ST_EXIT_USAGE;
+	for (int i = -1; i < job->n_phases; i++) {
+		const st_sync_cfg_t *c = i < 0 ? &job->sync : &job->phases[i].sync;
+		const char *pol = c->name ? c->name : "async";
+		if (strcmp(pol, "auto") != 0 && !st_sync_find_dist(pol)) {
+			fprintf(stderr, "strata: %s: sync policy '%s'%s%s does not run across "
+				"processes yet (" ST_SYNC_DIST_NAMES " do)\n", job->file, pol,
+				i < 0 ? "" : " of phase ", i < 0 ? "" : job->phases[i].name);
+			return ST_EXIT_USAGE;
+		}
+		if ((!strcmp(pol, "allreduce") || !strcmp(pol, "hybrid") || !strcmp(pol, "kstep") ||
+		     !strcmp(pol, "auto")) &&
+		    job->batch_size > (int64_t)workers * job->minibatch) {
+			fprintf(stderr, "strata: %s: a multi-process %s trains one step per batch: "
+				"stages.read.batch_size (%d) must be at most stages.train.workers x "
+				"minibatch (%d x %d)\n", job->file, pol, job->batch_size, workers,
+				job->minibatch);
+			return ST_EXIT_USAGE;
+		}
 	}
 	/* The ranks split the stream batch by batch, which needs batch numbers
 	 * that do not depend on thread timing; and a batch's pull waits for

@@ -96,6 +96,14 @@ int st_trainer_dist_finish(st_trainer_t *tr, int *lost)
 	return rc;
 }
 
+int st_trainer_dist_phase(st_trainer_t *tr)
+{
+	int rc = st_dist_sync_begin(tr->dist);
+	tr->dist_drained = 0;
+	tr->dist_handed = 1;
+	return rc;
+}
+
 int st_trainer_dist_leave(st_trainer_t *tr, int *lost)
 {
 	return st_dist_finish(tr->dist, lost);

@@ -495,9 +495,11 @@ static int swap_policy(st_trainer_t *tr, const st_sync_cfg_t *cfg)
 	const int lockstep = tr->dist && ops->schedule == ST_SYNC_LOCKSTEP &&
 			     !(ops->flags & ST_SYNC_RANK_LOCAL);
 	int rc = ST_OK;
-	if (tr->dist && tr->sync && tr->dist_lockstep && !lockstep)
+	const int hand = tr->dist && tr->sync && !tr->dist_handed;
+	tr->dist_handed = 0;
+	if (hand && tr->dist_lockstep && !lockstep)
 		rc = st_dist_sync_end(tr->dist, tr->dist_ssteps);
-	else if (tr->dist && tr->sync && !tr->dist_lockstep && lockstep)
+	else if (hand && !tr->dist_lockstep && lockstep)
 		rc = st_dist_sync_begin(tr->dist);
 	if (rc < 0)
 		return rc;

@@ -183,6 +183,12 @@ int st_trainer_attach_dist(st_trainer_t *tr, struct st_net *net, const st_job_t 
 /* After training: st_dist_finish (*lost = ranks that died), then the
  * final dense parameters from rank 0 for asynchronous policies. */
 int st_trainer_dist_finish(st_trainer_t *tr, int *lost);
+/* Before each phase of a multi-process job (a collective): every rank's
+ * updates are applied and every rank takes rank 0's dense parameters and
+ * optimizer state (st_dist_sync_begin), so the phase's policy starts from
+ * one model whatever the last one left; the phase's st_trainer_set_policy
+ * then switches without a handover of its own. */
+int st_trainer_dist_phase(st_trainer_t *tr);
 /* At the end of the job: the second round of st_dist_finish. */
 int st_trainer_dist_leave(st_trainer_t *tr, int *lost);
 /* Rank 0 collects every rank's eval predictions (after an eval pass);

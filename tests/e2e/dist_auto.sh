@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# st.sync.auto across processes (ops/train/trainer.c, "auto across
+# st.sync.auto and phases across processes (ops/train/trainer.c, "auto across
 # processes"; the GBA paper's switch between synchronous and asynchronous
 # training, gba-global-batch-aggregation.txt §1, §5.2), end to end:
 #  - with a threshold no spread reaches, auto votes every `window` steps
@@ -12,7 +12,12 @@
 #    their digest), and the model learns;
 #  - sub-policies that cannot switch across processes are refused;
 #  - a rank killed under auto stops the others within a bounded time,
-#    naming it (the votes are collectives).
+#    naming it (the votes are collectives);
+#  - phases across processes: allreduce phases on 2 processes train bit
+#    for bit what one process of 2 workers trains; allreduce -> gba (with a
+#    progressive-validation slice) -> auto runs, rank 0 prints each phase
+#    and the slice, the model learns, and every rank ends the last phase
+#    with the same dense parameters (rank 0's, handed over at each phase).
 # Usage: dist_auto.sh PATH/TO/strata HAVE_UCX(0|1)
 . "$(dirname "$0")/dist_lib.sh"
 evalauc() { grep -o 'eval *auc [0-9.]*' "$1" | grep -o '[0-9.]*$'; }
@@ -97,6 +102,37 @@ if [ "$sa" != hang ] && [ "$sa" != 0 ] && [ "$sb" != hang ] && [ "$sb" != 0 ] &&
   ok "auto: a rank killed in the async phase stops the others within 60 s, naming rank 2"
 else
   bad "auto kill: statuses $sa $sb"
+fi
+
+# 5. Phases across processes.
+ph=("${base[@]}")
+ph[0]=tests/e2e/jobs/gen_phases.lua
+rm -f "$tmp"/out*
+two='phases={ {name="warm", rows=6000, sync=st.sync.allreduce{}}, {name="rest", sync=st.sync.allreduce{}} }'
+STRATA_DIGEST=1 timeout 300 "$strata" run "${ph[@]}" --set 'stragglers=nil' --set "$two" \
+  --set stages.train.workers=2 --set stages.read.batch_size=512 \
+  --set stages.train.minibatch=256 >"$tmp/ref" 2>&1
+STRATA_DIGEST=1 timeout 300 "$strata" launch -n 2 "${ph[@]}" --set 'stragglers=nil' --set "$two" \
+  "${one[@]}" >"$tmp/out" 2>&1
+da=$(digest "$tmp/ref") db=$(digest "$tmp/out")
+if [ -n "$da" ] && [ "$da" = "$db" ] && [ "$(grep -c "^gen_phases: phase" "$tmp/out")" = 2 ]; then
+  ok "phases allreduce, allreduce on 2 processes = 1 process of 2 workers ($da)"
+else
+  bad "phases on 2 processes: digest '$db', one process '$da'"
+fi
+rm -f "$tmp"/out*
+three='phases={ {name="warm", rows=6000, sync=st.sync.allreduce{}}, {name="gba", rows=12000, validate=true, sync=st.sync.gba{global_batch=1024}}, {name="last", sync=st.sync.auto{window=3, threshold=1e9}} }'
+STRATA_DIGEST=1 timeout 300 "$strata" launch -n 2 "${ph[@]}" --set 'stragglers=nil' --set "$three" \
+  --set stages.train.workers=2 --set stages.read.batch_size=512 >"$tmp/out" 2>&1
+rc=$?
+np=$(grep -c "^gen_phases: phase" "$tmp/out")
+nd=$(grep -o 'parameters digest [0-9a-f]*' "$tmp/out" | sort | uniq -c | awk '{print $1}')
+auc=$(grep '^gen_phases: phase 3' "$tmp/out" | grep -o 'eval auc [0-9.]*' | grep -o '[0-9.]*$')
+if [ $rc = 0 ] && [ "$np" = 3 ] && grep -q '^  gba  *12000 ' "$tmp/out" && [ "$nd" = 2 ] &&
+   /usr/bin/python3 -c "import sys; sys.exit(0 if float('${auc:-0}') > 0.62 else 1)"; then
+  ok "phases allreduce -> gba (slice) -> auto on 2 processes: one dense model on both ranks, eval auc $auc"
+else
+  bad "phases allreduce -> gba -> auto: rc=$rc, $np phase lines, digest counts '$nd', auc '$auc'"
 fi
 
 echo "dist_auto: $pass passed, $fail failed"
