@@ -313,6 +313,8 @@ static int run_pass(run_ctx_t *rc_, const st_source_t *src, int epochs, int eval
 	}
 	if (!eval)
 		rc_->resumed = 0;   /* only the first training pass continues mid-way */
+	if (rc_->net)
+		st_trainer_dist_pass(rc_->model, eval);
 	rc = build_graph(&g, rc_->job, rc_->place, rc_->pin, rs, rc_->model);
 	if (rc < 0)
 		goto out;
@@ -498,15 +500,16 @@ static int run_phases(run_ctx_t *rc_, const char *metrics_path, int tty, double 
 			partial >= 0 ? " (mid-phase)" : "");
 	}
 	*total_secs = 0;
+	int rc = 0;
 	for (int i = first; i < job->n_phases; i++) {
 		const st_phase_t *ph = &job->phases[i];
-		int rc = rc_->net ? st_trainer_dist_phase(rc_->model) : ST_OK;
+		rc = rc_->net ? st_trainer_dist_phase(rc_->model) : ST_OK;
 		if (rc >= 0)
 			rc = st_trainer_set_policy(rc_->model, &ph->sync);
 		if (rc < 0) {
 			st_error("phase %s: cannot start sync policy %s: %s", ph->name,
 				 ph->sync.name, st_strerror(rc));
-			return rc;
+			goto out;
 		}
 		st_source_t src = ph->has_data ? ph->data : job->train;
 		if (ph->rows >= 0)
@@ -526,26 +529,28 @@ static int run_phases(run_ctx_t *rc_, const char *metrics_path, int tty, double 
 			 * trained on every earlier slice, before it learns from it
 			 * (kstep-adam-terabyte-training.md, Section 5). */
 			if ((rc = run_eval_of(rc_, &src, &secs, &vauc, &vll, &vcal, &vn)) < 0)
-				return rc;
+				goto out;
 			slice[i] = (slice_t){ vauc, vll, vn };
 		}
 		rc = run_pass(rc_, &src, job->epochs, 0, metrics_path ? tmp : NULL, tty, &secs, &rs);
 		if (metrics_path)
 			append_file(metrics_path, tmp);
 		if (rc < 0)
-			return rc;
+			goto out;
 		st_trainer_end_pass(rc_->model);
 		*total_secs += secs;
 		int lost = 0;
 		if (rc_->net && (rc = st_trainer_dist_finish(rc_->model, &lost)) < 0)
-			return rc;
-		if (export_now(rc_) < 0 || final_checkpoint(rc_, rc_->ckpt) < 0)
-			return ST_EIO;
+			goto out;
+		if (export_now(rc_) < 0 || final_checkpoint(rc_, rc_->ckpt) < 0) {
+			rc = ST_EIO;
+			goto out;
+		}
 		double auc = 0, ll = 0, eauc = NAN, ell = NAN, calib = NAN;
 		uint64_t n = 0, en = 0;
 		st_trainer_progress(rc_->model, &auc, &ll, &n);
 		if (job->has_eval && (rc = run_eval(rc_, &eauc, &ell, &calib, &en)) < 0)
-			return rc;
+			goto out;
 		if (talk) {
 			printf("%s: phase %d '%s' (sync %s): ", job->name, i + 1, ph->name,
 			       st_trainer_policy_name(rc_->model));
@@ -595,8 +600,10 @@ static int run_phases(run_ctx_t *rc_, const char *metrics_path, int tty, double 
 				printf("  %-16s %10s %8s %8s  (%s)\n", job->phases[i].name, "-", "-", "-",
 				       i < first ? "before the resumed checkpoint" : "resumed mid-slice");
 	}
+	rc = 0;
+out:
 	free(slice);
-	return 0;
+	return rc;
 }
 
 int st_cmd_run(int argc, char **argv)

@@ -99,9 +99,13 @@ int st_trainer_dist_finish(st_trainer_t *tr, int *lost)
 int st_trainer_dist_phase(st_trainer_t *tr)
 {
 	int rc = st_dist_sync_begin(tr->dist);
-	tr->dist_drained = 0;
 	tr->dist_handed = 1;
 	return rc;
+}
+
+void st_trainer_dist_pass(st_trainer_t *tr, int eval)
+{
+	tr->dist_drained = eval;
 }
 
 int st_trainer_dist_leave(st_trainer_t *tr, int *lost)

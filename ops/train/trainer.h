@@ -189,6 +189,10 @@ int st_trainer_dist_finish(st_trainer_t *tr, int *lost);
  * one model whatever the last one left; the phase's st_trainer_set_policy
  * then switches without a handover of its own. */
 int st_trainer_dist_phase(st_trainer_t *tr);
+/* Before each pass over data (every rank, in the same order): a training
+ * pass ends with the drain of the synchronous steps (and auto's votes)
+ * that the ranks out of data take part in; an eval pass has none. */
+void st_trainer_dist_pass(st_trainer_t *tr, int eval);
 /* At the end of the job: the second round of st_dist_finish. */
 int st_trainer_dist_leave(st_trainer_t *tr, int *lost);
 /* Rank 0 collects every rank's eval predictions (after an eval pass);

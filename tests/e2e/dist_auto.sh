@@ -14,9 +14,10 @@
 #  - a rank killed under auto stops the others within a bounded time,
 #    naming it (the votes are collectives);
 #  - phases across processes: allreduce phases on 2 processes train bit
-#    for bit what one process of 2 workers trains; allreduce -> gba (with a
-#    progressive-validation slice) -> auto runs, rank 0 prints each phase
-#    and the slice, the model learns, and every rank ends the last phase
+#    for bit what one process of 2 workers trains; allreduce -> gba -> auto
+#    (the last two with progressive-validation slices, which once left the
+#    lockstep phase without its drain) runs, rank 0 prints each phase and
+#    the slices (every rank's share), the model learns, and every rank ends the last phase
 #    with the same dense parameters (rank 0's, handed over at each phase).
 # Usage: dist_auto.sh PATH/TO/strata HAVE_UCX(0|1)
 . "$(dirname "$0")/dist_lib.sh"
@@ -121,14 +122,15 @@ else
   bad "phases on 2 processes: digest '$db', one process '$da'"
 fi
 rm -f "$tmp"/out*
-three='phases={ {name="warm", rows=6000, sync=st.sync.allreduce{}}, {name="gba", rows=12000, validate=true, sync=st.sync.gba{global_batch=1024}}, {name="last", sync=st.sync.auto{window=3, threshold=1e9}} }'
+three='phases={ {name="warm", rows=6000, sync=st.sync.allreduce{}}, {name="gba", rows=12000, validate=true, sync=st.sync.gba{global_batch=1024}}, {name="last", validate=true, sync=st.sync.auto{window=3, threshold=1e9}} }'
 STRATA_DIGEST=1 timeout 300 "$strata" launch -n 2 "${ph[@]}" --set 'stragglers=nil' --set "$three" \
   --set stages.train.workers=2 --set stages.read.batch_size=512 >"$tmp/out" 2>&1
 rc=$?
 np=$(grep -c "^gen_phases: phase" "$tmp/out")
 nd=$(grep -o 'parameters digest [0-9a-f]*' "$tmp/out" | sort | uniq -c | awk '{print $1}')
 auc=$(grep '^gen_phases: phase 3' "$tmp/out" | grep -o 'eval auc [0-9.]*' | grep -o '[0-9.]*$')
-if [ $rc = 0 ] && [ "$np" = 3 ] && grep -q '^  gba  *12000 ' "$tmp/out" && [ "$nd" = 2 ] &&
+if [ $rc = 0 ] && [ "$np" = 3 ] && grep -q '^  gba  *12000 ' "$tmp/out" &&
+   grep -q '^  last  *24000 ' "$tmp/out" && [ "$nd" = 2 ] &&
    /usr/bin/python3 -c "import sys; sys.exit(0 if float('${auc:-0}') > 0.62 else 1)"; then
   ok "phases allreduce -> gba (slice) -> auto on 2 processes: one dense model on both ranks, eval auc $auc"
 else
