@@ -20,20 +20,7 @@ set -eu
 build=${1:-build}
 rows=${2:-400000}
 procs=${3:-"1 2 4"}
-root=$(cd "$(dirname "$0")/.." && pwd)
-tmp=${TMPDIR:-/tmp}
-dir=$tmp/distbench-$rows
-out=$tmp/distbench-out
-export OPENBLAS_CORETYPE=SkylakeX
-mkdir -p "$out"
-strata=$build/cli/strata
-[ -x "$strata" ] || ninja -C "$build" cli/strata
-if [ ! -f "$dir/eval.tsv" ]; then
-	"$strata" gen --rows "$rows" --eval-rows 50000 --vocab 1000000 --out "$dir" >/dev/null
-fi
-cat "$dir"/*.tsv >/dev/null
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-echo "commit:  $(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet || echo +dirty)"
+. "$(dirname "$0")/dist_common.sh"
 echo "data:    $rows rows, $dir"
 
 run() { # P policy extra-sets... -> prints "eps bytes_per_ex auc"
