@@ -98,9 +98,7 @@ int st_trainer_dist_finish(st_trainer_t *tr, int *lost)
 
 int st_trainer_dist_phase(st_trainer_t *tr)
 {
-	int rc = st_dist_sync_begin(tr->dist);
-	tr->dist_handed = 1;
-	return rc;
+	return st_dist_sync_begin(tr->dist);
 }
 
 void st_trainer_dist_pass(st_trainer_t *tr, int eval)

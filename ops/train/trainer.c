@@ -477,8 +477,10 @@ const char *st_trainer_policy_missing(const st_sync_cfg_t *cfg)
 /* Replaces the current policy by a new one made from cfg on the same
  * parameters and dense optimizer state. The new one is created first, so
  * a failure leaves the old one in place. Worker 0's thread, between
- * batches. */
-static int swap_policy(st_trainer_t *tr, const st_sync_cfg_t *cfg)
+ * batches. mid_pass (st.sync.auto): the ranks of a multi-process job hand
+ * over between a lockstep and a free policy here ("auto across
+ * processes"); between passes (phases) st_trainer_dist_phase did. */
+static int swap_policy(st_trainer_t *tr, const st_sync_cfg_t *cfg, int mid_pass)
 {
 	const char *pname = cfg->name ? cfg->name : "async";
 	const st_sync_ops_t *ops = tr->dist ? st_sync_find_dist(pname) : st_sync_find(pname);
@@ -495,8 +497,7 @@ static int swap_policy(st_trainer_t *tr, const st_sync_cfg_t *cfg)
 	const int lockstep = tr->dist && ops->schedule == ST_SYNC_LOCKSTEP &&
 			     !(ops->flags & ST_SYNC_RANK_LOCAL);
 	int rc = ST_OK;
-	const int hand = tr->dist && tr->sync && !tr->dist_handed;
-	tr->dist_handed = 0;
+	const int hand = tr->dist && mid_pass;
 	if (hand && tr->dist_lockstep && !lockstep)
 		rc = st_dist_sync_end(tr->dist, tr->dist_ssteps);
 	else if (hand && !tr->dist_lockstep && lockstep)
@@ -545,7 +546,7 @@ int st_trainer_set_policy(st_trainer_t *tr, const st_sync_cfg_t *cfg)
 {
 	const char *name = cfg->name ? cfg->name : "async";
 	if (strcmp(name, "auto") != 0) {
-		int rc = swap_policy(tr, cfg);
+		int rc = swap_policy(tr, cfg, 0);
 		if (rc >= 0)
 			tr->auto_on = 0;
 		return rc;
@@ -567,7 +568,7 @@ int st_trainer_set_policy(st_trainer_t *tr, const st_sync_cfg_t *cfg)
 			tr->w[i].ring = r;
 	}
 	if (rc >= 0)
-		rc = swap_policy(tr, &sub[0]);
+		rc = swap_policy(tr, &sub[0], 0);
 	if (rc < 0) {
 		cfg_free(&sub[0]);
 		cfg_free(&sub[1]);
@@ -980,7 +981,7 @@ static int auto_want(const st_trainer_t *tr, double ratio)
 static int auto_switch(st_trainer_t *tr, int want, double ratio)
 {
 	const char *from = tr->sops->name;
-	int rc = swap_policy(tr, &tr->auto_sub[want]);
+	int rc = swap_policy(tr, &tr->auto_sub[want], 1);
 	if (rc < 0)
 		return rc;
 	st_info("batch %llu: worker speeds %s (%.1fx): %s -> %s",

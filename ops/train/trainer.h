@@ -186,8 +186,9 @@ int st_trainer_dist_finish(st_trainer_t *tr, int *lost);
 /* Before each phase of a multi-process job (a collective): every rank's
  * updates are applied and every rank takes rank 0's dense parameters and
  * optimizer state (st_dist_sync_begin), so the phase's policy starts from
- * one model whatever the last one left; the phase's st_trainer_set_policy
- * then switches without a handover of its own. */
+ * one model whatever the last one left; st_trainer_set_policy switches
+ * without a handover of its own (only st.sync.auto's switches, in the
+ * middle of a pass, make one). */
 int st_trainer_dist_phase(st_trainer_t *tr);
 /* Before each pass over data (every rank, in the same order): a training
  * pass ends with the drain of the synchronous steps (and auto's votes)

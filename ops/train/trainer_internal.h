@@ -158,7 +158,6 @@ struct st_trainer {
 	uint64_t dist_ssteps;      /* synchronous steps taken part in (atomic) */
 	int64_t dist_soff;         /* train batch j is sync step j + soff (atomic) */
 	uint32_t auto_tick;        /* steps or batches since the last vote (auto) */
-	int dist_handed;           /* st_trainer_dist_phase did the next switch's handover */
 	st_batch_t dist_empty;     /* the batch of a step this rank has no data for */
 
 	float *ev_pred, *ev_label;
