@@ -35,6 +35,8 @@ int st_cli_dist_check(st_job_t *job)
 	for (int i = -1; i < job->n_phases; i++) {
 		const st_sync_cfg_t *c = i < 0 ? &job->sync : &job->phases[i].sync;
 		const char *pol = c->name ? c->name : "async";
+		if (!strcmp(pol, "auto") && !st_trainer_auto_dist_ok(c))
+			return ST_EXIT_USAGE;
 		if (strcmp(pol, "auto") != 0 && !st_sync_find_dist(pol)) {
 			fprintf(stderr, "strata: %s: sync policy '%s'%s%s does not run across "
 				"processes yet (" ST_SYNC_DIST_NAMES " do)\n", job->file, pol,

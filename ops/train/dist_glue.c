@@ -17,7 +17,7 @@
  * (trainer.c, "auto across processes", has the protocol). kstep and shadow
  * keep replicas that a switch would have to merge, and hop_bw's steps are
  * a rank's own; they are not offered. */
-static int auto_subs_ok(const st_sync_cfg_t *cfg)
+int st_trainer_auto_dist_ok(const st_sync_cfg_t *cfg)
 {
 	static const char *const ok[2][5] = {
 		{ "allreduce", "hybrid", NULL },
@@ -45,10 +45,7 @@ int st_trainer_attach_dist(st_trainer_t *tr, st_net_t *net, const st_job_t *job)
 {
 	const st_sync_cfg_t *scfg = &job->sync;
 	const char *name = scfg->name ? scfg->name : "async";
-	if (!strcmp(name, "auto")) {
-		if (!auto_subs_ok(scfg))
-			return ST_EJOB;
-	} else if (!st_sync_find_dist(name)) {
+	if (strcmp(name, "auto") != 0 && !st_sync_find_dist(name)) {
 		st_error("sync policy '%s' does not run across processes yet (" ST_SYNC_DIST_NAMES
 			 " do)", name);
 		return ST_EJOB;

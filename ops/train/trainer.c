@@ -551,6 +551,8 @@ int st_trainer_set_policy(st_trainer_t *tr, const st_sync_cfg_t *cfg)
 			tr->auto_on = 0;
 		return rc;
 	}
+	if (tr->dist && !st_trainer_auto_dist_ok(cfg))
+		return ST_EJOB;   /* the job's policy or a phase's */
 	st_sync_cfg_t sub[2] = { { 0 }, { 0 } };
 	static const char *const defaults[2] = { "allreduce", "async" };
 	int rc = ST_OK;

@@ -183,6 +183,9 @@ int st_trainer_attach_dist(st_trainer_t *tr, struct st_net *net, const st_job_t 
 /* After training: st_dist_finish (*lost = ranks that died), then the
  * final dense parameters from rank 0 for asynchronous policies. */
 int st_trainer_dist_finish(st_trainer_t *tr, int *lost);
+/* Whether st.sync.auto cfg can run across processes (its sub-policies:
+ * allreduce or hybrid, and async, gba, bsp or hop_bs); logs why not. */
+int st_trainer_auto_dist_ok(const st_sync_cfg_t *cfg);
 /* Before each phase of a multi-process job (a collective): every rank's
  * updates are applied and every rank takes rank 0's dense parameters and
  * optimizer state (st_dist_sync_begin), so the phase's policy starts from

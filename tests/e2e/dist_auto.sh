@@ -10,7 +10,8 @@
 #    once the straggler recovers; both ranks log the same switches at the
 #    same batches, end with the same dense parameters (each rank logs
 #    their digest), and the model learns;
-#  - sub-policies that cannot switch across processes are refused;
+#  - sub-policies that cannot switch across processes are refused, in the
+#    job's sync and in a phase's, before anything trains;
 #  - a rank killed under auto stops the others within a bounded time,
 #    naming it (the votes are collectives);
 #  - phases across processes: allreduce phases on 2 processes train bit
@@ -84,6 +85,18 @@ if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "its async policy is 'shadow'" "$
   ok "auto{async=shadow} across processes is refused with a message"
 else
   bad "auto{async=shadow}: rc=$rc"
+fi
+rm -f "$tmp"/out*
+ph0=("${base[@]}")
+ph0[0]=tests/e2e/jobs/gen_phases.lua
+timeout 60 "$strata" launch -n 2 "${ph0[@]}" "${one[@]}" --set "stragglers=nil" \
+  --set 'phases={ {name="a", rows=6000, sync=st.sync.allreduce{}}, {name="b", sync=st.sync.auto{sync=st.sync.kstep{k=2}}} }' \
+  >"$tmp/out" 2>&1
+rc=$?
+if [ $rc -eq 2 ] && grep -q "its sync policy is 'kstep'" "$tmp/out" && ! grep -q "^gen_phases: phase" "$tmp/out"; then
+  ok "a phase's auto{sync=kstep} is refused before any phase trains"
+else
+  bad "a phase's auto{sync=kstep}: rc=$rc"
 fi
 
 # 4. A rank killed under auto: rank 2 straggles 200x, so the ranks switch
