@@ -24,7 +24,7 @@
 #include "lang/lang.h"
 #include "ops/gen/gen.h"
 #include "ops/read/read.h"
-#include "ops/sync/sync.h"
+#include "ops/sync/registry.h"
 #include "ops/dump/ckpt.h"
 #include "ops/train/checkpoint.h"
 #include "ops/train/trainer.h"
@@ -382,11 +382,9 @@ static int check_one(const st_job_t *job, const st_sync_cfg_t *cfg)
 	const char *m = st_trainer_policy_missing(cfg);
 	if (!m)
 		return ST_EXIT_OK;
+	char names[256];
 	fprintf(stderr, "%s: sync policy '%s' is valid but not implemented in this version; "
-		"implemented:", job->file, m);
-	for (int i = 0; st_sync_registry[i]; i++)
-		fprintf(stderr, "%s %s", i ? "," : "", st_sync_registry[i]->name);
-	fprintf(stderr, ", auto\n");
+		"implemented: %s\n", job->file, m, st_policy_names(names, sizeof names, 0, 0));
 	return ST_EXIT_USAGE;
 }
 

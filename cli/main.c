@@ -14,6 +14,7 @@
  * Exit codes: 0 ok, 1 the job failed, 2 usage or job-file error.
  */
 #include "cli.h"
+#include "ops/sync/registry.h"
 #include "lang/lang.h"
 #include "runtime/err.h"
 #include "st_config.h"
@@ -136,7 +137,10 @@ static const char *const help_eval =
 	"Exit status: 0 ok, 1 damaged export or I/O failure, 2 usage error or bad input.\n";
 
 static const char *const help_help =
-	"usage: strata help [COMMAND]\n";
+	"usage: strata help [COMMAND | policies]\n"
+	"\n"
+	"  strata help policies   the sync policy table: what runs where, the\n"
+	"                         capabilities, what a checkpoint holds (Markdown)\n";
 
 void st_cli_usage(FILE *f)
 {
@@ -182,6 +186,10 @@ int st_cmd_help(int argc, char **argv)
 {
 	if (argc < 2) {
 		st_cli_usage(stdout);
+		return ST_EXIT_OK;
+	}
+	if (!strcmp(argv[1], "policies")) {
+		st_policy_print_table(stdout);
 		return ST_EXIT_OK;
 	}
 	if (st_cli_help_for(argv[1], stdout) < 0) {

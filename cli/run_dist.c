@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ops/dist/dist.h"
+#include "ops/sync/registry.h"
 #include "ops/train/trainer.h"
 #include "runtime/err.h"
 #include "runtime/net/net.h"
@@ -35,16 +36,18 @@ int st_cli_dist_check(st_job_t *job)
 	for (int i = -1; i < job->n_phases; i++) {
 		const st_sync_cfg_t *c = i < 0 ? &job->sync : &job->phases[i].sync;
 		const char *pol = c->name ? c->name : "async";
-		if (!strcmp(pol, "auto") && !st_trainer_auto_dist_ok(c))
+		const st_policy_t *p = st_policy_find(pol);
+		if (p && (p->caps & ST_POL_META) && !st_trainer_auto_dist_ok(c))
 			return ST_EXIT_USAGE;
-		if (strcmp(pol, "auto") != 0 && !st_sync_find_dist(pol)) {
+		if (!st_policy_dist(p)) {
+			char names[256];
 			fprintf(stderr, "strata: %s: sync policy '%s'%s%s does not run across "
-				"processes yet (" ST_SYNC_DIST_NAMES " do)\n", job->file, pol,
-				i < 0 ? "" : " of phase ", i < 0 ? "" : job->phases[i].name);
+				"processes yet (%s do)\n", job->file, pol,
+				i < 0 ? "" : " of phase ", i < 0 ? "" : job->phases[i].name,
+				st_policy_names(names, sizeof names, 0, 1));
 			return ST_EXIT_USAGE;
 		}
-		if ((!strcmp(pol, "allreduce") || !strcmp(pol, "hybrid") || !strcmp(pol, "kstep") ||
-		     !strcmp(pol, "auto")) &&
+		if ((p->caps & ST_POL_STEP_PER_BATCH) &&
 		    job->batch_size > (int64_t)workers * job->minibatch) {
 			fprintf(stderr, "strata: %s: a multi-process %s trains one step per batch: "
 				"stages.read.batch_size (%d) must be at most stages.train.workers x "

@@ -24,6 +24,7 @@
  * normalized table, whose shape validate.lua guarantees, into st_job_t.
  */
 #include "lang/lang.h"
+#include "ops/sync/registry.h"
 #include "lang/lang_internal.h"
 #include "runtime/err.h"
 #include "st_config.h"
@@ -321,6 +322,27 @@ static int sandbox_require(lua_State *L)
 			  name, cand[0], cand[1], cand[2]);
 }
 
+/* The sync policies the job language accepts, from the registry's table
+ * (ops/sync/policies.def; the ops themselves are not linked here): a list
+ * of { name = ..., meta = bool } in table order. Stack: [] -> [list]. */
+static void push_policies(lua_State *L)
+{
+	static const struct { const char *name; unsigned caps; } pol[] = {
+#define ST_POLICY(name, local, dist, caps, lag, ckpt, summary) { #name, caps },
+#include "ops/sync/policies.def"
+#undef ST_POLICY
+	};
+	lua_createtable(L, (int)(sizeof pol / sizeof pol[0]), 0);
+	for (size_t i = 0; i < sizeof pol / sizeof pol[0]; i++) {
+		lua_createtable(L, 0, 2);
+		lua_pushstring(L, pol[i].name);
+		lua_setfield(L, -2, "name");
+		lua_pushboolean(L, (pol[i].caps & ST_POL_META) != 0);
+		lua_setfield(L, -2, "meta");
+		lua_rawseti(L, -2, (lua_Integer)i + 1);
+	}
+}
+
 /* Message handler for job code: logs the traceback at debug level and keeps
  * the message itself (which already carries file:line) for the diagnostic.
  * Stack: [msg] -> [msg as string]. */
@@ -393,6 +415,8 @@ static void sandbox_open(lua_State *L)
 		{ NULL, NULL },
 	};
 	luaL_newlib(L, core);
+	push_policies(L);
+	lua_setfield(L, -2, "policies");
 	lua_pushcclosure(L, sandbox_require, 2);
 	lua_setfield(L, -2, "require");
 	lua_pop(L, 1);

@@ -39,7 +39,7 @@
  *              but b of the active ranks and drops the rest (ops/dist/hop.c).
  *
  * auto switches between these (ops/train/trainer.c, "auto across
- * processes"); st_sync_find_dist has no entry for it.
+ * processes"); the registry gives it no multi-process ops.
  *
  * Threads: like allreduce.c — hooks on the N local worker threads with
  * barriers; between barriers each float is written by one worker. The
@@ -905,21 +905,4 @@ int st__rowsend_push(const st_sync_env_t *env, rowsend_t *r, const st_sync_grads
 		rc = st_dist_push(env->dist, 0, 0, t, r->keys, r->tab, r->grad, gs, k);
 	pthread_mutex_unlock(&r->mu);
 	return rc;
-}
-
-
-extern const st_sync_ops_t st_sync_kstep_ops;   /* kstep.c runs in both */
-extern const st_sync_ops_t st_sync_dist_shadow_ops;   /* dist_shadow.c */
-
-const st_sync_ops_t *st_sync_find_dist(const char *name)
-{
-	static const st_sync_ops_t *const ops[] = {
-		&st_sync_dist_allreduce_ops, &st_sync_dist_hybrid_ops, &st_sync_dist_async_ops,
-		&st_sync_dist_shadow_ops, &st_sync_kstep_ops, &st_sync_dist_gba_ops,
-		&st_sync_dist_bsp_ops, &st_sync_dist_hop_bs_ops, &st_sync_dist_hop_bw_ops,
-	};
-	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
-		if (!strcmp(ops[i]->name, name))
-			return ops[i];
-	return NULL;
 }

@@ -1,5 +1,6 @@
 /*
- * sync.c — the policy registry and the helpers every policy shares: dense
+ * sync.c — the lookups of the policy registry (registry.c) and the helpers
+ * every policy shares: dense
  * and sparse optimizer steps laid out per tensor / per row, the dense state
  * a policy updates (the trainer's or its own), relaxed-atomic copies and
  * the worker buffers of Hogwild policies, the lockstep reductions in
@@ -9,6 +10,7 @@
  * passes (the relaxed variants exist precisely for memory others write).
  */
 #include "ops/sync/sync.h"
+#include "ops/sync/registry.h"
 #include "runtime/err.h"
 
 #include <stdio.h>
@@ -17,33 +19,18 @@
 #include <math.h>
 #include <string.h>
 
-extern const st_sync_ops_t st_sync_allreduce_ops, st_sync_async_ops;
-extern const st_sync_ops_t st_sync_hop_bs_ops, st_sync_bsp_ops, st_sync_hop_bw_ops;
-extern const st_sync_ops_t st_sync_gba_ops;
-extern const st_sync_ops_t st_sync_kstep_ops, st_sync_shadow_ops, st_sync_hybrid_ops;
-
-/* One entry per policy; a new policy adds itself here and nowhere else. */
-const st_sync_ops_t *const st_sync_registry[] = {
-	&st_sync_allreduce_ops,
-	&st_sync_async_ops,
-	&st_sync_hop_bs_ops,
-	&st_sync_bsp_ops,
-	&st_sync_hop_bw_ops,
-	&st_sync_gba_ops,
-	&st_sync_kstep_ops,
-	&st_sync_shadow_ops,
-	&st_sync_hybrid_ops,
-	NULL,
-};
-
+/* The registry (ops/sync/registry.c, policies.def) knows the policies;
+ * these two look them up there. */
 const st_sync_ops_t *st_sync_find(const char *name)
 {
-	if (!name)
-		return NULL;
-	for (int i = 0; st_sync_registry[i]; i++)
-		if (!strcmp(st_sync_registry[i]->name, name))
-			return st_sync_registry[i];
-	return NULL;
+	const st_policy_t *p = name ? st_policy_find(name) : NULL;
+	return p ? p->local : NULL;
+}
+
+const st_sync_ops_t *st_sync_find_dist(const char *name)
+{
+	const st_policy_t *p = name ? st_policy_find(name) : NULL;
+	return p ? p->dist : NULL;
 }
 
 static void tensor_shape(const st_tensor_info_t *ti, size_t *rows, size_t *cols)

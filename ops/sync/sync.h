@@ -6,7 +6,7 @@
  * trainer (ops/train/trainer.c) owns the workers and calls the hooks; it
  * knows nothing of any particular policy. Adding a policy = one new file
  * here defining a `const st_sync_ops_t`, plus one line in the registry
- * (sync.c). Per worker and per batch the trainer does:
+ * (policies.def; registry.h has the capabilities callers ask about). Per worker and per batch the trainer does:
  *
  *   schedule LOCKSTEP: for step s = 0 .. ceil(M / N) - 1 (M minibatches):
  *       params = begin_step(w, s); compute minibatch s*N + w (if < M) with
@@ -168,7 +168,8 @@ typedef struct st_sync_ops {
 	int (*finish)(void *self);
 } st_sync_ops_t;
 
-/* The policy named `name`, or NULL (a valid job name not implemented here). */
+/* The one-process ops of the policy named `name` (registry.h), or NULL (a
+ * meta policy such as auto, or a name the registry does not know). */
 const st_sync_ops_t *st_sync_find(const char *name);
 
 /* Multi-process lockstep policies (dist_policies.c): a step's row sums to
@@ -189,11 +190,7 @@ int st_sync_rowpush_send(st_sync_rowpush_t *r, const st_sync_env_t *env, uint64_
 
 /* The multi-process twin of policy `name` (ops/sync/dist_policies.c), or
  * NULL when that policy does not run across processes yet. */
-#define ST_SYNC_DIST_NAMES "allreduce, hybrid, kstep, async, shadow, gba, bsp, hop_bs, hop_bw and auto"
 const st_sync_ops_t *st_sync_find_dist(const char *name);
-
-/* The registry, NULL-terminated (for listings). */
-extern const st_sync_ops_t *const st_sync_registry[];
 
 /* ---- helpers shared by policies (sync.c) -------------------------------- */
 

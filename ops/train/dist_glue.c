@@ -9,6 +9,7 @@
 #include <xxhash.h>
 
 #include "ops/dist/dist.h"
+#include "ops/sync/registry.h"
 #include "ops/train/trainer_internal.h"
 #include "runtime/err.h"
 
@@ -19,22 +20,19 @@
  * a rank's own; they are not offered. */
 int st_trainer_auto_dist_ok(const st_sync_cfg_t *cfg)
 {
-	static const char *const ok[2][5] = {
-		{ "allreduce", "hybrid", NULL },
-		{ "async", "gba", "bsp", "hop_bs", NULL },
-	};
 	static const char *const defaults[2] = { "allreduce", "async" };
+	static const unsigned need[2] = { ST_POL_AUTO_SYNC, ST_POL_AUTO_ASYNC };
 	for (int i = 0; i < 2; i++) {
 		const st_sync_cfg_t *s = cfg->sub[i];
 		const char *name = !s ? defaults[i] : s->name ? s->name : "async";
-		int found = 0;
-		for (int k = 0; ok[i][k]; k++)
-			found |= !strcmp(ok[i][k], name);
-		if (!found) {
+		const st_policy_t *p = st_policy_find(name);
+		if (!p || !p->dist || !(p->caps & need[i])) {
+			char sync[128], async[128];
 			st_error("st.sync.auto across processes switches between a synchronous "
-				 "policy (allreduce or hybrid) and an asynchronous one (async, gba, "
-				 "bsp or hop_bs); its %s policy is '%s'", i ? "async" : "sync",
-				 name);
+				 "policy (%s) and an asynchronous one (%s); its %s policy is '%s'",
+				 st_policy_names(sync, sizeof sync, ST_POL_AUTO_SYNC, 1),
+				 st_policy_names(async, sizeof async, ST_POL_AUTO_ASYNC, 1),
+				 i ? "async" : "sync", name);
 			return 0;
 		}
 	}
@@ -45,9 +43,10 @@ int st_trainer_attach_dist(st_trainer_t *tr, st_net_t *net, const st_job_t *job)
 {
 	const st_sync_cfg_t *scfg = &job->sync;
 	const char *name = scfg->name ? scfg->name : "async";
-	if (strcmp(name, "auto") != 0 && !st_sync_find_dist(name)) {
-		st_error("sync policy '%s' does not run across processes yet (" ST_SYNC_DIST_NAMES
-			 " do)", name);
+	if (!st_policy_dist(st_policy_find(name))) {
+		char names[256];
+		st_error("sync policy '%s' does not run across processes yet (%s do)", name,
+			 st_policy_names(names, sizeof names, 0, 1));
 		return ST_EJOB;
 	}
 	if (tr->n_tables > ST_DIST_MAX_TABLES)

@@ -51,6 +51,7 @@
  * worker pool.
  */
 #include "ops/dist/dist.h"
+#include "ops/sync/registry.h"
 #include "ops/train/trainer_internal.h"
 
 #include <cblas.h>
@@ -459,10 +460,17 @@ void st_trainer_sync_stats(const st_trainer_t *tr, st_sync_stats_t *out)
 	stats_add(out, &tr->past);
 }
 
+/* Whether cfg names a meta policy (st.sync.auto: two sub-policies). */
+static int is_meta(const st_sync_cfg_t *cfg)
+{
+	const st_policy_t *p = st_policy_find(cfg->name);
+	return p && (p->caps & ST_POL_META);
+}
+
 const char *st_trainer_policy_missing(const st_sync_cfg_t *cfg)
 {
 	const char *name = cfg->name ? cfg->name : "async";
-	if (!strcmp(name, "auto")) {
+	if (is_meta(cfg)) {
 		for (int i = 0; i < 2; i++) {
 			const char *m = cfg->sub[i] ? st_trainer_policy_missing(cfg->sub[i])
 						    : (i ? "async" : "allreduce");
@@ -483,10 +491,12 @@ const char *st_trainer_policy_missing(const st_sync_cfg_t *cfg)
 static int swap_policy(st_trainer_t *tr, const st_sync_cfg_t *cfg, int mid_pass)
 {
 	const char *pname = cfg->name ? cfg->name : "async";
-	const st_sync_ops_t *ops = tr->dist ? st_sync_find_dist(pname) : st_sync_find(pname);
+	const st_policy_t *pol = st_policy_find(pname);
+	const st_sync_ops_t *ops = !pol ? NULL : tr->dist ? pol->dist : pol->local;
 	if (!ops && tr->dist) {
-		st_error("sync policy '%s' does not run across processes yet (" ST_SYNC_DIST_NAMES
-			 " do)", pname);
+		char names[256];
+		st_error("sync policy '%s' does not run across processes yet (%s do)", pname,
+			 st_policy_names(names, sizeof names, 0, 1));
 		return ST_EJOB;
 	}
 	if (!ops) {
@@ -524,16 +534,17 @@ static int swap_policy(st_trainer_t *tr, const st_sync_cfg_t *cfg, int mid_pass)
 	tr->dist_lockstep = lockstep;
 	__atomic_store_n(&tr->dist_fresh, tr->dist && (ops->flags & ST_SYNC_FRESH_ROWS),
 			 __ATOMIC_RELAXED);
-	/* How far a pull may run ahead of the applied steps: allreduce and
-	 * kstep none, hybrid its staleness bound (PERSIA's,
-	 * persia-hybrid-training.md Section 4.1), async and shadow without
-	 * bound. The pull thread reads them: the batches pulled from now on
-	 * that are not trained yet are this policy's next sync steps. */
+	/* How far a pull may run ahead of the applied steps: a lockstep
+	 * policy's lag parameter (the registry's: hybrid's staleness bound,
+	 * PERSIA's, persia-hybrid-training.md Section 4.1), else none
+	 * (allreduce, kstep); async and shadow without bound. The pull thread
+	 * reads them: the batches pulled from now on that are not trained yet
+	 * are this policy's next sync steps. */
 	const int64_t trained = (int64_t)__atomic_load_n(&tr->dist_trained, __ATOMIC_ACQUIRE);
 	__atomic_store_n(&tr->dist_soff, (int64_t)tr->dist_ssteps - trained, __ATOMIC_RELAXED);
 	__atomic_store_n(&tr->dist_lag, !tr->dist_lockstep ? -1
-			 : strcmp(ops->name, "hybrid") != 0 ? 0
-			 : (int64_t)cfg_param(cfg, "staleness", 0), __ATOMIC_RELEASE);
+			 : !pol->lag_param ? 0
+			 : (int64_t)cfg_param(cfg, pol->lag_param, 0), __ATOMIC_RELEASE);
 	tr->gstep_base = tr->gstep;
 	for (int i = 0; i < tr->N; i++) {
 		tr->w[i].step_base = tr->w[i].steps;
@@ -544,8 +555,7 @@ static int swap_policy(st_trainer_t *tr, const st_sync_cfg_t *cfg, int mid_pass)
 
 int st_trainer_set_policy(st_trainer_t *tr, const st_sync_cfg_t *cfg)
 {
-	const char *name = cfg->name ? cfg->name : "async";
-	if (strcmp(name, "auto") != 0) {
+	if (!is_meta(cfg)) {
 		int rc = swap_policy(tr, cfg, 0);
 		if (rc >= 0)
 			tr->auto_on = 0;

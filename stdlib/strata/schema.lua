@@ -12,13 +12,20 @@
 -- and options: required, default, min (>=), gt (>), max (<=), lt (<),
 -- enum (list of strings), nonempty (strings), char (a one-character string),
 -- maxlen (lists).
+local core = select(3, ...)
 local S = {}
 
 S.formats = { "criteo", "libsvm", "csv" }
 S.models = { "lr", "dnn", "wdl", "deepfm", "dlrm" }
 S.optimizers = { "sgd", "adagrad", "adam", "ftrl" }
-S.policies = { "allreduce", "async", "hop_bs", "bsp", "hop_bw", "gba",
-	"kstep", "shadow", "hybrid", "auto" }
+-- Sync policies: the registry's table (ops/sync/policies.def), in its
+-- order; S.meta_policies[name] is true for a policy that switches between
+-- two others (auto), whose sub-policies validate.lua checks.
+S.policies, S.meta_policies = {}, {}
+for _, p in ipairs(core.policies) do
+	S.policies[#S.policies + 1] = p.name
+	S.meta_policies[p.name] = p.meta
+end
 S.stages = { "read", "pull", "train", "push", "dump" }
 S.col_kinds = { "ignore", "label", "dense", "cat" }   -- order = enum st_col_kind
 

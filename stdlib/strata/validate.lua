@@ -660,11 +660,11 @@ function V:sync(root, v, key, default)
 		end
 	end
 	local out = { name = name, params = params }
-	if name == "auto" then
+	if schema.meta_policies[name] then
 		-- The two policies auto switches between; neither may be auto.
 		for _, k in ipairs({ "sync", "async" }) do
 			local sub = self:sync(node, tbl[k], k, k == "sync" and "allreduce" or "async")
-			if sub and sub.name == "auto" then
+			if sub and schema.meta_policies[sub.name] then
 				self:ferr(node, k, "%s.%s cannot be 'auto' (give the policy to " ..
 					"switch to)", node.path, k)
 			end

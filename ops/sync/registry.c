@@ -1,0 +1,87 @@
+/*
+ * registry.c — binds policies.def to the policies' ops. The only place
+ * that looks a policy up by name.
+ */
+#include "ops/sync/registry.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* ST_NO_OPS in policies.def: a real object, so every column can be written
+ * as `&ops`; the table maps it to NULL. */
+static const st_sync_ops_t st_sync_no_ops;
+#define ST_NO_OPS st_sync_no_ops
+
+#define ST_POLICY(name, local, dist, caps, lag, ckpt, summary) \
+	extern const st_sync_ops_t local, dist;
+#define st_sync_no_ops st_sync_no_ops_decl_unused
+#include "ops/sync/policies.def"
+#undef st_sync_no_ops
+#undef ST_POLICY
+
+#define OPS(x) (&(x) == &st_sync_no_ops ? NULL : &(x))
+#define ST_POLICY(name, local, dist, caps, lag, ckpt, summary) \
+	{ #name, OPS(local), OPS(dist), caps, lag, ckpt, summary },
+const st_policy_t st_policies[] = {
+#include "ops/sync/policies.def"
+};
+#undef ST_POLICY
+const size_t st_n_policies = sizeof st_policies / sizeof st_policies[0];
+
+const st_policy_t *st_policy_find(const char *name)
+{
+	if (!name)
+		name = "async";
+	for (size_t i = 0; i < st_n_policies; i++)
+		if (!strcmp(st_policies[i].name, name))
+			return &st_policies[i];
+	return NULL;
+}
+
+int st_policy_dist(const st_policy_t *p)
+{
+	return p && (p->dist || (p->caps & ST_POL_META));
+}
+
+void st_policy_print_table(FILE *f)
+{
+	static const struct { unsigned bit; const char *word; } cap[] = {
+		{ ST_POL_PHASE, "phase" }, { ST_POL_THREAD, "thread" },
+		{ ST_POL_AUTO_SYNC, "auto-sync" }, { ST_POL_AUTO_ASYNC, "auto-async" },
+		{ ST_POL_STEP_PER_BATCH, "step-per-batch" }, { ST_POL_META, "meta" },
+	};
+	fprintf(f, "| policy | one process | across processes | capabilities | a checkpoint holds "
+		"| what it does |\n|---|---|---|---|---|---|\n");
+	for (size_t i = 0; i < st_n_policies; i++) {
+		const st_policy_t *p = &st_policies[i];
+		fprintf(f, "| `%s` | %s | %s | ", p->name,
+			p->local || (p->caps & ST_POL_META) ? "yes" : "no",
+			st_policy_dist(p) ? "yes" : "no");
+		int k = 0;
+		for (size_t c = 0; c < sizeof cap / sizeof cap[0]; c++)
+			if (p->caps & cap[c].bit)
+				fprintf(f, "%s%s", k++ ? ", " : "", cap[c].word);
+		if (p->lag_param)
+			fprintf(f, "%slag: `%s`", k++ ? ", " : "", p->lag_param);
+		fprintf(f, " | %s | %s |\n", p->checkpoint, p->summary);
+	}
+}
+
+const char *st_policy_names(char *buf, size_t len, unsigned all, int dist)
+{
+	size_t n = 0, k = 0, count = 0;
+	if (len)
+		buf[0] = 0;
+	for (size_t i = 0; i < st_n_policies; i++)
+		count += (st_policies[i].caps & all) == all && (!dist || st_policy_dist(&st_policies[i]));
+	for (size_t i = 0; i < st_n_policies && n < len; i++) {
+		const st_policy_t *p = &st_policies[i];
+		if ((p->caps & all) != all || (dist && !st_policy_dist(p)))
+			continue;
+		k++;
+		int w = snprintf(buf + n, len - n, "%s%s", k == 1 ? "" : k == count ? " and " : ", ",
+				 p->name);
+		n += w > 0 ? (size_t)w : 0;
+	}
+	return buf;
+}
