@@ -12,9 +12,13 @@
  *
  * Files. Each table's SSD tier lives in <ssd.path>/strata-store/t<k>/,
  * started fresh for every run (the store is the run's working memory, not a
- * checkpoint; checkpoints are the dump stage's) and removed at the end.
+ * checkpoint; checkpoints are the dump stage's) and removed at the end by
+ * the tier itself (remove_on_close), while it still holds the directory's
+ * lock. The lock (runtime/store/ssd.h) makes a second job on the same
+ * ssd.path fail at its first table with ST_EBUSY before it wipes anything;
+ * so only a table this trainer opened is ever removed, never a directory
+ * another job is using.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,6 +139,7 @@ int st__trainer_tables_create(st_trainer_t *tr, const st_job_t *job, const int *
 				.budget_bytes = job->ssd_bytes / (uint64_t)tr->n_tables,
 				.read_mode = read_mode(job->ssd_read),
 				.fresh = 1,
+				.remove_on_close = 1,
 			};
 			to.ssd = &so;
 		}
@@ -142,41 +147,25 @@ int st__trainer_tables_create(st_trainer_t *tr, const st_job_t *job, const int *
 		if (rc < 0) {
 			if (rc == ST_EINVAL)
 				st_error("table %d (dim %d): invalid settings", t, tdim[t]);
+			if (rc == ST_EBUSY)
+				st_error("storage.ssd.path %s is in use by another strata process "
+					 "(see above): two jobs on one path would overwrite each "
+					 "other's rows. Give each job (and each process of a "
+					 "multi-process job) its own storage.ssd.path; nothing was "
+					 "trained", job->ssd_path);
 			return rc;
 		}
 	}
 	return ST_OK;
 }
 
-/* Removes the files of one SSD tier directory, then the directory. */
-static void remove_dir(const char *dir)
-{
-	DIR *d = opendir(dir);
-	if (!d)
-		return;
-	struct dirent *e;
-	char p[4400];
-	while ((e = readdir(d))) {
-		size_t n = strlen(e->d_name);
-		if (n > 4 && (!strcmp(e->d_name + n - 4, ".sst") || !strcmp(e->d_name + n - 4, ".tmp"))) {
-			snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-			unlink(p);
-		}
-	}
-	closedir(d);
-	rmdir(dir);
-}
-
 void st__trainer_tables_destroy(st_trainer_t *tr)
 {
+	/* A table's SSD tier removes its own directory on close. The root
+	 * stays while another job's tiers are in it (rmdir fails). */
 	for (int i = 0; i < tr->n_tables; i++) {
 		st_table_destroy(tr->tables[i]);
 		tr->tables[i] = NULL;
-		if (tr->store_root[0]) {
-			char dir[4200];
-			snprintf(dir, sizeof dir, "%s/t%d", tr->store_root, i);
-			remove_dir(dir);
-		}
 	}
 	if (tr->store_root[0])
 		rmdir(tr->store_root);

@@ -76,6 +76,18 @@
  * instead, at 3/4 of the budget. If the file still does not fit, the error
  * is ST_ENOSPC, sticky, and the file's rows stay in memory.
  *
+ * The directory lock. Two stores on one directory would append to each
+ * other's files and, opening fresh, delete them; st_ssd_open therefore
+ * takes an exclusive flock(2) on "LOCK" in the directory before it reads or
+ * removes anything, non-blocking (a second store is refused at once, with
+ * the holder's pid written in the file, never left waiting on a job that
+ * may run for days). flock, not fcntl locks: an flock belongs to the open
+ * file, so a second open in the same process conflicts too, and the kernel
+ * drops it when the holder dies. A store with remove_on_close unlinks LOCK
+ * while holding it; an opener that raced with that unlink may then hold a
+ * lock on a file no longer in the directory, so after locking it checks
+ * that the name still leads to the file it locked, and tries again if not.
+ *
  * Lock order. One store lock, mu, taken alone (never with another store
  * lock; callers may hold their own locks when they call in). Compaction is
  * serialised by the `compacting` flag under mu, reader rings by their
@@ -86,11 +98,13 @@
 #include "ssd.h"
 
 #include <assert.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -564,6 +578,99 @@ out:
 
 /* ---- open, close, stats ---- */
 
+#define LOCK_NAME "LOCK"
+
+/* Takes the directory's lock (see "The directory lock" above): *lockfd is
+ * the locked LOCK file, holding our pid. ST_OK, ST_EBUSY (held elsewhere,
+ * logged with the holder's pid when the file names one) or ST_EIO. */
+static int lock_dir(const char *dir, int dirfd, int *lockfd)
+{
+	*lockfd = -1;
+	for (int tries = 0; tries < 16; tries++) {
+		int fd = openat(dirfd, LOCK_NAME, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+		if (fd < 0) {
+			st_error("%s/%s: cannot create the SSD store's lock file: %s", dir, LOCK_NAME,
+				 strerror(errno));
+			return ST_EIO;
+		}
+		if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+			int e = errno;
+			if (e == EINTR) {
+				close(fd);
+				continue;
+			}
+			if (e != EWOULDBLOCK) {
+				st_error("%s/%s: cannot lock the SSD store directory: %s", dir,
+					 LOCK_NAME, strerror(e));
+				close(fd);
+				return ST_EIO;
+			}
+			/* The holder writes its pid right after locking: an
+			 * empty file is a holder that has not yet done so. */
+			char buf[24] = "";
+			ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+			close(fd);
+			long pid = n > 0 ? strtol(buf, NULL, 10) : 0;
+			if (pid > 0)
+				st_error("%s: the SSD store directory is in use by another store "
+					 "(process %ld holds %s/%s); one directory serves one "
+					 "store at a time, nothing in it was touched", dir, pid, dir,
+					 LOCK_NAME);
+			else
+				st_error("%s: the SSD store directory is in use by another store "
+					 "(its %s is locked); one directory serves one store at a "
+					 "time, nothing in it was touched", dir, LOCK_NAME);
+			return ST_EBUSY;
+		}
+		struct stat mine, named;
+		if (fstat(fd, &mine) == 0 &&
+		    fstatat(dirfd, LOCK_NAME, &named, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    mine.st_dev == named.st_dev && mine.st_ino == named.st_ino) {
+			char buf[24];
+			int n = snprintf(buf, sizeof buf, "%ld\n", (long)getpid());
+			/* The pid is only for the message above: failing to
+			 * write it does not weaken the lock. */
+			if (ftruncate(fd, 0) == 0 && pwrite(fd, buf, (size_t)n, 0) != n)
+				st_debug("%s/%s: cannot write the pid", dir, LOCK_NAME);
+			*lockfd = fd;
+			return ST_OK;
+		}
+		close(fd);   /* a closing store unlinked it under us: again */
+	}
+	st_error("%s/%s: the lock file keeps disappearing while the SSD store opens "
+		 "(another process is removing the directory?)", dir, LOCK_NAME);
+	return ST_EBUSY;
+}
+
+/* remove_on_close: the store's files, LOCK and the directory, while the lock
+ * is still held. Failures only leave files behind: logged, not returned. */
+static void remove_store_files(st_ssd_t *s)
+{
+	/* A fresh open file, not a dup of dirfd: a dup shares the offset that
+	 * the scan at open left at the end of the directory. */
+	int dfd = openat(s->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+	if (!d) {
+		if (dfd >= 0)
+			close(dfd);
+		st_warn("%s: cannot list the store directory to remove it: %s", s->dir,
+			strerror(errno));
+		return;
+	}
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		size_t n = strlen(e->d_name);
+		if (n > 4 && (!strcmp(e->d_name + n - 4, ".sst") ||
+			      !strcmp(e->d_name + n - 4, ".tmp")) &&
+		    unlinkat(s->dirfd, e->d_name, 0) < 0 && errno != ENOENT)
+			st_warn("%s/%s: cannot remove: %s", s->dir, e->d_name, strerror(errno));
+	}
+	closedir(d);
+	unlinkat(s->dirfd, LOCK_NAME, 0);
+	if (rmdir(s->dir) < 0 && errno != ENOENT)
+		st_warn("%s: the store directory was not removed: %s", s->dir, strerror(errno));
+}
+
 static void destroy(st_ssd_t *s)
 {
 	for (size_t i = 0; i < s->nfiles; i++)
@@ -582,6 +689,8 @@ static void destroy(st_ssd_t *s)
 	pthread_cond_destroy(&s->compact_cv);
 	pthread_cond_destroy(&s->idle_cv);
 	pthread_mutex_destroy(&s->mu);
+	if (s->lockfd >= 0)
+		close(s->lockfd);   /* releases the directory's lock, last */
 	free(s->dir);
 	free(s);
 }
@@ -628,17 +737,27 @@ int st_ssd_open(st_ssd_t **out, const st_ssd_opts_t *o,
 		close(dirfd);
 		return ST_EIO;
 	}
+	/* Before anything in the directory is read or removed. */
+	int lockfd;
+	int lrc = lock_dir(o->dir, dirfd, &lockfd);
+	if (lrc < 0) {
+		close(dirfd);
+		return lrc;
+	}
 
 	st_ssd_t *s = calloc(1, sizeof *s);
 	char *dir = strdup(o->dir);
 	if (!s || !dir) {
 		free(s);
 		free(dir);
+		close(lockfd);
 		close(dirfd);
 		return ST_ENOMEM;
 	}
 	s->dir = dir;
 	s->dirfd = dirfd;
+	s->lockfd = lockfd;
+	s->remove_on_close = o->remove_on_close;
 	s->payload_bytes = o->payload_bytes;
 	s->record_bytes = (uint32_t)round_up(REC_HEAD + o->payload_bytes + 4, 8);
 	uint64_t fb = round_up(o->file_bytes ? o->file_bytes : DEFAULT_FILE_BYTES, BLK);
@@ -720,6 +839,8 @@ int st_ssd_close(st_ssd_t *s)
 	stop_thread(s, &s->stop_compactor, &s->compact_cv, s->compactor);
 	int rc = st_ssd_flush(s);
 	stop_thread(s, &s->stop_writer, &s->work_cv, s->writer);
+	if (s->remove_on_close)
+		remove_store_files(s);
 	destroy(s);
 	return rc;
 }

@@ -19,6 +19,14 @@
  * that orders versions of a key), payload and a checksum; a record failing
  * its checksum is reported with file and offset and never returned.
  *
+ * One process per directory. st_ssd_open takes an exclusive flock(2) on
+ * "<dir>/LOCK" (created if absent; it holds the holder's pid as text) before
+ * it reads or removes any file, and the store keeps it until st_ssd_close.
+ * A second open of the same directory, from another process or from this
+ * one, fails with ST_EBUSY and touches nothing: two stores appending to and
+ * wiping the same files would corrupt each other. The kernel drops the lock
+ * when its holder dies, so a crashed run never blocks the next one.
+ *
  * Recovery. st_ssd_open with fresh = 0 scans the directory's .sst files,
  * keeps for each key the record with the highest lsn among complete files,
  * reports it through the recovered callback, and counts the others stale;
@@ -74,6 +82,10 @@ typedef struct st_ssd_opts {
 				    blocks are more than this fraction of it;
 				    0 = 0.3, the measured default (ssd.c) */
 	int fresh;               /* 1: delete existing .sst/.tmp files; 0: recover */
+	int remove_on_close;     /* 1: the store is one run's scratch space:
+				    st_ssd_close deletes its files, LOCK and the
+				    directory while it still holds the lock, so
+				    no other store can be using them meanwhile */
 	int no_uring;            /* 1: use pread/pwrite (tests); the env variable
 				    STRATA_NO_URING=1 does the same */
 	/* The owner's map: compaction copied key's record from `from` to `to`.
@@ -114,12 +126,15 @@ typedef struct st_ssd_stats {
  * key is reported once through recovered(arg, key, loc) before this returns
  * (recovered may be NULL with fresh == 1). ST_OK; ST_EINVAL for bad opts;
  * ST_EIO with a logged message naming the path (missing, not a directory,
- * not writable); ST_ENOMEM. */
+ * not writable, LOCK cannot be created or locked); ST_EBUSY, logged with
+ * the path and the holder's pid, when another open store holds the
+ * directory (nothing in it was read or removed); ST_ENOMEM. */
 int st_ssd_open(st_ssd_t **out, const st_ssd_opts_t *o,
 		void (*recovered)(void *arg, uint64_t key, st_ssd_loc_t loc), void *arg);
 
-/* Flushes (st_ssd_flush), stops the threads and frees the store (NULL-safe).
- * Returns the flush's result. No other call may run, and the caller must
+/* Flushes (st_ssd_flush), stops the threads and frees the store (NULL-safe),
+ * releasing the directory's lock (after removing the files, LOCK and the
+ * directory with remove_on_close). Returns the flush's result. No other call may run, and the caller must
  * not hold a lock that relocate takes (a running compaction pass finishes
  * first). Records only in memory (after a failed write) are lost here. */
 int st_ssd_close(st_ssd_t *s);

@@ -77,6 +77,8 @@ struct rctx {
 struct st_ssd {
 	char *dir;
 	int dirfd;
+	int lockfd;             /* LOCK, flock()ed for the store's life; -1 */
+	int remove_on_close;
 	uint32_t payload_bytes, record_bytes, cap_records;
 	uint64_t file_cap;      /* bytes of a full file */
 	unsigned qd;

@@ -1,8 +1,9 @@
 /* test_ssd.c — the SSD tier (runtime/store/ssd.c): round trips through write
  * buffers and disk in every read mode, release + compaction against an
  * owner's key -> location map (with concurrent updaters and readers),
- * corruption on disk, the pread/pwrite fallback, the disk budget, and a
- * write that fails. Files go under $TMPDIR (or /tmp) and are removed. */
+ * corruption on disk, the pread/pwrite fallback, the disk budget, a write
+ * that fails, and the lock that keeps a directory to one store. Files go
+ * under $TMPDIR (or /tmp) and are removed. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1177,6 +1178,126 @@ static void test_ssd_bad_opts_and_paths(void **state)
 	free(base);
 }
 
+/* ---- one store per directory ---- */
+
+static int count_sst(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return -1;
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		size_t l = strlen(e->d_name);
+		n += l > 4 && !strcmp(e->d_name + l - 4, ".sst");
+	}
+	closedir(d);
+	return n;
+}
+
+/* A second store on a directory in use is refused with ST_EBUSY, from this
+ * process or another, naming the holder's pid and removing nothing (a
+ * second job opening "fresh" used to delete the first one's files); the
+ * directory is free again after close, after its holder is killed, and a
+ * remove_on_close store takes its directory with it. */
+static void test_ssd_lock_one_store_per_dir(void **state)
+{
+	(void)state;
+	char *base = make_tmpdir();
+	char dir[4200];
+	snprintf(dir, sizeof dir, "%s/store", base);
+	st_ssd_opts_t o = { .dir = dir, .payload_bytes = P, .file_bytes = FILE_BYTES,
+			    .fresh = 1, .no_uring = 1 };
+	st_ssd_t *s1, *s2 = (st_ssd_t *)1;
+	assert_int_equal(st_ssd_open(&s1, &o, NULL, NULL), ST_OK);
+	uint8_t pl[P], back[P];
+	st_ssd_loc_t loc;
+	fill_payload(pl, key_of(7), 1);
+	assert_int_equal(st_ssd_append(s1, key_of(7), pl, &loc), ST_OK);
+	assert_int_equal(st_ssd_flush(s1), ST_OK);
+	assert_int_equal(count_sst(dir), 1);
+
+	/* The same process, fresh: refused before the wipe. */
+	struct cap c;
+	cap_begin(&c, base);
+	int rc = st_ssd_open(&s2, &o, NULL, NULL);
+	char *msg = cap_end(&c);
+	assert_int_equal(rc, ST_EBUSY);
+	assert_null(s2);
+	char want[9000];
+	snprintf(want, sizeof want, "%s: the SSD store directory is in use by another store "
+		 "(process %ld holds %s/LOCK)", dir, (long)getpid(), dir);
+	assert_non_null(strstr(msg, want));
+	free(msg);
+	assert_int_equal(count_sst(dir), 1);
+	uint64_t k7 = key_of(7);
+	void *dst[1] = { back };
+	assert_int_equal(st_ssd_read(s1, 1, &k7, &loc, dst), ST_OK);
+	assert_memory_equal(pl, back, P);
+
+	/* Another process. */
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		st_ssd_t *x;
+		_exit(st_ssd_open(&x, &o, NULL, NULL) == ST_EBUSY && !x ? 0 : 1);
+	}
+	int status;
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	assert_int_equal(count_sst(dir), 1);
+
+	/* Free after close: the record is recovered. */
+	assert_int_equal(st_ssd_close(s1), ST_OK);
+	struct owner ow;
+	owner_init(&ow, 16);
+	o.fresh = 0;
+	assert_int_equal(st_ssd_open(&s2, &o, owner_recovered, &ow), ST_OK);
+	assert_int_equal(ow.recovered, 1);
+	assert_int_equal(st_ssd_close(s2), ST_OK);
+	owner_fini(&ow);
+
+	/* A holder killed with SIGKILL (no close) frees the directory. */
+	int p[2];
+	assert_int_equal(pipe(p), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		st_ssd_t *x;
+		o.fresh = 1;
+		char ok = st_ssd_open(&x, &o, NULL, NULL) == ST_OK ? 'y' : 'n';
+		if (write(p[1], &ok, 1) != 1)
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	char ok = 0;
+	assert_int_equal(read(p[0], &ok, 1), 1);
+	assert_int_equal(ok, 'y');
+	o.fresh = 1;
+	assert_int_equal(st_ssd_open(&s2, &o, NULL, NULL), ST_EBUSY);
+	kill(pid, SIGKILL);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	close(p[0]);
+	close(p[1]);
+
+	/* remove_on_close: files, LOCK and the directory go; the next open
+	 * creates them again. */
+	o.remove_on_close = 1;
+	assert_int_equal(st_ssd_open(&s2, &o, NULL, NULL), ST_OK);
+	assert_int_equal(st_ssd_append(s2, key_of(7), pl, &loc), ST_OK);
+	assert_int_equal(st_ssd_flush(s2), ST_OK);
+	assert_int_equal(count_sst(dir), 1);
+	assert_int_equal(st_ssd_close(s2), ST_OK);
+	struct stat sb;
+	assert_int_not_equal(stat(dir, &sb), 0);
+	assert_int_equal(st_ssd_open(&s2, &o, NULL, NULL), ST_OK);
+	assert_int_equal(st_ssd_close(s2), ST_OK);
+	assert_int_not_equal(stat(dir, &sb), 0);
+	rm_tree(base);
+	free(base);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1193,6 +1314,7 @@ int main(void)
 		cmocka_unit_test(test_ssd_write_failure_efbig),
 		cmocka_unit_test(test_ssd_write_failure_readonly_dir),
 		cmocka_unit_test(test_ssd_bad_opts_and_paths),
+		cmocka_unit_test(test_ssd_lock_one_store_per_dir),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

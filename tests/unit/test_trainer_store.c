@@ -2,13 +2,15 @@
  * worker and a fixed seed, training with a RAM budget of 10% of the model
  * (the rest on SSD, pulled back by the pull stage while the previous batch
  * trains) gives exactly the parameters of training with every row in RAM;
- * and the job-level errors of the SSD tier. */
+ * and the job-level errors of the SSD tier, a second job on the same path
+ * among them. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -249,11 +251,74 @@ static void test_trainer_store_refuses_bad_settings(void **state)
 	assert_int_equal(mkdir(g_dir, 0700), 0);
 }
 
+static int count_sst(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return -1;
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		size_t l = strlen(e->d_name);
+		n += l > 4 && !strcmp(e->d_name + l - 4, ".sst");
+	}
+	closedir(d);
+	return n;
+}
+
+static void count_row(uint64_t key, float *row, void *arg)
+{
+	(void)key;
+	(void)row;
+	(*(size_t *)arg)++;
+}
+
+/* A second job on the same storage.ssd.path is refused with ST_EBUSY and
+ * leaves the first job's SSD files alone: it used to wipe them (every run
+ * opens its store fresh) and, failing, remove the first job's directory. */
+static void test_trainer_store_second_job_on_path_is_refused(void **state)
+{
+	(void)state;
+	st_job_t job;
+	make_job(&job);
+	job.mem_bytes = 2 << 20;
+	job.ssd_path = g_dir;
+	st_trainer_t *a, *b = NULL;
+	assert_int_equal(st_trainer_create(&a, &job, NULL), ST_OK);
+	train(a);
+	char t0[700];
+	snprintf(t0, sizeof t0, "%s/strata-store/t0", g_dir);
+	int files = count_sst(t0);
+	assert_true(files > 0);
+	st_table_stats_t ts;
+	st_table_stats(st_trainer_table_for_slot(a, 0), &ts);
+	assert_true(ts.cold_rows > 0);
+	size_t before = 0, after = 0;
+	assert_int_equal(st_table_foreach_all(st_trainer_table_for_slot(a, 0), count_row, &before),
+			 ST_OK);
+
+	assert_int_equal(st_trainer_create(&b, &job, NULL), ST_EBUSY);
+	assert_int_equal(count_sst(t0), files);
+	/* Every row of the first job, SSD tier included, is still readable. */
+	assert_int_equal(st_table_foreach_all(st_trainer_table_for_slot(a, 0), count_row, &after),
+			 ST_OK);
+	assert_int_equal(before, after);
+	st_trainer_destroy(a);
+	/* Free again once the first job is gone. */
+	assert_int_equal(st_trainer_create(&b, &job, NULL), ST_OK);
+	st_trainer_destroy(b);
+	struct stat sb;
+	char root[600];
+	snprintf(root, sizeof root, "%s/strata-store", g_dir);
+	assert_int_not_equal(stat(root, &sb), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_trainer_store_small_budget_is_exact),
 		cmocka_unit_test(test_trainer_store_refuses_bad_settings),
+		cmocka_unit_test(test_trainer_store_second_job_on_path_is_refused),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
