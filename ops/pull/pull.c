@@ -186,7 +186,12 @@ static int pull_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 		return op_fail(ctx, rc, "batch %llu: parameter store: %s",
 			       (unsigned long long)b->seq, st_strerror(rc));
 	}
-	st__trainer_track_batch(tr, b, uslot);
+	if ((rc = st__trainer_track_batch(tr, b, uslot)) < 0) {
+		free(uslot);
+		return op_fail(ctx, rc, "batch %llu: cannot record its keys for the next delta "
+			       "export: %s (the export would silently miss their rows)",
+			       (unsigned long long)b->seq, st_strerror(rc));
+	}
 	/* The row width of every unique key, for train (b->aux, freed with the
 	 * batch). The slot array is reused in place. */
 	for (uint32_t u = 0; u < nu; u++)

@@ -31,6 +31,12 @@ static int push_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 			ev += st_table_evict_older(tr->tables[i], (uint32_t)b->seq, tr->ttl);
 		if (tr->metrics)
 			st_metrics_add(tr->metrics, "evicted", (double)ev);
+		int rc = st__trainer_track_error(tr);
+		if (rc < 0)
+			return st__trainer_fail(ctx, rc, "batch %llu: TTL eviction: cannot record "
+						"the evicted keys for the next delta export: %s (the "
+						"export would silently keep their rows)",
+						(unsigned long long)b->seq, st_strerror(rc));
 	}
 	if (tr->metrics)
 		st__trainer_store_metrics(tr);

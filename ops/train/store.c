@@ -19,6 +19,7 @@
  * so only a table this trainer opened is ever removed, never a directory
  * another job is using.
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -242,6 +243,30 @@ void st__trainer_store_metrics(st_trainer_t *tr)
 
 /* ---- delta tracking ------------------------------------------------------ */
 
+/* Delta tracking must never lose a key quietly: a key missing from the sets
+ * is a row missing from the next delta export, and a predictor applying the
+ * deltas would serve a stale row forever. So a key that cannot be recorded
+ * (out of memory) fails the batch that brought it, sets track_err, and from
+ * then on every delta is refused until a full export (which needs no key
+ * list) starts over. The export copies the sets and empties them only once
+ * the export is published, so a failed export keeps them for the next. */
+
+long st__trainer_keyset_fail_after = -1;
+
+/* The one allocator of the key sets' memory, with the test hook of
+ * trainer_internal.h. */
+static void *keyset_alloc(size_t n, size_t size)
+{
+	long v = __atomic_load_n(&st__trainer_keyset_fail_after, __ATOMIC_RELAXED);
+	while (v > 0 && !__atomic_compare_exchange_n(&st__trainer_keyset_fail_after, &v, v - 1, 0,
+						     __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+		;
+	if (v == 0)
+		return NULL;
+	return calloc(n, size);
+}
+
+/* Adds key. ST_OK, or ST_ENOMEM with the set unchanged. */
 static int keyset_add(st_keyset_t *s, uint64_t key)
 {
 	if (key == 0) {
@@ -251,7 +276,7 @@ static int keyset_add(st_keyset_t *s, uint64_t key)
 	}
 	if ((s->n + 1) * 2 > s->cap) {
 		size_t nc = s->cap ? s->cap * 2 : 1024;
-		uint64_t *nk = calloc(nc, sizeof *nk);
+		uint64_t *nk = keyset_alloc(nc, sizeof *nk);
 		if (!nk)
 			return ST_ENOMEM;
 		for (size_t i = 0; i < s->cap; i++)
@@ -275,46 +300,63 @@ static int keyset_add(st_keyset_t *s, uint64_t key)
 	return ST_OK;
 }
 
-/* The set as a malloc'ed array (*n keys); the set is emptied. */
-static uint64_t *keyset_take(st_keyset_t *s, size_t *n)
+/* Copies the set's s->n keys into out. */
+static void keyset_copy(const st_keyset_t *s, uint64_t *out)
 {
-	uint64_t *out = malloc(sizeof(uint64_t) * (s->n ? s->n : 1));
 	size_t m = 0;
-	if (out) {
-		if (s->has_zero)
-			out[m++] = 0;
-		for (size_t i = 0; i < s->cap; i++)
-			if (s->k[i])
-				out[m++] = s->k[i];
-	}
-	free(s->k);
-	memset(s, 0, sizeof *s);
-	*n = m;
-	return out;
+	if (s->has_zero)
+		out[m++] = 0;
+	for (size_t i = 0; i < s->cap; i++)
+		if (s->k[i])
+			out[m++] = s->k[i];
+	assert(m == s->n);
 }
 
-void st__trainer_track_batch(st_trainer_t *tr, const st_batch_t *b, const uint16_t *uslot)
+static void keyset_clear(st_keyset_t *s)
+{
+	free(s->k);
+	memset(s, 0, sizeof *s);
+}
+
+int st__trainer_track_batch(st_trainer_t *tr, const st_batch_t *b, const uint16_t *uslot)
 {
 	if (b->eval || !__atomic_load_n(&tr->track, __ATOMIC_ACQUIRE))
-		return;
+		return ST_OK;
 	float *const *rows = b->rows;
 	pthread_mutex_lock(&tr->track_mu);
-	for (uint32_t u = 0; u < b->n_uniq; u++)
+	int rc = tr->track_err;
+	for (uint32_t u = 0; u < b->n_uniq && rc >= 0; u++)
 		if (rows[u])
-			keyset_add(&tr->touched[tr->n_tables == 1 ? 0 : tr->slot_table[uslot[u]]],
-				   b->uniq[u]);
+			rc = keyset_add(&tr->touched[tr->n_tables == 1 ? 0 : tr->slot_table[uslot[u]]],
+					b->uniq[u]);
+	if (rc < 0)
+		tr->track_err = rc;
 	pthread_mutex_unlock(&tr->track_mu);
+	return rc;
+}
+
+int st__trainer_track_error(st_trainer_t *tr)
+{
+	pthread_mutex_lock(&tr->track_mu);
+	int rc = tr->track_err;
+	pthread_mutex_unlock(&tr->track_mu);
+	return rc;
 }
 
 /* A table's on_evict hook (TTL): under the table's shard lock; takes only
- * track_mu, which is never held while calling into a table. */
+ * track_mu, which is never held while calling into a table. It cannot fail
+ * the sweep, so a key it cannot record sets track_err, which push reports
+ * right after the sweep (st__trainer_track_error). */
 static void on_evict(void *arg, uint64_t key)
 {
 	st_trainer_t *tr = ((st_evict_ctx_t *)arg)->tr;
 	int k = ((st_evict_ctx_t *)arg)->k;
 	pthread_mutex_lock(&tr->track_mu);
-	if (tr->track)
-		keyset_add(&tr->evicted[k], key);
+	if (tr->track && tr->track_err >= 0) {
+		int rc = keyset_add(&tr->evicted[k], key);
+		if (rc < 0)
+			tr->track_err = rc;
+	}
 	pthread_mutex_unlock(&tr->track_mu);
 }
 
@@ -330,27 +372,56 @@ int st_trainer_export(st_trainer_t *tr, const st_job_t *job, const char *root, u
 		      int delta, int keep, char *err, size_t errlen)
 {
 	pthread_mutex_lock(&tr->track_mu);
-	int was = tr->track;
+	const int was = tr->track;
+	const int lost = tr->track_err;
 	/* From the first export on, every change is tracked. */
 	__atomic_store_n(&tr->track, 1, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&tr->track_mu);
+	const int as_delta = delta && was;
+	if (as_delta && lost < 0) {
+		snprintf(err, errlen, "a key changed since the last export could not be recorded "
+			 "(%s): a delta would miss its row; only a full export can follow",
+			 st_strerror(lost));
+		return lost;
+	}
 	st_export_keys_t keys[MAX_TABLES];
 	uint64_t *arr[2 * MAX_TABLES] = { 0 };
-	for (int k = 0; k < tr->n_tables; k++) {
-		arr[2 * k] = keyset_take(&tr->touched[k], &keys[k].n_touched);
-		arr[2 * k + 1] = keyset_take(&tr->evicted[k], &keys[k].n_deleted);
+	int rc = ST_OK;
+	pthread_mutex_lock(&tr->track_mu);
+	for (int k = 0; as_delta && k < tr->n_tables; k++) {
+		keys[k].n_touched = tr->touched[k].n;
+		keys[k].n_deleted = tr->evicted[k].n;
+		arr[2 * k] = keyset_alloc(keys[k].n_touched + 1, sizeof(uint64_t));
+		arr[2 * k + 1] = keyset_alloc(keys[k].n_deleted + 1, sizeof(uint64_t));
+		if (!arr[2 * k] || !arr[2 * k + 1]) {
+			snprintf(err, errlen, "out of memory listing the %zu keys of table %d changed "
+				 "since the last export (they are kept for the next export)",
+				 keys[k].n_touched + keys[k].n_deleted, k);
+			rc = ST_ENOMEM;
+			break;
+		}
+		keyset_copy(&tr->touched[k], arr[2 * k]);
+		keyset_copy(&tr->evicted[k], arr[2 * k + 1]);
 		keys[k].touched = arr[2 * k];
 		keys[k].deleted = arr[2 * k + 1];
 	}
-	st_export_delta_t d = { .n_tables = tr->n_tables, .tables = keys };
-	int rc = st_export_write(tr, job, root, seq, (int64_t)tr->batches,
-				 delta && was ? &d : NULL, keep, err, errlen);
-	/* Not written: the changes still belong to the next delta. */
-	for (int k = 0; rc < 0 && k < tr->n_tables; k++) {
-		for (size_t i = 0; arr[2 * k] && i < keys[k].n_touched; i++)
-			keyset_add(&tr->touched[k], keys[k].touched[i]);
-		for (size_t i = 0; arr[2 * k + 1] && i < keys[k].n_deleted; i++)
-			keyset_add(&tr->evicted[k], keys[k].deleted[i]);
+	pthread_mutex_unlock(&tr->track_mu);
+	if (rc >= 0) {
+		st_export_delta_t d = { .n_tables = tr->n_tables, .tables = keys };
+		rc = st_export_write(tr, job, root, seq, (int64_t)tr->batches,
+				     as_delta ? &d : NULL, keep, err, errlen);
+	}
+	/* Written: the next delta starts from here (after a full export, also
+	 * when keys were lost before it). Not written: the changes still belong
+	 * to the next export. */
+	if (rc >= 0) {
+		pthread_mutex_lock(&tr->track_mu);
+		for (int k = 0; k < tr->n_tables; k++) {
+			keyset_clear(&tr->touched[k]);
+			keyset_clear(&tr->evicted[k]);
+		}
+		tr->track_err = ST_OK;
+		pthread_mutex_unlock(&tr->track_mu);
 	}
 	for (int k = 0; k < 2 * tr->n_tables; k++)
 		free(arr[k]);

@@ -101,6 +101,9 @@ struct st_trainer {
 	int track;
 	pthread_mutex_t track_mu;
 	st_keyset_t touched[MAX_TABLES], evicted[MAX_TABLES];
+	int track_err;             /* < 0: a changed key was not recorded (out of
+				      memory); deltas are refused until a full
+				      export. Under track_mu */
 	st_evict_ctx_t evict_ctx[MAX_TABLES];
 	int *slot_table;           /* [n_slots] */
 	int n_slots, n_dense, gstride;
@@ -206,9 +209,20 @@ int st__trainer_tables_create(st_trainer_t *tr, const st_job_t *job, const int *
 void st__trainer_tables_destroy(st_trainer_t *tr);
 void st__trainer_store_metrics(st_trainer_t *tr);
 /* Records the training keys of a pulled batch for the next delta export
- * (pull threads); frees the sets (destroy). */
-void st__trainer_track_batch(st_trainer_t *tr, const st_batch_t *b, const uint16_t *uslot);
+ * (pull threads). ST_OK, or ST_ENOMEM when a key could not be recorded (or
+ * one was not before, st__trainer_track_error): the batch must fail, since
+ * a delta without that key would silently miss its row. */
+int st__trainer_track_batch(st_trainer_t *tr, const st_batch_t *b, const uint16_t *uslot);
+/* ST_OK, or the error that lost a key since the last full export (the TTL
+ * sweep's on_evict hook cannot return one: push asks after the sweep). */
+int st__trainer_track_error(st_trainer_t *tr);
+/* Frees the sets (destroy). */
 void st__trainer_track_free(st_trainer_t *tr);
+/* Test-only fault injection, compiled in always, like Lua's failing test
+ * allocator: -1 (the default) is inert; n >= 0 lets n more allocations of
+ * the delta-tracking key sets succeed and fails every later one with
+ * ST_ENOMEM until it is set back to -1. Thread-safe (atomic). */
+extern long st__trainer_keyset_fail_after;
 
 /* checkpoint.c: pull waits at the gate and marks interval ends; dump
  * checkpoints after a marked batch; open_gate(cancel = 1) releases a

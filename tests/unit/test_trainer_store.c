@@ -3,7 +3,8 @@
  * (the rest on SSD, pulled back by the pull stage while the previous batch
  * trains) gives exactly the parameters of training with every row in RAM;
  * and the job-level errors of the SSD tier, a second job on the same path
- * among them. */
+ * among them; and delta tracking that runs out of memory (the key-set
+ * allocator's test hook) fails loudly instead of dropping keys. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,8 +18,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ops/dump/rows.h"
 #include "ops/gen/gen.h"
 #include "ops/train/trainer.h"
+#include "ops/train/trainer_internal.h"
 #include "runtime/err.h"
 #include "runtime/graph.h"
 #include "runtime/metrics.h"
@@ -110,9 +113,11 @@ static void add_stage(st_graph_t *g, const char *name, const st_stage_ops_t *ops
 	assert_int_equal(st_graph_add_stage(g, &d), ST_OK);
 }
 
-static void train(st_trainer_t *tr)
+/* Trains batches [from, from + n) through the trainer's stages; the
+ * graph's result. */
+static int train_batches(st_trainer_t *tr, uint64_t from, uint64_t n)
 {
-	src_t src = { .next = 0, .n = BATCHES, .evals = 1 };
+	src_t src = { .next = from, .n = from + n, .evals = 1 };
 	st_graph_t *g;
 	assert_int_equal(st_graph_create(&g), ST_OK);
 	add_stage(g, "read", &src_ops, &src);
@@ -120,8 +125,16 @@ static void train(st_trainer_t *tr)
 	add_stage(g, "train", &st_trainer_train_ops, tr);
 	add_stage(g, "push", &st_trainer_push_ops, tr);
 	add_stage(g, "dump", &st_trainer_dump_ops, tr);
-	assert_int_equal(st_graph_run(g), ST_OK);
+	int rc = st_graph_run(g);
+	if (rc < 0)
+		printf("graph: %s\n", st_graph_error(g));
 	st_graph_destroy(g);
+	return rc;
+}
+
+static void train(st_trainer_t *tr)
+{
+	assert_int_equal(train_batches(tr, 0, BATCHES), ST_OK);
 }
 
 /* Every row of a table as (key, floats, last_step, freq), sorted by key. */
@@ -313,12 +326,129 @@ static void test_trainer_store_second_job_on_path_is_refused(void **state)
 	assert_int_not_equal(stat(root, &sb), 0);
 }
 
+/* ---- delta exports never lose a key (issue 15) ---- */
+
+static char g_err[1024];
+
+static int export_to(st_trainer_t *tr, const st_job_t *job, uint64_t seq, int delta)
+{
+	char root[600];
+	snprintf(root, sizeof root, "%s/exports", g_dir);
+	mkdir(root, 0755);
+	g_err[0] = 0;
+	int rc = st_trainer_export(tr, job, root, seq, delta, 0, g_err, sizeof g_err);
+	if (rc < 0)
+		printf("export %llu: %s\n", (unsigned long long)seq, g_err);
+	return rc;
+}
+
+/* Rows and deleted keys of table 0 of delta export seq. */
+static void delta_counts(uint64_t seq, size_t *rows, size_t *deleted)
+{
+	char path[700], err[512];
+	snprintf(path, sizeof path, "%s/exports/export-%012llu-delta/table-0.rows", g_dir,
+		 (unsigned long long)seq);
+	st_rows_file_t *f;
+	assert_int_equal(st_rows_read(path, &f, err, sizeof err), ST_OK);
+	*rows = f->info.n_rows;
+	*deleted = f->info.n_deleted;
+	st_rows_file_free(f);
+}
+
+/* A key of a trained batch that cannot be recorded for the next delta (the
+ * set's allocation fails) fails the batch with ST_ENOMEM: it used to be
+ * dropped, and the next delta silently missed its row. Deltas are refused
+ * until a full export; then tracking starts over. */
+static void test_trainer_store_track_enomem_fails_the_batch(void **state)
+{
+	(void)state;
+	st_job_t job;
+	make_job(&job);
+	job.name = (char *)"trstore";
+	st_trainer_t *tr;
+	assert_int_equal(st_trainer_create(&tr, &job, NULL), ST_OK);
+	assert_int_equal(train_batches(tr, 0, 8), ST_OK);
+	assert_int_equal(export_to(tr, &job, 1, 1), ST_OK);   /* tracking starts */
+	st__trainer_keyset_fail_after = 0;
+	int rc = train_batches(tr, 8, 8);
+	st__trainer_keyset_fail_after = -1;
+	assert_int_equal(rc, ST_ENOMEM);
+	assert_int_equal(export_to(tr, &job, 2, 1), ST_ENOMEM);
+	assert_non_null(strstr(g_err, "a delta would miss its row; only a full export can follow"));
+	assert_int_equal(train_batches(tr, 8, 8), ST_ENOMEM);   /* still refused */
+	/* A full export needs no key list and starts the tracking over. */
+	assert_int_equal(export_to(tr, &job, 3, 0), ST_OK);
+	assert_int_equal(train_batches(tr, 16, 8), ST_OK);
+	size_t n = tr->touched[0].n, rows, del;
+	assert_true(n > 0);
+	assert_int_equal(export_to(tr, &job, 4, 1), ST_OK);
+	delta_counts(4, &rows, &del);
+	assert_int_equal(rows + del, n);
+	st_trainer_destroy(tr);
+}
+
+/* The key lists of a delta export cannot be allocated: the export fails with
+ * ST_ENOMEM and keeps every key for the next one (it used to free the sets
+ * and write an empty delta). */
+static void test_trainer_store_export_enomem_keeps_the_keys(void **state)
+{
+	(void)state;
+	st_job_t job;
+	make_job(&job);
+	job.name = (char *)"trstore";
+	st_trainer_t *tr;
+	assert_int_equal(st_trainer_create(&tr, &job, NULL), ST_OK);
+	assert_int_equal(export_to(tr, &job, 1, 1), ST_OK);
+	assert_int_equal(train_batches(tr, 0, 8), ST_OK);
+	size_t n = tr->touched[0].n, rows, del;
+	assert_true(n > 1000);
+	st__trainer_keyset_fail_after = 0;
+	int rc = export_to(tr, &job, 2, 1);
+	st__trainer_keyset_fail_after = -1;
+	assert_int_equal(rc, ST_ENOMEM);
+	assert_non_null(strstr(g_err, "keys of table 0 changed since the last export (they are "
+				      "kept for the next export)"));
+	assert_int_equal(tr->touched[0].n, n);
+	assert_int_equal(export_to(tr, &job, 2, 1), ST_OK);
+	delta_counts(2, &rows, &del);
+	assert_int_equal(rows + del, n);
+	assert_int_equal(tr->touched[0].n, 0);
+	st_trainer_destroy(tr);
+}
+
+/* An evicted key (TTL) that cannot be recorded: the eviction hook cannot
+ * fail the sweep, so the error is kept, push and pull report it, and the
+ * next delta is refused (it used to miss the deletion). */
+static void test_trainer_store_evict_enomem_is_not_silent(void **state)
+{
+	(void)state;
+	st_job_t job;
+	make_job(&job);
+	job.name = (char *)"trstore";
+	st_trainer_t *tr;
+	assert_int_equal(st_trainer_create(&tr, &job, NULL), ST_OK);
+	assert_int_equal(train_batches(tr, 0, 8), ST_OK);
+	assert_int_equal(export_to(tr, &job, 1, 0), ST_OK);
+	st_table_t *t = st_trainer_table_for_slot(tr, 0);
+	st__trainer_keyset_fail_after = 0;
+	uint64_t ev = st_table_evict_older(t, 1000000, 1);
+	st__trainer_keyset_fail_after = -1;
+	assert_true(ev > 0);
+	assert_int_equal(st__trainer_track_error(tr), ST_ENOMEM);
+	assert_int_equal(export_to(tr, &job, 2, 1), ST_ENOMEM);
+	assert_int_equal(train_batches(tr, 8, 4), ST_ENOMEM);
+	st_trainer_destroy(tr);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_trainer_store_small_budget_is_exact),
 		cmocka_unit_test(test_trainer_store_refuses_bad_settings),
 		cmocka_unit_test(test_trainer_store_second_job_on_path_is_refused),
+		cmocka_unit_test(test_trainer_store_track_enomem_fails_the_batch),
+		cmocka_unit_test(test_trainer_store_export_enomem_keeps_the_keys),
+		cmocka_unit_test(test_trainer_store_evict_enomem_is_not_silent),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
