@@ -2,6 +2,9 @@
  * test_read_stage.c — the read stage inside a real graph: 2 reader threads
  * over 3 Criteo files, a counting sink; row totals, unique dense seq
  * numbers, epochs, limit, and errors that stop the graph with file:line.
+ * Each case runs on the real Kaggle samples (ST_SHARED_DATA) and on three
+ * synthetic files the test writes (read_fixtures.h); in a clone without the
+ * shared data only the real-data cases skip, saying so.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,10 +21,30 @@
 #include "ops/read/read.h"
 #include "runtime/err.h"
 #include "runtime/graph.h"
+#include "read_fixtures.h"
+#include "skip_util.h"
 
 static const char *data_dir;
 static char paths_buf[4][1024];
 static char *paths[4];
+static const char *real_rel[4] = {
+	"criteo/Lapis-Hong_Wide-ResDNN/train.csv",
+	"criteo/Lapis-Hong_Wide-ResDNN/dev.csv",
+	"criteo/PaddlePaddle_PaddleRec/part-0",
+	"criteo/no-such-file.tsv",
+};
+/* Synthetic files of 2300, 409 and 100 rows, and one that does not exist. */
+static char tmp_dir[256];
+static char spaths_buf[4][512];
+static char *spaths[4];
+static size_t sbytes[3];
+
+/* Skips a case on the real samples unless all three are there. */
+#define NEED_REAL()                          \
+	do {                                 \
+		for (int i_ = 0; i_ < 3; i_++) \
+			TU_NEED_SHARED(real_rel[i_]); \
+	} while (0)
 
 /* The sink records every batch it sees; one thread, but locked anyway so
  * the test stays right if the stage gets more threads. */
@@ -118,6 +141,7 @@ static void assert_seq_dense(const struct sink *s)
 static void test_read_stage_three_files_two_threads(void **state)
 {
 	(void)state;
+	NEED_REAL();
 	st_source_t src = criteo_src(3);
 	struct sink s;
 	st_read_stats_t tot;
@@ -137,6 +161,7 @@ static void test_read_stage_three_files_two_threads(void **state)
 static void test_read_stage_epochs_and_eval(void **state)
 {
 	(void)state;
+	NEED_REAL();
 	st_source_t src = criteo_src(2);
 	src.paths = paths + 1;   /* dev.csv and part-0 */
 	struct sink s;
@@ -151,6 +176,7 @@ static void test_read_stage_epochs_and_eval(void **state)
 static void test_read_stage_limit_is_exact(void **state)
 {
 	(void)state;
+	NEED_REAL();
 	st_source_t src = criteo_src(3);
 	struct sink s;
 	st_read_stats_t tot;
@@ -167,6 +193,7 @@ static void test_read_stage_limit_is_exact(void **state)
 static void test_read_stage_errors_stop_the_graph(void **state)
 {
 	(void)state;
+	NEED_REAL();
 	struct sink s;
 	st_read_stats_t tot;
 	char err[1024];
@@ -176,9 +203,7 @@ static void test_read_stage_errors_stop_the_graph(void **state)
 	assert_non_null(strstr(err, "no-such-file.tsv: cannot open"));
 
 	/* A bad record under "fail": the graph error names file:line. */
-	const char *td = getenv("ST_TEST_DATA");
-	if (!td)
-		return;
+	const char *td = tu_test_data();
 	char bad[1024];
 	snprintf(bad, sizeof bad, "%s/read/criteo_bad.tsv", td);
 	char *one[1] = { bad };
@@ -194,32 +219,134 @@ static void test_read_stage_errors_stop_the_graph(void **state)
 	assert_int_equal(tot.bad, 6);
 }
 
+/* ---- the same cases on the synthetic files ---- */
+
+static void test_read_stage_synth_three_files_two_threads(void **state)
+{
+	(void)state;
+	st_source_t src = criteo_src(3);
+	src.paths = spaths;
+	struct sink s;
+	st_read_stats_t tot;
+	assert_int_equal(run_graph(&src, 500, 1, 0, &s, &tot, NULL, 0), 0);
+	assert_int_equal(s.rows, 2300 + 409 + 100);
+	assert_int_equal(tot.rows, 2809);
+	assert_int_equal(tot.bad, 0);
+	assert_int_equal(tot.bytes, sbytes[0] + sbytes[1] + sbytes[2]);
+	assert_int_equal(s.too_big, 0);
+	/* per file: ceil(2300/500) + ceil(409/500) + ceil(100/500) batches */
+	assert_int_equal(s.batches, 5 + 1 + 1);
+	assert_int_equal(s.eval_batches, 0);
+	assert_seq_dense(&s);
+}
+
+static void test_read_stage_synth_epochs_and_eval(void **state)
+{
+	(void)state;
+	st_source_t src = criteo_src(2);
+	src.paths = spaths + 1;
+	struct sink s;
+	st_read_stats_t tot;
+	assert_int_equal(run_graph(&src, 1000, 3, 1, &s, &tot, NULL, 0), 0);
+	assert_int_equal(s.rows, 3 * (409 + 100));
+	assert_int_equal(s.batches, 6);
+	assert_int_equal(s.eval_batches, 6);
+	assert_seq_dense(&s);
+}
+
+static void test_read_stage_synth_limit_is_exact(void **state)
+{
+	(void)state;
+	st_source_t src = criteo_src(3);
+	src.paths = spaths;
+	struct sink s;
+	st_read_stats_t tot;
+	src.limit = 1234;
+	assert_int_equal(run_graph(&src, 100, 2, 0, &s, &tot, NULL, 0), 0);
+	assert_int_equal(s.rows, 1234);
+	assert_int_equal(tot.rows, 1234);
+	assert_seq_dense(&s);
+	src.limit = 0;
+	assert_int_equal(run_graph(&src, 100, 1, 0, &s, &tot, NULL, 0), 0);
+	assert_int_equal(s.rows, 0);
+}
+
+static void test_read_stage_synth_errors_stop_the_graph(void **state)
+{
+	(void)state;
+	struct sink s;
+	st_read_stats_t tot;
+	char err[1024];
+	st_source_t src = criteo_src(4);   /* spaths[3] does not exist */
+	src.paths = spaths;
+	int rc = run_graph(&src, 256, 1, 0, &s, &tot, err, sizeof err);
+	assert_int_equal(rc, ST_ENOENT);
+	assert_non_null(strstr(err, "no-such-file.tsv: cannot open"));
+
+	/* A bad record under "fail": the graph error names file:line. */
+	const char *td = tu_test_data();
+	char bad[1024];
+	snprintf(bad, sizeof bad, "%s/read/criteo_bad.tsv", td);
+	char *one[1] = { bad };
+	src = criteo_src(1);
+	src.paths = one;
+	src.on_bad = ST_BAD_FAIL;
+	rc = run_graph(&src, 256, 1, 0, &s, &tot, err, sizeof err);
+	assert_int_equal(rc, ST_EBADREC);
+	assert_non_null(strstr(err, "criteo_bad.tsv:2: field 0 (label): '2' is not a label (0 or 1)"));
+	src.on_bad = ST_BAD_SKIP;
+	assert_int_equal(run_graph(&src, 256, 1, 0, &s, &tot, err, sizeof err), 0);
+	assert_int_equal(s.rows, 3);
+	assert_int_equal(tot.bad, 6);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	snprintf(tmp_dir, sizeof tmp_dir, "/tmp/st-test-read-stage-XXXXXX");
+	if (!mkdtemp(tmp_dir))
+		return -1;
+	static const uint32_t rows[3] = { 2300, 409, 100 };
+	static const char *names[4] = { "a.tsv", "b.tsv", "c.tsv", "no-such-file.tsv" };
+	for (int i = 0; i < 4; i++) {
+		snprintf(spaths_buf[i], sizeof spaths_buf[i], "%s/%s", tmp_dir, names[i]);
+		spaths[i] = spaths_buf[i];
+		if (i < 3) {
+			tf_criteo_t e;
+			tf_criteo_write(spaths[i], rows[i], 100 + (uint64_t)i, 0, &e);
+			sbytes[i] = e.bytes;
+			tf_criteo_free(&e);
+		}
+	}
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	for (int i = 0; i < 3; i++)
+		unlink(spaths[i]);
+	return rmdir(tmp_dir);
+}
+
 int main(void)
 {
 	data_dir = getenv("ST_SHARED_DATA");
-	static const char *rel[4] = {
-		"criteo/Lapis-Hong_Wide-ResDNN/train.csv",
-		"criteo/Lapis-Hong_Wide-ResDNN/dev.csv",
-		"criteo/PaddlePaddle_PaddleRec/part-0",
-		"criteo/no-such-file.tsv",
-	};
-	if (!data_dir) {
-		printf("skip: ST_SHARED_DATA is not set\n");
-		return 77;
-	}
 	for (int i = 0; i < 4; i++) {
-		snprintf(paths_buf[i], sizeof paths_buf[i], "%s/%s", data_dir, rel[i]);
+		snprintf(paths_buf[i], sizeof paths_buf[i], "%s/%s",
+			 data_dir ? data_dir : "/nonexistent", real_rel[i]);
 		paths[i] = paths_buf[i];
-		if (i < 3 && access(paths[i], R_OK) != 0) {
-			printf("skip: %s is missing\n", paths[i]);
-			return 77;
-		}
 	}
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_read_stage_three_files_two_threads),
 		cmocka_unit_test(test_read_stage_epochs_and_eval),
 		cmocka_unit_test(test_read_stage_limit_is_exact),
 		cmocka_unit_test(test_read_stage_errors_stop_the_graph),
+		cmocka_unit_test(test_read_stage_synth_three_files_two_threads),
+		cmocka_unit_test(test_read_stage_synth_epochs_and_eval),
+		cmocka_unit_test(test_read_stage_synth_limit_is_exact),
+		cmocka_unit_test(test_read_stage_synth_errors_stop_the_graph),
 	};
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	return tu_exit(cmocka_run_group_tests(tests, setup, teardown),
+		       sizeof tests / sizeof tests[0]);
 }
