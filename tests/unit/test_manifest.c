@@ -14,6 +14,7 @@
 #include <xxhash.h>
 
 #include "dump_util.h"
+#include "skip_util.h"
 #include "ops/dump/manifest.h"
 #include "runtime/err.h"
 
@@ -379,21 +380,18 @@ static const char py_yaml[] =
 static void test_manifest_python_yaml_reads_it(void **state)
 {
 	(void)state;
-	if (!tu_python()) {
-		printf("skip: no python3\n");
-		return;
-	}
+	if (!tu_python())
+		TU_SKIP("no python3 (or $ST_PYTHON) to read the manifest with yaml");
 	st_manifest_t m = full_manifest();
 	char *path = tu_path(dir, "py.yaml");
 	assert_int_equal(st_manifest_write(path, &m, NULL, NULL, 0), ST_OK);
 	char args[4200];
 	snprintf(args, sizeof args, "'%s'", path);
 	int rc = tu_run_python(dir, "check_yaml.py", py_yaml, args);
-	if (rc == 77)
-		printf("skip: python has no yaml module\n");
-	else
-		assert_int_equal(rc, 0);
 	free(path);
+	if (rc == 77)
+		TU_SKIP("%s has no yaml module to read the manifest with", tu_python());
+	assert_int_equal(rc, 0);
 }
 
 int main(void)
@@ -406,5 +404,6 @@ int main(void)
 		cmocka_unit_test(test_manifest_checksum_line),
 		cmocka_unit_test(test_manifest_python_yaml_reads_it),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return tu_exit(cmocka_run_group_tests(tests, setup, teardown),
+		       sizeof tests / sizeof tests[0]);
 }

@@ -24,6 +24,7 @@
 #include <xxhash.h>
 
 #include "dump_util.h"
+#include "skip_util.h"
 #include "ops/dump/rows.h"
 #include "runtime/err.h"
 
@@ -917,10 +918,8 @@ static const char py_rows[] =
 static void test_rows_docs_python_reader(void **state)
 {
 	(void)state;
-	if (!tu_python()) {
-		printf("skip: no python3 to run the docs/formats.md reader\n");
-		return;
-	}
+	if (!tu_python())
+		TU_SKIP("no python3 (or $ST_PYTHON) to run the docs/formats.md reader");
 	table_t t;
 	make_table(&t, 300, 5);
 	st_rows_info_t info = { .table_id = 77, .dim = 3, .state_dim = 2, .flags = ST_ROWS_DELTA };
@@ -953,5 +952,6 @@ int main(void)
 		cmocka_unit_test(test_rows_widest_rows_read_in_bounded_memory),
 		cmocka_unit_test(test_rows_docs_python_reader),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return tu_exit(cmocka_run_group_tests(tests, setup, teardown),
+		       sizeof tests / sizeof tests[0]);
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "dump_util.h"
+#include "skip_util.h"
 #include "ops/dump/safetensors.h"
 #include "runtime/err.h"
 
@@ -507,19 +508,16 @@ static const char py_check[] =
 static void test_safetensors_loads_in_pytorch(void **state)
 {
 	(void)state;
-	if (!tu_python()) {
-		printf("skip: no python3 to cross-check with PyTorch\n");
-		return;
-	}
+	if (!tu_python())
+		TU_SKIP("no python3 (or $ST_PYTHON) to cross-check with PyTorch");
 	char *p = write_sample("torch.safetensors", NULL);
 	char args[8192];
 	snprintf(args, sizeof args, "'%s' '%s'", p, tu_formats_md());
 	int rc = tu_run_python(dir, "check_safetensors.py", py_check, args);
-	if (rc == 77)
-		printf("skip: python has no torch\n");
-	else
-		assert_int_equal(rc, 0);
 	free(p);
+	if (rc == 77)
+		TU_SKIP("%s has no torch module to cross-check with PyTorch", tu_python());
+	assert_int_equal(rc, 0);
 }
 
 int main(void)
@@ -536,5 +534,6 @@ int main(void)
 		cmocka_unit_test(test_safetensors_disk_full_leaves_nothing),
 		cmocka_unit_test(test_safetensors_loads_in_pytorch),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return tu_exit(cmocka_run_group_tests(tests, setup, teardown),
+		       sizeof tests / sizeof tests[0]);
 }
