@@ -48,11 +48,18 @@ wait_for() {
 }
 # Waits (at most 60 s) until the first $1 ranks joined and started training,
 # then one more second, so that a kill lands mid-training (also under ASan).
+# A rank that never starts is a failure (recorded with bad, naming it, and
+# returned as 1): the check that follows would otherwise kill a rank that
+# was not training and could pass for the wrong reason.
 wait_started() {
   local t=0 r
   for ((r = 0; r < $1; r++)); do
     until grep -q "trains batches" "$tmp/out$r" 2>/dev/null; do
-      sleep 0.2; t=$((t + 1)); [ $t -gt 300 ] && return
+      sleep 0.2; t=$((t + 1))
+      if [ $t -gt 300 ]; then
+        bad "rank $r of $1 did not start training within 60 s (no 'trains batches' in $tmp/out$r)"
+        return 1
+      fi
     done
   done
   sleep 1
