@@ -149,7 +149,7 @@ int st__trainer_tables_create(st_trainer_t *tr, const st_job_t *job, const int *
 			if (rc == ST_EINVAL)
 				st_error("table %d (dim %d): invalid settings", t, tdim[t]);
 			if (rc == ST_EBUSY)
-				st_error("storage.ssd.path %s is in use by another strata process "
+				st_error("storage.ssd.path %s is in use by another strata job "
 					 "(see above): two jobs on one path would overwrite each "
 					 "other's rows. Give each job (and each process of a "
 					 "multi-process job) its own storage.ssd.path; nothing was "

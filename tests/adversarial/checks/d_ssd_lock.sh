@@ -52,7 +52,7 @@ cat "$tmp/two.out"
 if [ "$rc" -ne 1 ]; then echo "FAIL: second job exited $rc, wanted 1"; fail=1; fi
 grep -Eq "ssd/strata-store/t0: the SSD store directory is in use by another store \(process $one holds .*/LOCK\)" "$tmp/two.out" ||
   { echo "FAIL: no message naming the store directory and pid $one"; fail=1; }
-grep -Fq "storage.ssd.path $tmp/ssd is in use by another strata process" "$tmp/two.out" ||
+grep -Fq "storage.ssd.path $tmp/ssd is in use by another strata job" "$tmp/two.out" ||
   { echo "FAIL: no message naming storage.ssd.path"; fail=1; }
 if [ "$(find "$t0" -mindepth 1 -printf "%f\n" 2>/dev/null | sort)" != "$files_before" ]; then
   echo "FAIL: the second job changed the first job's store files"; fail=1
