@@ -2,7 +2,8 @@
  * cli.h — shared pieces of the `strata` command's subcommands.
  *
  * Exit codes of every subcommand: 0 ok, 1 the job failed while running,
- * 2 usage error or invalid job file (nothing was started).
+ * 2 usage error or invalid job file (nothing was started); `run` stopped
+ * cleanly by a signal: 128 + its number (130 SIGINT, 143 SIGTERM).
  */
 #ifndef ST_CLI_H
 #define ST_CLI_H

@@ -11,13 +11,19 @@
  *
  * Signals: SIGINT, SIGTERM and SIGCHLD are blocked and taken with
  * sigwaitinfo, so nothing runs in a signal handler. INT and TERM are
- * forwarded to every rank still running. The ranks run in their own process
- * group, so a Ctrl-C at the terminal reaches them once, through the
- * launcher, and each gets SIGTERM if the launcher itself dies.
+ * forwarded to every rank still running, which stops cleanly on it (cmd_run.c,
+ * "signals"); the launcher then waits at most --stop-timeout seconds (30 by
+ * default) for them and kills the ones still running with SIGKILL, so a rank
+ * stuck on a dead peer cannot hold the launcher forever. A second INT or TERM
+ * is forwarded too (a rank exits at once on its second signal). The ranks run
+ * in their own process group, so a Ctrl-C at the terminal reaches them once,
+ * through the launcher; they start with the default action for INT and TERM
+ * whatever the launcher inherited (the launcher decides what reaches them),
+ * and each gets SIGTERM if the launcher itself dies.
  *
  * Exit status: rank 0's (with --cluster, that of the first rank started
- * here), 1 if it was killed by a signal; 2 for a usage error, when nothing
- * was started.
+ * here: 130 or 143 when it stopped on a forwarded SIGINT or SIGTERM), 1 if
+ * it was killed by a signal; 2 for a usage error, when nothing was started.
  */
 #include "cli.h"
 #include "runtime/err.h"
@@ -34,6 +40,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct launch {
@@ -46,6 +53,7 @@ typedef struct launch {
 	pid_t *pid;
 	int *status;         /* wait status, valid once reaped */
 	int running;
+	int stop_timeout;    /* seconds the ranks get to stop after a forwarded signal */
 } launch_t;
 
 static int usage_error(const char *fmt, const char *arg)
@@ -148,6 +156,8 @@ static void exec_rank(const launch_t *l, int i, pid_t launcher, const sigset_t *
 		setenv("STRATA_TOKEN", l->token, 1);
 		unsetenv("STRATA_CLUSTER");
 	}
+	signal(SIGINT, SIG_DFL);
+	signal(SIGTERM, SIG_DFL);
 	sigprocmask(SIG_SETMASK, mask, NULL);
 	execv("/proc/self/exe", l->child_argv);
 	fprintf(stderr, "strata launch: rank %d: cannot run /proc/self/exe: %s\n", l->base + i,
@@ -199,26 +209,63 @@ static void run_ranks(launch_t *l)
 		}
 		l->running++;
 	}
+	/* After the first forwarded signal the ranks have until `deadline`
+	 * to stop; then the ones left are killed, once. */
+	int stopping = 0, killed = 0;
+	struct timespec deadline = { 0, 0 };
 	while (l->running > 0) {
 		siginfo_t si;
-		int sig = sigwaitinfo(&block, &si);
-		if (sig == SIGINT || sig == SIGTERM)
+		int sig;
+		if (stopping && !killed) {
+			struct timespec now, left;
+			clock_gettime(CLOCK_MONOTONIC, &now);
+			left.tv_sec = deadline.tv_sec - now.tv_sec;
+			left.tv_nsec = deadline.tv_nsec - now.tv_nsec;
+			if (left.tv_nsec < 0)
+				left.tv_sec--, left.tv_nsec += 1000000000L;
+			sig = left.tv_sec < 0 ? -1 : sigtimedwait(&block, &si, &left);
+			if (sig < 0 && errno == EINTR)
+				continue;
+			if (sig < 0) {
+				for (int i = 0; i < l->n; i++)
+					if (l->pid[i] > 0 && l->status[i] < 0)
+						fprintf(stderr, "strata launch: rank %d did not stop within "
+							"%d s: killing it\n", l->base + i, l->stop_timeout);
+				forward(l, SIGKILL);
+				killed = 1;
+				continue;
+			}
+		} else {
+			sig = sigwaitinfo(&block, &si);
+		}
+		if (sig == SIGINT || sig == SIGTERM) {
+			if (!stopping) {
+				stopping = 1;
+				clock_gettime(CLOCK_MONOTONIC, &deadline);
+				deadline.tv_sec += l->stop_timeout;
+				fprintf(stderr, "strata launch: %s: stopping the %d running rank%s (at "
+					"most %d s, then they are killed)\n", sig == SIGINT ? "SIGINT"
+					: "SIGTERM", l->running, l->running == 1 ? "" : "s",
+					l->stop_timeout);
+			}
 			forward(l, sig);
-		else if (sig == SIGCHLD)
+		} else if (sig == SIGCHLD) {
 			reap(l);
+		}
 	}
 	sigprocmask(SIG_SETMASK, &old, NULL);
 }
 
 int st_cmd_launch(int argc, char **argv)
 {
-	enum { O_CLUSTER = 1, O_HELP };
+	enum { O_CLUSTER = 1, O_HELP, O_STOP_TIMEOUT };
 	static const struct option longopts[] = {
 		{ "cluster", required_argument, NULL, O_CLUSTER },
+		{ "stop-timeout", required_argument, NULL, O_STOP_TIMEOUT },
 		{ "help", no_argument, NULL, O_HELP },
 		{ 0, 0, 0, 0 },
 	};
-	launch_t l = { 0 };
+	launch_t l = { .stop_timeout = 30 };
 	int n_opt = 0, c;
 	optind = 1;
 	opterr = 0;
@@ -233,6 +280,12 @@ int st_cmd_launch(int argc, char **argv)
 						   "got '%s'", optarg);
 			break;
 		case O_CLUSTER: l.cluster = optarg; break;
+		case O_STOP_TIMEOUT:
+			l.stop_timeout = (int)strtol(optarg, &end, 10);
+			if (*end || !*optarg || l.stop_timeout < 0 || l.stop_timeout > 86400)
+				return usage_error("--stop-timeout must be a number of seconds from 0 "
+						   "to 86400, got '%s'", optarg);
+			break;
 		case O_HELP:
 			st_cli_help_for("launch", stdout);
 			return ST_EXIT_OK;
@@ -266,6 +319,11 @@ int st_cmd_launch(int argc, char **argv)
 		if (WIFSIGNALED(st))
 			fprintf(stderr, "strata launch: rank %d killed by signal %d (%s)\n", r,
 				WTERMSIG(st), strsignal(WTERMSIG(st)));
+		else if (WIFEXITED(st) && (WEXITSTATUS(st) == 128 + SIGINT ||
+					   WEXITSTATUS(st) == 128 + SIGTERM))
+			fprintf(stderr, "strata launch: rank %d stopped on %s (exit status %d)\n", r,
+				WEXITSTATUS(st) == 128 + SIGINT ? "SIGINT" : "SIGTERM",
+				WEXITSTATUS(st));
 		else if (WIFEXITED(st) && WEXITSTATUS(st))
 			fprintf(stderr, "strata launch: rank %d exited with status %d\n", r,
 				WEXITSTATUS(st));

@@ -16,9 +16,11 @@
  * the eval source, if any, is scored.
  *
  * Threads: the main thread runs the graph; one signal thread ("st-signal")
- * turns SIGINT/SIGTERM into st_graph_cancel (and st_trainer_cancel, which
- * cuts straggler delays short) so ^C stops the job cleanly and every batch
- * is still freed exactly once.
+ * turns SIGINT/SIGTERM, which a handler in whatever thread the kernel picks
+ * passes it through a pipe, into st_graph_cancel (and st_trainer_cancel,
+ * which cuts straggler delays short and stops interval checkpoints) so ^C
+ * stops the job cleanly, every batch is still freed exactly once, and only
+ * complete checkpoints are left ("signals" below says why a handler).
  */
 #include "cli.h"
 #include "lang/lang.h"
@@ -35,9 +37,11 @@
 #include "runtime/topo.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -86,72 +90,168 @@ static int mkdir_parent(const char *file)
 	return mkdir_p(buf);
 }
 
-/* ---- signal thread ------------------------------------------------------ */
+/* ---- signals ------------------------------------------------------------ */
 
+/*
+ * SIGINT and SIGTERM stop a run cleanly: the first one cancels the graph
+ * (reading stops, every batch in flight is freed once) and the trainer (no
+ * interval checkpoint starts after it; one being written is finished, so it
+ * is complete or, if the write fails, removed: never a .tmp left behind),
+ * no final checkpoint or export is written, and the run exits with
+ * 128 + the signal's number (130 for SIGINT, 143 for SIGTERM).
+ *
+ * Why a handler and not a blocked mask with sigwait: a process-directed
+ * signal goes to any thread that does not block it, and some threads exist
+ * before main runs: OpenBLAS starts its thread pool in its library
+ * constructor, which the dynamic loader runs before any constructor of this
+ * program, so neither main nor a constructor of ours can block the signals
+ * there (only .preinit_array could, and only for libraries linked at start,
+ * not ones loaded or threads started later with their own mask). Such a
+ * thread with the default action ended the whole process at once, mid-
+ * checkpoint (issue 15). The handler below does nothing but count the
+ * signal and write its number to a pipe, which is async-signal-safe and
+ * correct in whichever thread the kernel runs it; the st-signal thread
+ * reads the pipe and does the rest (locks, st_graph_cancel, messages).
+ * Threads started after signals_start still block the signals (the mask is
+ * inherited), so stage threads are seldom interrupted; SA_RESTART restarts
+ * the system calls that can be restarted in the ones that are.
+ *
+ * A second signal ends the process at once, from the handler (_exit is
+ * async-signal-safe): a checkpoint being written then stays a
+ * ckpt-<step>.tmp directory, which resume ignores and the next checkpoint
+ * removes; a directory under a final name is always complete
+ * (ops/dump/ckpt.h).
+ *
+ * A signal ignored when the program started stays ignored, the Unix
+ * convention (a job started in the background of a non-interactive shell
+ * ignores SIGINT, so that a ^C meant for the shell's foreground job does not
+ * stop it).
+ */
 static struct {
 	pthread_t thread;
-	st_graph_t *volatile graph;
-	st_trainer_t *volatile trainer;
-	pthread_mutex_t lock;
-	volatile int done, interrupted;
-} sig = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	int pipe[2];                 /* the handler writes signal numbers; 0 = stop */
+	atomic_int count;            /* signals received */
+	atomic_int signo;            /* the first one (0: none) */
+	pthread_mutex_t lock;        /* graph, trainer */
+	st_graph_t *graph;
+	st_trainer_t *trainer;
+	int ckpt;                    /* the job writes checkpoints (for the message) */
+} sig = { .pipe = { -1, -1 }, .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static const char *sig_name(int s)
+{
+	return s == SIGINT ? "SIGINT" : s == SIGTERM ? "SIGTERM" : "a signal";
+}
+
+static int interrupted(void)
+{
+	return atomic_load(&sig.signo);
+}
+
+static void on_signal(int s)
+{
+	int saved = errno;
+	if (atomic_fetch_add(&sig.count, 1) > 0) {
+		static const char msg[] = "strata: second signal: exiting now\n";
+		ssize_t w = write(2, msg, sizeof msg - 1);
+		(void)w;
+		_exit(128 + s);
+	}
+	int expected = 0;
+	atomic_compare_exchange_strong(&sig.signo, &expected, s);
+	unsigned char b = (unsigned char)s;
+	ssize_t w = write(sig.pipe[1], &b, 1);
+	(void)w;
+	errno = saved;
+}
 
 static void *signal_main(void *arg)
 {
-	sigset_t *set = arg;
+	(void)arg;
 	pthread_setname_np(pthread_self(), "st-signal");
-	for (;;) {
-		int s = 0;
-		if (sigwait(set, &s) != 0)
-			continue;
-		pthread_mutex_lock(&sig.lock);
-		int done = sig.done;
-		if (!done && (s == SIGINT || s == SIGTERM)) {
-			sig.interrupted = 1;
-			if (sig.graph)
-				st_graph_cancel(sig.graph, s == SIGINT ? "interrupted (SIGINT)"
-								      : "terminated (SIGTERM)");
-			if (sig.trainer)
-				st_trainer_cancel(sig.trainer);
-		}
-		pthread_mutex_unlock(&sig.lock);
-		if (done)
-			return NULL;
-	}
-}
-
-/* Blocks the signals in every thread created from now on and starts the
- * thread that waits for them. */
-static void signals_start(void)
-{
-	static sigset_t set;
+	/* This thread takes the signals when no older thread does. */
+	sigset_t set;
 	sigemptyset(&set);
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGUSR1);
+	pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+	for (;;) {
+		unsigned char b = 0;
+		ssize_t n = read(sig.pipe[0], &b, 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0 || b == 0)
+			return NULL;
+		fprintf(stderr, "strata: interrupted by %s: stopping%s (a second signal exits at "
+			"once)\n", sig_name(b), sig.ckpt ? "; a checkpoint being written is finished "
+			"first" : "");
+		pthread_mutex_lock(&sig.lock);
+		if (sig.graph)
+			st_graph_cancel(sig.graph, b == SIGINT ? "interrupted (SIGINT)"
+							       : "terminated (SIGTERM)");
+		if (sig.trainer)
+			st_trainer_cancel(sig.trainer);
+		pthread_mutex_unlock(&sig.lock);
+	}
+}
+
+/* Installs the handler (for the signals not ignored at start), blocks the
+ * signals in this thread and every thread created from now on, and starts
+ * the thread that acts on them. */
+static void signals_start(void)
+{
+	if (pipe2(sig.pipe, O_CLOEXEC) < 0 ||
+	    fcntl(sig.pipe[1], F_SETFL, fcntl(sig.pipe[1], F_GETFL) | O_NONBLOCK) < 0)
+		st_die("cannot create the signal pipe: %s", strerror(errno));
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
-	if (pthread_create(&sig.thread, NULL, signal_main, &set) != 0)
+	if (pthread_create(&sig.thread, NULL, signal_main, NULL) != 0)
 		st_die("cannot start the signal thread");
+	const int sigs[] = { SIGINT, SIGTERM };
+	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) {
+		struct sigaction old, sa;
+		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_IGN)
+			continue;
+		memset(&sa, 0, sizeof sa);
+		sa.sa_handler = on_signal;
+		sa.sa_flags = SA_RESTART;
+		sigfillset(&sa.sa_mask);
+		sigaction(sigs[i], &sa, NULL);
+	}
 }
 
 static void signals_set_graph(st_graph_t *g)
 {
 	pthread_mutex_lock(&sig.lock);
 	sig.graph = g;
-	int cancel = g && sig.interrupted;
 	pthread_mutex_unlock(&sig.lock);
-	if (cancel)
+	if (g && interrupted())
 		st_graph_cancel(g, "interrupted");
 }
 
+static void signals_set_trainer(st_trainer_t *tr)
+{
+	pthread_mutex_lock(&sig.lock);
+	sig.trainer = tr;
+	pthread_mutex_unlock(&sig.lock);
+	if (tr && interrupted())
+		st_trainer_cancel(tr);
+}
+
+/* Stops the signal thread. The handler stays: a signal from now on is
+ * recorded (and a second one still exits at once) but cancels nothing. */
 static void signals_stop(void)
 {
 	pthread_mutex_lock(&sig.lock);
-	sig.done = 1;
 	sig.graph = NULL;
 	sig.trainer = NULL;
 	pthread_mutex_unlock(&sig.lock);
-	pthread_kill(sig.thread, SIGUSR1);
+	unsigned char b = 0;
+	while (write(sig.pipe[1], &b, 1) < 0 && errno == EINTR)
+		;
 	pthread_join(sig.thread, NULL);
 }
 
@@ -333,7 +433,8 @@ static int run_pass(run_ctx_t *rc_, const st_source_t *src, int epochs, int eval
 	signals_set_graph(NULL);
 	st_progress_stop(pr);
 	st_read_stage_totals(rs, rstats);
-	if (rc < 0)
+	/* A pass canceled by ^C is no error: the signal thread said so. */
+	if (rc < 0 && !(rc == ST_ECANCELED && interrupted()))
 		fprintf(stderr, "strata: error: %s\n",
 			st_graph_error(g) ? st_graph_error(g) : st_strerror(rc));
 out:
@@ -346,7 +447,7 @@ out:
  * the last interval did not just write one). */
 static int final_checkpoint(run_ctx_t *rc_, const st_trainer_ckpt_cfg_t *cfg)
 {
-	if (!rc_->job->ckpt_dir || sig.interrupted || st_trainer_checkpoint_current(rc_->model))
+	if (!rc_->job->ckpt_dir || interrupted() || st_trainer_checkpoint_current(rc_->model))
 		return 0;
 	st_trainer_snap_t *s = NULL;
 	int rc = st_trainer_snapshot(rc_->model, NULL, &s);
@@ -446,7 +547,7 @@ static int run_eval(run_ctx_t *rc_, double *auc, double *ll, double *calib, uint
 static int export_now(run_ctx_t *rc_)
 {
 	const st_job_t *job = rc_->job;
-	if (!job->export_dir || sig.interrupted)
+	if (!job->export_dir || interrupted())
 		return 0;
 	char err[1024] = "";
 	int rc = st_trainer_export(rc_->model, job, job->export_dir, rc_->export_seq,
@@ -645,12 +746,15 @@ int st_cmd_run(int argc, char **argv)
 		metrics_path = rank_metrics;
 	}
 
+	sig.ckpt = job->ckpt_dir != NULL;
 	signals_start();
 	ec = ST_EXIT_FAILED;
 	/* Ranks of one machine share the data folder: rank 0 alone generates
 	 * it, before it joins, so the others (waiting to join) read complete
 	 * files. */
 	if ((!dist || ncfg.rank == 0) && maybe_generate(job, tty) < 0)
+		goto stop;
+	if (interrupted())   /* the generator does not stop on ^C: stop here */
 		goto stop;
 	if (job->out_dir && mkdir_p(job->out_dir) < 0) {
 		st_error("cannot create output directory %s: %s", job->out_dir, strerror(errno));
@@ -715,9 +819,7 @@ int st_cmd_run(int argc, char **argv)
 	if (rc_.pin)
 		st_trainer_pin_workers(rc_.model, rc_.place[TRAIN_STAGE].cpus,
 				       rc_.place[TRAIN_STAGE].n_threads);
-	pthread_mutex_lock(&sig.lock);
-	sig.trainer = rc_.model;
-	pthread_mutex_unlock(&sig.lock);
+	signals_set_trainer(rc_.model);
 	char job_hash[17];
 	char *model_desc = st_trainer_model_desc(job);
 	st_trainer_job_hash(job, job_hash);
@@ -873,8 +975,19 @@ stop_desc:
 	free(model_desc);
 stop:
 	signals_stop();
-	if (sig.interrupted && ec == ST_EXIT_FAILED)
-		fprintf(stderr, "strata: stopped by signal; no batch was left behind\n");
+	if (interrupted()) {
+		/* Stopped (or finished while stopping) on a signal: 128 + its
+		 * number, as a shell reports a process the signal ended, so
+		 * that scripts see the run did not simply succeed. */
+		int s = interrupted();
+		ec = 128 + s;
+		if (job->ckpt_dir)
+			fprintf(stderr, "strata: stopped by %s (exit status %d); every checkpoint in "
+				"%s is complete: continue with --resume\n", sig_name(s), ec,
+				job->ckpt_dir);
+		else
+			fprintf(stderr, "strata: stopped by %s (exit status %d)\n", sig_name(s), ec);
+	}
 	st_trainer_destroy(rc_.model);
 	st_net_close(rc_.net);
 	st_metrics_destroy(rc_.metrics);

@@ -11,7 +11,8 @@
  *   strata eval DIR DATA...     AUC and logloss of an export on data
  *   strata help [COMMAND]
  *
- * Exit codes: 0 ok, 1 the job failed, 2 usage or job-file error.
+ * Exit codes: 0 ok, 1 the job failed, 2 usage or job-file error; `run`
+ * stopped cleanly by SIGINT / SIGTERM: 130 / 143 (docs/operations.md).
  */
 #include "cli.h"
 #include "ops/sync/registry.h"
@@ -43,25 +44,36 @@ static const char *const help_run =
 	"  --resume              continue from the newest complete checkpoint in\n"
 	"                        checkpoint.dir (same as resume = true in the job)\n"
 	"\n"
-	"Exit status: 0 ok, 1 the job failed, 2 usage or job-file error.\n";
+	"^C (SIGINT) or SIGTERM stops the run cleanly: a checkpoint being written is\n"
+	"finished, no partial one is left, and --resume continues from the newest; a\n"
+	"second signal exits at once. See docs/operations.md.\n"
+	"\n"
+	"Exit status: 0 ok, 1 the job failed, 2 usage or job-file error, 130 / 143\n"
+	"stopped by SIGINT / SIGTERM.\n";
 
 static const char *const help_launch =
-	"usage: strata launch -n N [--cluster FILE] JOB.lua [run options...]\n"
+	"usage: strata launch -n N [--cluster FILE] [--stop-timeout S] JOB.lua\n"
+	"                     [run options...]\n"
 	"\n"
 	"Runs a distributed job as N processes on this machine: starts N copies of\n"
 	"`strata run JOB.lua [run options...]` with STRATA_RANK (0..N-1),\n"
 	"STRATA_WORLD_SIZE, STRATA_LOCAL_RANK, STRATA_COORDINATOR (127.0.0.1 at a free\n"
 	"port) and STRATA_TOKEN (random) set, forwards SIGINT and SIGTERM to them, waits\n"
-	"for all, and reports each rank that failed or was killed.\n"
+	"for all, and reports each rank that failed or was killed. After a forwarded\n"
+	"signal the ranks have --stop-timeout seconds to stop cleanly; the ones still\n"
+	"running then are killed.\n"
 	"\n"
 	"  -n N            number of processes (1..4096)\n"
 	"  --cluster FILE  start this host's processes of a cluster file instead:\n"
 	"                  procs_per_host of them, ranks host_index x procs_per_host + i,\n"
 	"                  coordinator and token from the file (run it on every host;\n"
 	"                  -n, if given, must equal procs_per_host)\n"
+	"  --stop-timeout S  seconds the ranks get to stop after SIGINT or SIGTERM\n"
+	"                  before they are killed (default 30)\n"
 	"\n"
 	"Everything after JOB.lua goes to `strata run`. See docs/distributed.md.\n"
-	"Exit status: rank 0's (1 if it was killed by a signal); 2 usage error.\n";
+	"Exit status: rank 0's (130 / 143 when it stopped on a forwarded SIGINT /\n"
+	"SIGTERM, 1 if it was killed by a signal); 2 usage error.\n";
 
 static const char *const help_check =
 	"usage: strata check JOB.lua [--set key.path=value]... [--verbose]\n"
