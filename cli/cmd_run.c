@@ -343,6 +343,10 @@ typedef struct run_ctx {
 	st_place_req_t place[ST_CLI_NSTAGES];
 	int pin;
 	st_net_t *net;             /* a multi-process job; NULL in one process */
+	/* End-of-training (or end-of-phase) checkpoints and exports that were
+	 * not written: each failure is reported where it happens, the other
+	 * steps still run, and the job exits non-zero (end_failed). */
+	int ckpt_failed, export_failed;
 } run_ctx_t;
 
 enum { TRAIN_STAGE = 2 };   /* index of "train" in st_cli_stage_names */
@@ -456,11 +460,13 @@ static int final_checkpoint(run_ctx_t *rc_, const st_trainer_ckpt_cfg_t *cfg)
 		rc = st_trainer_snap_write(rc_->model, s, cfg, err, sizeof err);
 	else
 		snprintf(err, sizeof err, "%s", st_strerror(rc));
-	if (rc >= 0)
+	if (rc >= 0) {
 		st_info("checkpoint %s/ckpt-%012lld written", cfg->dir,
 			(long long)st_trainer_snap_step(s));
-	else
+	} else {
 		st_error("final checkpoint not written: %s", err);
+		rc_->ckpt_failed++;
+	}
 	st_trainer_snap_destroy(s);
 	return rc;
 }
@@ -554,6 +560,7 @@ static int export_now(run_ctx_t *rc_)
 				   job->export_delta, job->export_keep, err, sizeof err);
 	if (rc < 0) {
 		st_error("export %llu not written: %s", (unsigned long long)rc_->export_seq, err);
+		rc_->export_failed++;
 		return rc;
 	}
 	st_info("export %s/export-%012llu written", job->export_dir,
@@ -641,10 +648,11 @@ static int run_phases(run_ctx_t *rc_, const char *metrics_path, int tty, double 
 		int lost = 0;
 		if (rc_->net && (rc = st_trainer_dist_finish(rc_->model, &lost)) < 0)
 			goto out;
-		if (export_now(rc_) < 0 || final_checkpoint(rc_, rc_->ckpt) < 0) {
-			rc = ST_EIO;
-			goto out;
-		}
+		/* Both run whatever the other did, and the next phases train: the
+		 * model is intact (as after a failed interval checkpoint). The
+		 * failures are counted for the exit status (end_failed). */
+		export_now(rc_);
+		final_checkpoint(rc_, rc_->ckpt);
 		double auc = 0, ll = 0, eauc = NAN, ell = NAN, calib = NAN;
 		uint64_t n = 0, en = 0;
 		st_trainer_progress(rc_->model, &auc, &ll, &n);
@@ -703,6 +711,28 @@ static int run_phases(run_ctx_t *rc_, const char *metrics_path, int tty, double 
 out:
 	free(slice);
 	return rc;
+}
+
+/* After the job ran to its end: 1, with a summary line, if any end-of-
+ * training checkpoint or export was not written (each one reported where it
+ * failed), else 0. */
+static int end_failed(const run_ctx_t *rc_)
+{
+	if (!rc_->ckpt_failed && !rc_->export_failed)
+		return 0;
+	char what[128];
+	if (rc_->ckpt_failed && rc_->export_failed)
+		snprintf(what, sizeof what, "%d checkpoint%s and %d export%s were", rc_->ckpt_failed,
+			 rc_->ckpt_failed == 1 ? "" : "s", rc_->export_failed,
+			 rc_->export_failed == 1 ? "" : "s");
+	else if (rc_->ckpt_failed)
+		snprintf(what, sizeof what, "%d checkpoint%s %s", rc_->ckpt_failed,
+			 rc_->ckpt_failed == 1 ? "" : "s", rc_->ckpt_failed == 1 ? "was" : "were");
+	else
+		snprintf(what, sizeof what, "%d export%s %s", rc_->export_failed,
+			 rc_->export_failed == 1 ? "" : "s", rc_->export_failed == 1 ? "was" : "were");
+	st_error("the job ran to its end, but %s not written (see above)", what);
+	return 1;
 }
 
 int st_cmd_run(int argc, char **argv)
@@ -903,7 +933,7 @@ int st_cmd_run(int argc, char **argv)
 			printf("%s: model digest %016llx  %llu rows\n", job->name,
 			       (unsigned long long)h, (unsigned long long)rows);
 		}
-		ec = ST_EXIT_OK;
+		ec = end_failed(&rc_) ? ST_EXIT_FAILED : ST_EXIT_OK;
 		goto stop_desc;
 	}
 
@@ -948,8 +978,10 @@ int st_cmd_run(int argc, char **argv)
 		       (unsigned long long)rows);
 	}
 	fflush(stdout);
-	if (final_checkpoint(&rc_, &ckpt) < 0 || export_now(&rc_) < 0)
-		goto stop_desc;
+	/* Each runs and reports its own failure; the eval still runs
+	 * (end_failed sets the exit status). */
+	final_checkpoint(&rc_, &ckpt);
+	export_now(&rc_);
 eval:
 	if (job->has_eval) {
 		st_trainer_reset_eval(rc_.model);
@@ -970,7 +1002,7 @@ eval:
 	 * rank may still pull from it (a second round of the finish). */
 	if (rc_.net && st_trainer_dist_leave(rc_.model, &lost) < 0)
 		goto stop_desc;
-	ec = ST_EXIT_OK;
+	ec = end_failed(&rc_) ? ST_EXIT_FAILED : ST_EXIT_OK;
 stop_desc:
 	free(model_desc);
 stop:
