@@ -27,6 +27,7 @@ typedef struct st_cli_opts {
 	int no_pin;               /* --no-pin: do not pin threads */
 	int dot;                  /* plan --dot */
 	int resume;               /* run --resume */
+	int resume_fresh;         /* run --resume=fresh-if-damaged */
 } st_cli_opts_t;
 
 /* Parses the arguments after the subcommand name. Returns 0, or prints a

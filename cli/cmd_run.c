@@ -902,9 +902,25 @@ int st_cmd_run(int argc, char **argv)
 		goto stop_desc;
 	}
 	if (o.resume || job->resume) {
-		char err[1024];
+		char err[4096];
 		int r = st_trainer_resume(rc_.model, &ckpt, &rc_.pos, err, sizeof err);
-		if (r == ST_ENOENT) {
+		if (r == ST_ECORRUPT && rc_.pos.none_verifies && o.resume_fresh) {
+			/* Asked for: the damaged ones go aside (kept, and out of the
+			 * way of retention, which prefers higher step numbers). */
+			st_warn("cannot resume: %s", err);
+			if (st_trainer_set_aside_damaged(&ckpt, err, sizeof err) < 0) {
+				st_error("%s", err);
+				goto stop_desc;
+			}
+			st_info("starting from the beginning (--resume=fresh-if-damaged)");
+		} else if (r == ST_ECORRUPT && rc_.pos.none_verifies) {
+			/* Starting over would hide the damage and overwrite them. */
+			st_error("cannot resume: %s", err);
+			fprintf(stderr, "strata: nothing was trained and %s was left as it is; run with "
+				"--resume=fresh-if-damaged to move the damaged checkpoints aside and "
+				"start from the beginning\n", job->ckpt_dir);
+			goto stop_desc;
+		} else if (r == ST_ENOENT) {
 			st_info("no checkpoint to resume from in %s (%s): starting from the beginning",
 				job->ckpt_dir, err);
 		} else if (r < 0) {

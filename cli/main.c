@@ -27,7 +27,8 @@
 
 static const char *const help_run =
 	"usage: strata run JOB.lua [--set key.path=value]... [--metrics FILE]\n"
-	"                          [--quiet] [--no-pin] [--verbose] [--resume]\n"
+	"                          [--quiet] [--no-pin] [--verbose]\n"
+	"                          [--resume[=fresh-if-damaged]]\n"
 	"\n"
 	"Compiles the job into a pipeline of stages (read -> pull -> train -> push ->\n"
 	"dump) joined by bounded queues, pins the stage threads, and runs it. If the\n"
@@ -41,8 +42,15 @@ static const char *const help_run =
 	"  --quiet               no progress line\n"
 	"  --no-pin              do not pin stage threads to cores\n"
 	"  --verbose             print the resolved job before running\n"
-	"  --resume              continue from the newest complete checkpoint in\n"
-	"                        checkpoint.dir (same as resume = true in the job)\n"
+	"  --resume              continue from the newest checkpoint in checkpoint.dir\n"
+	"                        that verifies (same as resume = true in the job); with\n"
+	"                        no checkpoint there, start from the beginning. If there\n"
+	"                        are checkpoints but every one is damaged, stop with an\n"
+	"                        error naming each and what failed; nothing is changed\n"
+	"  --resume=fresh-if-damaged\n"
+	"                        the same, but when every checkpoint is damaged, move\n"
+	"                        them aside (ckpt-<step>.damaged) and start from the\n"
+	"                        beginning\n"
 	"\n"
 	"^C (SIGINT) or SIGTERM stops the run cleanly: a checkpoint being written is\n"
 	"finished, no partial one is left, and --resume continues from the newest; a\n"
@@ -237,7 +245,7 @@ int st_cli_parse(int argc, char **argv, const char *cmd, const char *allowed,
 		{ "quiet", no_argument, NULL, O_QUIET },
 		{ "no-pin", no_argument, NULL, O_NOPIN },
 		{ "dot", no_argument, NULL, O_DOT },
-		{ "resume", no_argument, NULL, O_RESUME },
+		{ "resume", optional_argument, NULL, O_RESUME },
 		{ "help", no_argument, NULL, O_HELP },
 		{ 0, 0, 0, 0 },
 	};
@@ -274,7 +282,16 @@ int st_cli_parse(int argc, char **argv, const char *cmd, const char *allowed,
 		case O_QUIET: o->quiet = 1; break;
 		case O_NOPIN: o->no_pin = 1; break;
 		case O_DOT: o->dot = 1; break;
-		case O_RESUME: o->resume = 1; break;
+		case O_RESUME:
+			if (optarg && strcmp(optarg, "fresh-if-damaged")) {
+				fprintf(stderr, "strata %s: --resume takes no value or "
+					"=fresh-if-damaged, got '%s'\n", cmd, argv[optind - 1]);
+				fprintf(stderr, "Run 'strata help %s' for usage.\n", cmd);
+				return ST_EXIT_USAGE;
+			}
+			o->resume = 1;
+			o->resume_fresh = optarg != NULL;
+			break;
 		default: break;
 		}
 	}

@@ -39,12 +39,15 @@
  * restart from the shared parameters; the other policies have no state
  * across batch boundaries beyond the shared dense state).
  */
+#include <dirent.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #define XXH_INLINE_ALL
@@ -691,13 +694,167 @@ static int load_rows(st_trainer_t *tr, int k, const char *path, char *err, size_
 	return L.rc < 0 ? L.rc : ST_OK;
 }
 
+/*
+ * Damaged checkpoints. st_ckpt_find_latest reports each checkpoint that
+ * fails verification and falls back to the next older one; when none is
+ * left it returns ST_ENOENT, as it does for an empty directory. Resume must
+ * tell the two apart: starting from the beginning over damaged checkpoints
+ * would hide the damage, and retention (newest step numbers first) would
+ * then delete the new run's checkpoints in favour of the damaged ones. So
+ * the reports are kept, the directory is searched for ckpt-<step>
+ * directories that st_ckpt_list never lists (no manifest.yaml), and
+ * "checkpoints, none usable" is an error of its own (ST_ECORRUPT).
+ */
+typedef struct damage {
+	int n;                  /* checkpoints that failed verification */
+	char what[2048];        /* "ckpt-X: why; ckpt-Y: why" (cut short if long) */
+	size_t len;
+} damage_t;
+
+static void damage_add(damage_t *d, const char *name, const char *why, size_t why_len)
+{
+	d->n++;
+	if (d->len >= sizeof d->what - 1)
+		return;
+	int w = snprintf(d->what + d->len, sizeof d->what - d->len, "%s%s: %.*s",
+			 d->len ? "; " : "", name, (int)why_len, why);
+	d->len = w < 0 ? d->len : d->len + (size_t)w;
+	if (d->len >= sizeof d->what)
+		d->len = sizeof d->what - 1;
+}
+
+/* st_ckpt_msg_fn: logs the report as st_ckpt_find_latest would, and keeps
+ * "ckpt-X: why" without its "— falling back ..." tail. */
+static void note_damage(void *arg, const char *msg)
+{
+	st_warn("%s", msg);
+	const char *p = msg, *name, *why, *end = NULL;
+	if (strncmp(p, "checkpoint ", 11))
+		return;
+	name = p + 11;
+	why = strstr(name, ": ");
+	if (!why)
+		return;
+	for (const char *q = strstr(why, " \xe2\x80\x94 "); q; q = strstr(q + 1, " \xe2\x80\x94 "))
+		end = q;   /* the last dash: the reason may hold one */
+	char nm[128];
+	snprintf(nm, sizeof nm, "%.*s", (int)(why - name), name);
+	why += 2;
+	damage_add(arg, nm, why, end ? (size_t)(end - why) : strlen(why));
+}
+
+/* 1 if name is ckpt-<digits> with nothing after (a final name). */
+static int final_ckpt_name(const char *name)
+{
+	if (strncmp(name, "ckpt-", 5))
+		return 0;
+	const char *p = name + 5;
+	if (!*p)
+		return 0;
+	for (; *p; p++)
+		if (*p < '0' || *p > '9')
+			return 0;
+	return 1;
+}
+
+static int is_dir(const char *path)
+{
+	struct stat sb;
+	return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* Adds the checkpoints under root that have a final name but no manifest
+ * (st_ckpt_list leaves them out: the writer renames a directory into place
+ * only after its manifest, so one without is damaged). */
+static void note_bare(const char *root, damage_t *d)
+{
+	DIR *dd = opendir(root);
+	if (!dd)
+		return;
+	struct dirent *de;
+	char path[4200];
+	while ((de = readdir(dd))) {
+		if (!final_ckpt_name(de->d_name))
+			continue;
+		snprintf(path, sizeof path, "%s/%s", root, de->d_name);
+		if (!is_dir(path))
+			continue;
+		snprintf(path, sizeof path, "%s/%s/%s", root, de->d_name, ST_MANIFEST_NAME);
+		struct stat sb;
+		if (stat(path, &sb) == 0)
+			continue;
+		static const char why[] = "manifest.yaml is missing";
+		st_warn("checkpoint %s: %s", de->d_name, why);
+		damage_add(d, de->d_name, why, sizeof why - 1);
+	}
+	closedir(dd);
+}
+
+int st_trainer_set_aside_damaged(const st_trainer_ckpt_cfg_t *cfg, char *err, size_t errlen)
+{
+	err[0] = 0;
+	DIR *dd = opendir(cfg->dir);
+	if (!dd) {
+		int e = errno;
+		snprintf(err, errlen, "%s: cannot list: %s", cfg->dir, strerror(e));
+		return -e;
+	}
+	int rc = ST_OK, moved = 0;
+	struct dirent *de;
+	char from[4200], to[4300];
+	while ((de = readdir(dd)) && rc >= 0) {
+		if (!final_ckpt_name(de->d_name))
+			continue;
+		snprintf(from, sizeof from, "%s/%s", cfg->dir, de->d_name);
+		if (!is_dir(from))
+			continue;
+		/* ckpt-X.damaged, or .damaged-2, -3 ... when an earlier one is there */
+		int i;
+		for (i = 1; i < 100; i++) {
+			if (i == 1)
+				snprintf(to, sizeof to, "%s.damaged", from);
+			else
+				snprintf(to, sizeof to, "%s.damaged-%d", from, i);
+			struct stat sb;
+			if (lstat(to, &sb) < 0 && errno == ENOENT)
+				break;
+		}
+		if (i == 100 || rename(from, to) < 0) {
+			rc = i == 100 ? ST_EIO : -errno;
+			snprintf(err, errlen, "%s: cannot move it aside: %s", from,
+				 i == 100 ? "too many .damaged copies" : strerror(errno));
+			break;
+		}
+		st_warn("damaged checkpoint %s moved aside to %s", from, to);
+		moved++;
+	}
+	closedir(dd);
+	return rc < 0 ? rc : moved;
+}
+
 int st_trainer_resume(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg,
 		      st_trainer_resume_t *out, char *err, size_t errlen)
 {
 	char *dir = NULL;
 	st_manifest_t *m = NULL;
 	err[0] = 0;
-	int rc = st_ckpt_find_latest(cfg->dir, &dir, &m, NULL, NULL, err, errlen);
+	out->none_verifies = 0;
+	damage_t *dmg = calloc(1, sizeof *dmg);
+	if (!dmg) {
+		snprintf(err, errlen, "out of memory");
+		return ST_ENOMEM;
+	}
+	int rc = st_ckpt_find_latest(cfg->dir, &dir, &m, note_damage, dmg, err, errlen);
+	if (rc == ST_ENOENT) {
+		note_bare(cfg->dir, dmg);
+		if (dmg->n) {
+			snprintf(err, errlen, "%s: %d checkpoint%s, none usable: %s", cfg->dir, dmg->n,
+				 dmg->n == 1 ? "" : "s", dmg->what);
+			out->none_verifies = 1;
+			rc = ST_ECORRUPT;
+		}
+	}
+	free(dmg);
 	if (rc < 0)
 		return rc;
 	rc = st_ckpt_check_compat(m, cfg->job_hash, cfg->model, err, errlen);

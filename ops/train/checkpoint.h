@@ -84,14 +84,30 @@ typedef struct st_trainer_resume {
 	uint64_t file, records; /* data position: file cursor, records into it */
 	uint64_t examples;
 	char dir[4200];         /* the checkpoint used */
+	int none_verifies;      /* set with ST_ECORRUPT: there are checkpoints,
+				 * every one damaged */
 } st_trainer_resume_t;
 
 /* Loads the newest complete checkpoint under cfg->dir into a fresh trainer
  * (parameters, optimizer state, rows of every table, counters); older ones
- * are tried when the newest fails its checksums (said on stderr).
- * ST_OK and *out; ST_ENOENT when none verifies; ST_EINVAL (an incompatible
- * job: the message names the mismatch), ST_EFORMAT, ST_ECORRUPT, ST_EIO. */
+ * are tried when the newest fails its checksums (each said on stderr).
+ * ST_OK and *out. ST_ENOENT when cfg->dir holds no checkpoint at all.
+ * ST_ECORRUPT with out->none_verifies = 1 when it holds checkpoints and
+ * every one fails verification (or has no manifest): err names each and
+ * what failed, and nothing was changed in cfg->dir. Else ST_EINVAL (an
+ * incompatible job: the message names the mismatch), ST_EFORMAT,
+ * ST_ECORRUPT, ST_EIO with out->none_verifies = 0. Not thread-safe against
+ * a writer of the same directory. */
 int st_trainer_resume(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg,
 		      st_trainer_resume_t *out, char *err, size_t errlen);
+
+/* Renames every checkpoint under cfg->dir (ckpt-<step>/, complete or not)
+ * to ckpt-<step>.damaged (.damaged-2, ... if taken), which resume, listing
+ * and retention ignore: for starting from the beginning when every
+ * checkpoint is damaged, so that neither is lost and retention does not
+ * prefer their higher step numbers to the new run's. The number moved, or
+ * a negative error with the message in err (the ones moved before stay
+ * moved). */
+int st_trainer_set_aside_damaged(const st_trainer_ckpt_cfg_t *cfg, char *err, size_t errlen);
 
 #endif
