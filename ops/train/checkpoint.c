@@ -151,9 +151,16 @@ void st__trainer_ckpt_gate(st_trainer_t *tr, st_batch_t *b, st_graph_t *g)
 	double t0 = mono();
 	int waited = 0;
 	/* Timed waits: a graph cancelled while this pull waits (^C, a failed
-	 * stage) may never deliver the batch that opens the gate. */
-	while (tr->gate >= 0 && (int64_t)b->seq > tr->gate && !tr->gate_cancel &&
-	       !(g && st_graph_canceled(g))) {
+	 * stage) may never deliver the batch that opens the gate, so a cancel
+	 * lets the pull go on, except while dump is copying the state: the
+	 * copy always ends (and then opens the gate), and a pull that went on
+	 * during it would create and count its rows in the middle of the copy,
+	 * a checkpoint that looks whole but holds part of the next batch. A
+	 * pull let through before the copy began breaks the gate: dump then
+	 * skips that checkpoint (st__trainer_checkpoint_after). */
+	while (tr->snap_copying ||
+	       (tr->gate >= 0 && (int64_t)b->seq > tr->gate && !tr->gate_cancel &&
+		!(g && st_graph_canceled(g)))) {
 		waited = 1;
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
@@ -164,6 +171,8 @@ void st__trainer_ckpt_gate(st_trainer_t *tr, st_batch_t *b, st_graph_t *g)
 		}
 		pthread_cond_timedwait(&tr->gate_cv, &tr->gate_mu, &ts);
 	}
+	if (tr->gate >= 0 && (int64_t)b->seq > tr->gate)
+		tr->gate_broken = 1;
 	double now = mono();
 	if (waited && tr->metrics)
 		st_metrics_add(tr->metrics, "ckpt.gate_wait_s", now - t0);
@@ -181,16 +190,19 @@ void st__trainer_ckpt_gate(st_trainer_t *tr, st_batch_t *b, st_graph_t *g)
 
 /* Cancelling (shutdown, ^C; st_trainer_destroy comes through here) also
  * frees the snapshot kept for the next checkpoint: no interval checkpoint
- * follows, and a snapshot still being written is freed by its release. */
+ * follows, and a snapshot still being written is freed by its release. It
+ * leaves `gate` as it is: a pull that passes it now breaks it (see
+ * st__trainer_ckpt_gate). */
 void st__trainer_ckpt_open_gate(st_trainer_t *tr, int cancel)
 {
 	st_trainer_snap_t *spare = NULL;
 	pthread_mutex_lock(&tr->gate_mu);
-	tr->gate = -1;
 	if (cancel) {
 		tr->gate_cancel = 1;
 		spare = tr->snap_spare;
 		tr->snap_spare = NULL;
+	} else {
+		tr->gate = -1;
 	}
 	pthread_cond_broadcast(&tr->gate_cv);
 	pthread_mutex_unlock(&tr->gate_mu);
@@ -204,6 +216,7 @@ void st_trainer_set_checkpoint(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cf
 	tr->ckpt_every = cfg ? every_batches : 0;
 	tr->ckpt_secs = cfg ? every_secs : 0;
 	tr->gate_cancel = 0;
+	tr->gate_broken = 0;
 	tr->gate = -1;
 	tr->ckpt_last = 0;
 }
@@ -244,9 +257,25 @@ int st__trainer_checkpoint_after(st_trainer_t *tr, const st_batch_t *b)
 {
 	double t0 = mono();
 	st_trainer_snap_t *s = NULL;
+	pthread_mutex_lock(&tr->gate_mu);
+	int broken = tr->gate_broken;
+	tr->snap_copying = !broken;
+	pthread_mutex_unlock(&tr->gate_mu);
+	if (broken) {
+		/* The run is stopping and a later batch was pulled already: the
+		 * state is no longer the one after b. */
+		st__trainer_ckpt_open_gate(tr, 0);
+		st_info("checkpoint after batch %llu skipped: the run is stopping; the newest "
+			"checkpoint in %s stays the last one", (unsigned long long)b->seq,
+			tr->ckpt_cfg->dir);
+		return ST_OK;
+	}
 	int rc = st_trainer_snapshot(tr, b, &s);
 	double t1 = mono();
-	st__trainer_ckpt_open_gate(tr, 0);
+	pthread_mutex_lock(&tr->gate_mu);
+	tr->snap_copying = 0;
+	pthread_mutex_unlock(&tr->gate_mu);
+	st__trainer_ckpt_open_gate(tr, 0);   /* wakes the pull */
 	if (rc < 0) {
 		st_error("checkpoint after batch %llu: cannot copy the state: %s",
 			 (unsigned long long)b->seq, st_strerror(rc));

@@ -84,6 +84,10 @@ struct st_trainer {
 	pthread_cond_t gate_cv;
 	int64_t gate;              /* -1: open */
 	int gate_cancel;
+	int snap_copying;          /* dump is copying the state: the gate holds
+				    * even a cancelled pull (checkpoint.c) */
+	int gate_broken;           /* a cancelled pull passed a closed gate: no
+				    * interval checkpoint from now on */
 	uint64_t ckpt_errors;
 	uint64_t pos_file, pos_rec; /* data position of the end (final checkpoint) */
 	uint64_t examples_done;    /* train examples through push */
