@@ -95,10 +95,12 @@ static int mkdir_parent(const char *file)
 /*
  * SIGINT and SIGTERM stop a run cleanly: the first one cancels the graph
  * (reading stops, every batch in flight is freed once) and the trainer (no
- * interval checkpoint starts after it; one being written is finished, so it
- * is complete or, if the write fails, removed: never a .tmp left behind),
- * no final checkpoint or export is written, and the run exits with
- * 128 + the signal's number (130 for SIGINT, 143 for SIGTERM).
+ * interval checkpoint starts after it; one whose copy has begun is written
+ * to the end, so it is complete or, if the write fails, removed: never a
+ * .tmp left behind; one whose copy had not begun is skipped, see
+ * st__trainer_ckpt_gate), no final checkpoint or export is written, and the
+ * run exits with 128 + the signal's number (130 for SIGINT, 143 for
+ * SIGTERM).
  *
  * Why a handler and not a blocked mask with sigwait: a process-directed
  * signal goes to any thread that does not block it, and some threads exist
