@@ -288,10 +288,8 @@ static int bw_local(st_dist_t *d, const wire_hdr_t *h, const float *grad, wire_h
 {
 	int late = 0;
 	int rc = st__dist_bw_contrib(d, h, grad, 0, &late);
-	if (rc == -1) {
+	if (rc == ST_EINVAL)
 		st_error("dist: hop_bw: a step not open yet, or another bound");
-		return ST_EINVAL;
-	}
 	if (rc < 0)
 		return rc;
 	if (late) {
@@ -336,10 +334,8 @@ static int dense_call(st_dist_t *d, wire_hdr_t *h, const float *grad, float *par
 				rc = ST_EINVAL;
 			}
 		} else {
-			if (h->flags & WF_HOP && (rc = st__dist_hop_step(d, h, 0, grad != NULL)) == -1) {
+			if (h->flags & WF_HOP && (rc = st__dist_hop_step(d, h, 0, grad != NULL)) == ST_EINVAL)
 				st_error("dist: hop_bs: bad worker index or bound");
-				rc = ST_EINVAL;
-			}
 			if (grad && rc >= 0)
 				st_sync_dense_update(d->env, d->env->params, d->dense_state, grad,
 						     ++*d->dense_t);
@@ -433,7 +429,7 @@ int st_dist_idle(st_dist_t *d, int w)
 	if (rc >= 0)
 		rc = st__dist_hop_poll(d);
 	pthread_mutex_unlock(&d->mu);
-	return rc < 0 ? ST_EINVAL : rc;
+	return rc;
 }
 
 int st_dist_dense_buf(st_dist_t *d, int w, const st_dist_buf_t *b, const float *grad,

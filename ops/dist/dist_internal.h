@@ -202,10 +202,11 @@ int st__dist_buf_flush(st_dist_t *d);
 void st__dist_buf_free(st_dist_t *d);
 
 /* hop.c (mu held, rank 0). A hop_bs DENSE of worker w of rank `from` (its
- * gradient, if any, already applied): the clocks. ST_OK, -1 (bad worker
- * or bound), ST_ENOMEM. */
+ * gradient, if any, already applied): the clocks. ST_OK, ST_EINVAL (bad
+ * worker or bound: nothing changed), ST_ENOMEM. */
 int st__dist_hop_step(st_dist_t *d, const wire_hdr_t *h, int from, int has_grad);
-/* Worker w of rank `from` has no minibatch left in its batch. */
+/* Worker w of rank `from` has no minibatch left in its batch. ST_OK,
+ * ST_EINVAL (w beyond the job's workers), ST_ENOMEM. */
 int st__dist_hop_idle(st_dist_t *d, int from, uint32_t w);
 /* Whether that worker may start its next step (the clock rule). */
 int st__dist_hop_ready(st_dist_t *d, int from, uint32_t w);
@@ -219,7 +220,8 @@ void st__dist_hop_free(st_dist_t *d);
  * closed, the gradient is dropped (answer now); else it is kept and the
  * answer waits until the step closes (st__dist_bw_close releases it
  * through reply(); held entries with worker UINT32_MAX are rank 0's own
- * and get no reply). grad NULL: a fetch (registers the rank, *late = 1). ST_OK, -1 (a step not open yet, another b), ST_ENOMEM. */
+ * and get no reply). grad NULL: a fetch (registers the rank, *late = 1).
+ * ST_OK, ST_EINVAL (a step not open yet, another b), ST_ENOMEM. */
 int st__dist_bw_contrib(st_dist_t *d, const wire_hdr_t *h, const float *grad, int from,
 			int *late);
 /* Closes the open step if enough ranks have contributed (b fewer than the

@@ -36,7 +36,10 @@
  * gradient for a closed step is dropped and answered at once with the new
  * parameters. Active: as above (joined, not done, alive).
  *
- * All functions: st_dist.mu held, rank 0.
+ * All functions: st_dist.mu held, rank 0. They return ST_OK, ST_ENOMEM, or
+ * ST_EINVAL for a message whose fields do not fit the job (a worker index
+ * beyond it, another bound, a step not open yet); the service turns the
+ * latter into a logged, dropped message from that rank.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -120,7 +123,7 @@ int st__dist_hop_step(st_dist_t *d, const wire_hdr_t *hd, int from, int has_grad
 		return rc;
 	hop_t *h = &d->hop;
 	if (hd->worker >= (uint32_t)h->N || (h->b_set && h->b != hd->stamp))
-		return -1;
+		return ST_EINVAL;
 	h->b = hd->stamp;
 	h->b_set = 1;
 	const size_t i = (size_t)from * h->N + hd->worker;
@@ -144,7 +147,7 @@ int st__dist_hop_idle(st_dist_t *d, int from, uint32_t w)
 		return rc;
 	hop_t *h = &d->hop;
 	if (w >= (uint32_t)h->N)
-		return -1;
+		return ST_EINVAL;
 	h->state[(size_t)from * h->N + w] = IDLE;
 	pthread_cond_broadcast(&d->cv);
 	return ST_OK;
@@ -176,7 +179,7 @@ int st__dist_bw_contrib(st_dist_t *d, const wire_hdr_t *hd, const float *grad, i
 			return ST_ENOMEM;
 	}
 	if (hd->step > h->k || (h->b_set && h->b != hd->stamp))
-		return -1;
+		return ST_EINVAL;
 	h->b = hd->stamp;
 	h->b_set = 1;
 	h->bw = 1;

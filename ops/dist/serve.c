@@ -593,7 +593,7 @@ int st__dist_handle(st_dist_t *d, void *msg, size_t len, int from)
 			break;
 		}
 		rc = st__dist_hop_idle(d, from, h->worker);
-		if (rc == -1)
+		if (rc == ST_EINVAL)
 			rc = st__dist_bad_msg(from, "IDLE (worker)", len);
 		else if (rc >= 0)
 			rc = st__dist_hop_poll(d);
