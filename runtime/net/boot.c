@@ -20,9 +20,21 @@
  * read rank 0's own death as EOF on their one connection. TCP keepalive
  * (about 20 s) covers a host that vanishes without closing anything.
  *
+ * Stalls: a process that is stopped (SIGSTOP, a debugger, a frozen host)
+ * closes nothing. So every monitor sends a beat on its connections every
+ * timeout_s / 10 (at most 1 s), whatever the process's other threads are
+ * doing: a rank busy with a large batch, or waiting in a barrier for a
+ * slow one, still beats. Rank 0 takes a rank it has heard nothing from
+ * for timeout_s for dead ("rank 1 did not answer within 10 s (stalled?)"),
+ * closes its connection (if the rank ever runs again, it finds the
+ * coordinator gone and stops) and tells the others (STALLED k); the others
+ * treat a silent rank 0 the same way. Every wait on a peer re-checks
+ * which peers are alive, so this bounds every wait on a stopped process
+ * without bounding the legitimate waits on a slow one.
+ *
  * Records are 8 bytes, sent whole by one send() each; only the monitor
- * thread reads the sockets, and st__net_monitor_stop writes the goodbye
- * after that thread has ended, so each socket has one user at a time.
+ * thread reads and (until st__net_monitor_stop has ended it, and writes
+ * the goodbye) writes the sockets, so each socket has one user at a time.
  */
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -53,7 +65,7 @@ typedef struct reply {
 	uint32_t magic, status, len;   /* status: 0 table follows, 1 refused (reason follows) */
 } reply_t;
 
-enum { REC_BYE = 1, REC_LEFT, REC_DEAD };
+enum { REC_BYE = 1, REC_LEFT, REC_DEAD, REC_BEAT, REC_STALLED };
 typedef struct rec {
 	uint32_t type;
 	int32_t rank;
@@ -491,7 +503,16 @@ static void send_rec(int fd, uint32_t type, int rank)
 		write_full(fd, &r, sizeof r, st__net_now() + 1);
 }
 
-/* Rank 0: rank r's connection has something: a goodbye, or EOF. */
+/* How often a monitor says it is alive: a peer silent for timeout_s has
+ * missed about ten beats, and a job of many ranks sends rank 0 at most
+ * one 8-byte record per rank and second. */
+static double beat_every(const st_net_t *net)
+{
+	double b = net->cfg.timeout_s / 10;
+	return b < 0.05 ? 0.05 : b > 1.0 ? 1.0 : b;
+}
+
+/* Rank 0: rank r's connection has something: a goodbye, a beat, or EOF. */
 static void root_event(st_net_t *net, int r, int *bye)
 {
 	rec_t rec;
@@ -499,7 +520,7 @@ static void root_event(st_net_t *net, int r, int *bye)
 	if (got == (ssize_t)sizeof rec && rec.type == REC_BYE && !bye[r]) {
 		bye[r] = 1;
 	} else if (got == (ssize_t)sizeof rec) {
-		return;   /* nothing else is expected; ignore it */
+		return;   /* a beat; nothing else is expected: ignore it */
 	} else {
 		close(net->socks[r]);
 		net->socks[r] = -1;
@@ -514,15 +535,84 @@ static void root_event(st_net_t *net, int r, int *bye)
 			  "goodbye");
 }
 
+/* Rank 0: rank r sent nothing, not even a beat, for timeout_s. Its
+ * connection is closed, so that if it ever runs again it finds the
+ * coordinator gone and stops, rather than rejoin a job that went on
+ * without it; the others hear of it as of a death. */
+static void root_stalled(st_net_t *net, int r)
+{
+	close(net->socks[r]);
+	net->socks[r] = -1;
+	for (int k = 1; k < net->size; k++)
+		if (k != r)
+			send_rec(net->socks[k], REC_STALLED, r);
+	char why[96];
+	snprintf(why, sizeof why, "did not answer within %g s (stalled?)", net->cfg.timeout_s);
+	st__net_peer_gone(net, r, PEER_STALLED, why);
+}
+
+/* Another rank: the record rank 0 sent, or its end. */
+static void rank_event(st_net_t *net, int *bye0)
+{
+	rec_t rec;
+	const int n = net->size;
+	ssize_t got = recv(net->socks[0], &rec, sizeof rec, MSG_WAITALL);
+	if (got == (ssize_t)sizeof rec && rec.rank >= 0 && rec.rank < n &&
+	    (rec.type == REC_LEFT || rec.type == REC_DEAD))
+		st__net_peer_gone(net, rec.rank, rec.type == REC_LEFT ? PEER_LEFT : PEER_DEAD,
+				  "the coordinator saw its connection close without a goodbye");
+	else if (got == (ssize_t)sizeof rec && rec.rank >= 0 && rec.rank < n &&
+		 rec.type == REC_STALLED)
+		st__net_peer_gone(net, rec.rank, PEER_STALLED,
+				  "did not answer rank 0 in time (stalled?)");
+	else if (got == (ssize_t)sizeof rec && rec.type == REC_BYE) {
+		*bye0 = 1;
+		st__net_peer_gone(net, 0, PEER_LEFT, "");
+	} else if (got != (ssize_t)sizeof rec) {
+		/* Rank 0 is gone: nobody watches the others any more. Its
+		 * state is set first: the progress thread reads it to judge
+		 * UCX errors once the detector is down. */
+		st__net_peer_gone(net, 0, *bye0 ? PEER_LEFT : PEER_DEAD,
+				  "its connection closed without a goodbye");
+		atomic_store(&net->detector_up, 0);
+		close(net->socks[0]);
+		net->socks[0] = -1;
+	}
+	/* else a beat */
+}
+
+/* Another rank: rank 0 sent nothing for timeout_s. As when it dies,
+ * nobody watches the others any more. */
+static void rank0_stalled(st_net_t *net)
+{
+	char why[96];
+	snprintf(why, sizeof why, "did not answer within %g s (stalled?)", net->cfg.timeout_s);
+	st__net_peer_gone(net, 0, PEER_STALLED, why);
+	atomic_store(&net->detector_up, 0);
+	close(net->socks[0]);
+	net->socks[0] = -1;
+}
+
 static void *monitor_main(void *arg)
 {
 	st_net_t *net = arg;
 	pthread_setname_np(pthread_self(), "st-net-mon-0");
-	int n = net->size, bye0 = 0;
+	const int n = net->size;
+	const double every = beat_every(net), silence = net->cfg.timeout_s;
+	int bye0 = 0;
 	int *bye = st_xcalloc((size_t)n, sizeof *bye);
+	double *heard = st_xcalloc((size_t)n, sizeof *heard);
 	struct pollfd *p = st_xcalloc((size_t)n + 1, sizeof *p);
 	int *rank_of = st_xcalloc((size_t)n + 1, sizeof *rank_of);
+	double now = st__net_now(), next_beat = now;
+	for (int r = 0; r < n; r++)
+		heard[r] = now;
 	for (;;) {
+		if (now >= next_beat) {
+			for (int r = 0; r < n; r++)
+				send_rec(net->socks[r], REC_BEAT, net->rank);
+			next_beat = now + every;
+		}
 		int np = 0;
 		p[np++] = (struct pollfd){ .fd = net->mon_wake[0], .events = POLLIN };
 		for (int r = 0; r < n; r++)
@@ -530,42 +620,36 @@ static void *monitor_main(void *arg)
 				rank_of[np] = r;
 				p[np++] = (struct pollfd){ .fd = net->socks[r], .events = POLLIN };
 			}
-		if (poll(p, (nfds_t)np, -1) < 0)
+		int k = poll(p, (nfds_t)np, (int)((next_beat - now) * 1000) + 1);
+		now = st__net_now();
+		if (k < 0)
 			continue;
 		if (p[0].revents)
 			break;
+		/* What arrived first: a process that was itself stopped for a
+		 * while finds its peers' beats waiting and accuses nobody. */
 		for (int i = 1; i < np; i++) {
 			if (!p[i].revents)
 				continue;
 			int r = rank_of[i];
-			if (net->rank == 0) {
+			heard[r] = now;
+			if (net->rank == 0)
 				root_event(net, r, bye);
+			else
+				rank_event(net, &bye0);
+		}
+		for (int r = 0; r < n; r++) {
+			if (net->socks[r] < 0 || now - heard[r] <= silence || bye[r] || bye0)
 				continue;
-			}
-			rec_t rec;
-			ssize_t got = recv(p[i].fd, &rec, sizeof rec, MSG_WAITALL);
-			if (got == (ssize_t)sizeof rec && rec.rank >= 0 && rec.rank < n &&
-			    (rec.type == REC_LEFT || rec.type == REC_DEAD))
-				st__net_peer_gone(net, rec.rank, rec.type == REC_LEFT ? PEER_LEFT
-						  : PEER_DEAD, "the coordinator saw its connection "
-						  "close without a goodbye");
-			else if (got == (ssize_t)sizeof rec && rec.type == REC_BYE) {
-				bye0 = 1;
-				st__net_peer_gone(net, 0, PEER_LEFT, "");
-			} else if (got != (ssize_t)sizeof rec) {
-				/* Rank 0 is gone: nobody watches the others any more.
-				 * Its state is set first: the progress thread reads it
-				 * to judge UCX errors once the detector is down. */
-				st__net_peer_gone(net, 0, bye0 ? PEER_LEFT : PEER_DEAD,
-						  "its connection closed without a goodbye");
-				atomic_store(&net->detector_up, 0);
-				close(net->socks[0]);
-				net->socks[0] = -1;
-			}
+			if (net->rank == 0)
+				root_stalled(net, r);
+			else
+				rank0_stalled(net);
 		}
 	}
 	free(rank_of);
 	free(p);
+	free(heard);
 	free(bye);
 	return NULL;
 }

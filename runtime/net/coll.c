@@ -10,8 +10,9 @@
  * the ranks called different collectives, which is reported, not hung on.
  *
  * Failure: a collective needs every rank, so it fails with ST_EPEER (naming
- * the rank in the log) as soon as any rank is known gone, and when a rank
- * sends nothing for timeout_s.
+ * the rank in the log) as soon as any rank is known dead: one that exited,
+ * or one that stalled (no heartbeat for timeout_s, boot.c). A rank that is
+ * alive but slow is waited for, however long.
  *
  * Determinism of allreduce_f32: a direct reduce-scatter then allgather.
  * Rank c owns chunk c of the vector; it receives that chunk from every rank
@@ -22,6 +23,7 @@
  *
  * Threads: one thread per process at a time calls these (net.h).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,8 +59,15 @@ static void coll_begin(coll_t *c, st_net_t *net, uint32_t op)
 static int coll_fail(coll_t *c, int rc, int rank, const char *what)
 {
 	int dead;
-	if (st_net_dead(c->net, &dead) > 0)   /* the cause, rather than a rank that left since */
+	char stall[80];
+	if (st_net_dead(c->net, &dead) > 0) {   /* the cause, rather than a rank that left since */
 		rank = dead, what = "died";
+		if (st__net_stalled(c->net, dead)) {
+			snprintf(stall, sizeof stall, "did not answer within %g s (stalled?)",
+				 c->net->cfg.timeout_s);
+			what = stall;
+		}
+	}
 	if (!c->failed && rc != ST_ECANCELED)
 		st_error("net: %s #%llu on rank %d failed: rank %d %s", op_name[c->op],
 			 (unsigned long long)c->seq, c->net->rank, rank, what);
@@ -95,11 +104,12 @@ static int coll_recv(coll_t *c, int src, uint32_t phase, void **msg, size_t *len
 {
 	st_net_t *net = c->net;
 	for (;;) {
+		/* No deadline of its own: a live rank may compute for long
+		 * before it joins (a slow epoch, a large batch). The failure
+		 * monitor (boot.c) turns a rank that sends no sign of life for
+		 * timeout_s into a dead one, which ends the wait. */
 		int gone = src;
-		int rc = st__net_recv(net, src, ST__NET_COLL_CHAN, msg, len, NULL, net->cfg.timeout_s,
-				      1, &gone);
-		if (rc == ST_EAGAIN)
-			return coll_fail(c, rc, src, "sent nothing within timeout_s");
+		int rc = st__net_recv(net, src, ST__NET_COLL_CHAN, msg, len, NULL, -1, 1, &gone);
 		if (rc < 0)
 			return coll_fail(c, rc, gone, "is gone");
 		coll_hdr_t h = { 0 };

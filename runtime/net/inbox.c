@@ -142,17 +142,28 @@ int st__net_mark_gone(st_net_t *net, int r, int how, const char *why)
 	pthread_mutex_lock(&net->mu);
 	int changed = r != net->rank && net->peers[r].state == PEER_ALIVE;
 	if (changed) {
-		net->peers[r].state = how;
+		net->peers[r].state = how == PEER_LEFT ? PEER_LEFT : PEER_DEAD;
+		net->peers[r].stalled = how == PEER_STALLED;
 		net->n_gone++;
-		net->n_dead += how == PEER_DEAD;
+		net->n_dead += how != PEER_LEFT;
 		st__net_wake_all_locked(net);
 	}
 	pthread_mutex_unlock(&net->mu);
-	if (changed && how == PEER_DEAD)
+	if (changed && how == PEER_STALLED)
+		st_error("net: rank %d %s: it counts as dead", r, why);
+	else if (changed && how == PEER_DEAD)
 		st_error("net: rank %d died (%s)", r, why);
 	else if (changed)
 		st_debug("net: rank %d left the job", r);
 	return changed;
+}
+
+int st__net_stalled(st_net_t *net, int r)
+{
+	pthread_mutex_lock(&net->mu);
+	int s = net->peers[r].stalled;
+	pthread_mutex_unlock(&net->mu);
+	return s;
 }
 
 /* The next message to deliver on c from src (or any sender), or NULL. A

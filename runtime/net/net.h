@@ -13,7 +13,10 @@
  * detector. A process that dies (even SIGKILL) closes its socket; rank 0
  * then tells every other rank "rank k died", and rank 0's own death is seen
  * by everyone as EOF. So a blocked call involving a dead rank returns
- * ST_EPEER within about a second, never hangs.
+ * ST_EPEER within about a second, never hangs. Every process also sends a
+ * heartbeat on these connections from its own monitor thread; a process
+ * that sends nothing for timeout_s (stopped, frozen) counts as dead, while
+ * one that is only slow (its workers busy) does not.
  *
  * Messages: (channel, source, bytes). Every message is framed with a magic,
  * its channel, source rank, length and an XXH3 checksum of the payload; a
@@ -41,7 +44,8 @@ typedef struct st_net_cfg {
 	int size;                  /* >= 1 */
 	char coordinator[256];     /* "host:port" of rank 0's listener */
 	char token[128];           /* shared job token ("" = none, still checked) */
-	double timeout_s;          /* connect and collective timeout (default 60) */
+	double timeout_s;          /* forming the job; silence before a peer counts as
+				    * stalled, hence dead (default 60) */
 	char source[64];           /* where rank/size came from, for messages */
 } st_net_cfg_t;
 
@@ -121,7 +125,7 @@ int st_net_recv(st_net_t *net, int src, uint32_t chan, void **buf, size_t *len,
 void st_net_cancel(st_net_t *net);
 
 /* Failure detector: 1 while rank r is alive as far as we know (0 once it
- * died or left with st_net_close). */
+ * died, stalled — no heartbeat for timeout_s — or left with st_net_close). */
 int st_net_alive(const st_net_t *net, int r);
 /* Number of ranks known dead (not counting those that left cleanly), and
  * the lowest such rank in *first (-1). */
@@ -129,8 +133,9 @@ int st_net_dead(const st_net_t *net, int *first);
 
 /* Collectives (one thread per process at a time, same order everywhere).
  * Each returns ST_OK, or ST_EPEER naming the rank in the log: at once when
- * a rank has died, after timeout_s when a rank sends nothing, and when the
- * ranks called different collectives or sizes. */
+ * a rank has died, once a rank has sent no heartbeat for timeout_s (a live
+ * rank that is slow to join is waited for), and when the ranks called
+ * different collectives or sizes. */
 int st_net_barrier(st_net_t *net);
 /* Every rank contributes len bytes; out[r * len ..] receives rank r's. */
 int st_net_allgather(st_net_t *net, const void *mine, size_t len, void *out);

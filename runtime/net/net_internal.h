@@ -81,7 +81,10 @@ int st__net_split_hostport(const char *s, char *host, size_t hostsz, int *port);
 
 /* ---- peers and the inbox --------------------------------------------------- */
 
-enum { PEER_ALIVE = 0, PEER_LEFT, PEER_DEAD };
+/* Peer states. PEER_STALLED is only ever passed to st__net_mark_gone: the
+ * peer becomes PEER_DEAD (with `stalled` set), since a process that sent no
+ * sign of life for timeout_s is treated as one that died. */
+enum { PEER_ALIVE = 0, PEER_LEFT, PEER_DEAD, PEER_STALLED };
 
 typedef struct st__net_msg {
 	struct st__net_msg *next;
@@ -104,7 +107,8 @@ typedef struct st__net_chan {
 } st__net_chan_t;
 
 typedef struct st__net_peer {
-	int state;          /* PEER_*, under mu */
+	int state;          /* PEER_ALIVE, PEER_LEFT or PEER_DEAD, under mu */
+	int stalled;        /* dead because it went silent, not because it exited (mu) */
 #if ST_HAVE_UCX
 	ucp_ep_h ep;        /* under wmu; NULL once closed */
 	int ep_failed;      /* UCX reported an error on ep (under wmu) */
@@ -178,9 +182,12 @@ int st__net_inbox_add_locked(st_net_t *net, st__net_msg_t *m);
 void st__net_inbox_drop_locked(st_net_t *net, st__net_msg_t *m);
 /* Wakes every thread waiting on any channel (under mu). */
 void st__net_wake_all_locked(st_net_t *net);
-/* Marks rank r gone (PEER_LEFT or PEER_DEAD) and wakes the waiters; logs a
- * death. Returns 1 if the state changed. Takes mu. */
+/* Marks rank r gone (PEER_LEFT, PEER_DEAD or PEER_STALLED) and wakes the
+ * waiters; logs a death as "rank r died (why)", a stall as "rank r why".
+ * Returns 1 if the state changed. Takes mu. */
 int st__net_mark_gone(st_net_t *net, int r, int how, const char *why);
+/* 1 when rank r was declared dead because it went silent (a stall). */
+int st__net_stalled(st_net_t *net, int r);
 /* st_net_recv with an extra for collectives: fail_any makes the call
  * return ST_EPEER as soon as any rank has died (*gone = the lowest such).
  * A rank that left cleanly fails only a receive from it: it flushed its

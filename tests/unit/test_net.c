@@ -4,14 +4,17 @@
  * forked from this one, meeting at a coordinator on 127.0.0.1 at a free
  * port: point-to-point order, self-sends, large messages, collectives
  * (allreduce bit-equal to a sequential rank-order sum on every rank), a
- * process with the wrong token, SIGKILL of a rank, malformed frames.
+ * process with the wrong token, SIGKILL of a rank, SIGSTOP of a rank (a
+ * stall, told by its missing heartbeats) against a rank that is only slow,
+ * malformed frames.
  *
  * The forked ranks check with CHECK (exit status 3 and a message), not
  * cmocka: a cmocka failure in a child would jump back into the child's copy
  * of the test runner. The parent waits for the ranks with a deadline and
  * asserts their exit statuses. Ranks synchronize through pipes and
- * st_net_barrier, never sleeps; the only time bound asserted is the upper
- * bound on noticing a killed rank.
+ * st_net_barrier, never sleeps (the slow rank's sleep is the behaviour
+ * under test); the only time bounds asserted are the upper bound on
+ * noticing a killed rank and the lower bound on a slow rank's barrier.
  *
  * Skips (77) the transport tests when the build has no UCX.
  */
@@ -784,6 +787,75 @@ static void kill_one(int P, int victim)
 static void test_net_kill_rank(void **state) { (void)state; kill_one(4, 2); }
 static void test_net_kill_rank0(void **state) { (void)state; kill_one(3, 0); }
 
+/* The stall timeout of the tests below: long enough for a loaded sanitizer
+ * run to form the job in, short enough to wait for a few times. */
+#define STALL_S 3.0
+
+/* A rank stopped by SIGSTOP closes nothing: only its missing heartbeats
+ * tell. The survivors' waits on it (a receive, a barrier) end within
+ * STALL_S and a margin, naming it, and they go on among themselves. */
+static void stall_one(int P, int victim)
+{
+	job_t j;
+	job_init(&j, P);
+	j.timeout_s = STALL_S;
+	g_victim = victim;
+	const int watcher = victim == 0 ? 1 : 0;   /* whose log names the victim */
+	for (int r = 0; r < P; r++)
+		j.pid[r] = spawn(&j, r, j.token, body_survivor, r == watcher);
+	double deadline = now_s() + JOB_WAIT_S;
+	wait_ready(&j, P, deadline);
+	kill(j.pid[victim], SIGSTOP);
+	expect_all_ok(&j, victim, deadline);
+	kill(j.pid[victim], SIGKILL);
+	int st = wait_pid(j.pid[victim], deadline);
+	assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	char needle[64];
+	snprintf(needle, sizeof needle, "rank %d did not answer within 3 s (stalled?)", victim);
+	assert_true(log_has(j.log[watcher], needle));
+	job_end(&j);
+}
+
+static void test_net_stall_rank(void **state) { (void)state; stall_one(3, 2); }
+static void test_net_stall_rank0(void **state) { (void)state; stall_one(3, 0); }
+
+/* A slow rank is not a stalled one: rank 1 computes (here: sleeps) for
+ * more than twice the timeout before it joins a barrier and sends; its
+ * monitor thread beats meanwhile, so rank 0 waits for it and nothing
+ * fails. The sleep is what is tested, not a synchronization. */
+static int body_slow(st_net_t *net, job_t *j)
+{
+	if (st_net_rank(net) == 1) {
+		struct timespec ts = { (time_t)(2 * STALL_S + 1), 0 };
+		while (nanosleep(&ts, &ts) < 0)
+			;
+		CHECK_RC(st_net_send(net, 0, 4, "late", 5), ST_OK);
+		CHECK_RC(st_net_barrier(net), ST_OK);
+		return 0;
+	}
+	double t0 = now_s();
+	CHECK_RC(st_net_barrier(net), ST_OK);
+	CHECK(elapsed_since(t0) > STALL_S);
+	size_t len;
+	char *m = recv_ok(net, 1, 4, &len);
+	CHECK(len == 5 && !strcmp(m, "late"));
+	free(m);
+	CHECK(st_net_alive(net, 1) && st_net_dead(net, NULL) == 0);
+	return 0;
+}
+
+static void test_net_slow_rank(void **state)
+{
+	(void)state;
+	job_t j;
+	job_init(&j, 2);
+	j.timeout_s = STALL_S;
+	for (int r = 0; r < 2; r++)
+		j.pid[r] = spawn(&j, r, j.token, body_slow, 0);
+	expect_all_ok(&j, -1, now_s() + JOB_WAIT_S);
+	job_end(&j);
+}
+
 /* Malformed frames from rank 1 are logged and dropped at rank 0; the good
  * message after them arrives. */
 static int body_frames(st_net_t *net, job_t *j)
@@ -908,6 +980,9 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_net_missing_rank),
 		cmocka_unit_test(test_net_kill_rank),
 		cmocka_unit_test(test_net_kill_rank0),
+		cmocka_unit_test(test_net_stall_rank),
+		cmocka_unit_test(test_net_stall_rank0),
+		cmocka_unit_test(test_net_slow_rank),
 		cmocka_unit_test(test_net_bad_frames),
 	};
 	failed += cmocka_run_group_tests_name("net", tests, NULL, NULL);
