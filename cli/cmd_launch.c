@@ -19,7 +19,9 @@
  * in their own process group, so a Ctrl-C at the terminal reaches them once,
  * through the launcher; they start with the default action for INT and TERM
  * whatever the launcher inherited (the launcher decides what reaches them),
- * and each gets SIGTERM if the launcher itself dies.
+ * and each gets SIGTERM if the launcher itself dies. Once a rank has ended, a
+ * rank that stays stopped, or one still running after rank 0 ended, is killed
+ * after STRATA_NET_TIMEOUT (watch), so the launcher always ends.
  *
  * Exit status: rank 0's (with --cluster, that of the first rank started
  * here: 130 or 143 when it stopped on a forwarded SIGINT or SIGTERM), 1 if
@@ -54,6 +56,13 @@ typedef struct launch {
 	int *status;         /* wait status, valid once reaped */
 	int running;
 	int stop_timeout;    /* seconds the ranks get to stop after a forwarded signal */
+	/* Leftovers (see watch): a rank that stays stopped after another one
+	 * ended, or that outlives rank 0, holds the launcher forever. */
+	double grace;        /* STRATA_NET_TIMEOUT, or 60 s */
+	double first_end;    /* when the first rank ended (0: none yet) */
+	double end0;         /* when rank 0 ended, if it runs here (0: not yet) */
+	double *stopped;     /* since when each rank is stopped (0: it is not) */
+	char *killed;        /* watch sent it SIGKILL */
 } launch_t;
 
 static int usage_error(const char *fmt, const char *arg)
@@ -172,16 +181,58 @@ static void forward(launch_t *l, int sig)
 			kill(l->pid[i], sig);
 }
 
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 static void reap(launch_t *l)
 {
 	int st;
 	pid_t p;
-	while ((p = waitpid(-1, &st, WNOHANG)) > 0)
-		for (int i = 0; i < l->n; i++)
-			if (l->pid[i] == p) {
-				l->status[i] = st;
-				l->running--;
+	while ((p = waitpid(-1, &st, WNOHANG | WUNTRACED | WCONTINUED)) > 0)
+		for (int i = 0; i < l->n; i++) {
+			if (l->pid[i] != p)
+				continue;
+			if (WIFSTOPPED(st) || WIFCONTINUED(st)) {
+				l->stopped[i] = WIFSTOPPED(st) ? now_s() : 0;
+				continue;
 			}
+			l->status[i] = st;
+			l->running--;
+			l->first_end = l->first_end ? l->first_end : now_s();
+			if (i == 0 && l->base == 0)
+				l->end0 = now_s();
+		}
+}
+
+/* Once a rank has ended, the others should end too, or go on without it
+ * (docs/distributed.md, "Failures"); two kinds of leftover never do. A
+ * rank that is stopped (SIGSTOP) has been given up by the others after
+ * STRATA_NET_TIMEOUT (they saw no heartbeat), and would hold the launcher
+ * forever; and after rank 0 (the coordinator) has ended, the others see
+ * it at once and end within seconds. Either gets `grace` seconds, then
+ * SIGKILL, named. */
+static void watch(launch_t *l)
+{
+	const double now = now_s();
+	for (int i = 0; i < l->n; i++) {
+		if (l->status[i] >= 0 || l->pid[i] <= 0 || l->killed[i])
+			continue;
+		const double since = l->stopped[i] > l->first_end ? l->stopped[i] : l->first_end;
+		if (l->stopped[i] && now >= since + l->grace)
+			fprintf(stderr, "strata launch: rank %d stayed stopped (stalled?) for %g s "
+				"after another rank ended: killing it\n", l->base + i, l->grace);
+		else if (l->end0 && now >= l->end0 + l->grace)
+			fprintf(stderr, "strata launch: rank %d was still running %g s after rank 0 "
+				"ended: killing it\n", l->base + i, l->grace);
+		else
+			continue;
+		kill(l->pid[i], SIGKILL);
+		l->killed[i] = 1;
+	}
 }
 
 /* Starts the ranks and waits for all of them. */
@@ -216,17 +267,18 @@ static void run_ranks(launch_t *l)
 	while (l->running > 0) {
 		siginfo_t si;
 		int sig;
+		/* The wait ends at the stop deadline, and every 0.25 s once a rank
+		 * has ended (watch looks at the leftovers). */
+		struct timespec left = { 0, 250 * 1000 * 1000 };
+		int timed = l->first_end != 0;
 		if (stopping && !killed) {
-			struct timespec now, left;
+			struct timespec now, d;
 			clock_gettime(CLOCK_MONOTONIC, &now);
-			left.tv_sec = deadline.tv_sec - now.tv_sec;
-			left.tv_nsec = deadline.tv_nsec - now.tv_nsec;
-			if (left.tv_nsec < 0)
-				left.tv_sec--, left.tv_nsec += 1000000000L;
-			sig = left.tv_sec < 0 ? -1 : sigtimedwait(&block, &si, &left);
-			if (sig < 0 && errno == EINTR)
-				continue;
-			if (sig < 0) {
+			d.tv_sec = deadline.tv_sec - now.tv_sec;
+			d.tv_nsec = deadline.tv_nsec - now.tv_nsec;
+			if (d.tv_nsec < 0)
+				d.tv_sec--, d.tv_nsec += 1000000000L;
+			if (d.tv_sec < 0) {
 				for (int i = 0; i < l->n; i++)
 					if (l->pid[i] > 0 && l->status[i] < 0)
 						fprintf(stderr, "strata launch: rank %d did not stop within "
@@ -235,9 +287,12 @@ static void run_ranks(launch_t *l)
 				killed = 1;
 				continue;
 			}
-		} else {
-			sig = sigwaitinfo(&block, &si);
+			if (!timed || d.tv_sec < left.tv_sec ||
+			    (d.tv_sec == left.tv_sec && d.tv_nsec < left.tv_nsec))
+				left = d;
+			timed = 1;
 		}
+		sig = timed ? sigtimedwait(&block, &si, &left) : sigwaitinfo(&block, &si);
 		if (sig == SIGINT || sig == SIGTERM) {
 			if (!stopping) {
 				stopping = 1;
@@ -252,6 +307,8 @@ static void run_ranks(launch_t *l)
 		} else if (sig == SIGCHLD) {
 			reap(l);
 		}
+		if (l->first_end)
+			watch(l);
 	}
 	sigprocmask(SIG_SETMASK, &old, NULL);
 }
@@ -313,6 +370,10 @@ int st_cmd_launch(int argc, char **argv)
 		l.child_argv[2 + i] = argv[optind + i];
 	l.pid = st_xcalloc((size_t)l.n, sizeof *l.pid);
 	l.status = st_xcalloc((size_t)l.n, sizeof *l.status);
+	l.stopped = st_xcalloc((size_t)l.n, sizeof *l.stopped);
+	l.killed = st_xcalloc((size_t)l.n, sizeof *l.killed);
+	const char *to = getenv("STRATA_NET_TIMEOUT");
+	l.grace = to && atof(to) > 0 ? atof(to) : 60;
 	run_ranks(&l);
 	for (int i = 0; i < l.n; i++) {
 		int st = l.status[i], r = l.base + i;
@@ -333,5 +394,7 @@ int st_cmd_launch(int argc, char **argv)
 	free(l.child_argv);
 	free(l.pid);
 	free(l.status);
+	free(l.stopped);
+	free(l.killed);
 	return rc;
 }
