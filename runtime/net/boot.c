@@ -10,7 +10,12 @@
  * rank already present; a refused connection does not disturb the job,
  * which keeps waiting for the real rank. A rank that disconnects before the
  * job forms may connect again. When every rank is in, rank 0 sends each the
- * address table.
+ * address table. Rank 0 reads all connections at once (one poll over the
+ * listener, the ranks in and every pending connection), so anyone on the
+ * machine who opens connections and says nothing costs a slot each (64,
+ * the oldest given up first) until their own deadline (HELLO_WAIT_S) and
+ * never delays the ranks; and it checks the token as soon as it is in,
+ * before it reads (or allocates for) the rest of the hello.
  *
  * Monitor: the connections stay open. One thread per process ("st-net-mon")
  * polls them. A process that exits, even by SIGKILL, has its socket closed
@@ -175,7 +180,7 @@ static int listen_on(const char *host, int port)
 			((struct sockaddr_in *)&ss)->sin_addr.s_addr = htonl(INADDR_ANY);
 		else if (!loop && a->ai_family == AF_INET6)
 			((struct sockaddr_in6 *)&ss)->sin6_addr = in6addr_any;
-		fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 		int one = 1;
 		if (fd >= 0 && (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0 ||
 				bind(fd, (struct sockaddr *)&ss, a->ai_addrlen) < 0 ||
@@ -234,56 +239,140 @@ static void refuse(int fd, const char *who, const char *why)
 	send_refusal(fd, why);
 }
 
-/* Reads and checks one hello. Returns the rank, or -1 (fd closed). */
-static int take_hello(st_net_t *net, int fd, int *fds, void **addrs, size_t *lens, double deadline)
-{
-	char who[80], why[160];
-	peer_name(fd, who, sizeof who);
+/* A connection that has not finished its hello yet. Rank 0 reads every
+ * pending connection as its bytes come (poll), so connections that say
+ * nothing — a port scan, a stale process, anyone on the machine — cost a
+ * slot each until their own deadline, and never delay the ranks. */
+typedef struct pending {
+	int fd;              /* -1: a free slot */
+	double deadline;     /* HELLO_WAIT_S after accept */
+	int part;            /* reading 0 the header, 1 the token, 2 the address */
+	size_t got;          /* bytes of that part so far */
 	hello_t h;
-	double dl = st__net_now() + HELLO_WAIT_S;
-	dl = dl < deadline ? dl : deadline;
-	if (read_full(fd, &h, sizeof h, dl) <= 0) {
-		st_warn("net: dropped a connection from %s: no hello within %.0f s", who,
-			HELLO_WAIT_S);
-		close(fd);
-		return -1;
-	}
-	if (h.magic != HELLO_MAGIC || h.version != BOOT_VERSION || h.token_len > 127 ||
-	    h.addr_len == 0 || h.addr_len > MAX_ADDR) {
-		refuse(fd, who, "not a strata process of this version (bad hello)");
-		return -1;
-	}
 	char tok[128];
-	void *addr = malloc(h.addr_len);
-	if (!addr || read_full(fd, tok, h.token_len, dl) <= 0 ||
-	    read_full(fd, addr, h.addr_len, dl) <= 0) {
-		free(addr);
-		refuse(fd, who, addr ? "the hello was cut short" : "out of memory");
-		return -1;
-	}
+	void *addr;
+	char who[80];
+} pending_t;
+
+#define MAX_PENDING 64
+
+static void pend_close(pending_t *q)
+{
+	close(q->fd);
+	free(q->addr);
+	*q = (pending_t){ .fd = -1 };
+}
+
+static void pend_refuse(pending_t *q, const char *why)
+{
+	refuse(q->fd, q->who, why);
+	free(q->addr);
+	*q = (pending_t){ .fd = -1 };
+}
+
+/* The checks that need only the header and the token; why[0] = 0 if it
+ * passes. The token comes first: a process of another job is told so
+ * before anything else about it is believed. */
+static void check_hello(st_net_t *net, const pending_t *q, const int *fds, char *why, size_t n)
+{
 	const char *mine = net->cfg.token;
-	int r = (int)h.rank;
-	if (h.token_len != strlen(mine) || memcmp(tok, mine, h.token_len))
-		snprintf(why, sizeof why, "wrong job token");
-	else if ((int)h.size != net->size)
-		snprintf(why, sizeof why, "it expects a world size of %u, this job has %d", h.size,
+	const int r = (int)q->h.rank;
+	if (q->h.token_len != strlen(mine) || memcmp(q->tok, mine, q->h.token_len))
+		snprintf(why, n, "wrong job token");
+	else if ((int)q->h.size != net->size)
+		snprintf(why, n, "it expects a world size of %u, this job has %d", q->h.size,
 			 net->size);
 	else if (r <= 0 || r >= net->size)
-		snprintf(why, sizeof why, "rank %d is not in 1..%d", r, net->size - 1);
+		snprintf(why, n, "rank %d is not in 1..%d", r, net->size - 1);
 	else if (fds[r] >= 0)
-		snprintf(why, sizeof why, "rank %d is already connected", r);
+		snprintf(why, n, "rank %d is already connected", r);
 	else
 		why[0] = 0;
-	if (why[0]) {
-		free(addr);
-		refuse(fd, who, why);
-		return -1;
+}
+
+/* Reads what pending connection q has sent. Returns the rank it joined as,
+ * 0 while its hello is incomplete, -1 once it was refused or dropped. */
+static int pend_read(st_net_t *net, pending_t *q, int *fds, void **addrs, size_t *lens)
+{
+	char why[160];
+	for (;;) {
+		void *dst = q->part == 0 ? (void *)&q->h : q->part == 1 ? (void *)q->tok : q->addr;
+		size_t want = q->part == 0 ? sizeof q->h : q->part == 1 ? q->h.token_len
+			: q->h.addr_len;
+		if (q->got < want) {
+			ssize_t got = recv(q->fd, (char *)dst + q->got, want - q->got, MSG_DONTWAIT);
+			if (got < 0 && (errno == EAGAIN || errno == EINTR))
+				return 0;
+			if (got <= 0) {
+				st_warn("net: dropped a connection from %s: it closed before its "
+					"hello was complete", q->who);
+				pend_close(q);
+				return -1;
+			}
+			q->got += (size_t)got;
+			continue;
+		}
+		if (q->part == 0) {
+			if (q->h.magic != HELLO_MAGIC || q->h.version != BOOT_VERSION ||
+			    q->h.token_len > 127 || q->h.addr_len == 0 || q->h.addr_len > MAX_ADDR) {
+				pend_refuse(q, "not a strata process of this version (bad hello)");
+				return -1;
+			}
+		} else if (q->part == 1) {
+			check_hello(net, q, fds, why, sizeof why);
+			if (!why[0] && !(q->addr = malloc(q->h.addr_len)))
+				snprintf(why, sizeof why, "out of memory");
+			if (why[0]) {
+				pend_refuse(q, why);
+				return -1;
+			}
+		} else {
+			const int r = (int)q->h.rank;
+			check_hello(net, q, fds, why, sizeof why);   /* another may have joined as r */
+			if (why[0]) {
+				pend_refuse(q, why);
+				return -1;
+			}
+			int fl = fcntl(q->fd, F_GETFL);   /* the monitor reads it blocking */
+			fcntl(q->fd, F_SETFL, fl & ~O_NONBLOCK);
+			fds[r] = q->fd;
+			addrs[r] = q->addr;
+			lens[r] = q->h.addr_len;
+			st_debug("net: rank %d connected from %s", r, q->who);
+			*q = (pending_t){ .fd = -1 };
+			return r;
+		}
+		q->part++;
+		q->got = 0;
 	}
-	fds[r] = fd;
-	addrs[r] = addr;
-	lens[r] = h.addr_len;
-	st_debug("net: rank %d connected from %s", r, who);
-	return r;
+}
+
+/* Takes every connection waiting on the listener into a free slot of pq
+ * (the oldest pending one gives its slot up when none is free). */
+static void accept_all(int lfd, pending_t *pq, double deadline)
+{
+	for (;;) {
+		int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd < 0)
+			return;   /* EAGAIN: no more for now (or a transient error) */
+		int slot = -1;
+		for (int i = 0; i < MAX_PENDING; i++) {
+			if (pq[i].fd < 0) {
+				slot = i;
+				break;
+			}
+			if (slot < 0 || pq[i].deadline < pq[slot].deadline)
+				slot = i;
+		}
+		if (pq[slot].fd >= 0) {
+			st_warn("net: dropped a connection from %s: %d connections were waiting "
+				"for their hello", pq[slot].who, MAX_PENDING);
+			pend_close(&pq[slot]);
+		}
+		double dl = st__net_now() + HELLO_WAIT_S;
+		pq[slot] = (pending_t){ .fd = fd, .deadline = dl < deadline ? dl : deadline };
+		peer_name(fd, pq[slot].who, sizeof pq[slot].who);
+	}
 }
 
 /* Drops rank r's connection before the job formed (it closed or misbehaved). */
@@ -296,34 +385,67 @@ static void forget(int *fds, void **addrs, int r)
 	addrs[r] = NULL;
 }
 
+/* Rank 0 until every rank has said hello: one poll over the listener, the
+ * ranks already in (a close before the table is a rank to wait for again)
+ * and every pending connection, each with its own deadline. */
 static int gather(st_net_t *net, int lfd, int *fds, void **addrs, size_t *lens, double deadline)
 {
-	int n = net->size;
-	struct pollfd *p = st_xcalloc((size_t)n, sizeof *p);
+	const int n = net->size;
+	struct pollfd *p = st_xcalloc((size_t)n + MAX_PENDING, sizeof *p);
+	int *who = st_xcalloc((size_t)n + MAX_PENDING, sizeof *who);   /* rank, or -1 - slot */
+	pending_t *pq = st_xcalloc(MAX_PENDING, sizeof *pq);
+	for (int i = 0; i < MAX_PENDING; i++)
+		pq[i].fd = -1;
 	int joined = 1, rc = ST_OK;
 	while (joined < n) {
-		p[0] = (struct pollfd){ .fd = lfd, .events = POLLIN };
+		double now = st__net_now(), until = deadline;
+		int np = 0;
+		p[np++] = (struct pollfd){ .fd = lfd, .events = POLLIN };
 		for (int r = 1; r < n; r++)
-			p[r] = (struct pollfd){ .fd = fds[r], .events = POLLIN };
-		double left = deadline - st__net_now();
-		int k = left > 0 ? poll(p, (nfds_t)n, (int)(left * 1000) + 1) : 0;
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0) {
+			if (fds[r] >= 0) {
+				who[np] = r;
+				p[np++] = (struct pollfd){ .fd = fds[r], .events = POLLIN };
+			}
+		for (int i = 0; i < MAX_PENDING; i++)
+			if (pq[i].fd >= 0) {
+				who[np] = -1 - i;
+				p[np++] = (struct pollfd){ .fd = pq[i].fd, .events = POLLIN };
+				until = pq[i].deadline < until ? pq[i].deadline : until;
+			}
+		if (now >= deadline) {
 			rc = ST_EPEER;
 			break;
 		}
-		for (int r = 1; r < n; r++)
-			if (p[r].revents) {   /* nothing is due from it before the table */
-				forget(fds, addrs, r);
-				joined--;
-			}
-		if (p[0].revents & POLLIN) {
-			int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
-			if (fd >= 0 && take_hello(net, fd, fds, addrs, lens, deadline) > 0)
-				joined++;
+		int k = poll(p, (nfds_t)np, until > now ? (int)((until - now) * 1000) + 1 : 0);
+		if (k < 0 && errno != EINTR) {
+			rc = ST_EIO;
+			break;
 		}
+		for (int i = 1; k > 0 && i < np; i++) {
+			if (!p[i].revents)
+				continue;
+			if (who[i] > 0) {   /* nothing is due from a rank before the table */
+				forget(fds, addrs, who[i]);
+				joined--;
+			} else if (pend_read(net, &pq[-1 - who[i]], fds, addrs, lens) > 0) {
+				joined++;
+			}
+		}
+		now = st__net_now();
+		for (int i = 0; i < MAX_PENDING; i++)
+			if (pq[i].fd >= 0 && now >= pq[i].deadline) {
+				st_warn("net: dropped a connection from %s: no hello within %.0f s",
+					pq[i].who, HELLO_WAIT_S);
+				pend_close(&pq[i]);
+			}
+		if (k > 0 && (p[0].revents & POLLIN))
+			accept_all(lfd, pq, deadline);
 	}
+	for (int i = 0; i < MAX_PENDING; i++)
+		if (pq[i].fd >= 0)
+			pend_close(&pq[i]);
+	free(pq);
+	free(who);
 	free(p);
 	if (rc == ST_EPEER) {
 		char missing[200] = "", *m = missing;
@@ -332,12 +454,13 @@ static int gather(st_net_t *net, int lfd, int *fds, void **addrs, size_t *lens, 
 				m += sprintf(m, "%s%d", m == missing ? "" : ", ", r);
 		st_error("net: the job did not form: rank(s) %s did not connect to %s within %.0f s",
 			 missing, net->cfg.coordinator, net->cfg.timeout_s);
+	}
+	if (rc < 0)
 		for (int r = 1; r < n; r++)
 			if (fds[r] >= 0) {
 				send_refusal(fds[r], "the job did not form in time");
 				fds[r] = -1;
 			}
-	}
 	return rc;
 }
 

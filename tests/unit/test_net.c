@@ -723,6 +723,70 @@ static void test_net_missing_rank(void **state)
 	job_end(&j);
 }
 
+/* A TCP connection to the job's coordinator, retried until it listens. */
+static int connect_coord(const job_t *j, double deadline)
+{
+	int port = atoi(strchr(j->coord, ':') + 1);
+	for (;;) {
+		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+					 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+		assert_true(fd >= 0);
+		if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0)
+			return fd;
+		close(fd);
+		if (now_s() > deadline)
+			fail_msg("the coordinator %s does not listen", j->coord);
+		struct timespec ts = { 0, 20 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+}
+
+/* Connections that never say hello (anyone on the machine may open them)
+ * do not keep the ranks out: rank 0 reads every pending connection at
+ * once, each with its own deadline. One read at a time, 10 s each, three
+ * of them kept the job from forming within its 8 s. And a process of
+ * another job is refused as soon as its token is in, before it has sent
+ * its address. */
+static void test_net_idle_connections(void **state)
+{
+	(void)state;
+	job_t j;
+	job_init(&j, 2);
+	j.timeout_s = 8;
+	double deadline = now_s() + JOB_WAIT_S;
+	j.pid[0] = spawn(&j, 0, j.token, body_barrier, 1);
+	int idle[3];
+	for (int i = 0; i < 3; i++)
+		idle[i] = connect_coord(&j, deadline);
+	/* The hello of boot.c: magic "STBH", version, rank, size, token and
+	 * address lengths; then the token. The address never comes. */
+	int bad = connect_coord(&j, deadline);
+	const uint32_t hello[6] = { 0x48425453u, 1, 1, 2, 5, 100 };
+	assert_int_equal(send(bad, hello, sizeof hello, 0), (ssize_t)sizeof hello);
+	assert_int_equal(send(bad, "wrong", 5, 0), 5);
+	double t0 = now_s();
+	char reply[256] = "";
+	size_t got = 0;
+	for (ssize_t n; got < sizeof reply - 1; got += (size_t)n) {
+		struct pollfd p = { .fd = bad, .events = POLLIN };
+		if (poll(&p, 1, 5000) <= 0)
+			fail_msg("no answer to a hello with the wrong token within 5 s");
+		n = recv(bad, reply + got, sizeof reply - 1 - got, 0);
+		if (n <= 0)
+			break;
+	}
+	assert_true(now_s() - t0 < 5);
+	assert_true(got > 12 && memmem(reply + 12, got - 12, "wrong job token", 15));
+	close(bad);
+	j.pid[1] = spawn(&j, 1, j.token, body_barrier, 0);
+	expect_all_ok(&j, -1, deadline);
+	assert_true(log_has(j.log[0], "wrong job token"));
+	for (int i = 0; i < 3; i++)
+		close(idle[i]);
+	job_end(&j);
+}
+
 static int g_victim;
 
 static double elapsed_since(double t0)
@@ -978,6 +1042,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_net_coll_4),
 		cmocka_unit_test(test_net_wrong_token),
 		cmocka_unit_test(test_net_missing_rank),
+		cmocka_unit_test(test_net_idle_connections),
 		cmocka_unit_test(test_net_kill_rank),
 		cmocka_unit_test(test_net_kill_rank0),
 		cmocka_unit_test(test_net_stall_rank),
