@@ -9,10 +9,12 @@
  */
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <yaml.h>
 
@@ -217,6 +219,61 @@ int st_net_cluster_self(const st_net_cluster_t *cl)
 	for (int i = 0; i < cl->n_hosts; i++)
 		if (is_me(cl->hosts[i], me))
 			return i;
+	return -1;
+}
+
+/* ---- the job's interface ------------------------------------------------------------ */
+
+/* The address of ifaddr entry i, and its length; NULL for another family. */
+static const void *if_addr(const struct ifaddrs *i, int fam, size_t *len)
+{
+	if (!i->ifa_addr || i->ifa_addr->sa_family != fam)
+		return NULL;
+	*len = fam == AF_INET ? 4 : 16;
+	return fam == AF_INET ? (const void *)&((const struct sockaddr_in *)i->ifa_addr)->sin_addr
+		: (const void *)&((const struct sockaddr_in6 *)i->ifa_addr)->sin6_addr;
+}
+
+int st__net_job_iface(const char *coordinator, char *name, size_t n)
+{
+	char host[256];
+	int port;
+	if (st__net_split_hostport(coordinator, host, sizeof host, &port) < 0)
+		return -1;
+	char ps[16];
+	snprintf(ps, sizeof ps, "%d", port);
+	struct addrinfo hints = { .ai_socktype = SOCK_DGRAM }, *res;
+	if (getaddrinfo(host, ps, &hints, &res) != 0)
+		return -1;
+	/* A connected UDP socket sends nothing: it only asks the kernel for
+	 * the route, whose source address is ours. */
+	struct sockaddr_storage me;
+	socklen_t ml = 0;
+	for (struct addrinfo *a = res; a && !ml; a = a->ai_next) {
+		int fd = socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+		ml = sizeof me;
+		if (fd < 0 || connect(fd, a->ai_addr, a->ai_addrlen) < 0 ||
+		    getsockname(fd, (struct sockaddr *)&me, &ml) < 0)
+			ml = 0;
+		if (fd >= 0)
+			close(fd);
+	}
+	freeaddrinfo(res);
+	struct ifaddrs *ifs;
+	if (!ml || getifaddrs(&ifs) < 0)
+		return -1;
+	struct ifaddrs self = { .ifa_addr = (struct sockaddr *)&me };
+	size_t len = 0, l;
+	const void *want = if_addr(&self, me.ss_family, &len);
+	for (struct ifaddrs *i = ifs; i && want; i = i->ifa_next) {
+		const void *a = if_addr(i, me.ss_family, &l);
+		if (a && l == len && !memcmp(a, want, len) && strlen(i->ifa_name) < n) {
+			snprintf(name, n, "%s", i->ifa_name);
+			freeifaddrs(ifs);
+			return 0;
+		}
+	}
+	freeifaddrs(ifs);
 	return -1;
 }
 

@@ -27,6 +27,10 @@
  * latency (docs/benchmarks.md, "Transport": 50 -> 12-18 us on 2 cores).
  * The monitor thread (boot.c) calls st__net_peer_gone.
  *
+ * Listeners: UCX's TCP transport listens on each network device it uses,
+ * so the worker is given only the interface that reaches the coordinator
+ * (pick_devices): the loopback for a job on one machine.
+ *
  * Failure: endpoints use UCP_ERR_HANDLING_MODE_PEER. When a rank is known
  * gone, its endpoint is closed with FORCE, which completes every request
  * to it with an error, so no send waits for a dead rank. A UCX error on an
@@ -35,6 +39,7 @@
  * the UCX error itself).
  */
 #include <assert.h>
+#include <dirent.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -447,10 +452,51 @@ static int create_eps(st_net_t *net, void **addrs)
 
 /* ---- open and close --------------------------------------------------------------- */
 
+/* UCX's network devices for this job: the interface that reaches the
+ * coordinator (the loopback for `strata launch`), so its TCP transport
+ * listens there only and not on every interface of the machine, plus the
+ * RDMA ports (/sys/class/infiniband/DEV/ports/N as "DEV:N"), which open no
+ * TCP port. UCX_NET_DEVICES in the environment wins. */
+static void pick_devices(st_net_t *net, ucp_config_t *config)
+{
+	if (getenv("UCX_NET_DEVICES") || net->size < 2)
+		return;
+	char devs[1024];
+	if (st__net_job_iface(net->cfg.coordinator, devs, sizeof devs / 4) < 0) {
+		st_warn("net: cannot tell which interface reaches the coordinator %s: UCX listens "
+			"on every interface (set UCX_NET_DEVICES to choose)", net->cfg.coordinator);
+		return;
+	}
+	size_t len = strlen(devs);
+	DIR *ib = opendir("/sys/class/infiniband");
+	for (struct dirent *d; ib && (d = readdir(ib));) {
+		char path[512];
+		if (d->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof path, "/sys/class/infiniband/%s/ports", d->d_name);
+		DIR *ports = opendir(path);
+		for (struct dirent *p; ports && (p = readdir(ports));)
+			if (p->d_name[0] != '.' && len + strlen(d->d_name) + strlen(p->d_name) + 3 <
+			    sizeof devs)
+				len += (size_t)snprintf(devs + len, sizeof devs - len, ",%s:%s",
+							d->d_name, p->d_name);
+		if (ports)
+			closedir(ports);
+	}
+	if (ib)
+		closedir(ib);
+	if (ucp_config_modify(config, "NET_DEVICES", devs) != UCS_OK)
+		st_warn("net: UCX refused NET_DEVICES=%s: it listens on every interface", devs);
+	else
+		st_debug("net: UCX uses the network devices %s (UCX_NET_DEVICES overrides)", devs);
+}
+
 static int ucx_init(st_net_t *net)
 {
 	ucp_config_t *config;
 	ucs_status_t s = ucp_config_read(NULL, NULL, &config);
+	if (s == UCS_OK)
+		pick_devices(net, config);
 	if (s == UCS_OK) {
 		ucp_params_t prm = {
 			.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS,

@@ -78,6 +78,13 @@ static inline double st__net_now(void)
 
 /* cfg.c: splits "host:port" or "[v6]:port". Returns 0 or -1. */
 int st__net_split_hostport(const char *s, char *host, size_t hostsz, int *port);
+/* cfg.c: the name of the network interface this machine reaches
+ * `coordinator` ("host:port") through — the one holding the source address
+ * of the route to it, so the coordinator's own interface on rank 0 and the
+ * loopback for a loopback coordinator — into name[n]. Returns 0, or -1 when
+ * the host does not resolve or no interface holds that address. Sends
+ * nothing. Thread-safe. */
+int st__net_job_iface(const char *coordinator, char *name, size_t n);
 
 /* ---- peers and the inbox --------------------------------------------------- */
 

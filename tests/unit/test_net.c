@@ -26,7 +26,9 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <math.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -284,6 +286,23 @@ static void test_net_frame_repeat(void **state)
 	assert_non_null(st__net_frame_check(&f, 1, 78, 0, p, n));
 	assert_non_null(st__net_frame_check(&f, 1, 77, 0, p, n - 1));
 	free(p);
+}
+
+/* The interface that reaches a loopback coordinator is the loopback one:
+ * what UCX is told to listen on in a one-machine job (net.c). */
+static void test_net_job_iface(void **state)
+{
+	(void)state;
+	char name[64] = "";
+	assert_int_equal(st__net_job_iface("127.0.0.1:29500", name, sizeof name), 0);
+	struct ifaddrs *ifs;
+	assert_int_equal(getifaddrs(&ifs), 0);
+	int loop = 0;
+	for (struct ifaddrs *i = ifs; i; i = i->ifa_next)
+		loop |= !strcmp(i->ifa_name, name) && (i->ifa_flags & IFF_LOOPBACK);
+	freeifaddrs(ifs);
+	assert_true(loop);
+	assert_int_equal(st__net_job_iface("no port", name, sizeof name), -1);
 }
 
 /* ---- jobs of forked processes ----------------------------------------------------- */
@@ -1023,6 +1042,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_net_cfg_errors),
 		cmocka_unit_test(test_net_cfg_cluster_file),
 		cmocka_unit_test(test_net_frame_repeat),
+		cmocka_unit_test(test_net_job_iface),
 	};
 	int failed = cmocka_run_group_tests_name("net_cfg", cfg_tests, NULL, NULL);
 	if (!ST_HAVE_UCX) {

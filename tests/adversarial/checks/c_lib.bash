@@ -59,9 +59,12 @@ ranks_of() { # launcher-pid n
 
 # Until every one of n ranks logged that it trains (at most SECS).
 wait_training() { # file n secs
-  local t=0
-  until [ "$(grep -c "trains batches" "$1" 2>/dev/null)" -ge "$2" ]; do
-    sleep 0.2; t=$((t + 1)); [ $t -gt $(($3 * 5)) ] && return 1
+  local t=0 c
+  for (( ; ; t++)); do
+    c=$(grep -c "trains batches" "$1" 2>/dev/null)
+    [ "${c:-0}" -ge "$2" ] && break
+    [ $t -gt $(($3 * 5)) ] && return 1
+    sleep 0.2
   done
   return 0
 }
