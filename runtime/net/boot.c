@@ -265,6 +265,12 @@ static void pend_close(pending_t *q)
 
 static void pend_refuse(pending_t *q, const char *why)
 {
+	/* The rest of its hello may be in already (its address, unread when
+	 * the token was wrong): read it first, so that closing sends a FIN
+	 * after the reason rather than a reset that may overtake it. */
+	char sink[4096];
+	for (int i = 0; i < 20 && recv(q->fd, sink, sizeof sink, MSG_DONTWAIT) > 0; i++)
+		;
 	refuse(q->fd, q->who, why);
 	free(q->addr);
 	*q = (pending_t){ .fd = -1 };
