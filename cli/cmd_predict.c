@@ -16,7 +16,8 @@
  * exactly), in input order, to stdout or to FILE; FILE is written under a
  * temporary name in its directory, fsynced and renamed, so it is either the
  * whole output or untouched. eval prints "auc X  logloss Y  examples N"
- * (exact AUC, ops/metrics/auc).
+ * (exact AUC, ops/metrics/auc), followed by "  (K non-finite scores, left
+ * out of the AUC)" when a diverged model scored NaN or infinity.
  *
  * Exit status: 0 ok; 1 runtime failure (a damaged export, I/O, memory,
  * writing FILE); 2 usage error or bad input (no such export or data, no
@@ -33,6 +34,7 @@
 #include <getopt.h>
 #include <glob.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -387,15 +389,27 @@ static int run(int argc, char **argv, const char *cmd)
 	}
 	if (eval && status == ST_EXIT_OK) {
 		double auc = 0;
+		size_t nf = 0;
 		if (!s.n) {
 			fprintf(stderr, "strata eval: the data holds no examples\n");
 			status = ST_EXIT_USAGE;
-		} else if (st_auc_exact(s.pred, s.label, s.n, &auc) < 0) {
+		} else if (st_auc_exact_finite(s.pred, s.label, s.n, &auc, &nf) < 0) {
 			fprintf(stderr, "strata eval: out of memory computing the AUC\n");
 			status = ST_EXIT_FAILED;
 		} else {
-			printf("auc %.6f  logloss %.6f  examples %zu\n", auc,
-			       st_logloss(s.pred, s.label, s.n), s.n);
+			/* A diverged model scores NaN or inf: the AUC ranks the
+			 * finite scores only (nan when none or one class is left)
+			 * and the line says how many were left out. */
+			double ll = st_logloss(s.pred, s.label, s.n);
+			printf("auc %.6f  logloss %.6f  examples %zu", isnan(auc) ? NAN : auc,
+			       isnan(ll) ? NAN : ll, s.n);
+			if (nf)
+				printf("  (%zu non-finite scores, left out of the AUC)", nf);
+			printf("\n");
+			if (nf)
+				fprintf(stderr, "strata eval: warning: %zu of %zu scores are not finite "
+					"(NaN or infinite): the model in %s diverged\n", nf, s.n,
+					info.last);
 		}
 	}
 	free(tmp);

@@ -4,7 +4,12 @@
  * Exact AUC sorts (prediction, label) pairs and walks groups of equal
  * predictions: each positive scores the negatives strictly below it plus half
  * of the negatives tied with it, which is the Mann-Whitney U with average
- * ranks. The streaming accumulator does the same walk over histogram buckets.
+ * ranks. Non-finite predictions (NaN, +-inf: a diverged model) are left out
+ * of the exact AUC and counted, so a NaN can neither break the sort nor stall
+ * the walk. The streaming accumulator does the same walk over histogram
+ * buckets; there a NaN lands in the lowest bucket (as in the GPU twin,
+ * cuda/interact.cu) and an infinity in an end bucket, which needs no special
+ * case to terminate.
  *
  * Threads: exact functions are pure. An accumulator has one writer; its
  * counters are updated with relaxed atomic load+store (no read-modify-write:
@@ -28,21 +33,31 @@ static int cmp_pair(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-int st_auc_exact(const float *pred, const float *label, size_t n, double *auc)
+int st_auc_exact_finite(const float *pred, const float *label, size_t n, double *auc,
+			size_t *n_nonfinite)
 {
 	pair_t *v = malloc(sizeof(pair_t) * (n ? n : 1));
 	if (!v)
 		return ST_ENOMEM;
+	/* Non-finite scores are dropped before sorting: cmp_pair cannot order
+	 * a NaN (every comparison is false, so qsort's order is undefined) and
+	 * the tie walk below would never step past one (NaN != NaN). */
+	size_t m = 0;
 	for (size_t i = 0; i < n; i++) {
-		v[i].p = pred[i];
-		v[i].y = label[i];
+		if (!isfinite(pred[i]))
+			continue;
+		v[m].p = pred[i];
+		v[m].y = label[i];
+		m++;
 	}
-	qsort(v, n, sizeof *v, cmp_pair);
+	if (n_nonfinite)
+		*n_nonfinite = n - m;
+	qsort(v, m, sizeof *v, cmp_pair);
 	double num = 0.0, neg_below = 0.0, pos_total = 0.0;
-	for (size_t i = 0; i < n;) {
+	for (size_t i = 0; i < m;) {
 		size_t j = i;
 		double pos = 0.0, neg = 0.0;
-		while (j < n && v[j].p == v[i].p) {
+		while (j < m && v[j].p == v[i].p) {
 			if (v[j].y > 0.5f)
 				pos += 1.0;
 			else
@@ -57,6 +72,11 @@ int st_auc_exact(const float *pred, const float *label, size_t n, double *auc)
 	free(v);
 	*auc = (pos_total > 0.0 && neg_below > 0.0) ? num / (pos_total * neg_below) : NAN;
 	return ST_OK;
+}
+
+int st_auc_exact(const float *pred, const float *label, size_t n, double *auc)
+{
+	return st_auc_exact_finite(pred, label, n, auc, NULL);
 }
 
 static inline double clampp(double p)

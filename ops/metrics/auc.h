@@ -18,11 +18,20 @@
 #define ST_LOGLOSS_EPS 1e-7
 
 /* Exact ROC AUC with tied predictions counted as half a pair (the average-rank
- * formula). *auc is NaN when all labels are equal or n == 0. Returns ST_OK or
+ * formula), over the finite predictions only: a NaN or infinite score (a
+ * model that diverged) has no place in a ranking, so it is left out of the
+ * AUC and counted in *n_nonfinite (which may be NULL). *auc is NaN
+ * ("unavailable") when the finite predictions do not hold both labels: all
+ * labels equal, n == 0, or every score non-finite. Returns ST_OK or
  * ST_ENOMEM (it sorts a copy). Thread-safe (pure). */
+int st_auc_exact_finite(const float *pred, const float *label, size_t n, double *auc,
+			size_t *n_nonfinite);
+
+/* st_auc_exact_finite without the count. */
 int st_auc_exact(const float *pred, const float *label, size_t n, double *auc);
 
-/* Mean logloss (0 when n == 0). Pure. */
+/* Mean logloss (0 when n == 0); NaN when any prediction is NaN (infinite
+ * ones are clamped like any other). Pure. */
 double st_logloss(const float *pred, const float *label, size_t n);
 
 /* Mean prediction / mean label (NaN when there is no positive). Pure. */

@@ -1273,9 +1273,13 @@ int st_trainer_eval_result(st_trainer_t *tr, double *auc, double *logloss,
 			   double *calib, uint64_t *n)
 {
 	double a = NAN;
-	int rc = st_auc_exact(tr->ev_pred, tr->ev_label, tr->ev_n, &a);
+	size_t nf = 0;
+	int rc = st_auc_exact_finite(tr->ev_pred, tr->ev_label, tr->ev_n, &a, &nf);
 	if (rc < 0)
 		return rc;
+	if (nf)
+		st_warn("eval: %zu of %zu scores are not finite (NaN or infinite): the model "
+			"diverged; the AUC ranks the finite ones only", nf, tr->ev_n);
 	if (auc)
 		*auc = a;
 	if (logloss)

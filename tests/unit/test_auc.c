@@ -1,4 +1,6 @@
-/* test_auc.c — exact AUC with ties, logloss, calibration, streaming AUC. */
+/* test_auc.c — exact AUC with ties, logloss, calibration, streaming AUC,
+ * and non-finite scores (issue 15: a NaN score used to hang the exact AUC,
+ * so the whole program runs under an alarm and a hang fails it). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -7,6 +9,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "ops/metrics/auc.h"
 #include "runtime/err.h"
@@ -79,6 +82,69 @@ static void test_auc_exact_edge_cases(void **state)
 	assert_true(isnan(a));
 }
 
+/* NaN and infinite scores are left out of the AUC and counted; the rest is
+ * ranked as if they were not there. Each case would rank differently if the
+ * non-finite score took part (+inf on a negative above every positive,
+ * -inf on a positive below every negative). */
+static void test_auc_exact_nonfinite_scores(void **state)
+{
+	(void)state;
+	double a;
+	size_t nf = 99;
+	float p_nan[5] = { 0.1f, NAN, 0.3f, 0.4f, NAN }, y_nan[5] = { 0, 1, 1, 1, 0 };
+	assert_int_equal(st_auc_exact_finite(p_nan, y_nan, 5, &a, &nf), ST_OK);
+	assert_near(a, 1.0, 0);
+	assert_int_equal(nf, 2);
+	assert_int_equal(st_auc_exact(p_nan, y_nan, 5, &a), ST_OK);
+	assert_near(a, 1.0, 0);
+
+	float p_pinf[4] = { 0.1f, 0.2f, INFINITY, 0.4f }, y_pinf[4] = { 0, 1, 0, 1 };
+	assert_int_equal(st_auc_exact_finite(p_pinf, y_pinf, 4, &a, &nf), ST_OK);
+	assert_near(a, 1.0, 0);
+	assert_int_equal(nf, 1);
+
+	float p_ninf[4] = { -INFINITY, 0.2f, 0.3f, 0.4f }, y_ninf[4] = { 1, 0, 1, 0 };
+	assert_int_equal(st_auc_exact_finite(p_ninf, y_ninf, 4, &a, &nf), ST_OK);
+	assert_near(a, 0.5, 0);
+	assert_int_equal(nf, 1);
+
+	/* Every score NaN: nothing to rank, the AUC is unavailable (NaN). */
+	float p_all[4] = { NAN, NAN, -NAN, NAN }, y_all[4] = { 0, 1, 0, 1 };
+	assert_int_equal(st_auc_exact_finite(p_all, y_all, 4, &a, &nf), ST_OK);
+	assert_true(isnan(a));
+	assert_int_equal(nf, 4);
+	/* Only one class among the finite scores: unavailable too. */
+	float p_one[4] = { 0.2f, NAN, 0.7f, INFINITY }, y_one[4] = { 1, 0, 1, 0 };
+	assert_int_equal(st_auc_exact_finite(p_one, y_one, 4, &a, &nf), ST_OK);
+	assert_true(isnan(a));
+	assert_int_equal(nf, 2);
+}
+
+/* A diverging model's scores: many NaN and infinities among ties; the AUC
+ * equals the brute-force AUC of the finite scores alone. */
+static void test_auc_exact_nonfinite_matches_finite_subset(void **state)
+{
+	(void)state;
+	enum { N = 3000 };
+	static float p[N], y[N], fp[N], fy[N];
+	int m = 0;
+	for (int i = 0; i < N; i++) {
+		double u = unif();
+		p[i] = u < 0.2 ? NAN : u < 0.25 ? INFINITY : u < 0.3 ? -INFINITY
+			: (float)floor(unif() * 20) / 20.0f;
+		y[i] = unif() < 0.3 ? 1.0f : 0.0f;
+		if (isfinite(p[i])) {
+			fp[m] = p[i];
+			fy[m++] = y[i];
+		}
+	}
+	double a;
+	size_t nf;
+	assert_int_equal(st_auc_exact_finite(p, y, N, &a, &nf), ST_OK);
+	assert_int_equal(nf, N - m);
+	assert_near(a, brute_auc(fp, fy, m), 1e-12);
+}
+
 static void test_auc_logloss_and_calibration(void **state)
 {
 	(void)state;
@@ -136,9 +202,13 @@ static void test_auc_streaming_close_to_exact(void **state)
 
 int main(void)
 {
+	/* A hang (the bug these tests pin) must fail, not wait for meson. */
+	alarm(60);
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_auc_exact_matches_brute_force_with_ties),
 		cmocka_unit_test(test_auc_exact_edge_cases),
+		cmocka_unit_test(test_auc_exact_nonfinite_scores),
+		cmocka_unit_test(test_auc_exact_nonfinite_matches_finite_subset),
 		cmocka_unit_test(test_auc_logloss_and_calibration),
 		cmocka_unit_test(test_auc_streaming_close_to_exact),
 	};
