@@ -12,8 +12,33 @@
 -- and options: required, default, min (>=), gt (>), max (<=), lt (<),
 -- enum (list of strings), nonempty (strings), char (a one-character string),
 -- maxlen (lists).
+--
+-- Every int, num, size, ints and dims field has an upper bound: a value
+-- must fit the C type lang/lang.c stores it in (an int field silently
+-- wrapping, 2^32 + 1 becoming 1, is how a job used to run with settings its
+-- author never wrote) and stay within what the runtime can do. Numbers must
+-- also be finite: inf and NaN are refused everywhere. An int field without
+-- max is a 64-bit integer (at most 2^63 - 1). docs/job-language.md lists
+-- the bounds; S.limits names the shared ones.
 local core = select(3, ...)
 local S = {}
+
+local L = {
+	int_max = 2147483647,    -- a C int
+	flt_max = 3.4e38,        -- a C float (optimizer settings, init_scale: ops/optim)
+	count = 1000000,         -- epochs, kept checkpoints/exports, reported records
+	threads = 64,            -- ST_MAX_STAGE_THREADS (runtime/graph.h)
+	ranks = 4096,            -- ST_NET_MAX_RANKS (runtime/net/net.h)
+	slots = 65536,           -- a batch keeps slot numbers in 16 bits (runtime/batch.h)
+	emb_dim = 4096,          -- embedding width of one slot
+	layer = 65536,           -- neurons of one MLP layer
+	batch = 1048576,         -- examples per batch (2^20)
+	queue = 4096,            -- batches a stage queue holds
+	secs = 31536000,         -- 365 days: every timer fits a time_t in nanoseconds
+	file_bytes = 1073741824, -- storage.ssd.file_size (runtime/store/ssd.c: 1 GiB)
+	double_int = 9007199254740992, -- 2^53: sync settings are kept as doubles
+}
+S.limits = L
 
 S.formats = { "criteo", "libsvm", "csv" }
 S.models = { "lr", "dnn", "wdl", "deepfm", "dlrm" }
@@ -32,7 +57,7 @@ S.col_kinds = { "ignore", "label", "dense", "cat" }   -- order = enum st_col_kin
 S.job = {
 	{ "name", "str", required = true, nonempty = true },
 	{ "seed", "int", min = 0, default = 42 },
-	{ "epochs", "int", min = 1, default = 1 },
+	{ "epochs", "int", min = 1, max = L.count, default = 1 },
 	{ "data", "section" },
 	{ "model", "section" },
 	{ "stages", "section" },
@@ -52,7 +77,7 @@ S.job = {
 S.export = {
 	{ "dir", "str", required = true, nonempty = true },
 	{ "delta", "bool", default = true },
-	{ "keep", "int", min = 0, default = 0 },
+	{ "keep", "int", min = 0, max = L.count, default = 0 },
 }
 
 -- dist = { owners = K, compress = false, timeout = T }: multi-process jobs
@@ -61,26 +86,26 @@ S.export = {
 -- their block's max norm on the wire; timeout: seconds a rank waits for a
 -- peer before calling it dead.
 S.dist = {
-	{ "owners", "int", min = 0, default = 0 },
+	{ "owners", "int", min = 0, max = L.ranks, default = 0 },
 	{ "compress", "bool", default = false },
-	{ "timeout", "num", min = 1, default = 60 },
+	{ "timeout", "num", min = 1, max = L.secs, default = 60 },
 }
 
 -- checkpoint = { dir = ..., every = N batches, every_secs = T, keep = K }
 S.checkpoint = {
 	{ "dir", "str", required = true, nonempty = true },
 	{ "every", "int", min = 0, default = 0 },
-	{ "every_secs", "num", min = 0, default = 0 },
-	{ "keep", "int", min = 0, default = 3 },
+	{ "every_secs", "num", min = 0, max = L.secs, default = 0 },
+	{ "keep", "int", min = 0, max = L.count, default = 3 },
 }
 
 -- st.stragglers{...}: one slowed worker (0-based, like the st-train-<n>
 -- threads) or a random schedule. validate.lua checks which fields go together.
 S.stragglers = {
-	{ "worker", "int", min = 0 },
+	{ "worker", "int", min = 0, max = L.threads - 1 },
 	{ "random", "bool", default = false },
 	{ "probability", "num", min = 0, max = 1 },
-	{ "slowdown", "num", min = 1, required = true },
+	{ "slowdown", "num", min = 1, max = 1000, required = true },
 	{ "seed", "int", min = 0 },          -- default: the job's seed
 	{ "steps", "int", min = 1 },         -- slow only the first `steps` minibatches
 }
@@ -103,7 +128,7 @@ S.data = {
 local common_source = {
 	{ "path", "paths", required = true },
 	{ "on_bad_record", "str", enum = { "skip", "fail" }, default = "skip" },
-	{ "max_report", "int", min = 0, default = 5 },
+	{ "max_report", "int", min = 0, max = L.count, default = 5 },
 	{ "limit", "int", min = -1, default = -1 },
 }
 local function with(base, extra)
@@ -115,7 +140,7 @@ end
 S.source = {
 	criteo = with(common_source, {}),
 	libsvm = with(common_source, {
-		{ "slots", "int", min = 1, default = 1 },
+		{ "slots", "int", min = 1, max = L.slots, default = 1 },
 	}),
 	csv = with(common_source, {
 		{ "sep", "str", char = true, default = "," },
@@ -135,8 +160,8 @@ S.gen = {
 	{ "dir", "str", required = true, nonempty = true },
 	{ "rows", "int", min = 1, default = 1000000 },
 	{ "eval_rows", "int", min = 0, default = 0 },
-	{ "files", "int", min = 1, default = 1 },
-	{ "zipf", "num", gt = 0, default = 1.1 },
+	{ "files", "int", min = 1, max = 10000, default = 1 },
+	{ "zipf", "num", gt = 0, max = 100, default = 1.1 },
 	{ "vocab", "int", min = 1, default = 1000000 },
 	{ "seed", "int", min = 0 },          -- default: the job's seed
 	-- days > 0: day-000.tsv .. day-<days-1>.tsv with a drifting hidden
@@ -147,7 +172,7 @@ S.gen = {
 
 local model_common = {
 	{ "optimizer", "section" },
-	{ "l2", "num", min = 0, default = 0.0 },
+	{ "l2", "num", min = 0, max = L.flt_max, default = 0.0 },
 	{ "dense_transform", "str", enum = { "log1p", "none" }, default = "log1p" },
 }
 -- The neural presets share every field; dlrm adds `bottom`. emb_dim is
@@ -155,11 +180,11 @@ local model_common = {
 local deep = with(model_common, {
 	{ "sparse_optimizer", "section" },
 	{ "dense_optimizer", "section" },
-	{ "emb_dim", "dims", min = 1, default = 8 },
+	{ "emb_dim", "dims", min = 1, max = L.emb_dim, default = 8 },
 	{ "pooling", "str", enum = { "sum", "mean" }, default = "sum" },
-	{ "hidden", "ints", min = 1, maxlen = 16, default = { 256, 128 } },
+	{ "hidden", "ints", min = 1, max = L.layer, maxlen = 16, default = { 256, 128 } },
 	{ "activation", "str", enum = { "relu", "sigmoid", "none" }, default = "relu" },
-	{ "init_scale", "num", min = 0, default = 0.01 },
+	{ "init_scale", "num", min = 0, max = L.flt_max, default = 0.01 },
 	{ "admission", "section" },
 	{ "ttl", "int", min = 0, default = 0 },
 })
@@ -169,12 +194,12 @@ S.model = {
 	}),
 	dnn = deep, wdl = deep, deepfm = deep,
 	dlrm = with(deep, {
-		{ "bottom", "ints", min = 1, maxlen = 16 },   -- default {64, emb_dim}
+		{ "bottom", "ints", min = 1, max = L.layer, maxlen = 16 },   -- default {64, emb_dim}
 	}),
 }
 -- model.admission: one of the two rules (neither: admit every key).
 S.admission = {
-	{ "min_count", "int", min = 0 },
+	{ "min_count", "int", min = 0, max = L.int_max },
 	{ "probability", "num", gt = 0, max = 1 },
 }
 
@@ -182,46 +207,46 @@ S.admission = {
 -- validate.lua, not here.
 local function optim(lr, extra)
 	return with({
-		{ "lr", "num", gt = 0, default = lr },
-		{ "lr_dense", "num", gt = 0 },    -- default: lr
-		{ "l2", "num", min = 0 },         -- default: the model's l2
+		{ "lr", "num", gt = 0, max = L.flt_max, default = lr },
+		{ "lr_dense", "num", gt = 0, max = L.flt_max },    -- default: lr
+		{ "l2", "num", min = 0, max = L.flt_max },         -- default: the model's l2
 	}, extra)
 end
 S.optim = {
 	sgd = optim(0.01, {}),
 	adagrad = optim(0.05, {
 		{ "rowwise", "bool", default = false },
-		{ "init_accum", "num", min = 0 },  -- default: lr 0.1, others 0
-		{ "eps", "num", gt = 0, default = 1e-10 },
+		{ "init_accum", "num", min = 0, max = L.flt_max },  -- default: lr 0.1, others 0
+		{ "eps", "num", gt = 0, max = L.flt_max, default = 1e-10 },
 	}),
 	adam = optim(0.001, {
 		{ "beta1", "num", min = 0, lt = 1, default = 0.9 },
 		{ "beta2", "num", min = 0, lt = 1, default = 0.999 },
-		{ "eps", "num", gt = 0, default = 1e-8 },
+		{ "eps", "num", gt = 0, max = L.flt_max, default = 1e-8 },
 	}),
 	ftrl = optim(0.05, {
-		{ "beta", "num", min = 0, default = 1.0 },
-		{ "l1", "num", min = 0, default = 0.0 },
+		{ "beta", "num", min = 0, max = L.flt_max, default = 1.0 },
+		{ "l1", "num", min = 0, max = L.flt_max, default = 0.0 },
 	}),
 }
 
 S.stage = {
 	read = {
-		{ "threads", "int", min = 1, default = 1 },
-		{ "queue", "int", min = 1, default = 4 },
-		{ "batch_size", "int", min = 1, default = 8192 },
+		{ "threads", "int", min = 1, max = L.threads, default = 1 },
+		{ "queue", "int", min = 1, max = L.queue, default = 4 },
+		{ "batch_size", "int", min = 1, max = L.batch, default = 8192 },
 		{ "near", "str", nonempty = true },
 	},
 	train = {
-		{ "workers", "int", min = 1, default = 1 },
-		{ "queue", "int", min = 1, default = 4 },
-		{ "minibatch", "int", min = 1 },  -- default 512, clamped to batch_size
+		{ "workers", "int", min = 1, max = L.threads, default = 1 },
+		{ "queue", "int", min = 1, max = L.queue, default = 4 },
+		{ "minibatch", "int", min = 1, max = L.batch },  -- default 512, clamped to batch_size
 		{ "near", "str", nonempty = true },
 	},
 }
 S.stage.pull = {
-	{ "threads", "int", min = 1, default = 1 },
-	{ "queue", "int", min = 1, default = 4 },
+	{ "threads", "int", min = 1, max = L.threads, default = 1 },
+	{ "queue", "int", min = 1, max = L.queue, default = 4 },
 	{ "near", "str", nonempty = true },
 }
 S.stage.push = S.stage.pull
@@ -234,7 +259,7 @@ S.storage = {
 S.ssd = {
 	{ "path", "str", required = true, nonempty = true },
 	{ "budget", "size", default = 0 },
-	{ "file_size", "size", default = 4194304 },
+	{ "file_size", "size", max = L.file_bytes, default = 4194304 },
 	{ "queue_depth", "int", min = 1, max = 4096, default = 128 },
 	{ "read", "str", enum = { "auto", "block", "file" }, default = "auto" },
 	{ "lru", "num", gt = 0, lt = 1, default = 0.5 },
@@ -243,37 +268,37 @@ S.ssd = {
 S.output = {
 	{ "dir", "str", nonempty = true },
 	{ "metrics", "str", nonempty = true },
-	{ "progress", "num", gt = 0, default = 1.0 },
+	{ "progress", "num", gt = 0, max = L.secs, default = 1.0 },
 }
 
 S.sync = {
 	allreduce = {},
 	async = {},
-	hop_bs = { { "b", "int", min = 0, required = true } },
-	bsp = { { "b", "int", min = 1, required = true } },
-	hop_bw = { { "b", "int", min = 0, required = true } },
+	hop_bs = { { "b", "int", min = 0, max = L.int_max, required = true } },
+	bsp = { { "b", "int", min = 1, max = L.int_max, required = true } },
+	hop_bw = { { "b", "int", min = 0, max = L.int_max, required = true } },
 	gba = {
-		{ "global_batch", "int", min = 1, required = true },
-		{ "tolerance", "int", min = 0, default = 1 },
+		{ "global_batch", "int", min = 1, max = L.double_int, required = true },
+		{ "tolerance", "int", min = 0, max = L.int_max, default = 1 },
 	},
-	kstep = { { "k", "int", min = 1, required = true } },
+	kstep = { { "k", "int", min = 1, max = L.int_max, required = true } },
 	shadow = {
 		{ "algo", "str", enum = { "easgd", "ma", "bmuf" }, default = "easgd" },
 		{ "alpha", "num", gt = 0, max = 1, default = 0.5 },
 		-- BMUF's block step size (shadowsync-background-sync.md, Algorithm 4)
-		{ "eta", "num", gt = 0, default = 1.0 },
+		{ "eta", "num", gt = 0, max = L.flt_max, default = 1.0 },
 		-- 0: sync in the background thread (ShadowSync); n > 0: fixed-rate
 		-- sync in the foreground every n steps of each worker (the paper's
 		-- baseline)
-		{ "every", "int", min = 0, default = 0 },
+		{ "every", "int", min = 0, max = L.int_max, default = 0 },
 	},
-	hybrid = { { "staleness", "int", min = 0, required = true } },
+	hybrid = { { "staleness", "int", min = 0, max = L.int_max, required = true } },
 	-- Switches between `sync` (worker speeds agree) and `async` (they
 	-- diverge by more than threshold over `window` steps).
 	auto = {
 		{ "sync", "section" },               -- default st.sync.allreduce{}
 		{ "async", "section" },              -- default st.sync.async{}
-		{ "threshold", "num", gt = 1, default = 1.5 },
+		{ "threshold", "num", gt = 1, max = 1000, default = 1.5 },
 		{ "window", "int", min = 1, max = 1024, default = 20 },
 	},
 }

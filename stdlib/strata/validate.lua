@@ -103,8 +103,13 @@ function V:ferr(node, key, fmt, ...)
 	self:err(self:floc(node, key), fmt, ...)
 end
 
+-- A value for a message: numbers as written (NaN always as "nan", whatever
+-- its sign bit), anything else as its type.
 local function show(v)
-	if type(v) == "number" then return tostring(v) end
+	if type(v) == "number" then
+		if v ~= v then return "nan" end
+		return tostring(v)
+	end
 	return type(v)
 end
 
@@ -145,6 +150,14 @@ function check.int(self, node, key, path, v, f)
 	if math.type(v) ~= "integer" then
 		local i = type(v) == "number" and math.tointeger(v)
 		if not i then
+			-- A whole float beyond 64 bits (2^63, 1e20) is out of range,
+			-- not "not an integer"; inf and NaN are neither.
+			if type(v) == "number" and v == math.floor(v) and
+					v > -math.huge and v < math.huge then
+				return self:range(node, key, path, v, {
+					min = f.min or math.mininteger, gt = f.gt,
+					max = f.max or math.maxinteger, lt = f.lt })
+			end
 			return self:ferr(node, key, "%s must be an integer, got %s", path, show(v))
 		end
 		v = i
@@ -153,8 +166,11 @@ function check.int(self, node, key, path, v, f)
 end
 
 function check.num(self, node, key, path, v, f)
-	if type(v) ~= "number" or v ~= v then
+	if type(v) ~= "number" then
 		return self:ferr(node, key, "%s must be a number, got %s", path, show(v))
+	end
+	if v ~= v or v == math.huge or v == -math.huge then
+		return self:ferr(node, key, "%s must be a finite number, got %s", path, show(v))
 	end
 	return self:range(node, key, path, v, f)
 end
@@ -187,15 +203,19 @@ function check.bool(self, node, key, path, v)
 end
 
 function check.size(self, node, key, path, v, f)
+	local lim = { min = 0, max = f.max }
 	if type(v) == "number" then
-		return check.int(self, node, key, path, v, { min = 0 })
+		return check.int(self, node, key, path, v, lim)
 	end
 	if type(v) == "string" then
 		local num, unit = v:match("^%s*(%d+%.?%d*)%s*(%a*)%s*$")
 		local mul = unit and SIZE_UNITS[unit:upper()]
 		if num and mul then
-			local n = math.tointeger(math.floor(tonumber(num) * mul))
-			if n then return n end
+			local x = math.floor(tonumber(num) * mul)
+			local n = math.tointeger(x)
+			if n then return self:range(node, key, path, n, lim) end
+			return self:ferr(node, key, "%s must be <= %s bytes, got '%s'", path,
+				f.max or math.maxinteger, v)
 		end
 	end
 	return self:ferr(node, key, "%s must be a size like \"2GiB\", \"512MiB\", " ..
@@ -498,6 +518,11 @@ function V:source(dnode, key, v, gen)
 			if n[2] ~= 1 then
 				self:err(self:floc(node, tbl.columns and "columns" or "schema"),
 					"%s must have exactly one label column, got %d", node.path, n[2])
+			end
+			if n[4] > schema.limits.slots then
+				self:err(self:floc(node, tbl.columns and "columns" or "schema"),
+					"%s has %d cat columns, at most %d allowed", node.path, n[4],
+					schema.limits.slots)
 			end
 			out.cols, out.n_dense, out.n_slots = cols, n[3], n[4]
 		end

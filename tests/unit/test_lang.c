@@ -20,6 +20,7 @@
 
 #include "lang/lang.h"
 #include "runtime/err.h"
+#include "runtime/graph.h"
 
 static const char *stdlib_dir = "stdlib";
 
@@ -422,6 +423,79 @@ static void test_lang_out_of_range(void **state)
 	expect_only("tests/lua/bad_minibatch.lua", NULL, 0,
 		    "tests/lua/bad_minibatch.lua:8: stages.train.minibatch must be <= "
 		    "stages.read.batch_size (256), got 512");
+}
+
+/* Issue 15: every number has a range that fits its C type, and inf and NaN
+ * are refused everywhere, at check time, with the usual file:line. */
+static void test_lang_numbers_in_range(void **state)
+{
+	(void)state;
+	st_diag_t d;
+	load_bad("tests/lua/bad_ranges.lua", NULL, 0, &d);
+	static const char *const want[] = {
+		"tests/lua/bad_ranges.lua:5: epochs must be <= 1000000, got 4294967296",
+		"tests/lua/bad_ranges.lua:7: model.emb_dim must be <= 4096, got 4294967304",
+		"tests/lua/bad_ranges.lua:7: model.hidden[2] must be <= 65536, got 4294967297",
+		"tests/lua/bad_ranges.lua:8: model.optimizer.lr must be a finite number, got inf",
+		"tests/lua/bad_ranges.lua:8: model.optimizer.eps must be a finite number, got nan",
+		"tests/lua/bad_ranges.lua:8: model.optimizer.beta1 must be a finite number, got -inf",
+		"tests/lua/bad_ranges.lua:10: stages.read.batch_size must be <= 1048576, got 4294967297",
+		"tests/lua/bad_ranges.lua:10: stages.read.queue must be <= 4096, got 1000000",
+		"tests/lua/bad_ranges.lua:11: stages.train.workers must be <= 64, got 4294967298",
+		"tests/lua/bad_ranges.lua:13: storage.mem must be <= 9223372036854775807, got 9.2233720368548e+18",
+		"tests/lua/bad_ranges.lua:14: sync.global_batch must be <= 9007199254740992, got 1e+300",
+		"tests/lua/bad_ranges.lua:14: sync.tolerance must be <= 2147483647, got 2147483648",
+		"tests/lua/bad_ranges.lua:15: output.progress must be a finite number, got inf",
+	};
+	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+		expect_msg(&d, want[i]);
+	assert_int_equal(d.n, (int)(sizeof want / sizeof want[0]));
+	st_diag_free(&d);
+
+	/* The cases of the issue one by one, through --set as well. */
+	const char *emb[] = { "model=st.model.dnn{emb_dim = 2^31}" };
+	expect_only("tests/lua/good_minimal.lua", emb, 1,
+		    "--set model=st.model.dnn{emb_dim = 2^31}: model.emb_dim must be <= 4096, "
+		    "got 2147483648");
+	const char *lr[] = { "model.optimizer.lr=math.huge" };
+	expect_only("tests/lua/good_quickstart.lua", lr, 1,
+		    "--set model.optimizer.lr=math.huge: model.optimizer.lr must be a finite "
+		    "number, got inf");
+	const char *nan[] = { "model.optimizer.lr=0/0" };
+	expect_only("tests/lua/good_quickstart.lua", nan, 1,
+		    "--set model.optimizer.lr=0/0: model.optimizer.lr must be a finite number, "
+		    "got nan");
+	const char *big_lr[] = { "model.optimizer.lr=1e39" };
+	expect_only("tests/lua/good_quickstart.lua", big_lr, 1,
+		    "--set model.optimizer.lr=1e39: model.optimizer.lr must be <= 3.4e+38, got 1e+39");
+	const char *nan_int[] = { "stages.read.threads=0/0" };
+	expect_only("tests/lua/good_minimal.lua", nan_int, 1,
+		    "--set stages.read.threads=0/0: stages.read.threads must be an integer, got nan");
+	const char *big_size[] = { "storage.ssd={path='/tmp', file_size='2GiB'}" };
+	expect_only("tests/lua/good_minimal.lua", big_size, 1,
+		    "--set storage.ssd={path='/tmp', file_size='2GiB'}: storage.ssd.file_size must "
+		    "be <= 1073741824, got 2147483648");
+
+	/* The bounds themselves are allowed. The thread bound is the runtime's
+	 * (schema.lua cannot include runtime/graph.h, so this ties the two). */
+	char workers[64], too_many[64], msg[160];
+	snprintf(workers, sizeof workers, "stages.train.workers=%d", ST_MAX_STAGE_THREADS);
+	snprintf(too_many, sizeof too_many, "stages.pull.threads=%d", ST_MAX_STAGE_THREADS + 1);
+	snprintf(msg, sizeof msg, "--set %s: stages.pull.threads must be <= %d, got %d", too_many,
+		 ST_MAX_STAGE_THREADS, ST_MAX_STAGE_THREADS + 1);
+	const char *over[] = { too_many };
+	expect_only("tests/lua/good_minimal.lua", over, 1, msg);
+	const char *edge[] = { workers, "stages.read.batch_size=1048576",
+			       "model=st.model.dnn{emb_dim = 4096, hidden = {65536}}",
+			       "epochs=1000000", "model.optimizer.lr=3.4e38" };
+	st_job_t *j = load_ok("tests/lua/good_minimal.lua", edge, 5);
+	assert_int_equal(j->train_stage.threads, ST_MAX_STAGE_THREADS);
+	assert_int_equal(j->batch_size, 1048576);
+	assert_int_equal(j->model.emb_dim, 4096);
+	assert_int_equal(j->model.hidden[0], 65536);
+	assert_int_equal(j->epochs, 1000000);
+	assert_true(j->model.lr == 3.4e38);
+	st_job_free(j);
 }
 
 static void test_lang_unknown_names(void **state)
@@ -909,6 +983,7 @@ int main(void)
 		cmocka_unit_test(test_lang_unknown_field),
 		cmocka_unit_test(test_lang_wrong_type),
 		cmocka_unit_test(test_lang_out_of_range),
+		cmocka_unit_test(test_lang_numbers_in_range),
 		cmocka_unit_test(test_lang_unknown_names),
 		cmocka_unit_test(test_lang_missing_required),
 		cmocka_unit_test(test_lang_path_matches_no_file),
