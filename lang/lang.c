@@ -32,6 +32,8 @@
 #include <errno.h>
 #include <glob.h>
 #include <limits.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -439,22 +441,68 @@ static void sandbox_lock(lua_State *L)
 
 /* ---- conversion of the normalized table ------------------------------ */
 
-static int64_t get_int(lua_State *L, int t, const char *k, int64_t def)
+/* The getters below are the second line of defence behind validate.lua's
+ * ranges: a number the C field cannot hold (a fraction for an integer,
+ * 2^32 + 1 for an int, a negative count for a uint64_t, inf or NaN) raises
+ * instead of being cast. A cast is how 4294967297 hidden neurons used to
+ * become 1; validate.lua lets no such value through, so reaching one of
+ * these errors means the validator and the IR disagree. */
+
+/* Raises "field k = value is outside lo..hi". Stack: [value] -> raises. */
+static int out_of_range(lua_State *L, const char *k, lua_Integer lo, lua_Integer hi)
 {
-	lua_getfield(L, t, k);
+	return luaL_error(L, "the job field '%s' = %s does not fit its C type (an integer in "
+			  "%I..%I); the validator should have refused it", k,
+			  luaL_tolstring(L, -1, NULL), lo, hi);
+}
+
+/* The number at the top of the stack (field k) as an integer in [lo, hi].
+ * Stack: [v] -> [v], or raises. */
+static int64_t to_int_in(lua_State *L, const char *k, int64_t lo, int64_t hi)
+{
+	int isint = 0;
+	lua_Integer i = lua_tointegerx(L, -1, &isint);
+	if (!isint || i < lo || i > hi)
+		out_of_range(L, k, lo, hi);
+	return i;
+}
+
+/* Integer field k of table t within [lo, hi]; def when absent. */
+static int64_t get_int_in(lua_State *L, int t, const char *k, int64_t def, int64_t lo,
+			  int64_t hi)
+{
 	int64_t v = def;
-	if (lua_isinteger(L, -1))
-		v = lua_tointeger(L, -1);
-	else if (lua_type(L, -1) == LUA_TNUMBER)
-		v = (int64_t)lua_tonumber(L, -1);
+	if (lua_getfield(L, t, k) == LUA_TNUMBER)
+		v = to_int_in(L, k, lo, hi);
 	lua_pop(L, 1);
 	return v;
 }
 
+static int64_t get_int(lua_State *L, int t, const char *k, int64_t def)
+{
+	return get_int_in(L, t, k, def, INT64_MIN, INT64_MAX);
+}
+
+static int get_i32(lua_State *L, int t, const char *k, int def)
+{
+	return (int)get_int_in(L, t, k, def, INT_MIN, INT_MAX);
+}
+
+/* A uint64_t field: counts, seeds and byte sizes are never negative. */
+static uint64_t get_u64(lua_State *L, int t, const char *k, uint64_t def)
+{
+	return (uint64_t)get_int_in(L, t, k, (int64_t)def, 0, INT64_MAX);
+}
+
 static double get_num(lua_State *L, int t, const char *k, double def)
 {
-	lua_getfield(L, t, k);
-	double v = lua_type(L, -1) == LUA_TNUMBER ? lua_tonumber(L, -1) : def;
+	double v = def;
+	if (lua_getfield(L, t, k) == LUA_TNUMBER) {
+		v = lua_tonumber(L, -1);
+		if (!isfinite(v))
+			luaL_error(L, "the job field '%s' = %s is not a finite number; the "
+				   "validator should have refused it", k, luaL_tolstring(L, -1, NULL));
+	}
 	lua_pop(L, 1);
 	return v;
 }
@@ -508,8 +556,8 @@ static void convert_source(lua_State *L, int t, st_source_t *s)
 			s->paths[i] = st_xstrdup(s->globs[i]);
 		s->n_paths = s->n_globs;
 	}
-	s->on_bad = (int)get_int(L, t, "on_bad", ST_BAD_SKIP);
-	s->max_report = (int)get_int(L, t, "max_report", 5);
+	s->on_bad = (int)get_int_in(L, t, "on_bad", ST_BAD_SKIP, ST_BAD_SKIP, ST_BAD_FAIL);
+	s->max_report = get_i32(L, t, "max_report", 5);
 	s->limit = get_int(L, t, "limit", -1);
 	char *sep = get_str(L, t, "sep");
 	s->sep = sep && sep[0] ? sep[0] : ',';
@@ -521,14 +569,14 @@ static void convert_source(lua_State *L, int t, st_source_t *s)
 		s->col_kind = st_xcalloc((size_t)n + 1, 1);
 		for (int i = 1; i <= n; i++) {
 			lua_rawgeti(L, c, i);
-			s->col_kind[i - 1] = (uint8_t)lua_tointeger(L, -1);
+			s->col_kind[i - 1] = (uint8_t)to_int_in(L, "cols", ST_COL_IGNORE, ST_COL_CAT);
 			lua_pop(L, 1);
 		}
 		s->n_cols = n;
 		lua_pop(L, 1);
 	}
-	s->n_dense = (int)get_int(L, t, "n_dense", 0);
-	s->n_slots = (int)get_int(L, t, "n_slots", 0);
+	s->n_dense = get_i32(L, t, "n_dense", 0);
+	s->n_slots = get_i32(L, t, "n_slots", 0);
 }
 
 static void convert_stage(lua_State *L, int stages, const char *name, st_stage_cfg_t *c)
@@ -538,24 +586,27 @@ static void convert_stage(lua_State *L, int stages, const char *name, st_stage_c
 	c->queue = 4;
 	if (!t)
 		return;
-	c->threads = (int)get_int(L, t, "threads", 1);
-	c->queue = (int)get_int(L, t, "queue", 4);
+	c->threads = get_i32(L, t, "threads", 1);
+	c->queue = get_i32(L, t, "queue", 4);
 	c->near = get_str(L, t, "near");
 	lua_pop(L, 1);
 }
 
-/* Reads a list of at most `max` integers into out; returns the count. */
+/* Reads a list of at most `max` ints into out; returns the count. A longer
+ * list, or an entry out of int range, raises (nothing is dropped). */
 static int get_ints(lua_State *L, int t, const char *k, int *out, int max)
 {
 	int h = push_table(L, t, k);
 	if (!h)
 		return 0;
-	int n = (int)lua_rawlen(L, h);
-	if (n > max)
-		n = max;
+	lua_Unsigned len = lua_rawlen(L, h);
+	if (len > (lua_Unsigned)max)
+		luaL_error(L, "the job field '%s' lists %I entries, at most %d fit; the "
+			   "validator should have refused it", k, (lua_Integer)len, max);
+	int n = (int)len;
 	for (int i = 1; i <= n; i++) {
 		lua_rawgeti(L, h, i);
-		out[i - 1] = (int)lua_tointeger(L, -1);
+		out[i - 1] = (int)to_int_in(L, k, INT_MIN, INT_MAX);
 		lua_pop(L, 1);
 	}
 	lua_pop(L, 1);
@@ -584,7 +635,7 @@ static void convert_optim(lua_State *L, int t, const char *k, st_optim_cfg_t *o)
 static void convert_model(lua_State *L, int m, st_model_cfg_t *mc)
 {
 	mc->type = get_str(L, m, "type");
-	mc->emb_dim = (int)get_int(L, m, "emb_dim", 1);
+	mc->emb_dim = get_i32(L, m, "emb_dim", 1);
 	int sd = push_table(L, m, "slot_dims");
 	if (sd) {
 		int n = (int)lua_rawlen(L, sd);
@@ -599,9 +650,9 @@ static void convert_model(lua_State *L, int m, st_model_cfg_t *mc)
 	mc->init_scale = get_num(L, m, "init_scale", 0.0);
 	convert_optim(L, m, "sparse_opt", &mc->sparse_opt);
 	convert_optim(L, m, "dense_opt", &mc->dense_opt);
-	mc->admit_min_count = (int)get_int(L, m, "admit_min_count", 0);
+	mc->admit_min_count = get_i32(L, m, "admit_min_count", 0);
 	mc->admit_prob = get_num(L, m, "admit_prob", 1.0);
-	mc->ttl_steps = (uint64_t)get_int(L, m, "ttl", 0);
+	mc->ttl_steps = get_u64(L, m, "ttl", 0);
 	/* Legacy mirrors: copies, so each field is freed on its own. */
 	mc->optimizer = mc->sparse_opt.name ? st_xstrdup(mc->sparse_opt.name) : NULL;
 	mc->lr = mc->sparse_opt.lr;
@@ -655,8 +706,8 @@ static int convert(lua_State *L)
 	st_job_t *j = ctx->job;
 	j->name = get_str(L, t, "name");
 	j->file = st_xstrdup(ctx->path);
-	j->seed = (uint64_t)get_int(L, t, "seed", 42);
-	j->epochs = (int)get_int(L, t, "epochs", 1);
+	j->seed = get_u64(L, t, "seed", 42);
+	j->epochs = get_i32(L, t, "epochs", 1);
 
 	int s = push_table(L, t, "train");
 	if (s) {
@@ -676,8 +727,8 @@ static int convert(lua_State *L)
 		lua_pop(L, 1);
 	}
 
-	j->batch_size = (int)get_int(L, t, "batch_size", 8192);
-	j->minibatch = (int)get_int(L, t, "minibatch", 512);
+	j->batch_size = get_i32(L, t, "batch_size", 8192);
+	j->minibatch = get_i32(L, t, "minibatch", 512);
 	int st = push_table(L, t, "stages");
 	convert_stage(L, st, "read", &j->read);
 	convert_stage(L, st, "pull", &j->pull);
@@ -687,11 +738,11 @@ static int convert(lua_State *L)
 	if (st)
 		lua_pop(L, 1);
 
-	j->mem_bytes = (uint64_t)get_int(L, t, "mem_bytes", 0);
+	j->mem_bytes = get_u64(L, t, "mem_bytes", 0);
 	j->ssd_path = get_str(L, t, "ssd_path");
-	j->ssd_bytes = (uint64_t)get_int(L, t, "ssd_bytes", 0);
-	j->ssd_file_bytes = (uint64_t)get_int(L, t, "ssd_file_bytes", 4 << 20);
-	j->ssd_queue_depth = (int)get_int(L, t, "ssd_queue_depth", 128);
+	j->ssd_bytes = get_u64(L, t, "ssd_bytes", 0);
+	j->ssd_file_bytes = get_u64(L, t, "ssd_file_bytes", 4 << 20);
+	j->ssd_queue_depth = get_i32(L, t, "ssd_queue_depth", 128);
 	j->ssd_read = get_str(L, t, "ssd_read");
 	j->ssd_lru = get_num(L, t, "ssd_lru", 0.5);
 
@@ -705,11 +756,11 @@ static int convert(lua_State *L)
 		st_straggler_cfg_t *c = &j->stragglers;
 		c->enabled = 1;
 		c->random = get_bool(L, sg, "random");
-		c->worker = (int)get_int(L, sg, "worker", -1);
+		c->worker = get_i32(L, sg, "worker", -1);
 		c->probability = get_num(L, sg, "probability", 0);
 		c->slowdown = get_num(L, sg, "slowdown", 1);
-		c->seed = (uint64_t)get_int(L, sg, "seed", 0);
-		c->steps = (uint64_t)get_int(L, sg, "steps", 0);
+		c->seed = get_u64(L, sg, "seed", 0);
+		c->steps = get_u64(L, sg, "steps", 0);
 		lua_pop(L, 1);
 	}
 	int ph = push_table(L, t, "phases");
@@ -741,16 +792,16 @@ static int convert(lua_State *L)
 
 	j->out_dir = get_str(L, t, "out_dir");
 	j->ckpt_dir = get_str(L, t, "ckpt_dir");
-	j->ckpt_every = (uint64_t)get_int(L, t, "ckpt_every", 0);
+	j->ckpt_every = get_u64(L, t, "ckpt_every", 0);
 	j->ckpt_secs = get_num(L, t, "ckpt_secs", 0.0);
-	j->ckpt_keep = (int)get_int(L, t, "ckpt_keep", 3);
-	j->dist_owners = (int)get_int(L, t, "dist_owners", 0);
+	j->ckpt_keep = get_i32(L, t, "ckpt_keep", 3);
+	j->dist_owners = get_i32(L, t, "dist_owners", 0);
 	j->dist_compress = get_bool(L, t, "dist_compress");
 	j->dist_timeout = get_num(L, t, "dist_timeout", 60.0);
 	j->resume = get_bool(L, t, "resume");
 	j->export_dir = get_str(L, t, "export_dir");
 	j->export_delta = get_bool(L, t, "export_delta");
-	j->export_keep = (int)get_int(L, t, "export_keep", 0);
+	j->export_keep = get_i32(L, t, "export_keep", 0);
 	j->metrics_path = get_str(L, t, "metrics_path");
 	j->progress_secs = get_num(L, t, "progress_secs", 1.0);
 
@@ -760,11 +811,11 @@ static int convert(lua_State *L)
 		j->gen.dir = get_str(L, g, "dir");
 		j->gen.rows = get_int(L, g, "rows", 0);
 		j->gen.eval_rows = get_int(L, g, "eval_rows", 0);
-		j->gen.files = (int)get_int(L, g, "files", 1);
-		j->gen.seed = (uint64_t)get_int(L, g, "seed", 0);
+		j->gen.files = get_i32(L, g, "files", 1);
+		j->gen.seed = get_u64(L, g, "seed", 0);
 		j->gen.zipf = get_num(L, g, "zipf", 1.1);
-		j->gen.vocab = (uint64_t)get_int(L, g, "vocab", 0);
-		j->gen.days = (int)get_int(L, g, "days", 0);
+		j->gen.vocab = get_u64(L, g, "vocab", 0);
+		j->gen.days = get_i32(L, g, "days", 0);
 		j->gen.drift = get_num(L, g, "drift", 0.1);
 		lua_pop(L, 1);
 	}

@@ -15,7 +15,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "lang/lang.h"
@@ -963,6 +965,105 @@ static void test_lang_phases_stragglers_auto_errors(void **state)
 	st_diag_free(&d);
 }
 
+/* ---- the IR conversion's own range checks ------------------------------ */
+
+/* A stdlib folder whose strata/validate.lua is a stub that returns
+ * {name = "x"} with each --set "key.path=expr" assigned, unchecked: it lets
+ * values reach lang.c's conversion that the real validator refuses, so the
+ * second line of defence can be tested on its own. Returns the folder (a
+ * static buffer). */
+static const char *stub_validator_stdlib(void)
+{
+	static char dir[64];
+	if (dir[0])
+		return dir;
+	snprintf(dir, sizeof dir, "/tmp/st-lang-stub-XXXXXX");
+	assert_non_null(mkdtemp(dir));
+	char path[PATH_MAX], real[PATH_MAX];
+	snprintf(path, sizeof path, "%s/strata", dir);
+	assert_int_equal(mkdir(path, 0700), 0);
+	static const char *const mods[] = { "init", "common", "data", "model", "optim",
+					    "schema", "sync" };
+	for (size_t i = 0; i < sizeof mods / sizeof mods[0]; i++) {
+		snprintf(path, sizeof path, "%s/strata/%s.lua", dir, mods[i]);
+		snprintf(real, sizeof real, "%s/%s/strata/%s.lua", getenv("ST_SOURCE_ROOT"),
+			 stdlib_dir, mods[i]);
+		assert_int_equal(symlink(real, path), 0);
+	}
+	snprintf(path, sizeof path, "%s/strata/validate.lua", dir);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs("local M = {}\n"
+	      "function M.run(result, ctx)\n"
+	      "  local out = { name = 'x' }\n"
+	      "  for _, s in ipairs(ctx.sets) do\n"
+	      "    local k, v = s:match('^(.-)=(.*)$')\n"
+	      "    local t, last = out, nil\n"
+	      "    for p in k:gmatch('[^.]+') do\n"
+	      "      if last then t[last] = t[last] or {}; t = t[last] end\n"
+	      "      last = p\n"
+	      "    end\n"
+	      "    t[last] = load('return ' .. v)()\n"
+	      "  end\n"
+	      "  return out, {}\n"
+	      "end\n"
+	      "return M\n", f);
+	assert_int_equal(fclose(f), 0);
+	return dir;
+}
+
+/* Loads good_minimal.lua through the stub with one --set; returns the code
+ * and leaves the first message (or "") in msg. */
+static int load_stub(const char *set, char *msg, size_t size)
+{
+	st_load_opts_t o = { .stdlib_dir = stub_validator_stdlib(), .sets = &set, .n_sets = 1 };
+	st_job_t *job = NULL;
+	st_diag_t d;
+	int rc = st_job_load("tests/lua/good_minimal.lua", &o, &job, &d);
+	snprintf(msg, size, "%s", d.n ? d.msg[0] : "");
+	st_diag_free(&d);
+	st_job_free(job);
+	return rc;
+}
+
+/* Issue 15: the conversion used to cast, so 2^32 + 1 threads became 1. */
+static void test_lang_convert_refuses_out_of_range(void **state)
+{
+	(void)state;
+	char msg[512];
+	/* Failures are counted so the stub folder is removed either way. */
+	int bad = load_stub("epochs=3", msg, sizeof msg) != ST_OK;   /* the stub works */
+	static const struct { const char *set, *msg; } cases[] = {
+		{ "epochs=4294967297", "tests/lua/good_minimal.lua: the job field 'epochs' = "
+		  "4294967297 does not fit its C type (an integer in -2147483648..2147483647); "
+		  "the validator should have refused it" },
+		{ "batch_size=4294967297", "'batch_size' = 4294967297 does not fit" },
+		{ "stages.train.threads=4294967298", "'threads' = 4294967298 does not fit" },
+		{ "model.emb_dim=4294967304", "'emb_dim' = 4294967304 does not fit" },
+		{ "model.hidden={64, 4294967297}", "'hidden' = 4294967297 does not fit" },
+		{ "model.hidden={1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17}",
+		  "the job field 'hidden' lists 17 entries, at most 16 fit" },
+		{ "epochs=2.5", "'epochs' = 2.5 does not fit" },
+		{ "seed=-1", "'seed' = -1 does not fit its C type (an integer in "
+		  "0..9223372036854775807)" },
+		{ "mem_bytes=-5", "'mem_bytes' = -5 does not fit" },
+		{ "model.sparse_opt={lr=math.huge}", "the job field 'lr' = inf is not a finite number" },
+		{ "progress_secs=0/0", "the job field 'progress_secs' = " },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		int rc = load_stub(cases[i].set, msg, sizeof msg);
+		if (rc != ST_EJOB || !strstr(msg, cases[i].msg)) {
+			fprintf(stderr, "--set %s: rc %d, message '%s', wanted '%s'\n", cases[i].set,
+				rc, msg, cases[i].msg);
+			bad++;
+		}
+	}
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", stub_validator_stdlib());
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(bad, 0);
+}
+
 int main(void)
 {
 	const char *root = getenv("ST_SOURCE_ROOT");
@@ -984,6 +1085,7 @@ int main(void)
 		cmocka_unit_test(test_lang_wrong_type),
 		cmocka_unit_test(test_lang_out_of_range),
 		cmocka_unit_test(test_lang_numbers_in_range),
+		cmocka_unit_test(test_lang_convert_refuses_out_of_range),
 		cmocka_unit_test(test_lang_unknown_names),
 		cmocka_unit_test(test_lang_missing_required),
 		cmocka_unit_test(test_lang_path_matches_no_file),
