@@ -1,30 +1,15 @@
 /*
- * lang.c — the Lua host: runs one job file in a sandboxed lua_State and turns
- * what it returns into the job IR (st_job_t).
+ * lang.c — the Lua host: runs one job file in a sandboxed lua_State
+ * (sandbox.c) and turns what it returns into the job IR (st_job_t).
  *
  * One fresh lua_State per st_job_load; nothing is shared between loads, so
- * loads on different threads are independent. The sandbox is an allow-list:
- *   - base library without dofile, loadfile, collectgarbage; `load` accepts
- *     only strings and only text chunks; `require` is ours (below);
- *   - string (without string.dump), table, math, utf8, coroutine;
- *   - os reduced to time, clock, date, getenv; no io, no debug, no package;
- *   - the global table has a locked metatable: reading an undefined global
- *     raises "undefined global 'x'", creating one raises
- *     "assignment to undeclared global 'x'";
- *   - memory is capped (LOAD_MEM_LIMIT) and a count hook stops a job that
- *     runs longer than LOAD_TIME_LIMIT_S (an endless loop in a job file must
- *     not hang `strata check`).
- * `require` only loads Lua text files from stdlib_dir/?.lua,
- * stdlib_dir/?/init.lua and the job's folder/?.lua; module names are dotted
- * identifiers, so no path can escape those folders, and no C module is ever
- * loaded. Stdlib modules get a private `core` table as their third chunk
- * argument (where, glob, read_header); job-folder modules do not.
- *
- * Validation lives in stdlib/strata/validate.lua; this file converts its
- * normalized table, whose shape validate.lua guarantees, into st_job_t.
+ * loads on different threads are independent. A load: build the sandbox,
+ * require "strata" as the global `st`, run the job file, run
+ * strata.validate on its result (--set overrides, checks, defaults), and
+ * convert the normalized table, whose shape validate.lua guarantees, into
+ * st_job_t. Every problem becomes a diagnostic; nothing is printed here.
  */
 #include "lang/lang.h"
-#include "ops/sync/registry.h"
 #include "lang/lang_internal.h"
 #include "runtime/err.h"
 #include "st_config.h"
@@ -45,22 +30,13 @@
 #include <lualib.h>
 
 #define LOAD_MEM_LIMIT ((size_t)512 << 20)
-#define LOAD_TIME_LIMIT_S 10
-#define HOOK_EVERY (1 << 20)        /* instructions between time checks */
-
-typedef struct sandbox {
-	size_t used, limit;
-	struct timespec start;
-	char stdlib[PATH_MAX];
-	char jobdir[PATH_MAX];
-} sandbox_t;
 
 typedef struct load_ctx {
 	const char *path;
 	const st_load_opts_t *opts;
 	st_diag_t *diag;
 	st_job_t *job;              /* built by convert(); freed by caller on error */
-	sandbox_t *sb;
+	st__sandbox_t *sb;
 } load_ctx_t;
 
 /* ---- diagnostics ---------------------------------------------------- */
@@ -93,350 +69,6 @@ static void diag_add(st_diag_t *d, const char *fmt, ...)
 		st_die("out of memory formatting a diagnostic");
 	va_end(ap);
 	d->msg[d->n++] = s;
-}
-
-/* ---- state: allocator and watchdog --------------------------------- */
-
-static void *sandbox_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
-{
-	sandbox_t *sb = ud;
-	size_t old = ptr ? osize : 0;
-	if (nsize == 0) {
-		free(ptr);
-		sb->used -= old;
-		return NULL;
-	}
-	if (nsize > old && sb->used - old + nsize > sb->limit)
-		return NULL;
-	void *p = realloc(ptr, nsize);
-	if (p)
-		sb->used = sb->used - old + nsize;
-	return p;
-}
-
-static void watchdog_hook(lua_State *L, lua_Debug *ar)
-{
-	void *ud;
-	lua_getallocf(L, &ud);
-	sandbox_t *sb = ud;
-	struct timespec now;
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	if (now.tv_sec - sb->start.tv_sec > LOAD_TIME_LIMIT_S) {
-		/* luaL_error cannot see the running line from inside a hook. */
-		lua_getinfo(L, "Sl", ar);
-		luaL_error(L, "%s:%d: the job file ran for more than %d s; is there an "
-			   "endless loop?", ar->short_src, ar->currentline, LOAD_TIME_LIMIT_S);
-	}
-}
-
-/* ---- sandbox functions ------------------------------------------------ */
-
-/* __index of the global table. Stack: [t, key] -> raises. */
-static int strict_index(lua_State *L)
-{
-	return luaL_error(L, "undefined global '%s'", luaL_tolstring(L, 2, NULL));
-}
-
-/* __newindex of the global table. Stack: [t, key, value] -> raises. */
-static int strict_newindex(lua_State *L)
-{
-	return luaL_error(L, "assignment to undeclared global '%s'",
-			  luaL_tolstring(L, 2, NULL));
-}
-
-/* load(chunk [, chunkname [, mode [, env]]]) restricted to strings and text.
- * Stack: [args] -> [function] or [nil, message]. */
-static int sandbox_load(lua_State *L)
-{
-	size_t len;
-	const char *s = lua_tolstring(L, 1, &len);
-	if (!s || lua_type(L, 1) != LUA_TSTRING)
-		return luaL_error(L, "load: only strings can be loaded in a job file");
-	const char *name = luaL_optstring(L, 2, s);
-	int has_env = !lua_isnone(L, 4);
-	if (luaL_loadbufferx(L, s, len, name, "t") != LUA_OK) {
-		lua_pushnil(L);
-		lua_insert(L, -2);
-		return 2;
-	}
-	if (has_env) {
-		lua_pushvalue(L, 4);
-		if (!lua_setupvalue(L, -2, 1))
-			lua_pop(L, 1);
-	}
-	return 1;
-}
-
-/* core.where(level): "short_src:line" of the function `level` frames above
- * the caller's caller, or nil when unknown (tail call, C function).
- * Stack: [level] -> [string|nil]. */
-static int core_where(lua_State *L)
-{
-	int level = (int)luaL_checkinteger(L, 1);
-	lua_Debug ar;
-	if (level >= 1 && lua_getstack(L, level - 1, &ar)) {
-		lua_getinfo(L, "t", &ar);
-		if (ar.istailcall) {
-			lua_pushnil(L);
-			return 1;
-		}
-	}
-	if (!lua_getstack(L, level, &ar) || !lua_getinfo(L, "Sl", &ar) ||
-	    ar.currentline <= 0) {
-		lua_pushnil(L);
-		return 1;
-	}
-	lua_pushfstring(L, "%s:%d", ar.short_src, ar.currentline);
-	return 1;
-}
-
-/* core.glob(pattern): sorted list of matching paths (empty when none).
- * Stack: [pattern] -> [table]. */
-static int core_glob(lua_State *L)
-{
-	const char *pat = luaL_checkstring(L, 1);
-	glob_t g;
-	memset(&g, 0, sizeof(g));
-	int rc = glob(pat, 0, NULL, &g);
-	lua_createtable(L, rc == 0 ? (int)g.gl_pathc : 0, 0);
-	if (rc == 0) {
-		for (size_t i = 0; i < g.gl_pathc; i++) {
-			lua_pushstring(L, g.gl_pathv[i]);
-			lua_rawseti(L, -2, (lua_Integer)i + 1);
-		}
-	}
-	globfree(&g);
-	return 1;
-}
-
-/* core.read_header(path, sep): the first line of a CSV file split on sep,
- * surrounding double quotes removed. Stack: [path, sep] -> [table] or
- * [nil, message]. */
-static int core_read_header(lua_State *L)
-{
-	const char *path = luaL_checkstring(L, 1);
-	const char *sep = luaL_checkstring(L, 2);
-	FILE *f = fopen(path, "r");
-	if (!f) {
-		lua_pushnil(L);
-		lua_pushstring(L, strerror(errno));
-		return 2;
-	}
-	char line[65536];
-	char *ok = fgets(line, sizeof(line), f);
-	fclose(f);
-	if (!ok) {
-		lua_pushnil(L);
-		lua_pushliteral(L, "the file is empty");
-		return 2;
-	}
-	line[strcspn(line, "\r\n")] = '\0';
-	lua_newtable(L);
-	int n = 0;
-	char *p = line;
-	for (;;) {
-		char *end = strchr(p, sep[0]);
-		size_t len = end ? (size_t)(end - p) : strlen(p);
-		const char *q = p;
-		if (len >= 2 && q[0] == '"' && q[len - 1] == '"') {
-			q++;
-			len -= 2;
-		}
-		lua_pushlstring(L, q, len);
-		lua_rawseti(L, -2, ++n);
-		if (!end)
-			break;
-		p = end + 1;
-	}
-	return 1;
-}
-
-static int file_readable(const char *path)
-{
-	struct stat st;
-	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-/* require(name) restricted to Lua text modules in the stdlib folder and the
- * job's folder. Upvalues: 1 = loaded-modules table, 2 = core table.
- * Stack: [name] -> [module]. */
-static int sandbox_require(lua_State *L)
-{
-	const char *name = luaL_checkstring(L, 1);
-	lua_settop(L, 1);
-	lua_getfield(L, lua_upvalueindex(1), name);
-	if (!lua_isnil(L, -1))
-		return 1;
-	lua_pop(L, 1);
-
-	/* A module name is dotted identifiers: nothing like "../x", "/etc/x"
-	 * or "x.so" can be spelled, so the search cannot leave its folders. */
-	size_t len = strlen(name);
-	int ok = len > 0 && len < 200;
-	for (size_t i = 0; ok && i < len; i++) {
-		char c = name[i];
-		int ident = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-			    (c >= '0' && c <= '9') || c == '_';
-		if (c == '.')
-			ok = i > 0 && i + 1 < len && name[i - 1] != '.';
-		else
-			ok = ident;
-	}
-	if (!ok)
-		return luaL_error(L, "module '%s' not allowed: a job may only require "
-				  "modules by dotted name (like \"strata\" or \"mylib.util\") "
-				  "from the strata library or the job's own folder", name);
-	char rel[256];
-	snprintf(rel, sizeof(rel), "%s", name);
-	for (char *c = rel; *c; c++)
-		if (*c == '.')
-			*c = '/';
-
-	void *ud;
-	lua_getallocf(L, &ud);
-	sandbox_t *sb = ud;
-	char cand[3][PATH_MAX + 300];
-	snprintf(cand[0], sizeof(cand[0]), "%s/%s.lua", sb->stdlib, rel);
-	snprintf(cand[1], sizeof(cand[1]), "%s/%s/init.lua", sb->stdlib, rel);
-	snprintf(cand[2], sizeof(cand[2]), "%s/%s.lua", sb->jobdir, rel);
-	for (int i = 0; i < 3; i++) {
-		if (!file_readable(cand[i]))
-			continue;
-		if (luaL_loadfilex(L, cand[i], "t") != LUA_OK)
-			return lua_error(L);
-		lua_pushvalue(L, 1);
-		lua_pushstring(L, cand[i]);
-		int nargs = 2;
-		if (i < 2) {    /* only the strata library sees core */
-			lua_pushvalue(L, lua_upvalueindex(2));
-			nargs = 3;
-		}
-		lua_call(L, nargs, 1);
-		if (lua_isnil(L, -1)) {
-			lua_pop(L, 1);
-			lua_pushboolean(L, 1);
-		}
-		lua_pushvalue(L, -1);
-		lua_setfield(L, lua_upvalueindex(1), name);
-		return 1;
-	}
-	return luaL_error(L, "module '%s' not found:\n\tno file '%s'\n\tno file '%s'\n\tno file '%s'",
-			  name, cand[0], cand[1], cand[2]);
-}
-
-/* The sync policies the job language accepts, from the registry's table
- * (ops/sync/policies.def; the ops themselves are not linked here): a list
- * of { name = ..., meta = bool } in table order. Stack: [] -> [list]. */
-static void push_policies(lua_State *L)
-{
-	static const struct { const char *name; unsigned caps; } pol[] = {
-#define ST_POLICY(name, local, dist, caps, lag, ckpt, summary) { #name, caps },
-#include "ops/sync/policies.def"
-#undef ST_POLICY
-	};
-	lua_createtable(L, (int)(sizeof pol / sizeof pol[0]), 0);
-	for (size_t i = 0; i < sizeof pol / sizeof pol[0]; i++) {
-		lua_createtable(L, 0, 2);
-		lua_pushstring(L, pol[i].name);
-		lua_setfield(L, -2, "name");
-		lua_pushboolean(L, (pol[i].caps & ST_POL_META) != 0);
-		lua_setfield(L, -2, "meta");
-		lua_rawseti(L, -2, (lua_Integer)i + 1);
-	}
-}
-
-/* Message handler for job code: logs the traceback at debug level and keeps
- * the message itself (which already carries file:line) for the diagnostic.
- * Stack: [msg] -> [msg as string]. */
-static int msgh(lua_State *L)
-{
-	const char *msg = lua_tostring(L, 1);
-	if (!msg)
-		msg = luaL_tolstring(L, 1, NULL);
-	if (st_log_get_level() <= ST_LOG_DEBUG) {
-		luaL_traceback(L, L, msg, 1);
-		st_debug("%s", lua_tostring(L, -1));
-		lua_pop(L, 1);
-	}
-	lua_pushstring(L, msg);
-	return 1;
-}
-
-/* Copies fields `names` of the table at -1 into a new table at -1 (replacing
- * it). Stack: [lib] -> [reduced lib]. */
-static void keep_fields(lua_State *L, const char *const *names)
-{
-	lua_newtable(L);
-	for (const char *const *n = names; *n; n++) {
-		lua_getfield(L, -2, *n);
-		lua_setfield(L, -2, *n);
-	}
-	lua_remove(L, -2);
-}
-
-/* Builds the sandboxed global table. Stack: [] -> []. */
-static void sandbox_open(lua_State *L)
-{
-	static const struct { const char *name; lua_CFunction open; } libs[] = {
-		{ LUA_GNAME, luaopen_base },
-		{ LUA_STRLIBNAME, luaopen_string },
-		{ LUA_TABLIBNAME, luaopen_table },
-		{ LUA_MATHLIBNAME, luaopen_math },
-		{ LUA_UTF8LIBNAME, luaopen_utf8 },
-		{ LUA_COLIBNAME, luaopen_coroutine },
-	};
-	for (size_t i = 0; i < sizeof(libs) / sizeof(libs[0]); i++) {
-		luaL_requiref(L, libs[i].name, libs[i].open, 1);
-		lua_pop(L, 1);
-	}
-	lua_pushglobaltable(L);
-	static const char *const removed[] = { "dofile", "loadfile", "collectgarbage", NULL };
-	for (const char *const *n = removed; *n; n++) {
-		lua_pushnil(L);
-		lua_setfield(L, -2, *n);
-	}
-	lua_pushcfunction(L, sandbox_load);
-	lua_setfield(L, -2, "load");
-
-	lua_getfield(L, -1, LUA_STRLIBNAME);
-	lua_pushnil(L);
-	lua_setfield(L, -2, "dump");
-	lua_pop(L, 1);
-
-	static const char *const os_keep[] = { "time", "clock", "date", "getenv", NULL };
-	luaL_requiref(L, LUA_OSLIBNAME, luaopen_os, 0);
-	keep_fields(L, os_keep);
-	lua_setfield(L, -2, LUA_OSLIBNAME);
-
-	/* require, with its loaded table and the private core table */
-	lua_newtable(L);
-	static const luaL_Reg core[] = {
-		{ "where", core_where },
-		{ "glob", core_glob },
-		{ "read_header", core_read_header },
-		{ NULL, NULL },
-	};
-	luaL_newlib(L, core);
-	push_policies(L);
-	lua_setfield(L, -2, "policies");
-	lua_pushcclosure(L, sandbox_require, 2);
-	lua_setfield(L, -2, "require");
-	lua_pop(L, 1);
-}
-
-/* Makes the global table strict. Stack: [] -> []. */
-static void sandbox_lock(lua_State *L)
-{
-	lua_pushglobaltable(L);
-	lua_newtable(L);
-	lua_pushcfunction(L, strict_index);
-	lua_setfield(L, -2, "__index");
-	lua_pushcfunction(L, strict_newindex);
-	lua_setfield(L, -2, "__newindex");
-	lua_pushboolean(L, 0);
-	lua_setfield(L, -2, "__metatable");
-	lua_setmetatable(L, -2);
-	lua_pop(L, 1);
 }
 
 /* ---- conversion of the normalized table ------------------------------ */
@@ -824,6 +456,12 @@ static int convert(lua_State *L)
 
 /* ---- loading ---------------------------------------------------------- */
 
+static int file_readable(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
 static const char *default_stdlib(void)
 {
 	const char *e = getenv("STRATA_STDLIB");
@@ -834,46 +472,6 @@ static const char *default_stdlib(void)
 	return ST_STDLIB_DIR_INSTALL;
 }
 
-/* Reads the whole job file; a first line starting with '#' is blanked (kept
- * as an empty line so line numbers stay right). Returns NULL with errno. */
-static char *read_file(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	size_t cap = 4096, n = 0;
-	char *buf = malloc(cap);
-	while (buf) {
-		if (n == cap) {
-			char *nb = realloc(buf, cap * 2);
-			if (!nb) {
-				free(buf);
-				buf = NULL;
-				errno = ENOMEM;
-				break;
-			}
-			buf = nb;
-			cap *= 2;
-		}
-		size_t r = fread(buf + n, 1, cap - n, f);
-		n += r;
-		if (r == 0) {
-			if (ferror(f)) {
-				free(buf);
-				buf = NULL;
-				errno = EIO;
-			}
-			break;
-		}
-	}
-	fclose(f);
-	if (buf && n > 0 && buf[0] == '#')
-		for (size_t i = 0; i < n && buf[i] != '\n'; i++)
-			buf[i] = ' ';
-	*len = n;
-	return buf;
-}
-
 /* The whole load, under lua_pcall so that a memory error anywhere becomes a
  * diagnostic. Stack: [ctx] -> []. */
 static int load_main(lua_State *L)
@@ -882,9 +480,9 @@ static int load_main(lua_State *L)
 	st_diag_t *d = ctx->diag;
 	const st_load_opts_t *o = ctx->opts;
 
-	lua_sethook(L, watchdog_hook, LUA_MASKCOUNT, HOOK_EVERY);
-	sandbox_open(L);
-	lua_pushcfunction(L, msgh);
+	st__sandbox_watch(L);
+	st__sandbox_open(L);
+	lua_pushcfunction(L, st__sandbox_msgh);
 	int h = lua_gettop(L);
 
 	/* st, both as a global and through require "strata" */
@@ -896,10 +494,10 @@ static int load_main(lua_State *L)
 		return 0;
 	}
 	lua_setglobal(L, "st");
-	sandbox_lock(L);
+	st__sandbox_lock(L);
 
 	size_t len = 0;
-	char *src = read_file(ctx->path, &len);
+	char *src = st__sandbox_read_file(ctx->path, &len);
 	if (!src) {
 		diag_add(d, "%s: cannot read the job file: %s", ctx->path, strerror(errno));
 		return 0;
@@ -986,7 +584,7 @@ int st_job_load(const char *path, const st_load_opts_t *opts, st_job_t **out,
 	memset(diag, 0, sizeof(*diag));
 	*out = NULL;
 
-	sandbox_t *sb = st_xcalloc(1, sizeof(*sb));
+	st__sandbox_t *sb = st_xcalloc(1, sizeof(*sb));
 	sb->limit = LOAD_MEM_LIMIT;
 	clock_gettime(CLOCK_MONOTONIC, &sb->start);
 	const char *lib = opts && opts->stdlib_dir ? opts->stdlib_dir : default_stdlib();
@@ -999,7 +597,7 @@ int st_job_load(const char *path, const st_load_opts_t *opts, st_job_t **out,
 		snprintf(sb->jobdir, sizeof(sb->jobdir), ".");
 
 	load_ctx_t ctx = { .path = path, .opts = opts, .diag = diag, .sb = sb };
-	lua_State *L = lua_newstate(sandbox_alloc, sb);
+	lua_State *L = lua_newstate(st__sandbox_alloc, sb);
 	if (!L) {
 		free(sb);
 		diag_add(diag, "%s: not enough memory to start Lua", path);

@@ -6,6 +6,52 @@
 
 #include "lang/job.h"
 
+#include <limits.h>
+#include <stddef.h>
+#include <time.h>
+
+#include <lua.h>
+
+/* ---- sandbox.c: the job sandbox -------------------------------------- */
+
+#define ST__LOAD_TIME_LIMIT_S 10
+
+/* One load's sandbox: the allocator's accounting, the watchdog's clock and
+ * the folders require searches. Owned by st_job_load, which fills it before
+ * creating the state; the state's allocator userdata points at it. */
+typedef struct st__sandbox {
+	size_t used, limit;        /* bytes the state holds / may hold */
+	struct timespec start;     /* CLOCK_MONOTONIC when the load began */
+	char stdlib[PATH_MAX];     /* holds strata/<module>.lua */
+	char jobdir[PATH_MAX];     /* the job file's folder */
+} st__sandbox_t;
+
+/* lua_Alloc over the st__sandbox_t in ud: fails (NULL) past sb->limit. */
+void *st__sandbox_alloc(void *ud, void *ptr, size_t osize, size_t nsize);
+
+/* Installs the watchdog hook, which raises "file:line: the job file ran for
+ * more than N s" once the load is past its time limit. Stack: unchanged. */
+void st__sandbox_watch(lua_State *L);
+
+/* Builds the sandboxed global table (libraries, load, require with its
+ * core table). Stack: [] -> []. */
+void st__sandbox_open(lua_State *L);
+
+/* Makes the global table strict (reading or creating an undeclared global
+ * raises). Stack: [] -> []. */
+void st__sandbox_lock(lua_State *L);
+
+/* Message handler for job code: logs the traceback at debug level and
+ * keeps the message. Stack: [msg] -> [msg as string]. */
+int st__sandbox_msgh(lua_State *L);
+
+/* Reads the whole job file; a first line starting with '#' is blanked
+ * (kept as an empty line so line numbers stay right). Returns a malloc'd
+ * buffer (caller frees) and *len, or NULL with errno. */
+char *st__sandbox_read_file(const char *path, size_t *len);
+
+/* ---- job.c ------------------------------------------------------------ */
+
 /* Expands src->globs into src->paths (sorted, duplicates removed), replacing
  * any previous paths. Returns ST_OK, or ST_ENOENT when no glob matches a file
  * (paths unchanged; logged as an error when `log` is non-zero). */
