@@ -38,7 +38,7 @@ int st_cli_parse(int argc, char **argv, const char *cmd, const char *allowed,
 		 st_cli_opts_t *o);
 
 /* Loads the job and prints every diagnostic. Returns ST_EXIT_OK and *job, or
- * ST_EXIT_USAGE. */
+ * ST_EXIT_USAGE, or ST_EXIT_FAILED when SIGINT or SIGTERM stopped it. */
 int st_cli_load_job(const st_cli_opts_t *o, int check_paths, st_job_t **job);
 
 /* The five stages in pipeline order with their settings from the job. */

@@ -472,8 +472,26 @@ static const char *default_stdlib(void)
 	return ST_STDLIB_DIR_INSTALL;
 }
 
+/* Reports a failed lua_pcall of job or library code: the watchdog's message
+ * when it stopped the load (the error object is then whatever the
+ * unwinding ended with), the memory limit for LUA_ERRMEM (Lua's memory
+ * errors carry no location; say whose memory it was), else `what` and the
+ * error message at -1. Returns 0, for load_main to return. */
+static int failed(load_ctx_t *ctx, lua_State *L, int rc, const char *what)
+{
+	if (ctx->sb->stopped)
+		diag_add(ctx->diag, "%s", ctx->sb->stop_msg);
+	else if (rc == LUA_ERRMEM)
+		diag_add(ctx->diag, "%s: not enough memory (a job file may use at most %zu MiB)",
+			 ctx->path, LOAD_MEM_LIMIT >> 20);
+	else
+		diag_add(ctx->diag, "%s%s", what, lua_tostring(L, -1));
+	return 0;
+}
+
 /* The whole load, under lua_pcall so that a memory error anywhere becomes a
- * diagnostic. Stack: [ctx] -> []. */
+ * diagnostic. The watchdog stays on to the end (lua_close included), so
+ * the conversion and the close are bounded too. Stack: [ctx] -> []. */
 static int load_main(lua_State *L)
 {
 	load_ctx_t *ctx = lua_touserdata(L, 1);
@@ -488,10 +506,12 @@ static int load_main(lua_State *L)
 	/* st, both as a global and through require "strata" */
 	lua_getglobal(L, "require");
 	lua_pushliteral(L, "strata");
-	if (lua_pcall(L, 1, 1, h) != LUA_OK) {
-		diag_add(d, "cannot load the strata library from '%s': %s",
-			 ctx->sb->stdlib, lua_tostring(L, -1));
-		return 0;
+	int rc = lua_pcall(L, 1, 1, h);
+	if (rc != LUA_OK) {
+		char what[PATH_MAX + 64];
+		snprintf(what, sizeof what, "cannot load the strata library from '%s': ",
+			 ctx->sb->stdlib);
+		return failed(ctx, L, rc, what);
 	}
 	lua_setglobal(L, "st");
 	st__sandbox_lock(L);
@@ -505,7 +525,7 @@ static int load_main(lua_State *L)
 	lua_pushlstring(L, src, len);
 	int srci = lua_gettop(L);
 	lua_pushfstring(L, "@%s", ctx->path);
-	int rc = luaL_loadbufferx(L, src, len, lua_tostring(L, -1), "t");
+	rc = luaL_loadbufferx(L, src, len, lua_tostring(L, -1), "t");
 	free(src);
 	if (rc != LUA_OK) {
 		diag_add(d, "%s", lua_tostring(L, -1));
@@ -519,25 +539,16 @@ static int load_main(lua_State *L)
 	int filei = lua_gettop(L);
 	lua_pushvalue(L, filei - 1);     /* the chunk */
 	rc = lua_pcall(L, 0, 1, h);
-	if (rc == LUA_ERRMEM) {
-		/* Lua's memory errors carry no location; say whose memory it was. */
-		diag_add(d, "%s: not enough memory (a job file may use at most %zu MiB)",
-			 ctx->path, LOAD_MEM_LIMIT >> 20);
-		return 0;
-	}
-	if (rc != LUA_OK) {
-		diag_add(d, "%s", lua_tostring(L, -1));
-		return 0;
-	}
+	if (rc != LUA_OK)
+		return failed(ctx, L, rc, "");
 	int resi = lua_gettop(L);
 
 	/* validate.run(result, ctx) -> normalized, errors */
 	lua_getglobal(L, "require");
 	lua_pushliteral(L, "strata.validate");
-	if (lua_pcall(L, 1, 1, h) != LUA_OK) {
-		diag_add(d, "cannot load the job validator: %s", lua_tostring(L, -1));
-		return 0;
-	}
+	rc = lua_pcall(L, 1, 1, h);
+	if (rc != LUA_OK)
+		return failed(ctx, L, rc, "cannot load the job validator: ");
 	lua_getfield(L, -1, "run");
 	lua_pushvalue(L, resi);
 	lua_createtable(L, 0, 4);
@@ -553,10 +564,9 @@ static int load_main(lua_State *L)
 		lua_rawseti(L, -2, i + 1);
 	}
 	lua_setfield(L, -2, "sets");
-	if (lua_pcall(L, 2, 2, h) != LUA_OK) {
-		diag_add(d, "%s", lua_tostring(L, -1));
-		return 0;
-	}
+	rc = lua_pcall(L, 2, 2, h);
+	if (rc != LUA_OK)
+		return failed(ctx, L, rc, "");
 	int normi = lua_gettop(L) - 1, errsi = lua_gettop(L);
 	int nerr = lua_istable(L, errsi) ? (int)lua_rawlen(L, errsi) : 0;
 	for (int i = 1; i <= nerr; i++) {
@@ -569,7 +579,6 @@ static int load_main(lua_State *L)
 			diag_add(d, "%s: the job validator returned nothing", ctx->path);
 		return 0;
 	}
-	lua_sethook(L, NULL, 0, 0);
 	ctx->job = st_xcalloc(1, sizeof(st_job_t));
 	lua_pushcfunction(L, convert);
 	lua_pushlightuserdata(L, ctx);
@@ -586,7 +595,12 @@ int st_job_load(const char *path, const st_load_opts_t *opts, st_job_t **out,
 
 	st__sandbox_t *sb = st_xcalloc(1, sizeof(*sb));
 	sb->limit = LOAD_MEM_LIMIT;
-	clock_gettime(CLOCK_MONOTONIC, &sb->start);
+	sb->time_limit_s = opts && opts->time_limit_s > 0 ? opts->time_limit_s
+		: ST__LOAD_TIME_LIMIT_S;
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	sb->deadline = (double)t0.tv_sec + 1e-9 * (double)t0.tv_nsec + sb->time_limit_s;
+	sb->interrupt_gen0 = st__sandbox_interrupt_gen();
 	const char *lib = opts && opts->stdlib_dir ? opts->stdlib_dir : default_stdlib();
 	snprintf(sb->stdlib, sizeof(sb->stdlib), "%s", lib);
 	const char *slash = strrchr(path, '/');
@@ -605,17 +619,22 @@ int st_job_load(const char *path, const st_load_opts_t *opts, st_job_t **out,
 	}
 	lua_pushcfunction(L, load_main);
 	lua_pushlightuserdata(L, &ctx);
-	if (lua_pcall(L, 1, 0, 0) != LUA_OK)
-		diag_add(diag, "%s: %s", path, lua_tostring(L, -1) ? lua_tostring(L, -1)
-			 : "error while loading the job");
+	if (lua_pcall(L, 1, 0, 0) != LUA_OK) {
+		if (sb->stopped)
+			diag_add(diag, "%s", sb->stop_msg);
+		else
+			diag_add(diag, "%s: %s", path, lua_tostring(L, -1) ? lua_tostring(L, -1)
+				 : "error while loading the job");
+	}
 	lua_close(L);
+	int interrupted = sb->stopped == ST__STOP_INTERRUPT;
 	free(sb);
 
 	if (diag->n > 0 || !ctx.job) {
 		st_job_free(ctx.job);
 		if (diag->n == 0)
 			diag_add(diag, "%s: the job could not be loaded", path);
-		return ST_EJOB;
+		return interrupted ? ST_ECANCELED : ST_EJOB;
 	}
 	*out = ctx.job;
 	return ST_OK;

@@ -31,15 +31,24 @@ typedef struct st_load_opts {
 	int n_sets;
 	int check_paths;          /* 1: data globs must match at least one file
 				     (skipped for sources that `gen` will create) */
+	double time_limit_s;      /* run time the job file and its validation may
+				     take; 0 = 10 s */
 } st_load_opts_t;
 
 /* Loads, overrides, validates and converts the job. Returns ST_OK and *out
  * (caller frees with st_job_free), or ST_EJOB with every message in *diag
- * (caller frees with st_diag_free). *diag is initialized by the call (its
+ * (caller frees with st_diag_free), or ST_ECANCELED (with a message) when
+ * st_job_load_interrupt stopped it. *diag is initialized by the call (its
  * previous contents are not freed). Thread-safe: every call runs its own
- * Lua state. The job runs with at most 512 MiB and 10 s. */
+ * Lua state. The job runs with at most 512 MiB and opts->time_limit_s
+ * (default 10 s), which it cannot catch or evade. */
 int st_job_load(const char *path, const st_load_opts_t *opts, st_job_t **out,
 		st_diag_t *diag);
+
+/* Stops every st_job_load running now (loads started later are not
+ * affected): each returns ST_ECANCELED soon after. Async-signal-safe, so a
+ * SIGINT handler may call it. */
+void st_job_load_interrupt(void);
 
 /* Re-runs src->globs (after data.generate made the files, say) and replaces
  * src->paths with the sorted, de-duplicated matches. Returns ST_OK, or

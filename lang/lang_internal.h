@@ -14,23 +14,37 @@
 
 /* ---- sandbox.c: the job sandbox -------------------------------------- */
 
-#define ST__LOAD_TIME_LIMIT_S 10
+#define ST__LOAD_TIME_LIMIT_S 10.0  /* default of st_load_opts_t.time_limit_s */
+
+enum { ST__STOP_TIMEOUT = 1, ST__STOP_INTERRUPT = 2 };
 
 /* One load's sandbox: the allocator's accounting, the watchdog's clock and
- * the folders require searches. Owned by st_job_load, which fills it before
- * creating the state; the state's allocator userdata points at it. */
+ * the folders require searches. Owned by st_job_load, which fills the
+ * fields above the line before creating the state; the state's allocator
+ * userdata points at it. One thread uses it (the load's). */
 typedef struct st__sandbox {
 	size_t used, limit;        /* bytes the state holds / may hold */
-	struct timespec start;     /* CLOCK_MONOTONIC when the load began */
+	double time_limit_s;       /* the job's run time limit */
+	double deadline;           /* CLOCK_MONOTONIC seconds when it is reached */
+	unsigned interrupt_gen0;   /* st__sandbox_interrupt_gen() at the start */
 	char stdlib[PATH_MAX];     /* holds strata/<module>.lua */
 	char jobdir[PATH_MAX];     /* the job file's folder */
+	/* ---- the watchdog's state */
+	int stopped;               /* 0, ST__STOP_TIMEOUT or ST__STOP_INTERRUPT */
+	char stop_msg[LUA_IDSIZE + 160]; /* "file:line: the job file ran for more than..." */
+	unsigned calls;            /* call events since the last clock check */
 } st__sandbox_t;
+
+/* The count st_job_load_interrupt bumps. Async-signal-safe. */
+unsigned st__sandbox_interrupt_gen(void);
 
 /* lua_Alloc over the st__sandbox_t in ud: fails (NULL) past sb->limit. */
 void *st__sandbox_alloc(void *ud, void *ptr, size_t osize, size_t nsize);
 
 /* Installs the watchdog hook, which raises "file:line: the job file ran for
- * more than N s" once the load is past its time limit. Stack: unchanged. */
+ * more than N s" once the load is past its deadline, or "interrupted" after
+ * st_job_load_interrupt (see sandbox.c for what it covers). Stack:
+ * unchanged. */
 void st__sandbox_watch(lua_State *L);
 
 /* Builds the sandboxed global table (libraries, load, require with its

@@ -24,6 +24,7 @@
  * st__sandbox_t, reached with lua_getallocf, so loads on different threads
  * share nothing.
  */
+#include "lang/lang.h"
 #include "lang/lang_internal.h"
 #include "ops/sync/registry.h"
 #include "runtime/err.h"
@@ -62,24 +63,201 @@ void *st__sandbox_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
 	return p;
 }
 
-static void watchdog_hook(lua_State *L, lua_Debug *ar)
+/* The watchdog. A job must not be able to outlive its time limit, and the
+ * ways it could are closed one by one:
+ *   - a loop in Lua: the count hook checks the clock every HOOK_EVERY
+ *     instructions;
+ *   - a loop in C that calls functions (string.gsub(s, ".", pcall),
+ *     table.sort with a comparator): the call hook counts calls and checks
+ *     the clock every CALLS_EVERY of them;
+ *   - catching the timeout (pcall in a loop, coroutine.resume, an xpcall
+ *     handler): once stopped, the load stays stopped. The hook of any thread
+ *     that notices raises on every instruction and call from then on, and
+ *     pcall, xpcall, coroutine.resume and coroutine.close are wrapped to
+ *     raise again after they return (guard_call), so the error climbs to
+ *     the loader whatever catches it on the way;
+ *   - an xpcall message handler: Lua calls it for an error raised in a hook
+ *     while hooks are still off, so once stopped the job's handler is not
+ *     called at all (guard_handler);
+ *   - finalizers: Lua runs __gc with hooks disabled (lgc.c, GCTM), so a
+ *     finalizer with a loop, run by the collector or by lua_close, would
+ *     be out of reach; setmetatable refuses __gc (guard_setmetatable);
+ * An interrupt (st_job_load_interrupt, from a SIGINT handler) stops every
+ * running load the same way. The first stop's message, with the job's
+ * line, is kept in sb->stop_msg: the loader reports it whatever error
+ * object the unwinding ended with. */
+
+#define CALLS_EVERY 1024           /* calls between time checks */
+
+/* Bumped by st_job_load_interrupt; each load remembers its value at start. */
+static unsigned interrupt_gen;
+
+void st_job_load_interrupt(void)
+{
+	/* A lock-free atomic, so this is async-signal-safe. */
+	__atomic_fetch_add(&interrupt_gen, 1, __ATOMIC_RELAXED);
+}
+
+unsigned st__sandbox_interrupt_gen(void)
+{
+	return __atomic_load_n(&interrupt_gen, __ATOMIC_RELAXED);
+}
+
+static st__sandbox_t *sandbox_of(lua_State *L)
 {
 	void *ud;
 	lua_getallocf(L, &ud);
-	st__sandbox_t *sb = ud;
-	struct timespec now;
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	if (now.tv_sec - sb->start.tv_sec > ST__LOAD_TIME_LIMIT_S) {
-		/* luaL_error cannot see the running line from inside a hook. */
-		lua_getinfo(L, "Sl", ar);
-		luaL_error(L, "%s:%d: the job file ran for more than %d s; is there an "
-			   "endless loop?", ar->short_src, ar->currentline, ST__LOAD_TIME_LIMIT_S);
+	return ud;
+}
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static void watchdog_hook(lua_State *L, lua_Debug *ar);
+
+/* Stops the load (once) and raises its message; never returns. Inside a
+ * hook luaL_error cannot see the running line, so the message is located
+ * at the innermost Lua function with a line. */
+static int stop(lua_State *L, st__sandbox_t *sb, int why)
+{
+	if (!sb->stopped) {
+		sb->stopped = why;
+		char where[LUA_IDSIZE + 32] = "";
+		lua_Debug d;
+		for (int level = 0; lua_getstack(L, level, &d); level++) {
+			if (lua_getinfo(L, "Sl", &d) && d.currentline > 0) {
+				snprintf(where, sizeof where, "%s:%d: ", d.short_src, d.currentline);
+				break;
+			}
+		}
+		if (why == ST__STOP_INTERRUPT)
+			snprintf(sb->stop_msg, sizeof sb->stop_msg, "%sinterrupted while the job "
+				 "file ran", where);
+		else
+			snprintf(sb->stop_msg, sizeof sb->stop_msg, "%sthe job file ran for more "
+				 "than %g s; is there an endless loop?", where, sb->time_limit_s);
 	}
+	/* From now on this thread raises on every instruction and call. */
+	lua_sethook(L, watchdog_hook, LUA_MASKCOUNT | LUA_MASKCALL, 1);
+	lua_pushstring(L, sb->stop_msg);
+	return lua_error(L);
+}
+
+static void check(lua_State *L, st__sandbox_t *sb)
+{
+	if (sb->stopped)
+		stop(L, sb, sb->stopped);
+	if (st__sandbox_interrupt_gen() != sb->interrupt_gen0)
+		stop(L, sb, ST__STOP_INTERRUPT);
+	if (now_s() > sb->deadline)
+		stop(L, sb, ST__STOP_TIMEOUT);
+}
+
+static void watchdog_hook(lua_State *L, lua_Debug *ar)
+{
+	st__sandbox_t *sb = sandbox_of(L);
+	if (ar->event != LUA_HOOKCOUNT && !sb->stopped && (++sb->calls % CALLS_EVERY) != 0)
+		return;
+	check(L, sb);
 }
 
 void st__sandbox_watch(lua_State *L)
 {
-	lua_sethook(L, watchdog_hook, LUA_MASKCOUNT, HOOK_EVERY);
+	lua_sethook(L, watchdog_hook, LUA_MASKCOUNT | LUA_MASKCALL, HOOK_EVERY);
+}
+
+/* Tail and continuation of guard_call. Stack: [results] -> [results]. */
+static int guard_done(lua_State *L, int status, lua_KContext ctx)
+{
+	(void)status;
+	(void)ctx;
+	check(L, sandbox_of(L));
+	return lua_gettop(L);
+}
+
+/* pcall, xpcall, coroutine.resume and coroutine.close (the original is
+ * upvalue 1): the same call, but a stopped load raises again once it
+ * returns. lua_callk keeps yields across pcall working inside coroutines.
+ * The callers below check the arguments first, so that a bad one is
+ * reported under the name the job used (the original, called from here,
+ * would say '?'). Stack: [args] -> [results]. */
+static int guard_call(lua_State *L)
+{
+	check(L, sandbox_of(L));
+	lua_pushvalue(L, lua_upvalueindex(1));
+	lua_insert(L, 1);
+	lua_callk(L, lua_gettop(L) - 1, LUA_MULTRET, 0, guard_done);
+	return guard_done(L, LUA_OK, 0);
+}
+
+/* The message handler xpcall gets instead of the job's (upvalue 1). An
+ * error raised inside a hook (the watchdog's) calls the handler while
+ * hooks are still off, so the job's handler is skipped once the load is
+ * stopped: a loop in it would be out of the watchdog's reach. Stack:
+ * [msg] -> [handled msg]. */
+static int guard_handler(lua_State *L)
+{
+	st__sandbox_t *sb = sandbox_of(L);
+	if (sb->stopped) {
+		lua_pushstring(L, sb->stop_msg);
+		return 1;
+	}
+	lua_pushvalue(L, lua_upvalueindex(1));
+	lua_insert(L, 1);
+	lua_call(L, lua_gettop(L) - 1, 1);
+	return 1;
+}
+
+static int guard_pcall(lua_State *L)
+{
+	luaL_checkany(L, 1);
+	return guard_call(L);
+}
+
+/* xpcall(f, handler, ...) with the handler wrapped (guard_handler). */
+static int guard_xpcall(lua_State *L)
+{
+	luaL_checktype(L, 2, LUA_TFUNCTION);
+	lua_pushvalue(L, 2);
+	lua_pushcclosure(L, guard_handler, 1);
+	lua_replace(L, 2);
+	return guard_call(L);
+}
+
+/* coroutine.resume(co, ...) and coroutine.close(co). */
+static int guard_coroutine(lua_State *L)
+{
+	luaL_argexpected(L, lua_type(L, 1) == LUA_TTHREAD, 1, "coroutine");
+	return guard_call(L);
+}
+
+/* setmetatable(t, mt) refusing a metatable with a __gc field: finalizers
+ * run with hooks off, where the watchdog cannot reach them. (A __gc added
+ * to mt later does not mark t for finalization in Lua 5.4.) The original
+ * is upvalue 1. Stack: [t, mt] -> [t]. */
+static int guard_setmetatable(lua_State *L)
+{
+	if (lua_type(L, 2) == LUA_TTABLE && lua_getfield(L, 2, "__gc") != LUA_TNIL)
+		return luaL_error(L, "setmetatable: a job file may not use __gc (finalizers run "
+				  "where the time limit cannot stop them)");
+	lua_settop(L, 2);
+	lua_pushvalue(L, lua_upvalueindex(1));
+	lua_insert(L, 1);
+	lua_call(L, 2, 1);
+	return 1;
+}
+
+/* Replaces field `name` of the table at -1 with `fn` closed over the
+ * original. Stack: unchanged. */
+static void guard_field(lua_State *L, const char *name, lua_CFunction fn)
+{
+	lua_getfield(L, -1, name);
+	lua_pushcclosure(L, fn, 1);
+	lua_setfield(L, -2, name);
 }
 
 /* ---- sandbox functions ------------------------------------------------ */
@@ -348,6 +526,13 @@ void st__sandbox_open(lua_State *L)
 		lua_pushnil(L);
 		lua_setfield(L, -2, *n);
 	}
+	guard_field(L, "pcall", guard_pcall);
+	guard_field(L, "xpcall", guard_xpcall);
+	guard_field(L, "setmetatable", guard_setmetatable);
+	lua_getfield(L, -1, LUA_COLIBNAME);
+	guard_field(L, "resume", guard_coroutine);
+	guard_field(L, "close", guard_coroutine);
+	lua_pop(L, 1);
 	lua_pushcfunction(L, sandbox_load);
 	lua_setfield(L, -2, "load");
 
