@@ -15,6 +15,9 @@
 /* ---- sandbox.c: the job sandbox -------------------------------------- */
 
 #define ST__LOAD_TIME_LIMIT_S 10.0  /* default of st_load_opts_t.time_limit_s */
+/* Worst-case steps one string.find/match/gmatch/gsub may take in a job
+ * (about 0.6 s of Lua's matcher at 6 ns a step). */
+#define ST__PATTERN_BUDGET 1e8
 
 enum { ST__STOP_TIMEOUT = 1, ST__STOP_INTERRUPT = 2 };
 
@@ -33,6 +36,7 @@ typedef struct st__sandbox {
 	int stopped;               /* 0, ST__STOP_TIMEOUT or ST__STOP_INTERRUPT */
 	char stop_msg[LUA_IDSIZE + 160]; /* "file:line: the job file ran for more than..." */
 	unsigned calls;            /* call events since the last clock check */
+	double charged;            /* pattern steps since the last clock check */
 } st__sandbox_t;
 
 /* The count st_job_load_interrupt bumps. Async-signal-safe. */
@@ -46,6 +50,10 @@ void *st__sandbox_alloc(void *ud, void *ptr, size_t osize, size_t nsize);
  * st_job_load_interrupt (see sandbox.c for what it covers). Stack:
  * unchanged. */
 void st__sandbox_watch(lua_State *L);
+
+/* Records `steps` of work done in C without hook events (pattern
+ * matching) and polls once they add up. */
+void st__sandbox_charge(lua_State *L, double steps);
 
 /* Builds the sandboxed global table (libraries, load, require with its
  * core table). Stack: [] -> []. */
@@ -63,6 +71,24 @@ int st__sandbox_msgh(lua_State *L);
  * (kept as an empty line so line numbers stay right). Returns a malloc'd
  * buffer (caller frees) and *len, or NULL with errno. */
 char *st__sandbox_read_file(const char *path, size_t *len);
+
+/* ---- pattern.c: bounded pattern matching ------------------------------- */
+
+/* Replaces find, match, gmatch and gsub of the string table at -1 with
+ * wrappers that refuse a call whose worst case exceeds `budget` steps and
+ * pass each call's bound to charge (may be NULL). Stack: unchanged. */
+void st__pattern_guard(lua_State *L, double budget, void (*charge)(lua_State *L, double steps));
+
+/* What is being bounded: one find or match (a leading ^ anchors); a whole
+ * gsub (^ anchors); a whole gmatch iteration (^ is a plain character). */
+enum { ST__PATTERN_FIND, ST__PATTERN_GSUB, ST__PATTERN_GMATCH };
+
+/* Worst-case steps of matching pattern p (m bytes) against s (n bytes)
+ * from `starts` positions in the given mode. A first rough bound at most
+ * `enough` is returned without measuring the subject (pass 0 for the
+ * tightest bound). Pure; exposed for the tests. */
+double st__pattern_cost(const char *s, size_t n, const char *p, size_t m, int mode,
+			double starts, double enough);
 
 /* ---- job.c ------------------------------------------------------------ */
 

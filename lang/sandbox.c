@@ -82,12 +82,15 @@ void *st__sandbox_alloc(void *ud, void *ptr, size_t osize, size_t nsize)
  *   - finalizers: Lua runs __gc with hooks disabled (lgc.c, GCTM), so a
  *     finalizer with a loop, run by the collector or by lua_close, would
  *     be out of reach; setmetatable refuses __gc (guard_setmetatable);
+ *   - C pattern matching runs no instruction and calls nothing: pattern.c
+ *     bounds each match and charges its cost here (st__sandbox_charge).
  * An interrupt (st_job_load_interrupt, from a SIGINT handler) stops every
  * running load the same way. The first stop's message, with the job's
  * line, is kept in sb->stop_msg: the loader reports it whatever error
  * object the unwinding ended with. */
 
 #define CALLS_EVERY 1024           /* calls between time checks */
+#define CHARGE_EVERY 1e6           /* pattern steps between time checks */
 
 /* Bumped by st_job_load_interrupt; each load remembers its value at start. */
 static unsigned interrupt_gen;
@@ -168,6 +171,16 @@ static void watchdog_hook(lua_State *L, lua_Debug *ar)
 void st__sandbox_watch(lua_State *L)
 {
 	lua_sethook(L, watchdog_hook, LUA_MASKCOUNT | LUA_MASKCALL, HOOK_EVERY);
+}
+
+void st__sandbox_charge(lua_State *L, double steps)
+{
+	st__sandbox_t *sb = sandbox_of(L);
+	sb->charged += steps;
+	if (sb->charged >= CHARGE_EVERY || sb->stopped) {
+		sb->charged = 0;
+		check(L, sb);
+	}
 }
 
 /* Tail and continuation of guard_call. Stack: [results] -> [results]. */
@@ -539,6 +552,9 @@ void st__sandbox_open(lua_State *L)
 	lua_getfield(L, -1, LUA_STRLIBNAME);
 	lua_pushnil(L);
 	lua_setfield(L, -2, "dump");
+	/* The string metatable's __index is this table, so s:find() gets the
+	 * wrappers too. */
+	st__pattern_guard(L, ST__PATTERN_BUDGET, st__sandbox_charge);
 	lua_pop(L, 1);
 
 	static const char *const os_keep[] = { "time", "clock", "date", "getenv", NULL };

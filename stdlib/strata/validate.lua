@@ -32,6 +32,24 @@ local function esc(s)
 	return (s:gsub("[%^%$%(%)%%%.%[%]%*%+%-%?]", "%%%0"))
 end
 
+-- The text the job file and --set strings bring is the job's, so it is read
+-- with plain finds and single-class patterns: the sandbox bounds each
+-- pattern call by its worst case (lang/pattern.c), and these stay linear on
+-- any input, however long its lines.
+
+-- s without its Lua comment ("--" to the end of the line).
+local function uncomment(s)
+	local c = s:find("--", 1, true)
+	return c and s:sub(1, c - 1) or s
+end
+
+-- s without leading and trailing white space.
+local function trim(s)
+	local a = s:find("%S")
+	if not a then return "" end
+	return s:sub(a, #s - s:reverse():find("%S") + 1)
+end
+
 -- Longest --set path that is `path` or one of its prefixes.
 function V:setloc(path)
 	local p = path
@@ -50,7 +68,7 @@ function V:scan(key, from)
 	end
 	local pat = "%f[%w_]" .. esc(key) .. "%s*=()"
 	for i = from, #self.lines do
-		local s = self.lines[i]:gsub("%-%-.*$", "")
+		local s = uncomment(self.lines[i])
 		local init = 1
 		while true do
 			local a, e = s:find(pat, init)
@@ -207,7 +225,7 @@ function check.size(self, node, key, path, v, f)
 	if type(v) == "number" then
 		return check.int(self, node, key, path, v, lim)
 	end
-	if type(v) == "string" then
+	if type(v) == "string" and #v <= 64 then
 		local num, unit = v:match("^%s*(%d+%.?%d*)%s*(%a*)%s*$")
 		local mul = unit and SIZE_UNITS[unit:upper()]
 		if num and mul then
@@ -220,7 +238,8 @@ function check.size(self, node, key, path, v, f)
 	end
 	return self:ferr(node, key, "%s must be a size like \"2GiB\", \"512MiB\", " ..
 		"\"10GB\" or a number of bytes, got %s", path,
-		type(v) == "string" and ("'" .. v .. "'") or show(v))
+		type(v) == "string" and ("'" .. (#v <= 64 and v or v:sub(1, 40) .. "...") .. "'")
+		or show(v))
 end
 
 function check.paths(self, node, key, path, v)
@@ -952,15 +971,19 @@ end
 -- source, else the last line starting with `return`, else line 1.
 function V:find_job_line()
 	for i, s in ipairs(self.lines) do
-		if s:gsub("%-%-.*$", ""):find("%f[%w_]st%.job%s*[{(]") then return i end
+		if uncomment(s):find("%f[%w_]st%.job%s*[{(]") then return i end
 	end
 	return self.ret_line or 1
 end
 
 local function split_lines(src)
-	local lines = {}
-	for l in (src .. "\n"):gmatch("([^\n]*)\n") do lines[#lines + 1] = l end
-	return lines
+	local lines, pos = {}, 1
+	while true do
+		local nl = src:find("\n", pos, true)
+		lines[#lines + 1] = src:sub(pos, (nl or #src + 1) - 1)
+		if not nl then return lines end
+		pos = nl + 1
+	end
 end
 
 -- Applies "key.path=value" strings to `job`. The value is a Lua expression
@@ -970,7 +993,9 @@ end
 function V:apply_sets(job, sets)
 	for _, s in ipairs(sets) do
 		local loc = "--set " .. s
-		local key, val = s:match("^%s*([^=]-)%s*=%s*(.-)%s*$")
+		local eq = s:find("=", 1, true)
+		local key = eq and trim(s:sub(1, eq - 1))
+		local val = eq and trim(s:sub(eq + 1))
 		if not key then
 			self:err(loc, "expected key.path=value")
 		elseif (("." .. key):gsub("%.[%a_][%w_]*", "")) ~= "" then

@@ -22,7 +22,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <lauxlib.h>
+#include <lualib.h>
+
 #include "lang/lang.h"
+#include "lang/lang_internal.h"
 #include "runtime/err.h"
 #include "runtime/graph.h"
 
@@ -1079,6 +1083,172 @@ static void test_lang_phases_stragglers_auto_errors(void **state)
 	st_diag_free(&d);
 }
 
+/* ---- bounded pattern matching (lang/pattern.c) -------------------------- */
+
+/* The bound's arithmetic on small cases (see pattern.c for the rule). */
+static void test_lang_pattern_cost(void **state)
+{
+	(void)state;
+	enum { F = ST__PATTERN_FIND, S = ST__PATTERN_GSUB, G = ST__PATTERN_GMATCH };
+	const char *s = "aaaa";
+	/* a* (longest run 4) then b (absent): (4 + 1)(1 + 1) at 5 positions */
+	assert_true(st__pattern_cost(s, 4, "a*b", 3, F, 5, 0) == 50);
+	assert_true(st__pattern_cost(s, 4, "^a*b", 4, F, 5, 0) == 10);   /* anchored */
+	/* gmatch: ^ is a plain character, absent here, so each start fails at once */
+	assert_true(st__pattern_cost(s, 4, "^a*b", 4, G, 10, 0) == 10);
+	assert_true(st__pattern_cost(s, 4, "a*a*b", 5, F, 5, 0) == 275);
+	/* a literal first item: only where it matches does the rest run */
+	assert_true(st__pattern_cost("xyxy", 4, "x.*y", 4, F, 5, 0) == 5 + 2 * (5 * 3));
+	/* + on a class that never occurs fails at once */
+	assert_true(st__pattern_cost(s, 4, "%d+%s*%s*%s*", 12, F, 5, 0) == 5);
+	/* a rest that always matches: the first try succeeds */
+	assert_true(st__pattern_cost(s, 4, "(a*)", 4, F, 5, 0) == 1 + 4 + 1 + 2);
+	assert_true(st__pattern_cost(s, 4, "a*", 2, S, 5, 0) == 4 + 5 * (2 + 1));
+
+	/* The issue's bomb is far over any budget, on the text that sets it off. */
+	enum { N = 1 << 20 };
+	char *big = malloc(N);
+	assert_non_null(big);
+	memset(big, 'a', 5000);
+	assert_true(st__pattern_cost(big, 5000, "a*a*a*a*a*a*a*a*a*a*b", 21, F, 5001, 0) > 1e20);
+	assert_true(st__pattern_cost("bbbb", 4, "a*a*a*a*a*a*a*a*a*a*b", 21, F, 5, 0) < 100);
+	/* Really quadratic: refused. */
+	assert_true(st__pattern_cost(big, 5000, "[^,]*,", 6, G, 10002, 0) > 1e7);
+
+	/* The patterns jobs write stay within the budget on 1 MiB of text,
+	 * and most of them also on 1 MiB without a separator (one long run). */
+	static const struct { const char *p; int mode, any; } cheap[] = {
+		{ "%S+", G, 1 }, { "[^,]*", G, 1 }, { "[^,]+", S, 1 }, { "^%s*(.-)%s*$", F, 1 },
+		{ "%f[%w_]key%s*=()", F, 1 }, { "%d+%.?%d*", S, 1 }, { "([^,]*)", F, 1 },
+		{ "%s+$", F, 1 }, { "-", S, 1 }, { "(%w+)=(%w+)", G, 0 },
+	};
+	for (int fill = 0; fill < 2; fill++) {
+		for (int i = 0; i < N; i++)
+			big[i] = fill ? 'w' : i % 7 == 6 ? ' ' : (i % 3 == 0 ? '-' : 'w');
+		for (size_t i = 0; i < sizeof cheap / sizeof cheap[0]; i++) {
+			if (fill && !cheap[i].any)
+				continue;
+			double starts = cheap[i].mode == G ? 2.0 * (N + 1) : N + 1.0;
+			double c = st__pattern_cost(big, N, cheap[i].p, strlen(cheap[i].p),
+						    cheap[i].mode, starts, 0);
+			if (c > ST__PATTERN_BUDGET) {
+				fprintf(stderr, "'%s' on 1 MiB (fill %d): bound %g\n", cheap[i].p,
+					fill, c);
+				fail();
+			}
+		}
+	}
+	/* Without a '=' every start scans to the end and back: quadratic. */
+	assert_true(st__pattern_cost(big, N, "(%w+)=(%w+)", 11, G, 2.0 * (N + 1), 0) > 1e11);
+	free(big);
+}
+
+/* The guarded find, match, gmatch and gsub return exactly what Lua's own
+ * do (values, captures, errors) on a corpus of subjects and patterns that
+ * covers every pattern item, anchors, init and plain. */
+static void test_lang_pattern_same_results(void **state)
+{
+	(void)state;
+	lua_State *L = luaL_newstate();
+	assert_non_null(L);
+	luaL_openlibs(L);
+	assert_int_equal(luaL_dostring(L, "orig = { find = string.find, match = string.match, "
+				       "gmatch = string.gmatch, gsub = string.gsub }"), LUA_OK);
+	lua_getglobal(L, "string");
+	st__pattern_guard(L, 1e15, NULL);
+	lua_pop(L, 1);
+	static const char script[] =
+		"local subjects = { '', 'hello world', '  padded  ', 'a,b,,c', 'key = value',\n"
+		"  'x(y(z))w', 'THE (quick) fox', 'aaa', 'a.b.c', '\\0a\\0b', '[]]^-%$',\n"
+		"  '2GiB', 'one\\ntwo\\n', 'THE the tHe', 'f(a, (b)) g(c)', 'x = 1 -- c' }\n"
+		"local patterns = { '', 'o', 'o w', '(o)(%s)(w)', '^h', 'd$', '^$', '%a+', '%A+',\n"
+		"  '[%w_]+', '[^,]*', '[]]', '[^]]', '[a-c]+', '[%a-]', '%f[%w]%w+', '%f[%W]',\n"
+		"  '%b()', '(a)%1', '()', '(.-)%s*$', '^%s*(.-)%s*$', '.-', 'a?', 'a-b', '[%]]',\n"
+		"  '%.', '%%', '%x+', '%u%l*', '%S+', '^(%w+)%s*=%s*(%w+)$', '[^%s]+', 'a*', 'x*$',\n"
+		"  '\\0', '%z', '%p+', '%c', '%d+%.?%d*%s*(%a*)', '[%^%$]', '(h)(e)(l)', '%-%-.*$',\n"
+		"  '^(.*)%.[^.]*$', '(%b())', 'l+', 'l-', '[', '%', '(()', '%1', '%b', '%f', '%fx',\n"
+		"  '(a', 'a)', '%b(', '[a-', '[^', '((((((((((((((((((((((((((((((((((a))))))))))))))'\n"
+		"   .. '))))))))))))))))))))' }\n"
+		"local inits = { false, 1, 2, -1, -3, 0, 100, -100 }\n"
+		"local function same(a, b)\n"
+		"  if a.n ~= b.n then return false end\n"
+		"  for i = 1, a.n do if a[i] ~= b[i] then return false end end\n"
+		"  return true\n"
+		"end\n"
+		"local function call(f, ...) return table.pack(pcall(f, ...)) end\n"
+		"local function iter(g, ...)\n"
+		"  local ok, it = pcall(g, ...)\n"
+		"  if not ok then return table.pack(false, it) end\n"
+		"  local out = { n = 0 }\n"
+		"  for _ = 1, 100 do\n"
+		"    local r = table.pack(pcall(it))\n"
+		"    for i = 1, r.n do out.n = out.n + 1; out[out.n] = r[i] end\n"
+		"    if not r[1] or r[2] == nil then break end\n"
+		"  end\n"
+		"  return out\n"
+		"end\n"
+		"local repls = { '%0%0', '<%1>', '%%', '%2', '%', { hello = 'HI', o = false },\n"
+		"  function(x) return x:upper() end, function() return nil end, 7 }\n"
+		"local bad, n = {}, 0\n"
+		"local function check(what, a, b)\n"
+		"  n = n + 1\n"
+		"  if not same(a, b) then bad[#bad + 1] = what end\n"
+		"end\n"
+		"for _, s in ipairs(subjects) do\n"
+		"  for _, p in ipairs(patterns) do\n"
+		"    for _, i in ipairs(inits) do\n"
+		"      local init = i or nil\n"
+		"      local w = string.format('%q %q %s', s, p, tostring(init))\n"
+		"      check('find ' .. w, call(orig.find, s, p, init), call(string.find, s, p, init))\n"
+		"      check('plain ' .. w, call(orig.find, s, p, init, true),\n"
+		"        call(string.find, s, p, init, true))\n"
+		"      check('match ' .. w, call(orig.match, s, p, init), call(string.match, s, p, init))\n"
+		"      check('gmatch ' .. w, iter(orig.gmatch, s, p, init), iter(string.gmatch, s, p, init))\n"
+		"    end\n"
+		"    for k, r in ipairs(repls) do\n"
+		"      local w = string.format('%q %q repl %d', s, p, k)\n"
+		"      check('gsub ' .. w, call(orig.gsub, s, p, r), call(string.gsub, s, p, r))\n"
+		"      check('gsub1 ' .. w, call(orig.gsub, s, p, r, 1), call(string.gsub, s, p, r, 1))\n"
+		"    end\n"
+		"  end\n"
+		"end\n"
+		"check('method', table.pack(('a b'):find(' ')), table.pack(orig.find('a b', ' ')))\n"
+		"return n, table.concat(bad, '\\n', 1, math.min(#bad, 10))\n";
+	assert_int_equal(luaL_loadstring(L, script), LUA_OK);
+	if (lua_pcall(L, 0, 2, 0) != LUA_OK) {
+		fprintf(stderr, "parity script: %s\n", lua_tostring(L, -1));
+		fail();
+	}
+	lua_Integer n = lua_tointeger(L, -2);
+	const char *bad = lua_tostring(L, -1);
+	if (bad[0]) {
+		fprintf(stderr, "guarded and stock pattern functions differ:\n%s\n", bad);
+		fail();
+	}
+	assert_true(n > 30000);
+	lua_close(L);
+}
+
+/* In a job: the bomb of the issue is refused at its line, at once; a loop
+ * of calls each under the budget still meets the time limit. */
+static void test_lang_sandbox_pattern_bounded(void **state)
+{
+	(void)state;
+	expect_limited("tests/lua/sandbox_pattern.lua", 0, ST_EJOB, "tests/lua/sandbox_pattern.lua:3: "
+		       "string.find: the pattern 'a*a*a*a*a*a*a*a*a*a*b' could take more than 1e+30 "
+		       "steps on a 5000-byte string, more than the 1e+08 a job file may spend on "
+		       "one call; use a simpler pattern or a shorter string");
+	expect_limited("tests/lua/sandbox_pattern_loop.lua", 1.0, ST_EJOB,
+		       "tests/lua/sandbox_pattern_loop.lua:3: the job file ran for more than 1 s; "
+		       "is there an endless loop?");
+	/* A long job file with long lines and many comments checks as before
+	 * (the validator reads the source with linear patterns only). */
+	const char *sets[] = { "name=string.rep('-- x = 1 ', 100000)" };
+	st_job_t *j = load_ok("tests/lua/good_minimal.lua", sets, 1);
+	assert_int_equal((int)strlen(j->name), 900000);
+	st_job_free(j);
+}
+
 /* ---- the IR conversion's own range checks ------------------------------ */
 
 /* A stdlib folder whose strata/validate.lua is a stub that returns
@@ -1217,6 +1387,9 @@ int main(void)
 		cmocka_unit_test(test_lang_sandbox_timeout_uncatchable),
 		cmocka_unit_test(test_lang_sandbox_guards_keep_behaviour),
 		cmocka_unit_test(test_lang_sandbox_interrupt),
+		cmocka_unit_test(test_lang_pattern_cost),
+		cmocka_unit_test(test_lang_pattern_same_results),
+		cmocka_unit_test(test_lang_sandbox_pattern_bounded),
 		cmocka_unit_test(test_lang_sandbox_require),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
