@@ -517,9 +517,10 @@ static int load_main(lua_State *L)
 	st__sandbox_lock(L);
 
 	size_t len = 0;
-	char *src = st__sandbox_read_file(ctx->path, &len);
+	char why[128];
+	char *src = st__sandbox_read_file(ctx->path, &len, why, sizeof why);
 	if (!src) {
-		diag_add(d, "%s: cannot read the job file: %s", ctx->path, strerror(errno));
+		diag_add(d, "%s: cannot read the job file: %s", ctx->path, why);
 		return 0;
 	}
 	lua_pushlstring(L, src, len);

@@ -67,10 +67,17 @@ void st__sandbox_lock(lua_State *L);
  * keeps the message. Stack: [msg] -> [msg as string]. */
 int st__sandbox_msgh(lua_State *L);
 
-/* Reads the whole job file; a first line starting with '#' is blanked
- * (kept as an empty line so line numbers stay right). Returns a malloc'd
- * buffer (caller frees) and *len, or NULL with errno. */
-char *st__sandbox_read_file(const char *path, size_t *len);
+/* Largest job file or module (`strata check /dev/zero` used to read until
+ * memory ran out). */
+#define ST__SOURCE_MAX (16 << 20)
+
+/* Reads a job file or module: a regular file (not a directory, device,
+ * FIFO or socket; opened without blocking) of at most ST__SOURCE_MAX bytes.
+ * A UTF-8 byte order mark and a first line starting with '#' are blanked
+ * (line numbers stay right). Returns a malloc'd buffer (caller frees) and
+ * *len, or NULL with a reason for people in why ("it is a directory, not
+ * a file", "it is 20.0 MiB; ...", strerror). */
+char *st__sandbox_read_file(const char *path, size_t *len, char *why, size_t whylen);
 
 /* ---- pattern.c: bounded pattern matching ------------------------------- */
 

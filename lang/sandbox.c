@@ -30,6 +30,7 @@
 #include "runtime/err.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <glob.h>
 #include <limits.h>
 #include <stdio.h>
@@ -37,6 +38,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <lauxlib.h>
 #include <lua.h>
@@ -353,6 +355,85 @@ static int core_glob(lua_State *L)
 	return 1;
 }
 
+/* Opens path for reading without blocking (a FIFO would block open until a
+ * writer came) and checks it is a regular file. Returns the descriptor and
+ * *size, or -1 with why set. */
+static int open_regular(const char *path, off_t *size, char *why, size_t whylen)
+{
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0) {
+		snprintf(why, whylen, "%s", strerror(errno));
+		return -1;
+	}
+	struct stat st;
+	if (fstat(fd, &st) != 0) {
+		snprintf(why, whylen, "%s", strerror(errno));
+		close(fd);
+		return -1;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(why, whylen, S_ISDIR(st.st_mode) ? "it is a directory, not a file"
+			 : "it is not a regular file (a device, FIFO or socket)");
+		close(fd);
+		return -1;
+	}
+	*size = st.st_size;
+	return fd;
+}
+
+char *st__sandbox_read_file(const char *path, size_t *len, char *why, size_t whylen)
+{
+	off_t size;
+	int fd = open_regular(path, &size, why, whylen);
+	if (fd < 0)
+		return NULL;
+	/* At most the limit plus one byte is read, so a file that grows
+	 * while it is read cannot slip past the limit either. */
+	size_t cap = size > ST__SOURCE_MAX ? (size_t)ST__SOURCE_MAX + 1 : (size_t)size + 1;
+	char *buf = malloc(cap);
+	size_t n = 0;
+	if (!buf) {
+		snprintf(why, whylen, "%s", strerror(ENOMEM));
+		close(fd);
+		return NULL;
+	}
+	while (n < cap) {
+		ssize_t r = read(fd, buf + n, cap - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			snprintf(why, whylen, "%s", strerror(errno));
+			free(buf);
+			close(fd);
+			return NULL;
+		}
+		if (r == 0)
+			break;
+		n += (size_t)r;
+	}
+	close(fd);
+	if (n > ST__SOURCE_MAX) {
+		snprintf(why, whylen, "it is %.1f MiB; a job file or module may be at most %d MiB",
+			 (double)(size > (off_t)n ? (size_t)size : n) / (1 << 20),
+			 ST__SOURCE_MAX >> 20);
+		free(buf);
+		return NULL;
+	}
+	/* A UTF-8 byte order mark, and a first line starting with '#' (a
+	 * #! line), are blanked, as luaL_loadfile skips them; blanks keep
+	 * the line numbers and columns. */
+	size_t i = 0;
+	if (n >= 3 && !memcmp(buf, "\xEF\xBB\xBF", 3)) {
+		memset(buf, ' ', 3);
+		i = 3;
+	}
+	if (i < n && buf[i] == '#')
+		for (; i < n && buf[i] != '\n'; i++)
+			buf[i] = ' ';
+	*len = n;
+	return buf;
+}
+
 /* core.read_header(path, sep): the first line of a CSV file split on sep,
  * surrounding double quotes removed. Stack: [path, sep] -> [table] or
  * [nil, message]. */
@@ -360,10 +441,17 @@ static int core_read_header(lua_State *L)
 {
 	const char *path = luaL_checkstring(L, 1);
 	const char *sep = luaL_checkstring(L, 2);
-	FILE *f = fopen(path, "r");
+	char why[128];
+	off_t size;
+	int fd = open_regular(path, &size, why, sizeof why);
+	FILE *f = fd < 0 ? NULL : fdopen(fd, "r");
 	if (!f) {
+		if (fd >= 0) {
+			snprintf(why, sizeof why, "%s", strerror(errno));
+			close(fd);
+		}
 		lua_pushnil(L);
-		lua_pushstring(L, strerror(errno));
+		lua_pushstring(L, why);
 		return 2;
 	}
 	char line[65536];
@@ -446,8 +534,19 @@ static int sandbox_require(lua_State *L)
 	for (int i = 0; i < 3; i++) {
 		if (!file_readable(cand[i]))
 			continue;
-		if (luaL_loadfilex(L, cand[i], "t") != LUA_OK)
+		/* Through the job file's reader: the same size limit, and no
+		 * chance to block on a FIFO swapped in since the stat. */
+		char why[128];
+		size_t srclen;
+		char *src = st__sandbox_read_file(cand[i], &srclen, why, sizeof why);
+		if (!src)
+			return luaL_error(L, "module '%s': cannot read %s: %s", name, cand[i], why);
+		lua_pushfstring(L, "@%s", cand[i]);
+		int rc = luaL_loadbufferx(L, src, srclen, lua_tostring(L, -1), "t");
+		free(src);
+		if (rc != LUA_OK)
 			return lua_error(L);
+		lua_remove(L, -2);      /* the chunk name */
 		lua_pushvalue(L, 1);
 		lua_pushstring(L, cand[i]);
 		int nargs = 2;
@@ -594,42 +693,3 @@ void st__sandbox_lock(lua_State *L)
 }
 
 
-/* Reads the whole job file; a first line starting with '#' is blanked (kept
- * as an empty line so line numbers stay right). Returns NULL with errno. */
-char *st__sandbox_read_file(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	size_t cap = 4096, n = 0;
-	char *buf = malloc(cap);
-	while (buf) {
-		if (n == cap) {
-			char *nb = realloc(buf, cap * 2);
-			if (!nb) {
-				free(buf);
-				buf = NULL;
-				errno = ENOMEM;
-				break;
-			}
-			buf = nb;
-			cap *= 2;
-		}
-		size_t r = fread(buf + n, 1, cap - n, f);
-		n += r;
-		if (r == 0) {
-			if (ferror(f)) {
-				free(buf);
-				buf = NULL;
-				errno = EIO;
-			}
-			break;
-		}
-	}
-	fclose(f);
-	if (buf && n > 0 && buf[0] == '#')
-		for (size_t i = 0; i < n && buf[i] != '\n'; i++)
-			buf[i] = ' ';
-	*len = n;
-	return buf;
-}

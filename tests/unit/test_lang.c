@@ -1083,6 +1083,63 @@ static void test_lang_phases_stragglers_auto_errors(void **state)
 	st_diag_free(&d);
 }
 
+/* A file of `size` bytes (sparse: nothing is written) at path. */
+static void make_sized(const char *path, off_t size)
+{
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	assert_int_equal(ftruncate(fileno(f), size), 0);
+	assert_int_equal(fclose(f), 0);
+}
+
+/* Issue 15: a job file or module is a regular file of at most 16 MiB;
+ * `strata check /dev/zero` read until memory ran out, a directory said
+ * "Input/output error", and a FIFO blocked. */
+static void test_lang_job_file_kinds(void **state)
+{
+	(void)state;
+	expect_only("tests/lua", NULL, 0,
+		    "tests/lua: cannot read the job file: it is a directory, not a file");
+	expect_only("/dev/zero", NULL, 0, "/dev/zero: cannot read the job file: it is not a "
+		    "regular file (a device, FIFO or socket)");
+	char dir[] = "/tmp/st-lang-files-XXXXXX";
+	assert_non_null(mkdtemp(dir));
+	char path[PATH_MAX], msg[PATH_MAX + 200];
+	snprintf(path, sizeof path, "%s/fifo.lua", dir);
+	assert_int_equal(mkfifo(path, 0600), 0);
+	snprintf(msg, sizeof msg, "%s: cannot read the job file: it is not a regular file (a "
+		 "device, FIFO or socket)", path);
+	expect_only(path, NULL, 0, msg);
+	snprintf(path, sizeof path, "%s/big.lua", dir);
+	make_sized(path, (off_t)17 << 20);
+	snprintf(msg, sizeof msg, "%s: cannot read the job file: it is 17.0 MiB; a job file or "
+		 "module may be at most 16 MiB", path);
+	expect_only(path, NULL, 0, msg);
+	/* a module of the job's folder: the same limit, at the require */
+	snprintf(path, sizeof path, "%s/bigmod.lua", dir);
+	make_sized(path, ((off_t)16 << 20) + 1);
+	snprintf(path, sizeof path, "%s/job.lua", dir);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	/* with a byte order mark and a #! line, which are skipped */
+	fputs("\xEF\xBB\xBF#!/usr/bin/env strata\nlocal m = require \"bigmod\"\n", f);
+	assert_int_equal(fclose(f), 0);
+	snprintf(msg, sizeof msg, "%s:2: module 'bigmod': cannot read %s/bigmod.lua: it is "
+		 "16.0 MiB; a job file or module may be at most 16 MiB", path, dir);
+	expect_only(path, NULL, 0, msg);
+	/* at the limit it is read (and is not Lua: 16 MiB of zero bytes) */
+	snprintf(path, sizeof path, "%s/bigmod.lua", dir);
+	assert_int_equal(truncate(path, (off_t)16 << 20), 0);
+	snprintf(path, sizeof path, "%s/job.lua", dir);
+	st_diag_t d;
+	load_bad(path, NULL, 0, &d);
+	assert_null(strstr(d.msg[0], "may be at most"));
+	st_diag_free(&d);
+	char cmd[PATH_MAX];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	assert_int_equal(system(cmd), 0);
+}
+
 /* ---- bounded pattern matching (lang/pattern.c) -------------------------- */
 
 /* The bound's arithmetic on small cases (see pattern.c for the rule). */
@@ -1387,6 +1444,7 @@ int main(void)
 		cmocka_unit_test(test_lang_sandbox_timeout_uncatchable),
 		cmocka_unit_test(test_lang_sandbox_guards_keep_behaviour),
 		cmocka_unit_test(test_lang_sandbox_interrupt),
+		cmocka_unit_test(test_lang_job_file_kinds),
 		cmocka_unit_test(test_lang_pattern_cost),
 		cmocka_unit_test(test_lang_pattern_same_results),
 		cmocka_unit_test(test_lang_sandbox_pattern_bounded),
