@@ -18,7 +18,8 @@
  * stdlib_dir/?/init.lua and the job's folder/?.lua; module names are dotted
  * identifiers, so no path can escape those folders, and no C module is ever
  * loaded. Stdlib modules get a private `core` table as their third chunk
- * argument (where, glob, read_header); job-folder modules do not.
+ * argument (where, glob, read_header, error_text); job-folder modules do
+ * not.
  *
  * Everything here is per load: the state's allocator userdata is the load's
  * st__sandbox_t, reached with lua_getallocf, so loads on different threads
@@ -567,14 +568,149 @@ static int sandbox_require(lua_State *L)
 			  name, cand[0], cand[1], cand[2]);
 }
 
+/* One value for a message: a string quoted (cut at 40 bytes), a number or
+ * boolean as Lua writes it, anything else by its type. Stack: [] -> [text]. */
+static void push_value_text(lua_State *L, int i)
+{
+	if (lua_type(L, i) == LUA_TSTRING) {
+		size_t n;
+		const char *v = lua_tolstring(L, i, &n);
+		luaL_Buffer b;
+		luaL_buffinit(L, &b);
+		luaL_addchar(&b, '"');
+		luaL_addlstring(&b, v, n > 40 ? 40 : n);
+		luaL_addstring(&b, n > 40 ? "...\"" : "\"");
+		luaL_pushresult(&b);
+	} else if (lua_type(L, i) == LUA_TNUMBER || lua_type(L, i) == LUA_TBOOLEAN) {
+		luaL_tolstring(L, i, NULL);   /* these have no metatable in a job */
+	} else {
+		lua_pushstring(L, luaL_typename(L, i));
+	}
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* "{code = 3, detail = \"x\"}" for a table error object: its fields in
+ * order, at most 8, read raw (no metamethod of the job runs here).
+ * Stack: [] -> [text]. */
+static void push_table_text(lua_State *L, int t)
+{
+	enum { MAX = 8 };
+	t = lua_absindex(L, t);
+	lua_createtable(L, MAX, 0);          /* the "k = v" texts, anchored */
+	int arr = lua_gettop(L), n = 0, more = 0;
+	lua_pushnil(L);
+	while (lua_next(L, t)) {
+		if (n == MAX) {
+			more = 1;
+			lua_pop(L, 2);
+			break;
+		}
+		int v = lua_gettop(L), k = v - 1;
+		if (lua_type(L, k) == LUA_TSTRING) {
+			lua_pushvalue(L, k);
+		} else {
+			push_value_text(L, k);
+			lua_pushfstring(L, "[%s]", lua_tostring(L, -1));
+			lua_remove(L, -2);
+		}
+		push_value_text(L, v);
+		lua_pushfstring(L, "%s = %s", lua_tostring(L, -2), lua_tostring(L, -1));
+		lua_rawseti(L, arr, ++n);
+		lua_settop(L, k);                /* the key, for lua_next */
+	}
+	const char *field[MAX];
+	for (int i = 0; i < n; i++) {
+		lua_rawgeti(L, arr, i + 1);
+		field[i] = lua_tostring(L, -1);  /* anchored by arr */
+		lua_pop(L, 1);
+	}
+	qsort(field, (size_t)n, sizeof field[0], cmp_str);
+	luaL_Buffer b;
+	luaL_buffinit(L, &b);
+	luaL_addchar(&b, '{');
+	for (int i = 0; i < n; i++) {
+		if (i)
+			luaL_addstring(&b, ", ");
+		luaL_addstring(&b, field[i]);
+	}
+	luaL_addstring(&b, more ? ", ...}" : "}");
+	luaL_pushresult(&b);
+	lua_remove(L, arr);
+}
+
+/* The text of an error object that is not a string (error({}), error(nil),
+ * error(42), error(setmetatable({}, {__tostring = ...}))): a number as
+ * written; its __tostring when it has one; a table's `message` (or `msg`)
+ * field, else its fields; else its type. Stack: [] -> [text]. */
+static void push_error_text(lua_State *L, int e)
+{
+	e = lua_absindex(L, e);
+	if (lua_type(L, e) == LUA_TSTRING || lua_type(L, e) == LUA_TNUMBER) {
+		lua_pushstring(L, lua_tostring(L, e));
+	} else if (luaL_getmetafield(L, e, "__tostring") != LUA_TNIL) {
+		lua_pop(L, 1);
+		luaL_tolstring(L, e, NULL);
+	} else if (lua_type(L, e) == LUA_TTABLE) {
+		lua_pushliteral(L, "error object is a table ");
+		int found = 0;
+		static const char *const keys[] = { "message", "msg" };
+		for (int i = 0; i < 2 && !found; i++) {
+			lua_pushstring(L, keys[i]);
+			if (lua_rawget(L, e) == LUA_TSTRING) {
+				lua_pushfstring(L, "with %s \"%s\"", keys[i], lua_tostring(L, -1));
+				lua_remove(L, -2);
+				found = 1;
+			} else {
+				lua_pop(L, 1);
+			}
+		}
+		if (!found)
+			push_table_text(L, e);
+		lua_concat(L, 2);
+	} else {
+		lua_pushfstring(L, "error object is a %s value", luaL_typename(L, e));
+		if (lua_type(L, e) == LUA_TBOOLEAN) {
+			lua_pushfstring(L, " (%s)", lua_toboolean(L, e) ? "true" : "false");
+			lua_concat(L, 2);
+		}
+	}
+}
+
+/* core.error_text(obj): push_error_text for the validator, which reports
+ * errors raised by --set values. Stack: [obj] -> [text]. */
+static int core_error_text(lua_State *L)
+{
+	luaL_checkany(L, 1);
+	push_error_text(L, 1);
+	return 1;
+}
+
 /* Message handler for job code: logs the traceback at debug level and keeps
- * the message itself (which already carries file:line) for the diagnostic.
+ * the message itself (which already carries file:line) for the diagnostic;
+ * an error object that is not a string is described (push_error_text).
  * Stack: [msg] -> [msg as string]. */
 int st__sandbox_msgh(lua_State *L)
 {
+	if (lua_type(L, 1) != LUA_TSTRING) {
+		/* Lua adds no position to such errors: the innermost Lua line. */
+		lua_Debug d;
+		lua_pushliteral(L, "");
+		for (int level = 1; lua_getstack(L, level, &d); level++) {
+			if (lua_getinfo(L, "Sl", &d) && d.currentline > 0) {
+				lua_pushfstring(L, "%s:%d: ", d.short_src, d.currentline);
+				lua_replace(L, -2);
+				break;
+			}
+		}
+		push_error_text(L, 1);
+		lua_concat(L, 2);
+		lua_replace(L, 1);
+	}
 	const char *msg = lua_tostring(L, 1);
-	if (!msg)
-		msg = luaL_tolstring(L, 1, NULL);
 	if (st_log_get_level() <= ST_LOG_DEBUG) {
 		luaL_traceback(L, L, msg, 1);
 		st_debug("%s", lua_tostring(L, -1));
@@ -667,6 +803,7 @@ void st__sandbox_open(lua_State *L)
 		{ "where", core_where },
 		{ "glob", core_glob },
 		{ "read_header", core_read_header },
+		{ "error_text", core_error_text },
 		{ NULL, NULL },
 	};
 	luaL_newlib(L, core);

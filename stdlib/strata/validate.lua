@@ -1012,7 +1012,8 @@ function V:apply_sets(job, sets)
 				elseif val:match("^[%w_%.%-/%*%?%[%]~:+]+$") then
 					value = val
 				else
-					self.errs[#self.errs + 1] = tostring(r)
+					self.errs[#self.errs + 1] = type(r) == "string" and r or
+						(loc .. ":1: " .. core.error_text(r))
 					ok = false
 				end
 			end

@@ -1083,6 +1083,26 @@ static void test_lang_phases_stragglers_auto_errors(void **state)
 	st_diag_free(&d);
 }
 
+/* Issue 15: error({}) printed "table: 0x..."; an error object that is not
+ * a string is described, at the line that raised it. */
+static void test_lang_error_objects(void **state)
+{
+	(void)state;
+	expect_only("tests/lua/sandbox_error_table.lua", NULL, 0,
+		    "tests/lua/sandbox_error_table.lua:3: error object is a table {}");
+	expect_only("tests/lua/sandbox_error_fields.lua", NULL, 0,
+		    "tests/lua/sandbox_error_fields.lua:3: error object is a table "
+		    "{[1] = true, code = 3, detail = \"disk\"}");
+	expect_only("tests/lua/sandbox_error_message.lua", NULL, 0,
+		    "tests/lua/sandbox_error_message.lua:2: error object is a table with message "
+		    "\"the data folder is missing\"");
+	expect_only("tests/lua/sandbox_error_tostring.lua", NULL, 0,
+		    "tests/lua/sandbox_error_tostring.lua:2: custom failure");
+	const char *nil_err[] = { "name=error()" };
+	expect_only("tests/lua/good_minimal.lua", nil_err, 1,
+		    "--set name=error():1: error object is a nil value");
+}
+
 /* A file of `size` bytes (sparse: nothing is written) at path. */
 static void make_sized(const char *path, off_t size)
 {
@@ -1444,6 +1464,7 @@ int main(void)
 		cmocka_unit_test(test_lang_sandbox_timeout_uncatchable),
 		cmocka_unit_test(test_lang_sandbox_guards_keep_behaviour),
 		cmocka_unit_test(test_lang_sandbox_interrupt),
+		cmocka_unit_test(test_lang_error_objects),
 		cmocka_unit_test(test_lang_job_file_kinds),
 		cmocka_unit_test(test_lang_pattern_cost),
 		cmocka_unit_test(test_lang_pattern_same_results),
