@@ -295,10 +295,12 @@ S.sync = {
 	hybrid = { { "staleness", "int", min = 0, max = L.int_max, required = true } },
 	-- Switches between `sync` (worker speeds agree) and `async` (they
 	-- diverge by more than threshold over `window` steps).
+	-- A huge threshold (1e9) is how a job says "never switch": bounded only
+	-- by the float it is kept in.
 	auto = {
 		{ "sync", "section" },               -- default st.sync.allreduce{}
 		{ "async", "section" },              -- default st.sync.async{}
-		{ "threshold", "num", gt = 1, max = 1000, default = 1.5 },
+		{ "threshold", "num", gt = 1, max = L.flt_max, default = 1.5 },
 		{ "window", "int", min = 1, max = 1024, default = 20 },
 	},
 }
