@@ -32,7 +32,11 @@
  *
  * Asynchronous pushes (hybrid, async) are applied on arrival; a rank's
  * pulls may then see rows a few batches old (bounded by the batches in
- * flight), PERSIA's "asynchronous embedding" (Section 4.1).
+ * flight), PERSIA's "asynchronous embedding" (Section 4.1). async and
+ * hop_bs therefore train each minibatch on rows read right before it
+ * (st_dist_pull_step), not on the batch's pulled copies, so a row misses
+ * only the updates in flight at that moment (Section 5's bounded
+ * staleness), whatever the read batch size.
  *
  * Buffered pushes (gba, bsp) fill per-owner gradient buffers applied every
  * M contributions (psbuf.c); rank 0 has every owner apply a partial buffer
@@ -92,6 +96,24 @@ int st_dist_owner(const st_dist_t *d, uint64_t key);
 int st_dist_pull(st_dist_t *d, const uint64_t *keys, const uint8_t *table, uint32_t n,
 		 uint64_t need_step, int create, uint32_t stamp, float *buf, size_t stride,
 		 float **rows, uint64_t *tokens, int (*stop)(void *arg), void *stop_arg);
+
+/* A train worker's rows for one step (asynchronous policies with
+ * ST_SYNC_STEP_ROWS; steprows.c has why): the current emb+wide floats of
+ * keys[idx[q]] (table table[idx[q]]), q < n, into buf + idx[q] * stride,
+ * ok[idx[q]] = 1; ok[idx[q]] = 0 (buf untouched) where the owner no longer
+ * has the row. Never creates rows, never waits for steps; each owner
+ * answers after applying the pushes this rank sent it before. stamp: the
+ * TTL clock. Thread-safe: one caller per st_dist_stepbuf_t. ST_OK,
+ * ST_EPEER (an owner died or sent a malformed answer), ST_ENOMEM. */
+typedef struct st_dist_stepbuf st_dist_stepbuf_t;
+int st_dist_pull_step(st_dist_t *d, st_dist_stepbuf_t *s, const uint64_t *keys,
+		      const uint8_t *table, const uint32_t *idx, uint32_t n, uint32_t stamp,
+		      float *buf, size_t stride, uint8_t *ok);
+/* The scratch and reply channel of train worker w (0 <= w < 1024) for
+ * st_dist_pull_step; the caller owns it and destroys it (NULL-safe) before
+ * d. NULL when out of memory or w is out of range. */
+st_dist_stepbuf_t *st_dist_stepbuf_create(const st_dist_t *d, int w);
+void st_dist_stepbuf_destroy(st_dist_stepbuf_t *s);
 
 /* One step's row gradients of this rank: grad + i * gstride for keys[i]
  * (dim of its table floats). sync: step `step` of a synchronous policy

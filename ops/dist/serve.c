@@ -267,7 +267,8 @@ static int answer_pull(st_dist_t *d, const void *msg, size_t len, int from)
 			st__dist_put_row(p, d->sbuf + (size_t)i * md, d->dim[tab[i]], f16);
 			p += wire_row_bytes(d->dim[tab[i]], f16);
 		}
-	return send_reply(d, from, CH_PULL_REPLY, d->reply.p, bytes);
+	const uint32_t chan = h->flags & WF_STEP ? CH_STEP_REPLY + h->worker : CH_PULL_REPLY;
+	return send_reply(d, from, chan, d->reply.p, bytes);
 }
 
 /* Row gradient of key i of a PUSH into g (decoded). */
@@ -549,7 +550,9 @@ int st__dist_handle(st_dist_t *d, void *msg, size_t len, int from)
 	}
 	switch (h->type) {
 	case MSG_PULL:
-		if (check_keys(d, h, len, 0) < 0) {
+		if (check_keys(d, h, len, 0) < 0 ||
+		    (h->flags & WF_STEP && (h->worker >= CH_STEP_MAX_WORKERS || h->step ||
+					    h->flags & WF_CREATE))) {
 			rc = st__dist_bad_msg(from, "PULL", len);
 			break;
 		}

@@ -10,13 +10,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Channels (runtime/net). Replies to a train worker w use CH_DENSE_REPLY + w. */
+/* Channels (runtime/net). Replies to a train worker w use CH_DENSE_REPLY + w
+ * and CH_STEP_REPLY + w (w < CH_STEP_MAX_WORKERS). */
 enum {
 	CH_REQ = 1,            /* to an owner's service */
 	CH_PULL_REPLY = 2,     /* to the pull thread */
 	CH_CTRL = 3,           /* finish protocol */
 	CH_FLUSH_REPLY = 4,
 	CH_DENSE_REPLY = 64,
+	CH_STEP_REPLY = 0x1000, /* rows for one train step (steprows.c) */
+	CH_STEP_MAX_WORKERS = 1024,
 };
 
 enum {
@@ -45,6 +48,9 @@ enum {
 	WF_HOP = 32,              /* DENSE: hop_bs's clock rule, stamp = b (hop.c) */
 	WF_BW = 64,               /* DENSE: hop_bw's quorum, stamp = b, step = token;
 				   * PUSH (with WF_SYNC): a step of pad = K ranks */
+	WF_STEP = 128,            /* PULL: a train worker's rows for one step
+				   * (steprows.c): never creates rows nor waits
+				   * (step 0), answered on CH_STEP_REPLY + worker */
 };
 
 typedef struct wire_hdr {

@@ -493,6 +493,7 @@ static void das_report(void *self, st_sync_stats_t *out)
 const st_sync_ops_t st_sync_dist_async_ops = {
 	.name = "async",
 	.schedule = ST_SYNC_FREE,
+	.flags = ST_SYNC_STEP_ROWS,
 	.create = das_create,
 	.destroy = das_destroy,
 	.begin_batch = st__sync_noop_begin_batch,
@@ -505,6 +506,7 @@ const st_sync_ops_t st_sync_dist_async_ops = {
 const st_sync_ops_t st_sync_dist_hop_bs_ops = {
 	.name = "hop_bs",
 	.schedule = ST_SYNC_FREE,
+	.flags = ST_SYNC_STEP_ROWS,
 	.create = das_create,
 	.destroy = das_destroy,
 	.begin_batch = st__sync_noop_begin_batch,

@@ -72,6 +72,15 @@ enum {
 	 * per-batch collective across ranks and scales a step by the rank's
 	 * own examples; the policy joins the ranks itself. */
 	ST_SYNC_RANK_LOCAL = 4,
+	/* Multi-process FREE policy whose rows are applied on arrival
+	 * (async, hop_bs): each worker step reads its minibatch's rows from
+	 * their owners right before computing (st_dist_pull_step), as one
+	 * process's Hogwild workers read the shared table at every step; the
+	 * pull stage's copies of the whole read batch then only say which
+	 * keys are admitted. Without it a row's staleness grew with the read
+	 * batch (ops/dist/steprows.c says why; PERSIA's bounded staleness,
+	 * persia-hybrid-training.md Section 5, Assumption 1). */
+	ST_SYNC_STEP_ROWS = 8,
 };
 
 /* What a policy is given at creation; every pointer outlives the policy. */

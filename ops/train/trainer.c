@@ -115,6 +115,9 @@ static void worker_free(worker_t *w)
 	free(w->prow);
 	free(w->mark);
 	free(w->touched);
+	free(w->ridx);
+	free(w->rok);
+	st_dist_stepbuf_destroy(w->dsb);
 	st_auc_acc_destroy(w->acc);
 	free(w->ring);
 }
@@ -627,14 +630,24 @@ void st_trainer_worker_stats(const st_trainer_t *tr, int w, uint64_t *minibatche
 
 /* ---- pull ------------------------------------------------------------------ */
 
+/* Whether worker steps read their rows from the owners (ST_SYNC_STEP_ROWS
+ * in a multi-process job). */
+static int step_rows(const st_trainer_t *tr)
+{
+	return tr->dist && (tr->sops->flags & ST_SYNC_STEP_ROWS);
+}
+
 static int size_workers(st_trainer_t *tr, uint32_t n_uniq)
 {
-	const int relaxed = tr->sops->flags & ST_SYNC_RELAXED_READS;
+	const int steprows = step_rows(tr);
+	const int priv = (tr->sops->flags & ST_SYNC_RELAXED_READS) || steprows;
 	for (int i = 0; i < tr->N; i++) {
 		worker_t *w = &tr->w[i];
-		/* A policy switch may turn relaxed reads on after the scratch
-		 * was sized without the private row copies. */
-		if (n_uniq <= w->gcap && (!relaxed || w->prow))
+		if (steprows && !w->dsb && !(w->dsb = st_dist_stepbuf_create(tr->dist, i)))
+			return ST_ENOMEM;
+		/* A policy switch may turn relaxed reads or step rows on after
+		 * the scratch was sized without the private row copies. */
+		if (n_uniq <= w->gcap && (!priv || w->prow) && (!steprows || w->ridx))
 			continue;
 		uint32_t cap = n_uniq + n_uniq / 2;
 		free(w->gu);
@@ -642,13 +655,18 @@ static int size_workers(st_trainer_t *tr, uint32_t n_uniq)
 		free(w->prow);
 		free(w->mark);
 		free(w->touched);
+		free(w->ridx);
+		free(w->rok);
 		w->gu = malloc(sizeof(float) * cap * (size_t)tr->gstride);
 		w->mark = calloc(cap, sizeof(uint32_t));
 		w->touched = malloc(sizeof(uint32_t) * cap);
-		w->prow_buf = relaxed ? malloc(sizeof(float) * cap * (size_t)tr->gstride) : NULL;
-		w->prow = relaxed ? malloc(sizeof(float *) * cap) : NULL;
+		w->prow_buf = priv ? malloc(sizeof(float) * cap * (size_t)tr->gstride) : NULL;
+		w->prow = priv ? malloc(sizeof(float *) * cap) : NULL;
+		w->ridx = steprows ? malloc(sizeof(uint32_t) * cap) : NULL;
+		w->rok = steprows ? malloc(cap) : NULL;
 		w->stamp = 0;
-		if (!w->gu || !w->mark || !w->touched || (relaxed && (!w->prow_buf || !w->prow))) {
+		if (!w->gu || !w->mark || !w->touched || (priv && (!w->prow_buf || !w->prow)) ||
+		    (steprows && (!w->ridx || !w->rok))) {
 			w->gcap = 0;
 			return ST_ENOMEM;
 		}
@@ -670,14 +688,42 @@ static inline uint32_t mb_size(const st_trainer_t *tr, const st_batch_t *b, uint
 	return b->n - r0 < tr->minibatch ? b->n - r0 : tr->minibatch;
 }
 
-/* Forward + backward of minibatch mb on worker w; fills g. */
-static void compute(st_trainer_t *tr, worker_t *w, st_batch_t *b, uint32_t mb,
-		    const float *params, float scale, st_sync_grads_t *g)
+/* ST_SYNC_STEP_ROWS: the current values of the minibatch's admitted rows
+ * (w->touched[0..nt)) from their owners into w->prow; a row its owner no
+ * longer has trains on the batch's copy (its update is dropped there, as
+ * for any row that expired). The batch's copies (b->rows) only say which
+ * keys are admitted. */
+static int read_step_rows(st_trainer_t *tr, worker_t *w, const st_batch_t *b, uint32_t nt)
+{
+	float *const *shared = b->rows;
+	const int gs = tr->gstride;
+	uint32_t m = 0;
+	for (uint32_t i = 0; i < nt; i++) {
+		const uint32_t u = w->touched[i];
+		if (shared[u])
+			w->ridx[m++] = u;
+		w->prow[u] = NULL;
+	}
+	const dist_rowbuf_t *rb = b->rowbuf;
+	int rc = st_dist_pull_step(tr->dist, w->dsb, b->uniq, rb->utable, w->ridx, m,
+				   (uint32_t)b->seq, w->prow_buf, (size_t)gs, w->rok);
+	for (uint32_t q = 0; rc >= 0 && q < m; q++) {
+		const uint32_t u = w->ridx[q];
+		w->prow[u] = w->rok[u] ? w->prow_buf + (size_t)u * gs : shared[u];
+	}
+	return rc;
+}
+
+/* Forward + backward of minibatch mb on worker w; fills g. ST_OK, or the
+ * error of reading the step's rows (ST_SYNC_STEP_ROWS; g is then unset). */
+static int compute(st_trainer_t *tr, worker_t *w, st_batch_t *b, uint32_t mb,
+		   const float *params, float scale, st_sync_grads_t *g)
 {
 	const uint32_t r0 = mb * tr->minibatch, n = mb_size(tr, b, mb);
 	const uint16_t *rdim = b->aux;
 	float *const *shared = b->rows;
 	const int relaxed = tr->sops->flags & ST_SYNC_RELAXED_READS;
+	const int steprows = step_rows(tr);
 	const int gs = tr->gstride;
 	uint32_t stamp = ++w->stamp, nt = 0;
 	for (uint32_t k = b->row_off[r0]; k < b->row_off[r0 + n]; k++) {
@@ -688,16 +734,21 @@ static void compute(st_trainer_t *tr, worker_t *w, st_batch_t *b, uint32_t mb,
 		w->touched[nt++] = u;
 		float *gu = w->gu + (size_t)u * gs;
 		memset(gu, 0, sizeof(float) * rdim[u]);
-		if (relaxed) {
+		if (relaxed && !steprows) {
 			float *p = shared[u] ? w->prow_buf + (size_t)u * gs : NULL;
 			if (p)
 				st_sync_load_relaxed(p, shared[u], rdim[u]);
 			w->prow[u] = p;
 		}
 	}
+	if (steprows) {
+		int rc = read_step_rows(tr, w, b, nt);
+		if (rc < 0)
+			return rc;
+	}
 	memset(w->gdense, 0, sizeof(float) * tr->env.nparams);
-	st_model_step(tr->model, w->ws, b, r0, n, relaxed ? w->prow : shared, params, scale,
-		      b->pred + r0, w->gdense, w->gu, gs);
+	st_model_step(tr->model, w->ws, b, r0, n, relaxed || steprows ? w->prow : shared, params,
+		      scale, b->pred + r0, w->gdense, w->gu, gs);
 	for (uint32_t i = r0; i < r0 + n; i++)
 		st_auc_acc_add(w->acc, b->pred[i], b->labels[i]);
 	*g = (st_sync_grads_t){
@@ -707,6 +758,7 @@ static void compute(st_trainer_t *tr, worker_t *w, st_batch_t *b, uint32_t mb,
 		.utable = b->rowbuf ? ((const dist_rowbuf_t *)b->rowbuf)->utable : NULL,
 		.owner_token = b->rowbuf ? ((const dist_rowbuf_t *)b->rowbuf)->tokens : NULL,
 	};
+	return ST_OK;
 }
 
 static double mono_s(void)
@@ -805,7 +857,14 @@ static void run_batch(st_trainer_t *tr, worker_t *w)
 							      tr->gstep - tr->gstep_base + s);
 			if (mb < nmb) {
 				double t0 = mono_s();
-				compute(tr, w, b, mb, params, scale, &g);
+				int rc = compute(tr, w, b, mb, params, scale, &g);
+				if (rc < 0) {
+					/* Still take part in the step (its barriers),
+					 * with nothing to give. */
+					set_err(tr, rc);
+					g = (st_sync_grads_t){ .n_examples = 0, .dense = w->gdense,
+							       .gstride = tr->gstride };
+				}
 				after_compute(tr, w, t0, g.n_examples);
 			} else
 				g = (st_sync_grads_t){ .n_examples = 0, .dense = w->gdense,
@@ -824,9 +883,13 @@ static void run_batch(st_trainer_t *tr, worker_t *w)
 							      w->steps - w->step_base);
 			float scale = tr->mean_loss ? 1.0f / (float)mb_size(tr, b, mb) : 1.0f;
 			double t0 = mono_s();
-			compute(tr, w, b, mb, params, scale, &g);
+			int rc = compute(tr, w, b, mb, params, scale, &g);
+			if (rc < 0) {
+				set_err(tr, rc);
+				break;
+			}
 			after_compute(tr, w, t0, g.n_examples);
-			int rc = ops->apply(tr->sync, w->idx, &g);
+			rc = ops->apply(tr->sync, w->idx, &g);
 			if (rc < 0)
 				set_err(tr, rc);
 			w->steps++;

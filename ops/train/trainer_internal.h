@@ -28,6 +28,11 @@ typedef struct worker {
 	float *prow_buf;           /* [gcap * gstride] private row copies (relaxed reads) */
 	float **prow;              /* [gcap] */
 	uint32_t *mark, *touched;  /* [gcap] */
+	/* Multi-process ST_SYNC_STEP_ROWS: the step's admitted keys, the
+	 * owners' answers (by unique index) and this worker's reply channel. */
+	uint32_t *ridx;            /* [gcap] */
+	uint8_t *rok;              /* [gcap] */
+	struct st_dist_stepbuf *dsb;
 	uint32_t gcap, stamp;
 	st_auc_acc_t *acc;
 	uint64_t steps;

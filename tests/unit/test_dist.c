@@ -2,7 +2,9 @@
  * test_dist.c — the sharded store's owner side (ops/dist/serve.c) without a
  * network: synchronous steps are applied only once every rank's list has
  * arrived, summed in rank order; malformed, repeated and late pushes are
- * rejected and change nothing; asynchronous pushes apply on arrival; the
+ * rejected and change nothing; asynchronous pushes apply on arrival, and a
+ * worker step's read (steprows.c) sees them, creates nothing, and rejects
+ * malformed requests; the
  * fp16 codec's error stays within half an fp16 step of the row's scale;
  * the gradient buffers of gba and bsp (psbuf.c) apply one step per M
  * contributions, drop row gradients by their IDs' tags, average rows over
@@ -210,6 +212,74 @@ static void test_async_applies_on_arrival(void **state)
 	for (int j = 0; j < DIM; j++)
 		assert_true(now[j] == before[j] - 0.5f * g[j]);
 	assert_int_equal(f->d.applied, 0);
+	fix_free(f);
+}
+
+/* A worker step's read (steprows.c) of keys this rank owns: it sees the
+ * pushes applied before it, creates no row, and says which rows are gone. */
+static void test_step_pull_reads_applied_pushes(void **state)
+{
+	fix_t *f = fix_new(1);
+	st_dist_t *d = &f->d;
+	st_dist_stepbuf_t *s = st_dist_stepbuf_create(d, 3);
+	assert_non_null(s);
+	const uint64_t keys[3] = { 5, 99, 6 };
+	const uint8_t tab[3] = { 0, 0, 0 };
+	const uint32_t idx[3] = { 0, 1, 2 };
+	float g[DIM] = { 1, 2, 3, 4 }, r5[DIM], r6[DIM], buf[3 * DIM];
+	row_of(f, 5, r5);
+	row_of(f, 6, r6);
+	assert_int_equal(push(f, 0, 0, 0, keys, 1, g), ST_OK);
+	for (int j = 0; j < DIM; j++)
+		r5[j] -= 0.5f * g[j];
+	for (int j = 0; j < 3 * DIM; j++)
+		buf[j] = -7.0f;
+	uint8_t ok[3] = { 9, 9, 9 };
+	assert_int_equal(st_dist_pull_step(d, s, keys, tab, idx, 3, 1, buf, DIM, ok), ST_OK);
+	assert_int_equal(ok[0], 1);
+	assert_int_equal(ok[1], 0);
+	assert_int_equal(ok[2], 1);
+	assert_memory_equal(buf, r5, sizeof r5);
+	assert_true(buf[DIM] == -7.0f);            /* untouched */
+	assert_memory_equal(buf + 2 * DIM, r6, sizeof r6);
+	float *row = NULL;
+	assert_int_equal(st_table_resolve(f->t, &keys[1], 1, 0, 0, &row), 0);
+	assert_null(row);                          /* not created */
+	/* Only the positions asked for are written. */
+	const uint32_t one[1] = { 2 };
+	ok[0] = ok[1] = ok[2] = 9;
+	assert_int_equal(st_dist_pull_step(d, s, keys, tab, one, 1, 1, buf, DIM, ok), ST_OK);
+	assert_int_equal(ok[0], 9);
+	assert_int_equal(ok[2], 1);
+	st_dist_stepbuf_destroy(s);
+	assert_null(st_dist_stepbuf_create(d, CH_STEP_MAX_WORKERS));
+	fix_free(f);
+}
+
+/* A PULL flagged as a worker step that names no valid reply channel, waits
+ * for a step or asks to create rows is dropped. */
+static void test_bad_step_pulls_are_dropped(void **state)
+{
+	fix_t *f = fix_new(2);
+	const uint64_t key = 11;
+	struct { wire_hdr_t h; uint64_t k; uint8_t t[8]; } m0 = {
+		.h = { .type = MSG_PULL, .n = 1, .flags = WF_STEP }, .k = key,
+	};
+	const wire_hdr_t bad[3] = {
+		{ .type = MSG_PULL, .n = 1, .flags = WF_STEP, .worker = CH_STEP_MAX_WORKERS },
+		{ .type = MSG_PULL, .n = 1, .flags = WF_STEP, .step = 1 },
+		{ .type = MSG_PULL, .n = 1, .flags = WF_STEP | WF_CREATE },
+	};
+	for (int i = 0; i < 3; i++) {
+		void *m = malloc(sizeof m0);
+		m0.h = bad[i];
+		memcpy(m, &m0, sizeof m0);
+		assert_int_equal(st__dist_handle(&f->d, m, sizeof m0, 1), ST_EPEER);
+	}
+	assert_int_equal(f->d.n_def, 0);
+	float *row = NULL;
+	assert_int_equal(st_table_resolve(f->t, &key, 1, 0, 0, &row), 0);
+	assert_null(row);
 	fix_free(f);
 }
 
@@ -609,6 +679,8 @@ int main(void)
 		cmocka_unit_test(test_sync_step_waits_and_sums_in_rank_order),
 		cmocka_unit_test(test_bad_pushes_change_nothing),
 		cmocka_unit_test(test_async_applies_on_arrival),
+		cmocka_unit_test(test_step_pull_reads_applied_pushes),
+		cmocka_unit_test(test_bad_step_pulls_are_dropped),
 		cmocka_unit_test(test_gba_rows_buffer_tags_and_averages),
 		cmocka_unit_test(test_bsp_rows_average_over_the_step),
 		cmocka_unit_test(test_gba_dense_drops_stale_gradients),
