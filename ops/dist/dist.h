@@ -32,8 +32,8 @@
  *
  * Asynchronous pushes (hybrid, async) are applied on arrival; a rank's
  * pulls may then see rows a few batches old (bounded by the batches in
- * flight), PERSIA's "asynchronous embedding" (Section 4.1). async and
- * hop_bs therefore train each minibatch on rows read right before it
+ * flight), PERSIA's "asynchronous embedding" (Section 4.1). async,
+ * hop_bs and shadow therefore train each minibatch on rows read right before it
  * (st_dist_pull_step), not on the batch's pulled copies, so a row misses
  * only the updates in flight at that moment (Section 5's bounded
  * staleness), whatever the read batch size.

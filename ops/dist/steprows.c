@@ -1,10 +1,11 @@
 /*
  * steprows.c — a train worker's read of its minibatch's rows from their
  * owners, right before it computes (st_dist_pull_step; dist.h). The
- * asynchronous policies (async, hop_bs) train each minibatch on the rows
- * as their owners hold them at that moment, as one process's Hogwild
- * workers read the shared table at every step, instead of on the copies
- * the pull stage made for the whole read batch, ahead of training.
+ * policies whose rows are applied on arrival (async, hop_bs, shadow) train
+ * each minibatch on the rows as their owners hold them at that moment, as
+ * one process's Hogwild workers read the shared table at every step,
+ * instead of on the copies the pull stage made for the whole read batch,
+ * ahead of training.
  *
  * Why: the batch's copies never see the batch's own updates, nor the
  * other ranks' that arrive meanwhile. With B / minibatch minibatches per

@@ -73,7 +73,7 @@ enum {
 	 * own examples; the policy joins the ranks itself. */
 	ST_SYNC_RANK_LOCAL = 4,
 	/* Multi-process FREE policy whose rows are applied on arrival
-	 * (async, hop_bs): each worker step reads its minibatch's rows from
+	 * (async, hop_bs, shadow): each worker step reads its minibatch's rows from
 	 * their owners right before computing (st_dist_pull_step), as one
 	 * process's Hogwild workers read the shared table at every step; the
 	 * pull stage's copies of the whole read batch then only say which
