@@ -34,7 +34,8 @@ tmp=${TMPDIR:-/tmp}
 dir=$tmp/storebench-$rows-$vocab
 ck=$tmp/ckptbench
 out=$tmp/ckptbench-out
-export OPENBLAS_CORETYPE=SkylakeX
+# AVX-512 kernels only where the CPU has AVX-512 (SIGILL otherwise).
+grep -qw avx512f /proc/cpuinfo && export OPENBLAS_CORETYPE=SkylakeX
 rm -rf "$ck"
 mkdir -p "$out"
 [ -x "$build/cli/strata" ] || ninja -C "$build" cli/strata

@@ -33,7 +33,8 @@ dir=${TMPDIR:-/tmp}/ctrbench-$rows
 workers=${STRATA_WORKERS:-2}
 mb=${STRATA_MB:-512}
 blas_threads=${STRATA_BLAS_THREADS:-1}
-export OPENBLAS_CORETYPE=SkylakeX
+# AVX-512 kernels only where the CPU has AVX-512 (SIGILL otherwise).
+grep -qw avx512f /proc/cpuinfo && export OPENBLAS_CORETYPE=SkylakeX
 
 [ -x "$build/cli/strata" ] || ninja -C "$build" cli/strata
 [ -x "$build/bench/bench_ctr" ] || ninja -C "$build" bench/bench_ctr

@@ -6,7 +6,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 tmp=${TMPDIR:-/tmp}
 dir=$tmp/distbench-$rows
 out=$tmp/distbench-out
-export OPENBLAS_CORETYPE=SkylakeX
+# AVX-512 kernels only where the CPU has AVX-512 (SIGILL otherwise).
+grep -qw avx512f /proc/cpuinfo && export OPENBLAS_CORETYPE=SkylakeX
 mkdir -p "$out"
 strata=$build/cli/strata
 [ -x "$strata" ] || ninja -C "$build" cli/strata

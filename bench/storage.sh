@@ -28,7 +28,8 @@ tmp=${TMPDIR:-/tmp}
 dir=$tmp/storebench-$rows-$vocab
 ssd=$tmp/storebench-ssd
 out=$tmp/storebench-out
-export OPENBLAS_CORETYPE=SkylakeX
+# AVX-512 kernels only where the CPU has AVX-512 (SIGILL otherwise).
+grep -qw avx512f /proc/cpuinfo && export OPENBLAS_CORETYPE=SkylakeX
 mkdir -p "$ssd" "$out"
 
 [ -x "$build/cli/strata" ] || ninja -C "$build" cli/strata
