@@ -1,7 +1,7 @@
 /*
- * trainer_internal.h — the trainer's private state, shared by the modules
- * of the pull, train and push stages (ops/train/trainer.c, ops/pull/pull.c,
- * ops/push/push.c). Nothing outside those files includes it.
+ * trainer_internal.h — the trainer's private state, shared by the files of
+ * ops/train (the pull, train, push and dump stage ops and their helpers).
+ * Nothing outside ops/train includes it.
  */
 #ifndef ST_TRAINER_INTERNAL_H
 #define ST_TRAINER_INTERNAL_H

@@ -201,11 +201,6 @@ static int pull_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 	return ST_OK;
 }
 
-/* ---- train ------------------------------------------------------------------ */
-
-/* Grows every worker's per-unique-key scratch to n_uniq. Worker 0's thread,
- * before the batch is published. */
-
 const st_stage_ops_t st_trainer_pull_ops = {
 	.name = "pull",
 	.process = pull_process,
