@@ -1,0 +1,439 @@
+/*
+ * resume.c — loading a checkpoint (ops/train/checkpoint.c writes them;
+ * formats in docs/formats.md) back into a fresh trainer, and setting aside
+ * checkpoints that are all damaged.
+ *
+ * Threads: resume restores each table from the calling thread and one
+ * st-resume-1 helper (load_rows); nothing else runs meanwhile.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ops/dump/ckpt.h"
+#include "ops/train/checkpoint.h"
+#include "ops/train/trainer_internal.h"
+#include "runtime/err.h"
+
+static int parse_u64(const st_manifest_t *m, const char *key, uint64_t *v)
+{
+	const char *s = st_manifest_sync_get(m, key);
+	if (!s)
+		return ST_EFORMAT;
+	char *end;
+	*v = strtoull(s, &end, 10);
+	return *end ? ST_EFORMAT : ST_OK;
+}
+
+/*
+ * Restoring a table: rows go in a batch at a time, one st_table_resolve per
+ * batch (each shard's lock taken once, the index prefetched) where a lookup
+ * per row paid a lock and a cache miss each; and, for a table in RAM, from
+ * LOAD_THREADS threads at once (the calling one and st-resume-<n> helpers):
+ * each takes the next batch from the reader under the loader's lock, copies
+ * it out (the reader's rows are valid only until its next call) and inserts
+ * it while the next thread reads. Nothing else runs during resume, and the
+ * rows of a checkpoint have distinct keys, so the order in which batches
+ * land does not matter: values and metadata are the file's either way.
+ *
+ * A table with an SSD tier restores a row at a time from one thread, as
+ * before: the rows resolve returns stay pinned until copied, and a batch
+ * could pin more rows than the RAM tier holds.
+ */
+enum { LOAD_THREADS = 2, LOAD_BATCH_BYTES = 4 << 20 };
+
+typedef struct loader {
+	st_table_t *t;
+	st_rows_reader_t *r;
+	const char *path;
+	size_t nf;                 /* floats a row */
+	size_t max;                /* rows a batch */
+	pthread_mutex_t mu;        /* the reader, rc and err */
+	int rc;                    /* first error (< 0), else 0 */
+	char *err;
+	size_t errlen;
+} loader_t;
+
+/* One thread's copy of a batch. */
+typedef struct load_buf {
+	st_rows_row_t *rows;
+	uint64_t *keys;
+	uint32_t *last_step, *freq;
+	float *vals;               /* [max * nf] */
+	float **dst;
+} load_buf_t;
+
+static void load_fail(loader_t *L, int rc, const char *msg)
+{
+	pthread_mutex_lock(&L->mu);
+	if (L->rc == 0) {
+		L->rc = rc;
+		snprintf(L->err, L->errlen, "%s", msg);
+	}
+	pthread_mutex_unlock(&L->mu);
+}
+
+/* Takes the next batch into b: its row count, 0 at the end, or < 0 after
+ * any thread's failure. */
+static int load_take(loader_t *L, load_buf_t *b)
+{
+	pthread_mutex_lock(&L->mu);
+	int n = L->rc < 0 ? L->rc : st_rows_reader_next_batch(L->r, b->rows, L->max);
+	if (n < 0 && L->rc == 0) {
+		L->rc = n;
+		snprintf(L->err, L->errlen, "%s", st_rows_reader_error(L->r));
+	}
+	for (int i = 0; i < n; i++) {
+		b->keys[i] = b->rows[i].key;
+		b->last_step[i] = b->rows[i].last_step;
+		b->freq[i] = b->rows[i].freq;
+		memcpy(b->vals + (size_t)i * L->nf, b->rows[i].vals, sizeof(float) * L->nf);
+	}
+	pthread_mutex_unlock(&L->mu);
+	return n;
+}
+
+static void load_run(loader_t *L)
+{
+	load_buf_t b = { 0 };
+	size_t m = L->max;
+	b.rows = malloc(m * sizeof *b.rows);
+	b.keys = malloc(m * sizeof *b.keys);
+	b.last_step = malloc(m * sizeof *b.last_step);
+	b.freq = malloc(m * sizeof *b.freq);
+	b.vals = malloc(m * L->nf * sizeof *b.vals);
+	b.dst = malloc(m * sizeof *b.dst);
+	char msg[1024];
+	int n = 0;
+	if (!b.rows || !b.keys || !b.last_step || !b.freq || !b.vals || !b.dst) {
+		snprintf(msg, sizeof msg, "%s: out of memory", L->path);
+		load_fail(L, ST_ENOMEM, msg);
+	} else {
+		n = load_take(L, &b);
+	}
+	for (; n > 0; n = load_take(L, &b)) {
+		/* The step only touches the metadata, which is overwritten below.
+		 * A failed resolve may leave rows unset: NULL ones are not unpinned. */
+		memset(b.dst, 0, (size_t)n * sizeof *b.dst);
+		int rc = st_table_resolve(L->t, b.keys, (uint32_t)n, b.last_step[0], 1, b.dst);
+		if (rc < 0) {
+			st_table_unpin(L->t, b.dst, (uint32_t)n);
+			snprintf(msg, sizeof msg, "%s: restoring rows: %s", L->path, st_strerror(rc));
+			load_fail(L, rc, msg);
+			break;
+		}
+		for (int i = 0; i < n && rc >= 0; i++) {
+			if (!b.dst[i]) {
+				/* Admission does not apply to restored rows: the row
+				 * was admitted before. */
+				snprintf(msg, sizeof msg, "%s: key %" PRIx64 " refused by admission while "
+					 "restoring", L->path, b.keys[i]);
+				load_fail(L, ST_EINVAL, msg);
+				rc = ST_EINVAL;
+				break;
+			}
+			memcpy(b.dst[i], b.vals + (size_t)i * L->nf, sizeof(float) * L->nf);
+			st_table_meta_t *meta = st_table_meta(L->t, b.dst[i]);
+			meta->last_step = b.last_step[i];
+			meta->freq = b.freq[i];
+		}
+		st_table_unpin(L->t, b.dst, (uint32_t)n);
+		if (rc < 0)
+			break;
+	}
+	free(b.rows);
+	free(b.keys);
+	free(b.last_step);
+	free(b.freq);
+	free(b.vals);
+	free(b.dst);
+}
+
+static void *load_main(void *arg)
+{
+	load_run(arg);
+	return NULL;
+}
+
+static int load_rows(st_trainer_t *tr, int k, const char *path, char *err, size_t errlen)
+{
+	st_rows_reader_t *r;
+	int rc = st_rows_reader_open(path, &r, err, errlen);
+	if (rc < 0)
+		return rc;
+	const st_rows_info_t *info = st_rows_reader_info(r);
+	if (info->dim != (uint32_t)tr->tdim[k] || info->state_dim != (uint32_t)tr->tstate[k]) {
+		snprintf(err, errlen, "%s: rows of %u + %u floats, the job's table %d has %d + %d",
+			 path, info->dim, info->state_dim, k, tr->tdim[k], tr->tstate[k]);
+		st_rows_reader_close(r);
+		return ST_EINVAL;
+	}
+	int ram = !st_table_ssd(tr->tables[k]);
+	size_t nf = (size_t)info->dim + info->state_dim;
+	/* A batch of up to ST_ROWS_BATCH_MAX rows, at most LOAD_BATCH_BYTES of
+	 * floats per thread however wide the rows. */
+	size_t max = LOAD_BATCH_BYTES / (sizeof(float) * nf);
+	max = max < 1 ? 1 : max > ST_ROWS_BATCH_MAX ? ST_ROWS_BATCH_MAX : max;
+	loader_t L = { .t = tr->tables[k], .r = r, .path = path, .nf = nf,
+		       .max = ram ? max : 1, .err = err, .errlen = errlen };
+	pthread_mutex_init(&L.mu, NULL);
+	pthread_t tid[LOAD_THREADS];
+	int started = 0;
+	for (int i = 1; ram && i < LOAD_THREADS; i++) {
+		if (pthread_create(&tid[started], NULL, load_main, &L) != 0)
+			break;   /* fewer threads: the same work, slower */
+		char name[16];
+		snprintf(name, sizeof name, "st-resume-%d", i);
+		pthread_setname_np(tid[started], name);
+		started++;
+	}
+	load_run(&L);
+	for (int i = 0; i < started; i++)
+		pthread_join(tid[i], NULL);
+	pthread_mutex_destroy(&L.mu);
+	st_rows_reader_close(r);
+	return L.rc < 0 ? L.rc : ST_OK;
+}
+
+/*
+ * Damaged checkpoints. st_ckpt_find_latest reports each checkpoint that
+ * fails verification and falls back to the next older one; when none is
+ * left it returns ST_ENOENT, as it does for an empty directory. Resume must
+ * tell the two apart: starting from the beginning over damaged checkpoints
+ * would hide the damage, and retention (newest step numbers first) would
+ * then delete the new run's checkpoints in favour of the damaged ones. So
+ * the reports are kept, the directory is searched for ckpt-<step>
+ * directories that st_ckpt_list never lists (no manifest.yaml), and
+ * "checkpoints, none usable" is an error of its own (ST_ECORRUPT).
+ */
+typedef struct damage {
+	int n;                  /* checkpoints that failed verification */
+	char what[2048];        /* "ckpt-X: why; ckpt-Y: why" (cut short if long) */
+	size_t len;
+} damage_t;
+
+static void damage_add(damage_t *d, const char *name, const char *why, size_t why_len)
+{
+	d->n++;
+	if (d->len >= sizeof d->what - 1)
+		return;
+	int w = snprintf(d->what + d->len, sizeof d->what - d->len, "%s%s: %.*s",
+			 d->len ? "; " : "", name, (int)why_len, why);
+	d->len = w < 0 ? d->len : d->len + (size_t)w;
+	if (d->len >= sizeof d->what)
+		d->len = sizeof d->what - 1;
+}
+
+/* st_ckpt_msg_fn: logs the report as st_ckpt_find_latest would, and keeps
+ * "ckpt-X: why" without its "— falling back ..." tail. */
+static void note_damage(void *arg, const char *msg)
+{
+	st_warn("%s", msg);
+	const char *p = msg, *name, *why, *end = NULL;
+	if (strncmp(p, "checkpoint ", 11))
+		return;
+	name = p + 11;
+	why = strstr(name, ": ");
+	if (!why)
+		return;
+	for (const char *q = strstr(why, " \xe2\x80\x94 "); q; q = strstr(q + 1, " \xe2\x80\x94 "))
+		end = q;   /* the last dash: the reason may hold one */
+	char nm[128];
+	snprintf(nm, sizeof nm, "%.*s", (int)(why - name), name);
+	why += 2;
+	damage_add(arg, nm, why, end ? (size_t)(end - why) : strlen(why));
+}
+
+/* 1 if name is ckpt-<digits> with nothing after (a final name). */
+static int final_ckpt_name(const char *name)
+{
+	if (strncmp(name, "ckpt-", 5))
+		return 0;
+	const char *p = name + 5;
+	if (!*p)
+		return 0;
+	for (; *p; p++)
+		if (*p < '0' || *p > '9')
+			return 0;
+	return 1;
+}
+
+static int is_dir(const char *path)
+{
+	struct stat sb;
+	return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+/* Adds the checkpoints under root that have a final name but no manifest
+ * (st_ckpt_list leaves them out: the writer renames a directory into place
+ * only after its manifest, so one without is damaged). */
+static void note_bare(const char *root, damage_t *d)
+{
+	DIR *dd = opendir(root);
+	if (!dd)
+		return;
+	struct dirent *de;
+	char path[4200];
+	while ((de = readdir(dd))) {
+		if (!final_ckpt_name(de->d_name))
+			continue;
+		snprintf(path, sizeof path, "%s/%s", root, de->d_name);
+		if (!is_dir(path))
+			continue;
+		snprintf(path, sizeof path, "%s/%s/%s", root, de->d_name, ST_MANIFEST_NAME);
+		struct stat sb;
+		if (stat(path, &sb) == 0)
+			continue;
+		static const char why[] = "manifest.yaml is missing";
+		st_warn("checkpoint %s: %s", de->d_name, why);
+		damage_add(d, de->d_name, why, sizeof why - 1);
+	}
+	closedir(dd);
+}
+
+int st_trainer_set_aside_damaged(const st_trainer_ckpt_cfg_t *cfg, char *err, size_t errlen)
+{
+	err[0] = 0;
+	DIR *dd = opendir(cfg->dir);
+	if (!dd) {
+		int e = errno;
+		snprintf(err, errlen, "%s: cannot list: %s", cfg->dir, strerror(e));
+		return -e;
+	}
+	int rc = ST_OK, moved = 0;
+	struct dirent *de;
+	char from[4200], to[4300];
+	while ((de = readdir(dd)) && rc >= 0) {
+		if (!final_ckpt_name(de->d_name))
+			continue;
+		snprintf(from, sizeof from, "%s/%s", cfg->dir, de->d_name);
+		if (!is_dir(from))
+			continue;
+		/* ckpt-X.damaged, or .damaged-2, -3 ... when an earlier one is there */
+		int i;
+		for (i = 1; i < 100; i++) {
+			if (i == 1)
+				snprintf(to, sizeof to, "%s.damaged", from);
+			else
+				snprintf(to, sizeof to, "%s.damaged-%d", from, i);
+			struct stat sb;
+			if (lstat(to, &sb) < 0 && errno == ENOENT)
+				break;
+		}
+		if (i == 100 || rename(from, to) < 0) {
+			rc = i == 100 ? ST_EIO : -errno;
+			snprintf(err, errlen, "%s: cannot move it aside: %s", from,
+				 i == 100 ? "too many .damaged copies" : strerror(errno));
+			break;
+		}
+		st_warn("damaged checkpoint %s moved aside to %s", from, to);
+		moved++;
+	}
+	closedir(dd);
+	return rc < 0 ? rc : moved;
+}
+
+int st_trainer_resume(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg,
+		      st_trainer_resume_t *out, char *err, size_t errlen)
+{
+	char *dir = NULL;
+	st_manifest_t *m = NULL;
+	err[0] = 0;
+	out->none_verifies = 0;
+	damage_t *dmg = calloc(1, sizeof *dmg);
+	if (!dmg) {
+		snprintf(err, errlen, "out of memory");
+		return ST_ENOMEM;
+	}
+	int rc = st_ckpt_find_latest(cfg->dir, &dir, &m, note_damage, dmg, err, errlen);
+	if (rc == ST_ENOENT) {
+		note_bare(cfg->dir, dmg);
+		if (dmg->n) {
+			snprintf(err, errlen, "%s: %d checkpoint%s, none usable: %s", cfg->dir, dmg->n,
+				 dmg->n == 1 ? "" : "s", dmg->what);
+			out->none_verifies = 1;
+			rc = ST_ECORRUPT;
+		}
+	}
+	free(dmg);
+	if (rc < 0)
+		return rc;
+	rc = st_ckpt_check_compat(m, cfg->job_hash, cfg->model, err, errlen);
+	st_safetensors_t *f = NULL;
+	char path[4200];
+	if (rc >= 0) {
+		snprintf(path, sizeof path, "%s/dense.safetensors", dir);
+		rc = st_safetensors_read(path, &f, err, errlen);
+	}
+	float *params = st_model_params(tr->model);
+	int nt = st_model_ntensors(tr->model);
+	for (int i = 0; i < nt && rc >= 0; i++) {
+		const st_tensor_info_t *ti = st_model_tensor(tr->model, i);
+		size_t numel = 1;
+		for (int d = 0; d < ti->ndim; d++)
+			numel *= (size_t)ti->shape[d];
+		int j;
+		for (j = 0; j < f->n_tensors && strcmp(f->tensors[j].name, ti->name); j++)
+			;
+		if (j == f->n_tensors || !f->tensors[j].f32 || f->tensors[j].numel != numel) {
+			snprintf(err, errlen, "%s: tensor %s %s", path, ti->name,
+				 j == f->n_tensors ? "is missing" : "has another shape or type");
+			rc = ST_EINVAL;
+			break;
+		}
+		memcpy(params + ti->offset, f->tensors[j].f32, sizeof(float) * numel);
+	}
+	size_t nds = st_sync_dense_state_floats(&tr->env);
+	if (rc >= 0) {
+		int j;
+		for (j = 0; j < f->n_tensors && strcmp(f->tensors[j].name, "optim.dense_state"); j++)
+			;
+		if (j == f->n_tensors || !f->tensors[j].f32 || f->tensors[j].numel != nds) {
+			snprintf(err, errlen, "%s: optim.dense_state is missing or of another size", path);
+			rc = ST_EINVAL;
+		} else {
+			memcpy(tr->dstate, f->tensors[j].f32, sizeof(float) * nds);
+		}
+	}
+	uint64_t dt = 0, gs = 0, ex = 0, pb = 0, pe = 0, pd = 0;
+	const char *phs = st_manifest_sync_get(m, "phase");
+	if (rc >= 0 && (parse_u64(m, "dense_steps", &dt) < 0 || parse_u64(m, "global_steps", &gs) < 0 ||
+			parse_u64(m, "examples", &ex) < 0 || parse_u64(m, "pass_batches", &pb) < 0 ||
+			parse_u64(m, "pass_examples", &pe) < 0 || parse_u64(m, "pass_done", &pd) < 0 ||
+			!phs || m->n_shards < 1)) {
+		snprintf(err, errlen, "%s: manifest lacks the trainer's counters or data position", dir);
+		rc = ST_EFORMAT;
+	}
+	for (int k = 0; k < tr->n_tables && rc >= 0; k++) {
+		snprintf(path, sizeof path, "%s/table-%d.rows", dir, k);
+		rc = load_rows(tr, k, path, err, errlen);
+	}
+	if (rc >= 0) {
+		tr->dt = dt;
+		tr->gstep = gs;
+		tr->batches = (uint64_t)m->step;
+		tr->examples_done = ex;
+		tr->ckpt_step = m->step;
+		tr->pos_file = m->shards[0].offset;
+		tr->pos_rec = m->shards[0].records;
+		out->step = (uint64_t)m->step;
+		out->file = m->shards[0].offset;
+		out->records = m->shards[0].records;
+		out->examples = ex;
+		out->phase = strtoll(phs, NULL, 10);
+		out->pass_batches = pb;
+		out->pass_examples = pe;
+		out->pass_done = (int)pd;
+		snprintf(out->dir, sizeof out->dir, "%s", dir);
+	}
+	st_safetensors_free(f);
+	st_manifest_free(m);
+	free(dir);
+	return rc;
+}
