@@ -250,6 +250,14 @@ static double mono(void)
  * write is reported and training continues: its state is intact and the
  * previous checkpoint is still there. The copy's memory goes back to the
  * trainer for the next checkpoint (st_trainer_snap_release). */
+int st__trainer_snap_copying(st_trainer_t *tr)
+{
+	pthread_mutex_lock(&tr->gate_mu);
+	int c = tr->snap_copying;
+	pthread_mutex_unlock(&tr->gate_mu);
+	return c;
+}
+
 int st__trainer_checkpoint_after(st_trainer_t *tr, const st_batch_t *b)
 {
 	double t0 = mono();

@@ -360,6 +360,14 @@ static void on_evict(void *arg, uint64_t key)
 	pthread_mutex_unlock(&tr->track_mu);
 }
 
+size_t st__trainer_delta_keys(st_trainer_t *tr, int k)
+{
+	pthread_mutex_lock(&tr->track_mu);
+	size_t n = k >= 0 && k < MAX_TABLES ? tr->touched[k].n : 0;
+	pthread_mutex_unlock(&tr->track_mu);
+	return n;
+}
+
 void st__trainer_track_free(st_trainer_t *tr)
 {
 	for (int k = 0; k < MAX_TABLES; k++) {

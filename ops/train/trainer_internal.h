@@ -12,6 +12,7 @@
 #include "ops/metrics/auc.h"
 #include "ops/optim/optim.h"
 #include "ops/train/trainer.h"
+#include "ops/train/trainer_test.h"
 #include "runtime/graph.h"
 
 #define AUC_REFRESH 65536
@@ -222,16 +223,10 @@ void st__trainer_store_metrics(st_trainer_t *tr);
  * one was not before, st__trainer_track_error): the batch must fail, since
  * a delta without that key would silently miss its row. */
 int st__trainer_track_batch(st_trainer_t *tr, const st_batch_t *b, const uint16_t *uslot);
-/* ST_OK, or the error that lost a key since the last full export (the TTL
- * sweep's on_evict hook cannot return one: push asks after the sweep). */
-int st__trainer_track_error(st_trainer_t *tr);
+/* st__trainer_track_error (trainer_test.h): push asks it after a TTL sweep,
+ * since the sweep's on_evict hook cannot return an error. */
 /* Frees the sets (destroy). */
 void st__trainer_track_free(st_trainer_t *tr);
-/* Test-only fault injection, compiled in always, like Lua's failing test
- * allocator: -1 (the default) is inert; n >= 0 lets n more allocations of
- * the delta-tracking key sets succeed and fails every later one with
- * ST_ENOMEM until it is set back to -1. Thread-safe (atomic). */
-extern long st__trainer_keyset_fail_after;
 
 /* checkpoint.c: pull waits at the gate and marks interval ends; dump
  * checkpoints after a marked batch; open_gate(cancel = 1) releases a

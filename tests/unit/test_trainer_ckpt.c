@@ -24,7 +24,7 @@
 #include "ops/gen/gen.h"
 #include "ops/train/checkpoint.h"
 #include "ops/train/trainer.h"
-#include "ops/train/trainer_internal.h"
+#include "ops/train/trainer_test.h"
 #include "runtime/err.h"
 #include "runtime/graph.h"
 
@@ -203,10 +203,7 @@ static void *dump_main(void *arg)
 
 static int copying(st_trainer_t *tr)
 {
-	pthread_mutex_lock(&tr->gate_mu);
-	int c = tr->snap_copying;
-	pthread_mutex_unlock(&tr->gate_mu);
-	return c;
+	return st__trainer_snap_copying(tr);
 }
 
 static void test_trainer_ckpt_cancel_during_copy_waits(void **state)

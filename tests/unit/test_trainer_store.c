@@ -21,7 +21,7 @@
 #include "ops/dump/rows.h"
 #include "ops/gen/gen.h"
 #include "ops/train/trainer.h"
-#include "ops/train/trainer_internal.h"
+#include "ops/train/trainer_test.h"
 #include "runtime/err.h"
 #include "runtime/graph.h"
 #include "runtime/metrics.h"
@@ -379,7 +379,7 @@ static void test_trainer_store_track_enomem_fails_the_batch(void **state)
 	/* A full export needs no key list and starts the tracking over. */
 	assert_int_equal(export_to(tr, &job, 3, 0), ST_OK);
 	assert_int_equal(train_batches(tr, 16, 8), ST_OK);
-	size_t n = tr->touched[0].n, rows, del;
+	size_t n = st__trainer_delta_keys(tr, 0), rows, del;
 	assert_true(n > 0);
 	assert_int_equal(export_to(tr, &job, 4, 1), ST_OK);
 	delta_counts(4, &rows, &del);
@@ -400,7 +400,7 @@ static void test_trainer_store_export_enomem_keeps_the_keys(void **state)
 	assert_int_equal(st_trainer_create(&tr, &job, NULL), ST_OK);
 	assert_int_equal(export_to(tr, &job, 1, 1), ST_OK);
 	assert_int_equal(train_batches(tr, 0, 8), ST_OK);
-	size_t n = tr->touched[0].n, rows, del;
+	size_t n = st__trainer_delta_keys(tr, 0), rows, del;
 	assert_true(n > 1000);
 	st__trainer_keyset_fail_after = 0;
 	int rc = export_to(tr, &job, 2, 1);
@@ -408,11 +408,11 @@ static void test_trainer_store_export_enomem_keeps_the_keys(void **state)
 	assert_int_equal(rc, ST_ENOMEM);
 	assert_non_null(strstr(g_err, "keys of table 0 changed since the last export (they are "
 				      "kept for the next export)"));
-	assert_int_equal(tr->touched[0].n, n);
+	assert_int_equal(st__trainer_delta_keys(tr, 0), n);
 	assert_int_equal(export_to(tr, &job, 2, 1), ST_OK);
 	delta_counts(2, &rows, &del);
 	assert_int_equal(rows + del, n);
-	assert_int_equal(tr->touched[0].n, 0);
+	assert_int_equal(st__trainer_delta_keys(tr, 0), 0);
 	st_trainer_destroy(tr);
 }
 
