@@ -9,34 +9,14 @@
 #include <xxhash.h>
 
 #include "ops/dist/dist.h"
+#include "ops/sync/auto.h"
 #include "ops/sync/registry.h"
 #include "ops/train/trainer_internal.h"
 #include "runtime/err.h"
 
-/* st.sync.auto across processes switches between a lockstep policy, whose
- * steps every rank takes together, and one whose ranks go at their own pace
- * (trainer.c, "auto across processes", has the protocol). kstep and shadow
- * keep replicas that a switch would have to merge, and hop_bw's steps are
- * a rank's own; they are not offered. */
 int st_trainer_auto_dist_ok(const st_sync_cfg_t *cfg)
 {
-	static const char *const defaults[2] = { "allreduce", "async" };
-	static const unsigned need[2] = { ST_POL_AUTO_SYNC, ST_POL_AUTO_ASYNC };
-	for (int i = 0; i < 2; i++) {
-		const st_sync_cfg_t *s = cfg->sub[i];
-		const char *name = !s ? defaults[i] : s->name ? s->name : "async";
-		const st_policy_t *p = st_policy_find(name);
-		if (!p || !p->dist || !(p->caps & need[i])) {
-			char sync[128], async[128];
-			st_error("st.sync.auto across processes switches between a synchronous "
-				 "policy (%s) and an asynchronous one (%s); its %s policy is '%s'",
-				 st_policy_names(sync, sizeof sync, ST_POL_AUTO_SYNC, 1),
-				 st_policy_names(async, sizeof async, ST_POL_AUTO_ASYNC, 1),
-				 i ? "async" : "sync", name);
-			return 0;
-		}
-	}
-	return 1;
+	return st_auto_dist_ok(cfg);
 }
 
 int st_trainer_attach_dist(st_trainer_t *tr, st_net_t *net, const st_job_t *job)
@@ -64,11 +44,14 @@ int st_trainer_attach_dist(st_trainer_t *tr, st_net_t *net, const st_job_t *job)
 	if (rc < 0)
 		return rc;
 	tr->env.dist = tr->dist;
+	/* st.sync.auto's votes go to every rank from now on. */
+	st_auto_transport_ranks(&tr->auto_tp, net);
 	rc = st_trainer_set_policy(tr, scfg);
 	if (rc < 0) {
 		st_dist_destroy(tr->dist);
 		tr->dist = NULL;
 		tr->env.dist = NULL;
+		st_auto_transport_threads(&tr->auto_tp);
 	}
 	return rc;
 }
@@ -84,7 +67,7 @@ int st_trainer_dist_finish(st_trainer_t *tr, int *lost)
 	}
 	/* st.sync.auto: what it did, and a digest of this rank's final dense
 	 * parameters — the same on every rank, whatever phase came last. */
-	if (rc >= 0 && tr->auto_on)
+	if (rc >= 0 && tr->autoc)
 		st_info("st.sync.auto: %llu switches, ended under %s; dense parameters digest "
 			"%016llx", (unsigned long long)tr->switches, tr->sops->name,
 			(unsigned long long)XXH3_64bits(tr->env.params,

@@ -51,6 +51,7 @@
  * worker pool.
  */
 #include "ops/dist/dist.h"
+#include "ops/sync/auto.h"
 #include "ops/sync/registry.h"
 #include "ops/train/trainer_internal.h"
 
@@ -119,54 +120,6 @@ static void worker_free(worker_t *w)
 	free(w->rok);
 	st_dist_stepbuf_destroy(w->dsb);
 	st_auc_acc_destroy(w->acc);
-	free(w->ring);
-}
-
-static void cfg_free(st_sync_cfg_t *c)
-{
-	for (int i = 0; i < c->n_params; i++) {
-		free(c->keys[i]);
-		free(c->strs[i]);
-	}
-	free(c->keys);
-	free(c->strs);
-	free(c->vals);
-	free(c->name);
-	memset(c, 0, sizeof *c);
-}
-
-/* Deep copy of a policy's name and parameters (not its sub-policies). */
-static int cfg_copy(st_sync_cfg_t *dst, const st_sync_cfg_t *src)
-{
-	memset(dst, 0, sizeof *dst);
-	int n = src->n_params;
-	dst->name = strdup(src->name ? src->name : "async");
-	dst->keys = calloc((size_t)n + 1, sizeof(char *));
-	dst->strs = calloc((size_t)n + 1, sizeof(char *));
-	dst->vals = calloc((size_t)n + 1, sizeof(double));
-	if (!dst->name || !dst->keys || !dst->strs || !dst->vals) {
-		cfg_free(dst);
-		return ST_ENOMEM;
-	}
-	for (int i = 0; i < n; i++) {
-		dst->n_params++;
-		dst->vals[i] = src->vals[i];
-		if ((src->keys[i] && !(dst->keys[i] = strdup(src->keys[i]))) ||
-		    (src->strs[i] && !(dst->strs[i] = strdup(src->strs[i])))) {
-			cfg_free(dst);
-			return ST_ENOMEM;
-		}
-	}
-	return ST_OK;
-}
-
-/* A numeric parameter of cfg, or def (ops do not link lang/job.c). */
-static double cfg_param(const st_sync_cfg_t *cfg, const char *key, double def)
-{
-	for (int i = 0; i < cfg->n_params; i++)
-		if (cfg->keys[i] && !strcmp(cfg->keys[i], key))
-			return cfg->vals[i];
-	return def;
 }
 
 static void stats_add(st_sync_stats_t *acc, const st_sync_stats_t *s)
@@ -210,8 +163,7 @@ void st_trainer_destroy(st_trainer_t *tr)
 	pthread_barrier_destroy(&tr->bar);
 	if (tr->sync)
 		tr->sops->destroy(tr->sync);
-	for (int i = 0; i < 2; i++)
-		cfg_free(&tr->auto_sub[i]);
+	st_auto_destroy(tr->autoc);
 	free(tr->dstate);
 	pthread_mutex_destroy(&tr->slow_mu);
 	pthread_cond_destroy(&tr->slow_cv);
@@ -261,6 +213,7 @@ int st_trainer_create(st_trainer_t **out, const st_job_t *job, st_metrics_t *met
 		return ST_ENOMEM;
 	tr->metrics = metrics;
 	tr->N = N;
+	st_auto_transport_threads(&tr->auto_tp);
 	tr->minibatch = (uint32_t)job->minibatch;
 	tr->n_slots = job->train.n_slots;
 	tr->n_dense = job->train.n_dense;
@@ -463,25 +416,11 @@ void st_trainer_sync_stats(const st_trainer_t *tr, st_sync_stats_t *out)
 	stats_add(out, &tr->past);
 }
 
-/* Whether cfg names a meta policy (st.sync.auto: two sub-policies). */
-static int is_meta(const st_sync_cfg_t *cfg)
-{
-	const st_policy_t *p = st_policy_find(cfg->name);
-	return p && (p->caps & ST_POL_META);
-}
-
 const char *st_trainer_policy_missing(const st_sync_cfg_t *cfg)
 {
+	if (st_auto_is_meta(cfg))
+		return st_auto_missing(cfg);
 	const char *name = cfg->name ? cfg->name : "async";
-	if (is_meta(cfg)) {
-		for (int i = 0; i < 2; i++) {
-			const char *m = cfg->sub[i] ? st_trainer_policy_missing(cfg->sub[i])
-						    : (i ? "async" : "allreduce");
-			if (m && (cfg->sub[i] || !st_sync_find(m)))
-				return m;
-		}
-		return NULL;
-	}
 	return st_sync_find(name) ? NULL : name;
 }
 
@@ -547,56 +486,38 @@ static int swap_policy(st_trainer_t *tr, const st_sync_cfg_t *cfg, int mid_pass)
 	__atomic_store_n(&tr->dist_soff, (int64_t)tr->dist_ssteps - trained, __ATOMIC_RELAXED);
 	__atomic_store_n(&tr->dist_lag, !tr->dist_lockstep ? -1
 			 : !pol->lag_param ? 0
-			 : (int64_t)cfg_param(cfg, pol->lag_param, 0), __ATOMIC_RELEASE);
+			 : (int64_t)st_sync_cfg_num(cfg, pol->lag_param, 0), __ATOMIC_RELEASE);
 	tr->gstep_base = tr->gstep;
-	for (int i = 0; i < tr->N; i++) {
+	for (int i = 0; i < tr->N; i++)
 		tr->w[i].step_base = tr->w[i].steps;
-		tr->w[i].ring_n = 0;
-	}
+	/* st.sync.auto decides on step times of the policy running now. */
+	if (tr->autoc)
+		st_auto_restart(tr->autoc);
 	return ST_OK;
 }
 
 int st_trainer_set_policy(st_trainer_t *tr, const st_sync_cfg_t *cfg)
 {
-	if (!is_meta(cfg)) {
+	if (!st_auto_is_meta(cfg)) {
 		int rc = swap_policy(tr, cfg, 0);
-		if (rc >= 0)
-			tr->auto_on = 0;
+		if (rc >= 0) {
+			st_auto_destroy(tr->autoc);
+			tr->autoc = NULL;
+		}
 		return rc;
 	}
-	if (tr->dist && !st_trainer_auto_dist_ok(cfg))
+	if (tr->dist && !st_auto_dist_ok(cfg))
 		return ST_EJOB;   /* the job's policy or a phase's */
-	st_sync_cfg_t sub[2] = { { 0 }, { 0 } };
-	static const char *const defaults[2] = { "allreduce", "async" };
-	int rc = ST_OK;
-	for (int i = 0; i < 2 && rc >= 0; i++) {
-		st_sync_cfg_t d = { .name = (char *)defaults[i] };
-		rc = cfg_copy(&sub[i], cfg->sub[i] ? cfg->sub[i] : &d);
-	}
-	uint32_t window = (uint32_t)cfg_param(cfg, "window", 20);
-	window = window < 1 ? 1 : window > 1024 ? 1024 : window;
-	for (int i = 0; i < tr->N && rc >= 0; i++) {
-		double *r = realloc(tr->w[i].ring, sizeof(double) * window);
-		if (!r)
-			rc = ST_ENOMEM;
-		else
-			tr->w[i].ring = r;
-	}
-	if (rc >= 0)
-		rc = swap_policy(tr, &sub[0], 0);
-	if (rc < 0) {
-		cfg_free(&sub[0]);
-		cfg_free(&sub[1]);
+	/* A new controller starts on its synchronous side; the old policy and
+	 * controller stay when that policy cannot be made. */
+	st_auto_t *a;
+	int rc = st_auto_create(&a, cfg, tr->N, &tr->auto_tp);
+	if (rc >= 0 && (rc = swap_policy(tr, st_auto_policy(a, 0), 0)) < 0)
+		st_auto_destroy(a);
+	if (rc < 0)
 		return rc;
-	}
-	for (int i = 0; i < 2; i++) {
-		cfg_free(&tr->auto_sub[i]);
-		tr->auto_sub[i] = sub[i];
-	}
-	tr->auto_on = 1;
-	tr->auto_cur = 0;
-	tr->auto_window = window;
-	tr->auto_threshold = cfg_param(cfg, "threshold", 1.5);
+	st_auto_destroy(tr->autoc);
+	tr->autoc = a;
 	return ST_OK;
 }
 
@@ -813,11 +734,10 @@ static void after_compute(st_trainer_t *tr, worker_t *w, double t0, uint32_t n)
 	w->busy += t;
 	__atomic_store_n(&w->mbs, step + 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&w->examples, w->examples + n, __ATOMIC_RELAXED);
-	if (tr->auto_on) {
+	if (tr->autoc) {
 		if (tr->time_fn)
 			t = tr->time_fn(tr->time_ud, w->idx, step, t);
-		w->ring[w->ring_n % tr->auto_window] = t;
-		w->ring_n++;
+		st_auto_record(tr->autoc, w->idx, t);
 	}
 }
 
@@ -981,7 +901,7 @@ static void refresh_metrics(st_trainer_t *tr)
 	st_sync_stats_t s;
 	st_trainer_sync_stats(tr, &s);
 	st_sync_stats_publish(&s, tr->metrics);
-	if (tr->auto_on || tr->switches)
+	if (tr->autoc || tr->switches)
 		st_metrics_set(tr->metrics, "sync_switches", (double)tr->switches);
 	if (tr->dist) {
 		/* What the network really carried (frames included), not the
@@ -1014,147 +934,39 @@ static void refresh_metrics(st_trainer_t *tr)
 	}
 }
 
-/* st.sync.auto, after a batch: with `window` step times from every worker
- * since the last switch, compares the slowest worker's mean step time to
- * the fastest one's. Above threshold the lockstep policy would make every
- * worker wait for the slowest (the GBA paper's motivation for moving to
- * asynchronous aggregation when workers are unequal, gba-global-batch-
- * aggregation.txt §1-2); below threshold * 0.8 — hysteresis, so a ratio
- * hovering at the threshold does not flip every window — it goes back to
- * the synchronous policy, whose updates are exact. */
-/* The fastest and slowest workers' mean step times over the window; 0 when
- * some worker has fewer than `window` samples since the last switch. */
-static int auto_spread(const st_trainer_t *tr, double *lo, double *hi)
-{
-	const uint32_t win = tr->auto_window;
-	*lo = INFINITY;
-	*hi = 0;
-	for (int i = 0; i < tr->N; i++) {
-		const worker_t *w = &tr->w[i];
-		if (w->ring_n < win)
-			return 0;
-		double sum = 0;
-		for (uint32_t k = 0; k < win; k++)
-			sum += w->ring[k];
-		double mean = sum / win;
-		*lo = mean < *lo ? mean : *lo;
-		*hi = mean > *hi ? mean : *hi;
-	}
-	return 1;
-}
+/* ---- st.sync.auto (ops/sync/auto.c decides; the trainer swaps) ---------- */
 
-/* The policy auto wants at this spread (with hysteresis). */
-static int auto_want(const st_trainer_t *tr, double ratio)
+/* Acts on a verdict: swaps to the sub-policy it wants, if another. */
+static int auto_act(st_trainer_t *tr, const st_auto_verdict_t *v)
 {
-	if (tr->auto_cur == 0 && ratio > tr->auto_threshold)
-		return 1;
-	if (tr->auto_cur == 1 && ratio < tr->auto_threshold * 0.8)
-		return 0;
-	return tr->auto_cur;
-}
-
-static int auto_switch(st_trainer_t *tr, int want, double ratio)
-{
+	if (v->want == st_auto_current(tr->autoc))
+		return ST_OK;
 	const char *from = tr->sops->name;
-	int rc = swap_policy(tr, &tr->auto_sub[want], 1);
+	int rc = swap_policy(tr, st_auto_policy(tr->autoc, v->want), 1);
 	if (rc < 0)
 		return rc;
-	st_info("batch %llu: worker speeds %s (%.1fx): %s -> %s",
-		(unsigned long long)tr->batches, want ? "diverge" : "converge", ratio, from,
-		tr->sops->name);
-	tr->auto_cur = want;
+	st_auto_switched(tr->autoc, v, tr->batches, from, tr->sops->name);
 	tr->switches++;
 	if (tr->metrics)
 		st_metrics_set(tr->metrics, "sync_switches", (double)tr->switches);
 	return ST_OK;
 }
 
-static int auto_check(st_trainer_t *tr)
+/* After a train batch, or an empty step of a rank out of data (done). */
+static int auto_tick(st_trainer_t *tr, int done)
 {
-	double lo, hi;
-	if (!auto_spread(tr, &lo, &hi))
-		return ST_OK;
-	const double ratio = lo > 0 ? hi / lo : 1.0;
-	const int want = auto_want(tr, ratio);
-	return want == tr->auto_cur ? ST_OK : auto_switch(tr, want, ratio);
+	st_auto_verdict_t v;
+	int rc = st_auto_tick(tr->autoc, done, tr->batches, tr->sops->name, &v);
+	return rc < 0 ? rc : auto_act(tr, &v);
 }
 
-/* ---- auto across processes --------------------------------------------------
- *
- * Every rank must switch at the same point, so the ranks vote: an
- * allgather of each rank's spread (and whether it is out of data), from
- * which every rank makes the same decision — the slowest worker of any
- * rank against the fastest of any rank, the one-process rule over all the
- * job's workers. When:
- *
- *  - synchronous phase (lockstep): after every `window` steps. Every rank
- *    takes part in every step (a rank out of data with empty steps,
- *    dist_drain), so the ranks count the same steps and vote together.
- *  - asynchronous phase: a rank votes after every `window` of its own
- *    batches, and once when it is out of data; a rank out of data then
- *    keeps voting until every rank is (the vote that finds them all out of
- *    data ends training) or the vote switches back to the synchronous
- *    policy. So the ranks meet every `window` batches: ranks drift apart by
- *    at most that much, and a straggling rank is waited for there.
- *
- * The switch (swap_policy): synchronous -> asynchronous leaves the
- * replicas as they are (they are identical) and releases pulls that were
- * waiting for steps that will not come (st_dist_sync_end);
- * asynchronous -> synchronous drains every rank's updates and gives every
- * rank rank 0's dense parameters and optimizer state (st_dist_sync_begin).
- * A rank that dies makes the next vote fail: under auto the job stops,
- * naming it, in either phase. */
-
-typedef struct vote {
-	uint32_t done;             /* out of data */
-	uint32_t ready;            /* every worker has a full window */
-	double lo, hi;
-} vote_t;
-
-/* One vote; *all_done = every rank is out of data. */
-static int dist_vote(st_trainer_t *tr, int done, int *all_done)
+/* A vote now (a rank out of data); *all_done: every rank is. */
+static int auto_vote(st_trainer_t *tr, int done, int *all_done)
 {
-	st_net_t *net = st_dist_net(tr->dist);
-	const int P = st_net_size(net);
-	vote_t me = { .done = (uint32_t)done };
-	me.ready = !done && auto_spread(tr, &me.lo, &me.hi);
-	vote_t *all = malloc(sizeof(vote_t) * (size_t)P);
-	if (!all)
-		return ST_ENOMEM;
-	int rc = st_net_allgather(net, &me, sizeof me, all);
-	double lo = INFINITY, hi = 0;
-	int ready = 0, out = 1;
-	for (int r = 0; rc >= 0 && r < P; r++) {
-		out &= all[r].done != 0;
-		if (!all[r].ready)
-			continue;
-		ready = 1;
-		lo = all[r].lo < lo ? all[r].lo : lo;
-		hi = all[r].hi > hi ? all[r].hi : hi;
-	}
-	free(all);
-	tr->auto_tick = 0;
-	*all_done = out;
-	if (rc < 0) {
-		st_error("st.sync.auto: the vote with the other ranks failed: %s", st_strerror(rc));
-		return rc;
-	}
-	if (out || !ready)
-		return ST_OK;
-	const double ratio = lo > 0 ? hi / lo : 1.0;
-	st_debug("st.sync.auto: vote after batch %llu: slowest / fastest worker %.2f (%s)",
-		 (unsigned long long)tr->batches, ratio, tr->sops->name);
-	const int want = auto_want(tr, ratio);
-	return want == tr->auto_cur ? ST_OK : auto_switch(tr, want, ratio);
-}
-
-/* After a step (synchronous phase) or a batch (asynchronous phase). */
-static int dist_auto_tick(st_trainer_t *tr, int done)
-{
-	int all_done;
-	if (++tr->auto_tick < tr->auto_window)
-		return ST_OK;
-	return dist_vote(tr, done, &all_done);
+	st_auto_verdict_t v;
+	int rc = st_auto_vote(tr->autoc, done, tr->batches, tr->sops->name, &v);
+	*all_done = v.all_done;
+	return rc < 0 ? rc : auto_act(tr, &v);
 }
 
 /* Runs batch b (one step per worker schedule) on every worker. */
@@ -1196,13 +1008,13 @@ static int dist_gather(st_trainer_t *tr, uint32_t n, uint32_t *tot)
  * st.sync.auto, also in its votes until every rank is out of data. */
 static int dist_drain(st_trainer_t *tr)
 {
-	if (!tr->dist || (!tr->dist_lockstep && !tr->auto_on) || tr->dist_drained)
+	if (!tr->dist || (!tr->dist_lockstep && !tr->autoc) || tr->dist_drained)
 		return ST_OK;
 	for (;;) {
 		int rc;
 		if (!tr->dist_lockstep) {
 			int all_done;
-			if ((rc = dist_vote(tr, 1, &all_done)) < 0)
+			if ((rc = auto_vote(tr, 1, &all_done)) < 0)
 				return rc;
 			if (all_done)
 				break;
@@ -1222,7 +1034,7 @@ static int dist_drain(st_trainer_t *tr)
 			return tr->err;
 		tr->dist_steps++;
 		__atomic_store_n(&tr->dist_ssteps, tr->dist_ssteps + 1, __ATOMIC_RELAXED);
-		if (tr->auto_on && (rc = dist_auto_tick(tr, 1)) < 0)
+		if (tr->autoc && (rc = auto_tick(tr, 1)) < 0)
 			return rc;
 	}
 	tr->dist_drained = 1;
@@ -1285,10 +1097,11 @@ static int train_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 	if (tr->metrics)
 		st_metrics_add(tr->metrics, "examples", b->n);
 	tr->batches++;
-	if (tr->auto_on && (rc = tr->dist ? dist_auto_tick(tr, 0) : auto_check(tr)) < 0)
+	if (tr->autoc && (rc = auto_tick(tr, 0)) < 0)
 		return op_fail(ctx, rc, "batch %llu: st.sync.auto could not %s: %s",
 			       (unsigned long long)b->seq,
-			       tr->dist ? "vote with the other ranks or switch" : "switch policy",
+			       st_auto_across(tr->autoc) ? "vote with the other ranks or switch"
+							 : "switch policy",
 			       st_strerror(rc));
 	tr->since += b->n;
 	if (tr->since >= AUC_REFRESH) {

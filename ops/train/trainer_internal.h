@@ -11,6 +11,7 @@
 
 #include "ops/metrics/auc.h"
 #include "ops/optim/optim.h"
+#include "ops/sync/auto.h"
 #include "ops/train/trainer.h"
 #include "ops/train/trainer_test.h"
 #include "runtime/graph.h"
@@ -41,8 +42,6 @@ typedef struct worker {
 	uint64_t mbs;              /* minibatches computed (straggler schedule) */
 	uint64_t examples;         /* train examples computed */
 	double busy;               /* seconds computing + straggling (worker_eps) */
-	double *ring;              /* [auto_window] last step times (auto) */
-	uint32_t ring_n;           /* samples since the last switch */
 } worker_t;
 
 /* A set of uint64 keys (open addressing; key 0 kept aside). */
@@ -142,11 +141,11 @@ struct st_trainer {
 	st_sync_stats_t past;      /* statistics of the policies destroyed */
 	uint64_t batches;          /* train batches done */
 
-	/* st.sync.auto: sub[0] while worker speeds agree, sub[1] otherwise. */
-	int auto_on, auto_cur;
-	st_sync_cfg_t auto_sub[2]; /* deep copies (the job is not kept) */
-	double auto_threshold;
-	uint32_t auto_window;
+	/* st.sync.auto (ops/sync/auto.h): its controller while the policy is
+	 * auto (NULL otherwise) and the transport of its votes (threads in one
+	 * process, ranks once st_trainer_attach_dist ran). */
+	st_auto_t *autoc;
+	st_auto_transport_t auto_tp;
 	uint64_t switches;
 	st_trainer_time_fn time_fn;
 	void *time_ud;
@@ -170,7 +169,6 @@ struct st_trainer {
 	uint32_t dist_tot;
 	uint64_t dist_ssteps;      /* synchronous steps taken part in (atomic) */
 	int64_t dist_soff;         /* train batch j is sync step j + soff (atomic) */
-	uint32_t auto_tick;        /* steps or batches since the last vote (auto) */
 	st_batch_t dist_empty;     /* the batch of a step this rank has no data for */
 
 	float *ev_pred, *ev_label;
