@@ -5,19 +5,18 @@
  * Threads:
  *  - pull: any number of graph threads, each with private dedup scratch
  *    (pull_t[ctx->thread_idx]); tables are thread-safe.
- *  - train: ONE graph thread, worker 0, plus workers 1..N-1 started here
- *    ("st-train-<n>"). Per batch, worker 0 sizes every worker's scratch,
- *    publishes the batch and waits on `bar` (start); all N run the batch;
- *    all N wait on `bar` again (end); then worker 0 alone does the metrics.
- *    Shutdown: worker 0 sets `stop` and passes the start barrier once more;
- *    the workers see it and return; worker 0 joins them.
+ *  - train: ONE graph thread, worker 0, plus workers 1..N-1 of the pool
+ *    (ops/train/pool.c: "st-train-<n>", start handshake, per-batch start
+ *    and end barriers, shutdown by sentinel). Per batch, worker 0 sizes
+ *    every worker's scratch and publishes the batch; all N run it (one
+ *    pool round); then worker 0 alone does the metrics.
  *  - Each worker touches only its own worker_t, the batch columns it
  *    writes (b->pred of its own minibatches) and, through the policy, the
  *    shared parameters (the policy says how that is synchronized).
  *
- * Invariants: every worker reaches both barriers of every batch, whatever
+ * Invariants: every worker finishes its share of every batch, whatever
  * happens (an error is recorded in `err` and reported by worker 0 after the
- * end barrier), so no worker is ever left waiting. The per-worker `mark`
+ * round), so no worker is ever left waiting at the pool's barriers. The per-worker `mark`
  * stamps increase monotonically across batches, so the mark array needs no
  * clearing between minibatches or batches.
  *
@@ -47,8 +46,8 @@
  * never waits one out.
  *
  * Locks: only `slow_mu` (the straggler sleep) besides the tables' shard
- * locks; never both. The barriers are the only synchronization of the
- * worker pool.
+ * locks; never both. The pool's barriers are the only synchronization of
+ * the workers.
  */
 #include "ops/dist/dist.h"
 #include "ops/sync/auto.h"
@@ -132,18 +131,6 @@ static void stats_add(st_sync_stats_t *acc, const st_sync_stats_t *s)
 		acc->staleness[i] += s->staleness[i];
 }
 
-static void stop_workers(st_trainer_t *tr)
-{
-	if (!tr->started)
-		return;
-	tr->stop = 1;
-	pthread_barrier_wait(&tr->bar);
-	for (int i = 1; i < tr->N; i++)
-		pthread_join(tr->w[i].tid, NULL);
-	tr->started = 0;
-	tr->stop = 0;
-}
-
 void st_trainer_cancel(st_trainer_t *tr)
 {
 	pthread_mutex_lock(&tr->slow_mu);
@@ -158,9 +145,8 @@ void st_trainer_destroy(st_trainer_t *tr)
 	if (!tr)
 		return;
 	st_trainer_cancel(tr);
-	stop_workers(tr);
+	st_pool_fini(&tr->pool);
 	st_dist_destroy(tr->dist);   /* its service thread uses the tables */
-	pthread_barrier_destroy(&tr->bar);
 	if (tr->sync)
 		tr->sops->destroy(tr->sync);
 	st_auto_destroy(tr->autoc);
@@ -218,7 +204,10 @@ int st_trainer_create(st_trainer_t **out, const st_job_t *job, st_metrics_t *met
 	tr->n_slots = job->train.n_slots;
 	tr->n_dense = job->train.n_dense;
 	tr->mean_loss = strcmp(type, "lr") != 0;
-	pthread_barrier_init(&tr->bar, NULL, (unsigned)N);
+	if (st_pool_init(&tr->pool, N, "st-train") < 0) {
+		st_trainer_destroy(tr);
+		return ST_ENOMEM;
+	}
 	pthread_mutex_init(&tr->slow_mu, NULL);
 	pthread_mutex_init(&tr->gate_mu, NULL);
 	pthread_mutex_init(&tr->track_mu, NULL);
@@ -353,7 +342,6 @@ int st_trainer_create(st_trainer_t **out, const st_job_t *job, st_metrics_t *met
 		worker_t *w = &tr->w[i];
 		w->tr = tr;
 		w->idx = i;
-		w->cpu = -1;
 		w->gdense = malloc(sizeof(float) * (tr->env.nparams ? tr->env.nparams : 1));
 		if (!w->gdense || (rc = st_model_ws_create(&w->ws, tr->model, tr->minibatch)) < 0 ||
 		    (rc = st_auc_acc_create(&w->acc, 16)) < 0) {
@@ -378,8 +366,7 @@ int st_trainer_workers(const st_trainer_t *tr) { return tr->N; }
 
 void st_trainer_pin_workers(st_trainer_t *tr, const int *cpus, int n)
 {
-	for (int i = 1; i < tr->N; i++)
-		tr->w[i].cpu = i < n ? cpus[i] : -1;
+	st_pool_pin(&tr->pool, cpus, n);
 }
 
 st_table_t *st_trainer_table_for_slot(st_trainer_t *tr, int slot)
@@ -818,39 +805,11 @@ static void run_batch(st_trainer_t *tr, worker_t *w)
 	ops->end_batch(tr->sync, w->idx);
 }
 
-static void *worker_main(void *arg)
+/* The pool's work for a batch: worker w's share of tr->cur. */
+static void batch_work(void *arg, int w)
 {
-	worker_t *w = arg;
-	st_trainer_t *tr = w->tr;
-	char name[16];
-	snprintf(name, sizeof name, "st-train-%d", w->idx);
-	pthread_setname_np(pthread_self(), name);
-	for (;;) {
-		pthread_barrier_wait(&tr->bar);        /* start */
-		if (tr->stop)
-			return NULL;
-		run_batch(tr, w);
-		pthread_barrier_wait(&tr->bar);        /* end */
-	}
-}
-
-static int start_workers(st_trainer_t *tr)
-{
-	if (tr->started)
-		return ST_OK;
-	for (int i = 1; i < tr->N; i++) {
-		if (pthread_create(&tr->w[i].tid, NULL, worker_main, &tr->w[i]) != 0)
-			st_die("cannot start train worker %d", i);
-		if (tr->w[i].cpu >= 0) {
-			cpu_set_t set;
-			CPU_ZERO(&set);
-			CPU_SET(tr->w[i].cpu, &set);
-			if (pthread_setaffinity_np(tr->w[i].tid, sizeof set, &set) != 0)
-				st_debug("train worker %d: cannot pin to cpu %d", i, tr->w[i].cpu);
-		}
-	}
-	tr->started = 1;
-	return ST_OK;
+	st_trainer_t *tr = arg;
+	run_batch(tr, &tr->w[w]);
 }
 
 static int train_thread_start(void *state, st_stage_ctx_t *ctx)
@@ -859,12 +818,13 @@ static int train_thread_start(void *state, st_stage_ctx_t *ctx)
 	if (ctx->n_threads != 1)
 		return op_fail(ctx, ST_EINVAL, "the train stage runs on one graph thread "
 			       "(it starts its %d workers itself), got %d", tr->N, ctx->n_threads);
-	return start_workers(tr);
+	return st_pool_start(&tr->pool);
 }
 
 static void train_thread_stop(void *state, st_stage_ctx_t *ctx)
 {
-	stop_workers(state);
+	st_trainer_t *tr = state;
+	st_pool_stop(&tr->pool);
 }
 
 static int eval_keep(st_trainer_t *tr, const st_batch_t *b)
@@ -972,17 +932,11 @@ static int auto_vote(st_trainer_t *tr, int done, int *all_done)
 /* Runs batch b (one step per worker schedule) on every worker. */
 static void run_workers(st_trainer_t *tr, st_batch_t *b)
 {
-	if (tr->N > 1 && !tr->started)
-		start_workers(tr);
 	tr->cur = b;
 	tr->nmb = (b->n + tr->minibatch - 1) / tr->minibatch;
 	tr->next_mb = 0;
 	tr->err = 0;
-	if (tr->N > 1)
-		pthread_barrier_wait(&tr->bar);        /* start */
-	run_batch(tr, &tr->w[0]);
-	if (tr->N > 1)
-		pthread_barrier_wait(&tr->bar);        /* end */
+	st_pool_run(&tr->pool, batch_work, tr);
 }
 
 /* Multi-process lockstep: every rank's examples for the next step; *tot is

@@ -12,6 +12,7 @@
 #include "ops/metrics/auc.h"
 #include "ops/optim/optim.h"
 #include "ops/sync/auto.h"
+#include "ops/train/pool.h"
 #include "ops/train/trainer.h"
 #include "ops/train/trainer_test.h"
 #include "runtime/graph.h"
@@ -22,8 +23,6 @@
 typedef struct worker {
 	struct st_trainer *tr;
 	int idx;
-	pthread_t tid;
-	int cpu;                   /* OS cpu to pin to, -1 = none */
 	st_model_ws_t *ws;
 	float *gdense;             /* [nparams] */
 	float *gu;                 /* [gcap * gstride] row gradients */
@@ -126,8 +125,7 @@ struct st_trainer {
 
 	int N;
 	worker_t *w;
-	pthread_barrier_t bar;
-	int started, stop;
+	st_pool_t pool;            /* runs a batch on the N workers (pool.c) */
 	st_batch_t *cur;
 	uint32_t nmb;              /* minibatches of the current batch */
 	uint32_t next_mb;          /* FREE schedule counter (atomic) */
