@@ -15,7 +15,7 @@
  *
  * Memory. The copy is as large as the tables. Where the job sets no memory
  * bound and has no SSD tier, the trainer keeps the copy's memory after the
- * write (tr->snap_spare) and the next checkpoint copies into it: the pages
+ * write (tr->ckpt.snap_spare) and the next checkpoint copies into it: the pages
  * are mapped already, where a fresh copy faulted in and zeroed every page
  * inside the stall. After the write the kept copy also makes room for as
  * many new rows as the tables grew in the last interval, while training
@@ -142,9 +142,9 @@ static double mono(void);
 
 void st__trainer_ckpt_gate(st_trainer_t *tr, st_batch_t *b, st_graph_t *g)
 {
-	if (b->eval || (!tr->ckpt_every && !(tr->ckpt_secs > 0)))
+	if (b->eval || (!tr->ckpt.every && !(tr->ckpt.secs > 0)))
 		return;
-	pthread_mutex_lock(&tr->gate_mu);
+	pthread_mutex_lock(&tr->ckpt.gate_mu);
 	double t0 = mono();
 	int waited = 0;
 	/* Timed waits: a graph cancelled while this pull waits (^C, a failed
@@ -155,8 +155,8 @@ void st__trainer_ckpt_gate(st_trainer_t *tr, st_batch_t *b, st_graph_t *g)
 	 * a checkpoint that looks whole but holds part of the next batch. A
 	 * pull let through before the copy began breaks the gate: dump then
 	 * skips that checkpoint (st__trainer_checkpoint_after). */
-	while (tr->snap_copying ||
-	       (tr->gate >= 0 && (int64_t)b->seq > tr->gate && !tr->gate_cancel &&
+	while (tr->ckpt.snap_copying ||
+	       (tr->ckpt.gate >= 0 && (int64_t)b->seq > tr->ckpt.gate && !tr->ckpt.gate_cancel &&
 		!(g && st_graph_canceled(g)))) {
 		waited = 1;
 		struct timespec ts;
@@ -166,23 +166,23 @@ void st__trainer_ckpt_gate(st_trainer_t *tr, st_batch_t *b, st_graph_t *g)
 			ts.tv_sec++;
 			ts.tv_nsec -= 1000000000L;
 		}
-		pthread_cond_timedwait(&tr->gate_cv, &tr->gate_mu, &ts);
+		pthread_cond_timedwait(&tr->ckpt.gate_cv, &tr->ckpt.gate_mu, &ts);
 	}
-	if (tr->gate >= 0 && (int64_t)b->seq > tr->gate)
-		tr->gate_broken = 1;
+	if (tr->ckpt.gate >= 0 && (int64_t)b->seq > tr->ckpt.gate)
+		tr->ckpt.gate_broken = 1;
 	double now = mono();
 	if (waited && tr->metrics)
 		st_metrics_add(tr->metrics, "ckpt.gate_wait_s", now - t0);
-	if (tr->ckpt_last == 0)
-		tr->ckpt_last = now;
-	int due = (tr->ckpt_every && (b->seq + 1) % tr->ckpt_every == 0) ||
-		  (tr->ckpt_secs > 0 && now - tr->ckpt_last >= tr->ckpt_secs);
-	if (due && !tr->gate_cancel) {
+	if (tr->ckpt.last == 0)
+		tr->ckpt.last = now;
+	int due = (tr->ckpt.every && (b->seq + 1) % tr->ckpt.every == 0) ||
+		  (tr->ckpt.secs > 0 && now - tr->ckpt.last >= tr->ckpt.secs);
+	if (due && !tr->ckpt.gate_cancel) {
 		b->ckpt = 1;
-		tr->gate = (int64_t)b->seq;
-		tr->ckpt_last = now;
+		tr->ckpt.gate = (int64_t)b->seq;
+		tr->ckpt.last = now;
 	}
-	pthread_mutex_unlock(&tr->gate_mu);
+	pthread_mutex_unlock(&tr->ckpt.gate_mu);
 }
 
 /* Cancelling (shutdown, ^C; st_trainer_destroy comes through here) also
@@ -193,49 +193,49 @@ void st__trainer_ckpt_gate(st_trainer_t *tr, st_batch_t *b, st_graph_t *g)
 void st__trainer_ckpt_open_gate(st_trainer_t *tr, int cancel)
 {
 	st_trainer_snap_t *spare = NULL;
-	pthread_mutex_lock(&tr->gate_mu);
+	pthread_mutex_lock(&tr->ckpt.gate_mu);
 	if (cancel) {
-		tr->gate_cancel = 1;
-		spare = tr->snap_spare;
-		tr->snap_spare = NULL;
+		tr->ckpt.gate_cancel = 1;
+		spare = tr->ckpt.snap_spare;
+		tr->ckpt.snap_spare = NULL;
 	} else {
-		tr->gate = -1;
+		tr->ckpt.gate = -1;
 	}
-	pthread_cond_broadcast(&tr->gate_cv);
-	pthread_mutex_unlock(&tr->gate_mu);
+	pthread_cond_broadcast(&tr->ckpt.gate_cv);
+	pthread_mutex_unlock(&tr->ckpt.gate_mu);
 	st_trainer_snap_destroy(spare);
 }
 
 void st_trainer_set_checkpoint(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg,
 			       uint64_t every_batches, double every_secs)
 {
-	tr->ckpt_cfg = cfg;
-	tr->ckpt_every = cfg ? every_batches : 0;
-	tr->ckpt_secs = cfg ? every_secs : 0;
-	tr->gate_cancel = 0;
-	tr->gate_broken = 0;
-	tr->gate = -1;
-	tr->ckpt_last = 0;
+	tr->ckpt.cfg = cfg;
+	tr->ckpt.every = cfg ? every_batches : 0;
+	tr->ckpt.secs = cfg ? every_secs : 0;
+	tr->ckpt.gate_cancel = 0;
+	tr->ckpt.gate_broken = 0;
+	tr->ckpt.gate = -1;
+	tr->ckpt.last = 0;
 }
 
 void st_trainer_begin_pass(st_trainer_t *tr, int64_t phase, uint64_t batches_before,
 			   uint64_t examples_before)
 {
-	tr->phase = phase;
-	tr->pass_batches0 = tr->batches - batches_before;
-	tr->pass_examples0 = tr->examples_done - examples_before;
-	tr->pass_done = 0;
+	tr->ckpt.phase = phase;
+	tr->ckpt.pass_batches0 = tr->batches - batches_before;
+	tr->ckpt.pass_examples0 = tr->examples_done - examples_before;
+	tr->ckpt.pass_done = 0;
 }
 
 void st_trainer_end_pass(st_trainer_t *tr)
 {
-	tr->pass_done = 1;
+	tr->ckpt.pass_done = 1;
 }
 
 void st_trainer_set_position(st_trainer_t *tr, uint64_t file, uint64_t records)
 {
-	tr->pos_file = file;
-	tr->pos_rec = records;
+	tr->ckpt.pos_file = file;
+	tr->ckpt.pos_rec = records;
 }
 
 static double mono(void)
@@ -252,9 +252,9 @@ static double mono(void)
  * trainer for the next checkpoint (st_trainer_snap_release). */
 int st__trainer_snap_copying(st_trainer_t *tr)
 {
-	pthread_mutex_lock(&tr->gate_mu);
-	int c = tr->snap_copying;
-	pthread_mutex_unlock(&tr->gate_mu);
+	pthread_mutex_lock(&tr->ckpt.gate_mu);
+	int c = tr->ckpt.snap_copying;
+	pthread_mutex_unlock(&tr->ckpt.gate_mu);
 	return c;
 }
 
@@ -262,24 +262,24 @@ int st__trainer_checkpoint_after(st_trainer_t *tr, const st_batch_t *b)
 {
 	double t0 = mono();
 	st_trainer_snap_t *s = NULL;
-	pthread_mutex_lock(&tr->gate_mu);
-	int broken = tr->gate_broken;
-	tr->snap_copying = !broken;
-	pthread_mutex_unlock(&tr->gate_mu);
+	pthread_mutex_lock(&tr->ckpt.gate_mu);
+	int broken = tr->ckpt.gate_broken;
+	tr->ckpt.snap_copying = !broken;
+	pthread_mutex_unlock(&tr->ckpt.gate_mu);
 	if (broken) {
 		/* The run is stopping and a later batch was pulled already: the
 		 * state is no longer the one after b. */
 		st__trainer_ckpt_open_gate(tr, 0);
 		st_info("checkpoint after batch %llu skipped: the run is stopping; the newest "
 			"checkpoint in %s stays the last one", (unsigned long long)b->seq,
-			tr->ckpt_cfg->dir);
+			tr->ckpt.cfg->dir);
 		return ST_OK;
 	}
 	int rc = st_trainer_snapshot(tr, b, &s);
 	double t1 = mono();
-	pthread_mutex_lock(&tr->gate_mu);
-	tr->snap_copying = 0;
-	pthread_mutex_unlock(&tr->gate_mu);
+	pthread_mutex_lock(&tr->ckpt.gate_mu);
+	tr->ckpt.snap_copying = 0;
+	pthread_mutex_unlock(&tr->ckpt.gate_mu);
 	st__trainer_ckpt_open_gate(tr, 0);   /* wakes the pull */
 	if (rc < 0) {
 		st_error("checkpoint after batch %llu: cannot copy the state: %s",
@@ -287,7 +287,7 @@ int st__trainer_checkpoint_after(st_trainer_t *tr, const st_batch_t *b)
 		return rc;
 	}
 	char err[1024] = "";
-	rc = st_trainer_snap_write(tr, s, tr->ckpt_cfg, err, sizeof err);
+	rc = st_trainer_snap_write(tr, s, tr->ckpt.cfg, err, sizeof err);
 	double t2 = mono();
 	st_trainer_snap_release(tr, s);
 	if (tr->metrics) {
@@ -298,8 +298,8 @@ int st__trainer_checkpoint_after(st_trainer_t *tr, const st_batch_t *b)
 	if (rc < 0) {
 		st_error("checkpoint after batch %llu not written (%s); training goes on, the "
 			 "previous checkpoint in %s is intact",
-			 (unsigned long long)b->seq, err, tr->ckpt_cfg->dir);
-		tr->ckpt_errors++;
+			 (unsigned long long)b->seq, err, tr->ckpt.cfg->dir);
+		tr->ckpt.errors++;
 		return ST_OK;
 	}
 	return ST_OK;
@@ -341,10 +341,10 @@ void st_trainer_snap_destroy(st_trainer_snap_t *s)
  * would hold a second copy of the model in RAM for the whole run. */
 static int keeps_spare(const st_trainer_t *tr)
 {
-	if (tr->mem_budget || tr->store_root[0])
+	if (tr->rows.mem_budget || tr->rows.store_root[0])
 		return 0;
-	for (int k = 0; k < tr->n_tables; k++)
-		if (st_table_ssd(tr->tables[k]))
+	for (int k = 0; k < tr->rows.n_tables; k++)
+		if (st_table_ssd(tr->rows.tables[k]))
 			return 0;
 	return 1;
 }
@@ -371,12 +371,12 @@ void st_trainer_snap_release(st_trainer_t *tr, st_trainer_snap_t *s)
 	if (!s)
 		return;
 	if (keeps_spare(tr) && reserve_growth(s) == ST_OK) {
-		pthread_mutex_lock(&tr->gate_mu);
-		if (!tr->gate_cancel && !tr->snap_spare) {
-			tr->snap_spare = s;
+		pthread_mutex_lock(&tr->ckpt.gate_mu);
+		if (!tr->ckpt.gate_cancel && !tr->ckpt.snap_spare) {
+			tr->ckpt.snap_spare = s;
 			s = NULL;
 		}
-		pthread_mutex_unlock(&tr->gate_mu);
+		pthread_mutex_unlock(&tr->ckpt.gate_mu);
 	}
 	st_trainer_snap_destroy(s);
 }
@@ -385,11 +385,11 @@ void st_trainer_snap_release(st_trainer_t *tr, st_trainer_snap_t *s)
  * or, where a table's shape changed, made anew) or a new one. */
 static int snap_get(st_trainer_t *tr, st_trainer_snap_t **out)
 {
-	pthread_mutex_lock(&tr->gate_mu);
-	st_trainer_snap_t *s = tr->snap_spare;
-	tr->snap_spare = NULL;
-	pthread_mutex_unlock(&tr->gate_mu);
-	size_t np = st_model_nparams(tr->model), nd = st_sync_dense_state_floats(&tr->env);
+	pthread_mutex_lock(&tr->ckpt.gate_mu);
+	st_trainer_snap_t *s = tr->ckpt.snap_spare;
+	tr->ckpt.snap_spare = NULL;
+	pthread_mutex_unlock(&tr->ckpt.gate_mu);
+	size_t np = st_model_nparams(tr->model), nd = st_sync_dense_state_floats(&tr->pol.env);
 	if (s && (s->nparams != np || s->ndstate != nd)) {
 		st_trainer_snap_destroy(s);
 		s = NULL;
@@ -407,13 +407,13 @@ static int snap_get(st_trainer_t *tr, st_trainer_snap_t **out)
 			return ST_ENOMEM;
 		}
 	}
-	for (int k = tr->n_tables; k < s->n_tables; k++)
+	for (int k = tr->rows.n_tables; k < s->n_tables; k++)
 		st_rows_writer_destroy(s->rows[k]);
-	if (s->n_tables > tr->n_tables)
-		s->n_tables = tr->n_tables;
+	if (s->n_tables > tr->rows.n_tables)
+		s->n_tables = tr->rows.n_tables;
 	for (int k = 0; k < s->n_tables; k++) {
 		const st_rows_info_t *i = st_rows_writer_info(s->rows[k]);
-		if (i->dim == (uint32_t)tr->tdim[k] && i->state_dim == (uint32_t)tr->tstate[k]) {
+		if (i->dim == (uint32_t)tr->rows.tdim[k] && i->state_dim == (uint32_t)tr->rows.tstate[k]) {
 			s->prev_rows[k] = st_rows_writer_count(s->rows[k]);
 			st_rows_writer_reset(s->rows[k]);
 			continue;
@@ -436,28 +436,28 @@ int st_trainer_snapshot(st_trainer_t *tr, const st_batch_t *last, st_trainer_sna
 	/* Batches trained so far: with the gate closed, exactly those up to
 	 * `last`. A pass (phase) numbers its batches from 0. */
 	s->step = (int64_t)tr->batches;
-	s->phase = tr->phase;
-	s->pass_batches = tr->batches - tr->pass_batches0;
-	s->pass_examples = tr->examples_done - tr->pass_examples0;
-	s->pass_done = last ? 0 : tr->pass_done;
-	s->src_file = last ? last->src_file : tr->pos_file;
-	s->src_rec = last ? last->src_rec : tr->pos_rec;
+	s->phase = tr->ckpt.phase;
+	s->pass_batches = tr->batches - tr->ckpt.pass_batches0;
+	s->pass_examples = tr->examples_done - tr->ckpt.pass_examples0;
+	s->pass_done = last ? 0 : tr->ckpt.pass_done;
+	s->src_file = last ? last->src_file : tr->ckpt.pos_file;
+	s->src_rec = last ? last->src_rec : tr->ckpt.pos_rec;
 	s->examples = tr->examples_done;
 	memcpy(s->params, st_model_params(tr->model), sizeof(float) * s->nparams);
-	memcpy(s->dstate, tr->dstate, sizeof(float) * s->ndstate);
-	s->dt = tr->dt;
-	s->gstep = tr->gstep;
-	for (int k = 0; k < tr->n_tables && rc >= 0; k++) {
+	memcpy(s->dstate, tr->pol.dstate, sizeof(float) * s->ndstate);
+	s->dt = tr->pol.dt;
+	s->gstep = tr->step.gstep;
+	for (int k = 0; k < tr->rows.n_tables && rc >= 0; k++) {
 		if (k >= s->n_tables) {
-			st_rows_info_t info = { .table_id = (uint64_t)k, .dim = (uint32_t)tr->tdim[k],
-						.state_dim = (uint32_t)tr->tstate[k] };
+			st_rows_info_t info = { .table_id = (uint64_t)k, .dim = (uint32_t)tr->rows.tdim[k],
+						.state_dim = (uint32_t)tr->rows.tstate[k] };
 			if ((rc = st_rows_writer_create(&s->rows[k], &info)) < 0)
 				break;
 			s->prev_rows[k] = NO_PREV;
 			s->n_tables = k + 1;
 		}
-		add_t a = { s->rows[k], tr->tables[k], 0 };
-		rc = st_table_foreach_all(tr->tables[k], add_row, &a);
+		add_t a = { s->rows[k], tr->rows.tables[k], 0 };
+		rc = st_table_foreach_all(tr->rows.tables[k], add_row, &a);
 		if (rc >= 0)
 			rc = a.err;
 	}
@@ -471,7 +471,7 @@ int st_trainer_snapshot(st_trainer_t *tr, const st_batch_t *last, st_trainer_sna
 
 int st_trainer_checkpoint_current(const st_trainer_t *tr)
 {
-	return tr->ckpt_step >= 0 && (uint64_t)tr->ckpt_step == tr->batches;
+	return tr->ckpt.step >= 0 && (uint64_t)tr->ckpt.step == tr->batches;
 }
 
 int64_t st_trainer_snap_step(const st_trainer_snap_t *s)
@@ -538,7 +538,7 @@ int st_trainer_snap_write(st_trainer_t *tr, const st_trainer_snap_t *s,
 		};
 		rc = st_ckpt_commit(w, &m, cfg->keep, NULL, NULL);
 		if (rc >= 0)
-			tr->ckpt_step = s->step;
+			tr->ckpt.step = s->step;
 	}
 	if (rc < 0)
 		snprintf(err, errlen, "%s", st_ckpt_error(w));

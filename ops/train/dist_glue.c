@@ -1,8 +1,13 @@
 /*
  * dist_glue.c — the trainer in a multi-process job (docs/distributed.md):
  * attaching the sharded store (ops/dist) and the multi-process twin of the
- * job's policy, the end of training, and the model digest used to compare
- * runs.
+ * job's policy; a lockstep policy's per-batch collective (every rank's
+ * examples of the step) and the drain at the end of a pass, when a rank
+ * out of data takes part in the others' steps and st.sync.auto's votes;
+ * the end of training; the network's metrics; and the model digest used
+ * to compare runs.
+ *
+ * Threads: the train stage's thread, or no stage running.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -29,76 +34,183 @@ int st_trainer_attach_dist(st_trainer_t *tr, st_net_t *net, const st_job_t *job)
 			 st_policy_names(names, sizeof names, 0, 1));
 		return ST_EJOB;
 	}
-	if (tr->n_tables > ST_DIST_MAX_TABLES)
+	if (tr->rows.n_tables > ST_DIST_MAX_TABLES)
 		return ST_EJOB;
 	st_dist_cfg_t c = {
 		.net = net, .owners = job->dist_owners, .compress = job->dist_compress,
-		.n_tables = tr->n_tables, .env = &tr->env, .dense_state = tr->dstate,
-		.dense_t = &tr->dt,
+		.n_tables = tr->rows.n_tables, .env = &tr->pol.env, .dense_state = tr->pol.dstate,
+		.dense_t = &tr->pol.dt,
 	};
-	for (int k = 0; k < tr->n_tables; k++) {
-		c.tables[k] = tr->tables[k];
-		c.dim[k] = (uint32_t)tr->tdim[k];
+	for (int k = 0; k < tr->rows.n_tables; k++) {
+		c.tables[k] = tr->rows.tables[k];
+		c.dim[k] = (uint32_t)tr->rows.tdim[k];
 	}
-	int rc = st_dist_create(&tr->dist, &c);
+	int rc = st_dist_create(&tr->dist.d, &c);
 	if (rc < 0)
 		return rc;
-	tr->env.dist = tr->dist;
+	tr->pol.env.dist = tr->dist.d;
 	/* st.sync.auto's votes go to every rank from now on. */
-	st_auto_transport_ranks(&tr->auto_tp, net);
+	st_auto_transport_ranks(&tr->pol.auto_tp, net);
 	rc = st_trainer_set_policy(tr, scfg);
 	if (rc < 0) {
-		st_dist_destroy(tr->dist);
-		tr->dist = NULL;
-		tr->env.dist = NULL;
-		st_auto_transport_threads(&tr->auto_tp);
+		st_dist_destroy(tr->dist.d);
+		tr->dist.d = NULL;
+		tr->pol.env.dist = NULL;
+		st_auto_transport_threads(&tr->pol.auto_tp);
 	}
 	return rc;
 }
 
 int st_trainer_dist_finish(st_trainer_t *tr, int *lost)
 {
-	int rc = st_dist_finish(tr->dist, lost);
+	int rc = st_dist_finish(tr->dist.d, lost);
 	/* Asynchronous policies keep the dense parameters on rank 0 (the
 	 * workers trained on copies): the final ones, for eval and digests. */
-	if (rc >= 0 && !tr->dist_lockstep && st_dist_rank(tr->dist) != 0) {
+	if (rc >= 0 && !tr->dist.lockstep && st_dist_rank(tr->dist.d) != 0) {
 		uint64_t v;
-		rc = st_dist_dense(tr->dist, 0, NULL, tr->env.params, &v);
+		rc = st_dist_dense(tr->dist.d, 0, NULL, tr->pol.env.params, &v);
 	}
 	/* st.sync.auto: what it did, and a digest of this rank's final dense
 	 * parameters — the same on every rank, whatever phase came last. */
-	if (rc >= 0 && tr->autoc)
+	if (rc >= 0 && tr->pol.autoc)
 		st_info("st.sync.auto: %llu switches, ended under %s; dense parameters digest "
-			"%016llx", (unsigned long long)tr->switches, tr->sops->name,
-			(unsigned long long)XXH3_64bits(tr->env.params,
-							sizeof(float) * tr->env.nparams));
+			"%016llx", (unsigned long long)tr->pol.switches, tr->pol.ops->name,
+			(unsigned long long)XXH3_64bits(tr->pol.env.params,
+							sizeof(float) * tr->pol.env.nparams));
 	return rc;
 }
 
 int st_trainer_dist_phase(st_trainer_t *tr)
 {
-	return st_dist_sync_begin(tr->dist);
+	return st_dist_sync_begin(tr->dist.d);
 }
 
 void st_trainer_dist_pass(st_trainer_t *tr, int eval)
 {
-	tr->dist_drained = eval;
+	tr->dist.drained = eval;
 }
 
 int st_trainer_dist_leave(st_trainer_t *tr, int *lost)
 {
-	return st_dist_finish(tr->dist, lost);
+	return st_dist_finish(tr->dist.d, lost);
 }
 
 uint64_t st_trainer_digest(st_trainer_t *tr, int with_dense, uint64_t *rows)
 {
-	uint64_t h = st_dist_rows_digest(tr->tables, tr->n_tables, rows);
+	uint64_t h = st_dist_rows_digest(tr->rows.tables, tr->rows.n_tables, rows);
 	if (with_dense)
-		h ^= XXH3_64bits(tr->env.params, sizeof(float) * tr->env.nparams);
+		h ^= XXH3_64bits(tr->pol.env.params, sizeof(float) * tr->pol.env.nparams);
 	return h;
 }
 
 void st_trainer_dist_stats(const st_trainer_t *tr, st_dist_stats_t *out)
 {
-	st_dist_stats(tr->dist, out);
+	st_dist_stats(tr->dist.d, out);
+}
+
+/* ---- steps across ranks ------------------------------------------------- */
+
+/* Multi-process lockstep: every rank's examples for the next step; *tot is
+ * their sum (0: every rank is out of data). */
+static int dist_gather(st_trainer_t *tr, uint32_t n, uint32_t *tot)
+{
+	st_net_t *net = st_dist_net(tr->dist.d);
+	const int P = st_net_size(net);
+	uint32_t *all = malloc(sizeof(uint32_t) * (size_t)P);
+	if (!all)
+		return ST_ENOMEM;
+	int rc = st_net_allgather(net, &n, sizeof n, all);
+	uint64_t sum = 0;
+	for (int r = 0; rc >= 0 && r < P; r++)
+		sum += all[r];
+	free(all);
+	*tot = sum > UINT32_MAX ? UINT32_MAX : (uint32_t)sum;
+	return rc;
+}
+
+/* Multi-process lockstep, out of data: takes part in the steps of the
+ * ranks that still have some (with no examples) until none has. Under
+ * st.sync.auto, also in its votes until every rank is out of data. */
+int st__trainer_dist_drain(st_trainer_t *tr)
+{
+	if (!tr->dist.d || (!tr->dist.lockstep && !tr->pol.autoc) || tr->dist.drained)
+		return ST_OK;
+	for (;;) {
+		int rc;
+		if (!tr->dist.lockstep) {
+			int all_done;
+			if ((rc = st__trainer_auto_vote(tr, 1, &all_done)) < 0)
+				return rc;
+			if (all_done)
+				break;
+			continue;
+		}
+		uint32_t tot = 0;
+		if ((rc = dist_gather(tr, 0, &tot)) < 0)
+			return rc;
+		if (tot == 0)
+			break;
+		tr->dist.tot = tot;
+		tr->dist.empty.eval = 0;
+		tr->dist.empty.n = 0;
+		st__trainer_run(tr, &tr->dist.empty);
+		tr->step.cur = NULL;
+		if (tr->step.err < 0)
+			return tr->step.err;
+		tr->dist.steps++;
+		__atomic_store_n(&tr->dist.ssteps, tr->dist.ssteps + 1, __ATOMIC_RELAXED);
+		if (tr->pol.autoc && (rc = st__trainer_auto_tick(tr, 1)) < 0)
+			return rc;
+	}
+	tr->dist.drained = 1;
+	return ST_OK;
+}
+
+int st__trainer_dist_before(st_trainer_t *tr, st_stage_ctx_t *ctx, const st_batch_t *b)
+{
+	if (!tr->dist.d || !tr->dist.lockstep || b->eval)
+		return ST_OK;
+	const uint32_t nmb = (b->n + tr->minibatch - 1) / tr->minibatch;
+	if (nmb > (uint32_t)tr->N)
+		return st__trainer_fail(ctx, ST_EINVAL, "a multi-process %s trains one step per "
+					"batch: batch_size (%u) must be at most workers x minibatch "
+					"(%d x %u)", tr->pol.ops->name, b->n, tr->N, tr->minibatch);
+	int rc = dist_gather(tr, b->n, &tr->dist.tot);
+	if (rc < 0)
+		return st__trainer_fail(ctx, rc, "batch %llu: the other ranks: %s",
+					(unsigned long long)b->seq, st_strerror(rc));
+	return ST_OK;
+}
+
+void st__trainer_dist_after(st_trainer_t *tr, const st_batch_t *b)
+{
+	if (!tr->dist.d || b->eval)
+		return;
+	__atomic_fetch_add(&tr->dist.trained, 1, __ATOMIC_RELEASE);
+	if (b->n == 0)
+		return;
+	tr->dist.steps++;
+	if (tr->dist.lockstep)
+		__atomic_store_n(&tr->dist.ssteps, tr->dist.ssteps + 1, __ATOMIC_RELAXED);
+}
+
+void st__trainer_dist_metrics(st_trainer_t *tr)
+{
+	if (!tr->dist.d || !tr->metrics)
+		return;
+	/* What the network really carried (frames included), not the
+	 * policy's estimate. */
+	st_dist_stats_t ds;
+	st_dist_stats(tr->dist.d, &ds);
+	st_metrics_set(tr->metrics, "net_bytes_sent", (double)ds.bytes_sent);
+	st_metrics_set(tr->metrics, "net_msgs_sent", (double)ds.msgs_sent);
+	st_metrics_set(tr->metrics, "dist_keys_remote", (double)ds.keys_remote);
+	st_metrics_set(tr->metrics, "dist_keys_local", (double)ds.keys_local);
+	st_metrics_set(tr->metrics, "dist_rows_pushed", (double)ds.rows_pushed);
+	if (ds.buf_steps) {
+		/* gba, bsp: this owner's buffered global steps and the row
+		 * gradients it dropped as too stale. */
+		st_metrics_set(tr->metrics, "dist_buf_steps", (double)ds.buf_steps);
+		st_metrics_set(tr->metrics, "dist_buf_rows_dropped", (double)ds.buf_rows_dropped);
+	}
 }

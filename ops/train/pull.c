@@ -6,7 +6,7 @@
  * training batches (subject to admission) and never for eval batches.
  *
  * Threads: runs on the pull stage's graph threads; thread i uses only
- * tr->pull_t[i] as scratch. The tables do their own locking.
+ * tr->rows.pull_t[i] as scratch. The tables do their own locking.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -94,7 +94,7 @@ int st__trainer_dist_pull(st_trainer_t *tr, st_batch_t *b, const uint16_t *uslot
 {
 	const uint32_t nu = b->n_uniq;
 	const size_t stride = (size_t)tr->gstride;
-	const size_t ntok = (size_t)st_dist_size(tr->dist);
+	const size_t ntok = (size_t)st_dist_size(tr->dist.d);
 	size_t head = (sizeof(dist_rowbuf_t) + sizeof(uint64_t) * ntok + nu + 63) & ~(size_t)63;
 	dist_rowbuf_t *rb = malloc(head + sizeof(float) * stride * (nu ? nu : 1));
 	if (!rb)
@@ -103,10 +103,10 @@ int st__trainer_dist_pull(st_trainer_t *tr, st_batch_t *b, const uint16_t *uslot
 	rb->utable = (uint8_t *)(rb->tokens + ntok);
 	rb->rows = (float *)((uint8_t *)rb + head);
 	for (uint32_t u = 0; u < nu; u++)
-		rb->utable[u] = (uint8_t)tr->slot_table[uslot[u]];
+		rb->utable[u] = (uint8_t)tr->rows.slot_table[uslot[u]];
 	free(b->rowbuf);
 	b->rowbuf = rb;
-	return st_dist_pull(tr->dist, b->uniq, rb->utable, nu, need_step, !b->eval,
+	return st_dist_pull(tr->dist.d, b->uniq, rb->utable, nu, need_step, !b->eval,
 			    (uint32_t)b->seq, rb->rows, stride, b->rows, rb->tokens, graph_stopped, g);
 }
 
@@ -115,7 +115,7 @@ static int pull_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 {
 	st_trainer_t *tr = state;
 	*out = b;
-	pull_thread_t *t = &tr->pull_t[ctx->thread_idx];
+	pull_thread_t *t = &tr->rows.pull_t[ctx->thread_idx];
 	st__trainer_ckpt_gate(tr, b, ctx->graph);
 	if ((int)b->n_slots > tr->n_slots)
 		return op_fail(ctx, ST_EINVAL, "batch %llu has %u slots, the model has %d",
@@ -134,12 +134,12 @@ static int pull_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 	}
 	b->rows = rows;
 	const uint32_t step = (uint32_t)b->seq;
-	if (tr->dist) {
+	if (tr->dist.d) {
 		/* FRESH_ROWS (gba, bsp, hop_bw): train batch k is pulled once
 		 * batch k-1 is trained, right before it computes. */
-		while (__atomic_load_n(&tr->dist_fresh, __ATOMIC_RELAXED) && !b->eval &&
+		while (__atomic_load_n(&tr->dist.fresh, __ATOMIC_RELAXED) && !b->eval &&
 		       !st_graph_canceled(ctx->graph) &&
-		       __atomic_load_n(&tr->dist_trained, __ATOMIC_ACQUIRE) < tr->dist_pulled) {
+		       __atomic_load_n(&tr->dist.trained, __ATOMIC_ACQUIRE) < tr->dist.pulled) {
 			struct timespec ts = { 0, 50 * 1000 };
 			nanosleep(&ts, NULL);
 		}
@@ -147,17 +147,17 @@ static int pull_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 		 * switched) and waits for steps 0..k+soff-1-lag; an eval pass runs
 		 * after training, so it waits for every step. The train thread
 		 * sets soff, then lag (release) at a switch. */
-		const int64_t lag = __atomic_load_n(&tr->dist_lag, __ATOMIC_ACQUIRE);
-		const int64_t at = (int64_t)tr->dist_pulled +
-				   __atomic_load_n(&tr->dist_soff, __ATOMIC_RELAXED) - lag;
+		const int64_t lag = __atomic_load_n(&tr->dist.lag, __ATOMIC_ACQUIRE);
+		const int64_t at = (int64_t)tr->dist.pulled +
+				   __atomic_load_n(&tr->dist.soff, __ATOMIC_RELAXED) - lag;
 		uint64_t need = lag < 0 ? 0
-				: b->eval ? __atomic_load_n(&tr->dist_ssteps, __ATOMIC_RELAXED)
+				: b->eval ? __atomic_load_n(&tr->dist.ssteps, __ATOMIC_RELAXED)
 				: at > 0 ? (uint64_t)at : 0;
 		rc = st__trainer_dist_pull(tr, b, uslot, need, ctx->graph);
 		if (!b->eval)
-			tr->dist_pulled++;
-	} else if (tr->n_tables == 1) {
-		rc = st_table_resolve(tr->tables[0], b->uniq, nu, step, !b->eval, rows);
+			tr->dist.pulled++;
+	} else if (tr->rows.n_tables == 1) {
+		rc = st_table_resolve(tr->rows.tables[0], b->uniq, nu, step, !b->eval, rows);
 	} else {
 		if (nu > t->tcap) {
 			free(t->tkeys);
@@ -169,14 +169,14 @@ static int pull_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 			t->tcap = (t->tkeys && t->tpos && t->trows) ? nu : 0;
 		}
 		rc = t->tcap >= nu ? ST_OK : ST_ENOMEM;
-		for (int k = 0; k < tr->n_tables && rc >= 0; k++) {
+		for (int k = 0; k < tr->rows.n_tables && rc >= 0; k++) {
 			uint32_t m = 0;
 			for (uint32_t u = 0; u < nu; u++)
-				if (tr->slot_table[uslot[u]] == k) {
+				if (tr->rows.slot_table[uslot[u]] == k) {
 					t->tkeys[m] = b->uniq[u];
 					t->tpos[m++] = u;
 				}
-			rc = st_table_resolve(tr->tables[k], t->tkeys, m, step, !b->eval, t->trows);
+			rc = st_table_resolve(tr->rows.tables[k], t->tkeys, m, step, !b->eval, t->trows);
 			for (uint32_t i = 0; i < m && rc >= 0; i++)
 				rows[t->tpos[i]] = t->trows[i];
 		}

@@ -21,14 +21,14 @@ static int push_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 	st_trainer_t *tr = state;
 	/* The batch's updates are applied (every policy applies a batch's row
 	 * updates before its end_batch): its rows may be evicted again. */
-	if (tr->store_root[0] && !tr->dist)   /* a multi-process batch holds copies */
-		st_table_unpin(tr->tables[0], b->rows, b->n_uniq);
+	if (tr->rows.store_root[0] && !tr->dist.d)   /* a multi-process batch holds copies */
+		st_table_unpin(tr->rows.tables[0], b->rows, b->n_uniq);
 	if (!b->eval)
 		tr->examples_done += b->n;
-	if (tr->ttl && !b->eval && b->seq > tr->ttl && b->seq % tr->evict_every == 0) {
+	if (tr->rows.ttl && !b->eval && b->seq > tr->rows.ttl && b->seq % tr->rows.evict_every == 0) {
 		uint64_t ev = 0;
-		for (int i = 0; i < tr->n_tables; i++)
-			ev += st_table_evict_older(tr->tables[i], (uint32_t)b->seq, tr->ttl);
+		for (int i = 0; i < tr->rows.n_tables; i++)
+			ev += st_table_evict_older(tr->rows.tables[i], (uint32_t)b->seq, tr->rows.ttl);
 		if (tr->metrics)
 			st_metrics_add(tr->metrics, "evicted", (double)ev);
 		int rc = st__trainer_track_error(tr);
@@ -43,17 +43,17 @@ static int push_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 	/* Without storage.ssd there is nowhere to evict rows to: storage.mem
 	 * is then a limit the job is told about, once, when the table passes
 	 * it, instead of silently using more memory than the job allows. */
-	if (tr->mem_budget && !tr->store_root[0] && !tr->mem_warned) {
+	if (tr->rows.mem_budget && !tr->rows.store_root[0] && !tr->rows.mem_warned) {
 		uint64_t bytes = 0;
-		for (int i = 0; i < tr->n_tables; i++)
-			bytes += (uint64_t)st_table_size(tr->tables[i]) *
-				 st_table_row_bytes(tr->tables[i]);
-		if (bytes > tr->mem_budget) {
+		for (int i = 0; i < tr->rows.n_tables; i++)
+			bytes += (uint64_t)st_table_size(tr->rows.tables[i]) *
+				 st_table_row_bytes(tr->rows.tables[i]);
+		if (bytes > tr->rows.mem_budget) {
 			st_warn("the embedding table uses %.1f MB, more than storage.mem (%.1f MB): "
 				"without storage.ssd every row stays in RAM (add storage.ssd to "
 				"evict cold rows to SSD)",
-				(double)bytes / 1e6, (double)tr->mem_budget / 1e6);
-			tr->mem_warned = 1;
+				(double)bytes / 1e6, (double)tr->rows.mem_budget / 1e6);
+			tr->rows.mem_warned = 1;
 		}
 	}
 	*out = b;
@@ -65,10 +65,10 @@ static int dump_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 {
 	st_trainer_t *tr = state;
 	if (!b->eval) {
-		tr->pos_file = b->src_file;
-		tr->pos_rec = b->src_rec;
+		tr->ckpt.pos_file = b->src_file;
+		tr->ckpt.pos_rec = b->src_rec;
 	}
-	if (b->ckpt && tr->ckpt_cfg)
+	if (b->ckpt && tr->ckpt.cfg)
 		st__trainer_checkpoint_after(tr, b);
 	st_batch_destroy(b);
 	*out = NULL;

@@ -168,19 +168,19 @@ static int load_rows(st_trainer_t *tr, int k, const char *path, char *err, size_
 	if (rc < 0)
 		return rc;
 	const st_rows_info_t *info = st_rows_reader_info(r);
-	if (info->dim != (uint32_t)tr->tdim[k] || info->state_dim != (uint32_t)tr->tstate[k]) {
+	if (info->dim != (uint32_t)tr->rows.tdim[k] || info->state_dim != (uint32_t)tr->rows.tstate[k]) {
 		snprintf(err, errlen, "%s: rows of %u + %u floats, the job's table %d has %d + %d",
-			 path, info->dim, info->state_dim, k, tr->tdim[k], tr->tstate[k]);
+			 path, info->dim, info->state_dim, k, tr->rows.tdim[k], tr->rows.tstate[k]);
 		st_rows_reader_close(r);
 		return ST_EINVAL;
 	}
-	int ram = !st_table_ssd(tr->tables[k]);
+	int ram = !st_table_ssd(tr->rows.tables[k]);
 	size_t nf = (size_t)info->dim + info->state_dim;
 	/* A batch of up to ST_ROWS_BATCH_MAX rows, at most LOAD_BATCH_BYTES of
 	 * floats per thread however wide the rows. */
 	size_t max = LOAD_BATCH_BYTES / (sizeof(float) * nf);
 	max = max < 1 ? 1 : max > ST_ROWS_BATCH_MAX ? ST_ROWS_BATCH_MAX : max;
-	loader_t L = { .t = tr->tables[k], .r = r, .path = path, .nf = nf,
+	loader_t L = { .t = tr->rows.tables[k], .r = r, .path = path, .nf = nf,
 		       .max = ram ? max : 1, .err = err, .errlen = errlen };
 	pthread_mutex_init(&L.mu, NULL);
 	pthread_t tid[LOAD_THREADS];
@@ -389,7 +389,7 @@ int st_trainer_resume(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg,
 		}
 		memcpy(params + ti->offset, f->tensors[j].f32, sizeof(float) * numel);
 	}
-	size_t nds = st_sync_dense_state_floats(&tr->env);
+	size_t nds = st_sync_dense_state_floats(&tr->pol.env);
 	if (rc >= 0) {
 		int j;
 		for (j = 0; j < f->n_tensors && strcmp(f->tensors[j].name, "optim.dense_state"); j++)
@@ -398,7 +398,7 @@ int st_trainer_resume(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg,
 			snprintf(err, errlen, "%s: optim.dense_state is missing or of another size", path);
 			rc = ST_EINVAL;
 		} else {
-			memcpy(tr->dstate, f->tensors[j].f32, sizeof(float) * nds);
+			memcpy(tr->pol.dstate, f->tensors[j].f32, sizeof(float) * nds);
 		}
 	}
 	uint64_t dt = 0, gs = 0, ex = 0, pb = 0, pe = 0, pd = 0;
@@ -410,18 +410,18 @@ int st_trainer_resume(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg,
 		snprintf(err, errlen, "%s: manifest lacks the trainer's counters or data position", dir);
 		rc = ST_EFORMAT;
 	}
-	for (int k = 0; k < tr->n_tables && rc >= 0; k++) {
+	for (int k = 0; k < tr->rows.n_tables && rc >= 0; k++) {
 		snprintf(path, sizeof path, "%s/table-%d.rows", dir, k);
 		rc = load_rows(tr, k, path, err, errlen);
 	}
 	if (rc >= 0) {
-		tr->dt = dt;
-		tr->gstep = gs;
+		tr->pol.dt = dt;
+		tr->step.gstep = gs;
 		tr->batches = (uint64_t)m->step;
 		tr->examples_done = ex;
-		tr->ckpt_step = m->step;
-		tr->pos_file = m->shards[0].offset;
-		tr->pos_rec = m->shards[0].records;
+		tr->ckpt.step = m->step;
+		tr->ckpt.pos_file = m->shards[0].offset;
+		tr->ckpt.pos_rec = m->shards[0].records;
 		out->step = (uint64_t)m->step;
 		out->file = m->shards[0].offset;
 		out->records = m->shards[0].records;

@@ -73,9 +73,9 @@ int st__trainer_tables_create(st_trainer_t *tr, const st_job_t *job, const int *
 {
 	int nslots[MAX_TABLES] = { 0 };
 	for (int s = 0; s < tr->n_slots; s++)
-		nslots[tr->slot_table[s]]++;
+		nslots[tr->rows.slot_table[s]]++;
 	uint64_t total_w = 0, row_b[MAX_TABLES];
-	for (int t = 0; t < tr->n_tables; t++) {
+	for (int t = 0; t < tr->rows.n_tables; t++) {
 		size_t floats = (size_t)base[t].dim + base[t].state_dim;
 		row_b[t] = floats * sizeof(float) + ROW_OVERHEAD;
 		total_w += row_b[t] * (uint64_t)nslots[t];
@@ -87,7 +87,7 @@ int st__trainer_tables_create(st_trainer_t *tr, const st_job_t *job, const int *
 			 "to SSD");
 		return ST_EJOB;
 	}
-	for (int t = 0; cached && t < tr->n_tables; t++) {
+	for (int t = 0; cached && t < tr->rows.n_tables; t++) {
 		double share = (double)row_b[t] * nslots[t] / (double)total_w;
 		cache_rows[t] = (uint64_t)((double)job->mem_bytes * share) / row_b[t];
 		/* One batch may touch batch_size rows of each of the table's
@@ -111,15 +111,15 @@ int st__trainer_tables_create(st_trainer_t *tr, const st_job_t *job, const int *
 		int rc = store_root(job, root, sizeof root);
 		if (rc < 0)
 			return rc;
-		snprintf(tr->store_root, sizeof tr->store_root, "%s", root);
+		snprintf(tr->rows.store_root, sizeof tr->rows.store_root, "%s", root);
 	}
-	for (int t = 0; t < tr->n_tables; t++) {
+	for (int t = 0; t < tr->rows.n_tables; t++) {
 		st_table_opts_t to = base[t];
-		tr->tdim[t] = (int)base[t].dim;
-		tr->evict_ctx[t] = (st_evict_ctx_t){ tr, t };
+		tr->rows.tdim[t] = (int)base[t].dim;
+		tr->rows.evict_ctx[t] = (st_evict_ctx_t){ tr, t };
 		to.on_evict = on_evict;
-		to.evict_arg = &tr->evict_ctx[t];
-		tr->tstate[t] = (int)base[t].state_dim;
+		to.evict_arg = &tr->rows.evict_ctx[t];
+		tr->rows.tstate[t] = (int)base[t].state_dim;
 		st_ssd_opts_t so;
 		char dir[4200];
 		if (cached) {
@@ -137,14 +137,14 @@ int st__trainer_tables_create(st_trainer_t *tr, const st_job_t *job, const int *
 				.payload_bytes = (uint32_t)((to.dim + to.state_dim + 2) * sizeof(float)),
 				.file_bytes = job->ssd_file_bytes,
 				.queue_depth = (uint32_t)job->ssd_queue_depth,
-				.budget_bytes = job->ssd_bytes / (uint64_t)tr->n_tables,
+				.budget_bytes = job->ssd_bytes / (uint64_t)tr->rows.n_tables,
 				.read_mode = read_mode(job->ssd_read),
 				.fresh = 1,
 				.remove_on_close = 1,
 			};
 			to.ssd = &so;
 		}
-		int rc = st_table_create(&tr->tables[t], &to);
+		int rc = st_table_create(&tr->rows.tables[t], &to);
 		if (rc < 0) {
 			if (rc == ST_EINVAL)
 				st_error("table %d (dim %d): invalid settings", t, tdim[t]);
@@ -164,12 +164,12 @@ void st__trainer_tables_destroy(st_trainer_t *tr)
 {
 	/* A table's SSD tier removes its own directory on close. The root
 	 * stays while another job's tiers are in it (rmdir fails). */
-	for (int i = 0; i < tr->n_tables; i++) {
-		st_table_destroy(tr->tables[i]);
-		tr->tables[i] = NULL;
+	for (int i = 0; i < tr->rows.n_tables; i++) {
+		st_table_destroy(tr->rows.tables[i]);
+		tr->rows.tables[i] = NULL;
 	}
-	if (tr->store_root[0])
-		rmdir(tr->store_root);
+	if (tr->rows.store_root[0])
+		rmdir(tr->rows.store_root);
 }
 
 void st__trainer_store_metrics(st_trainer_t *tr)
@@ -178,9 +178,9 @@ void st__trainer_store_metrics(st_trainer_t *tr)
 	st_table_stats_t sum = { 0 };
 	st_ssd_stats_t ss = { 0 };
 	uint64_t live_bytes = 0;
-	for (int i = 0; i < tr->n_tables; i++) {
+	for (int i = 0; i < tr->rows.n_tables; i++) {
 		st_table_stats_t ts;
-		st_table_stats(tr->tables[i], &ts);
+		st_table_stats(tr->rows.tables[i], &ts);
 		rows += ts.rows + ts.cold_rows;
 		rejected += ts.rejected;
 		sum.hits_lru += ts.hits_lru;
@@ -191,7 +191,7 @@ void st__trainer_store_metrics(st_trainer_t *tr)
 		sum.cold_rows += ts.cold_rows;
 		sum.rows += ts.rows;
 		sum.over_budget += ts.over_budget;
-		st_ssd_t *ssd = st_table_ssd(tr->tables[i]);
+		st_ssd_t *ssd = st_table_ssd(tr->rows.tables[i]);
 		if (ssd) {
 			st_ssd_stats_t x;
 			st_ssd_stats(ssd, &x);
@@ -211,7 +211,7 @@ void st__trainer_store_metrics(st_trainer_t *tr)
 	st_metrics_set(m, "rows", (double)rows);
 	if (rejected)
 		st_metrics_set(m, "not_admitted", (double)rejected);
-	if (!tr->store_root[0])
+	if (!tr->rows.store_root[0])
 		return;
 	double look = (double)(sum.hits_lru + sum.hits_lfu + sum.loads + sum.misses);
 	st_metrics_set(m, "cache.rows_ram", (double)sum.rows);
@@ -234,10 +234,10 @@ void st__trainer_store_metrics(st_trainer_t *tr)
 	st_metrics_set(m, "ssd.live_mb", (double)live_bytes / 1e6);
 	st_metrics_set(m, "ssd.index_mb", (double)sum.cold_rows * 28.0 / 1e6);
 	st_metrics_set(m, "ssd.compact_s", ss.compact_seconds);
-	if (sum.over_budget && !tr->over_warned) {
+	if (sum.over_budget && !tr->rows.over_warned) {
 		st_warn("the RAM tier went over storage.mem: every row it could evict was pinned by "
 			"batches in flight (lower stages.*.queue or raise storage.mem)");
-		tr->over_warned = 1;
+		tr->rows.over_warned = 1;
 	}
 }
 
@@ -320,26 +320,26 @@ static void keyset_clear(st_keyset_t *s)
 
 int st__trainer_track_batch(st_trainer_t *tr, const st_batch_t *b, const uint16_t *uslot)
 {
-	if (b->eval || !__atomic_load_n(&tr->track, __ATOMIC_ACQUIRE))
+	if (b->eval || !__atomic_load_n(&tr->track.on, __ATOMIC_ACQUIRE))
 		return ST_OK;
 	float *const *rows = b->rows;
-	pthread_mutex_lock(&tr->track_mu);
-	int rc = tr->track_err;
+	pthread_mutex_lock(&tr->track.mu);
+	int rc = tr->track.err;
 	for (uint32_t u = 0; u < b->n_uniq && rc >= 0; u++)
 		if (rows[u])
-			rc = keyset_add(&tr->touched[tr->n_tables == 1 ? 0 : tr->slot_table[uslot[u]]],
+			rc = keyset_add(&tr->track.touched[tr->rows.n_tables == 1 ? 0 : tr->rows.slot_table[uslot[u]]],
 					b->uniq[u]);
 	if (rc < 0)
-		tr->track_err = rc;
-	pthread_mutex_unlock(&tr->track_mu);
+		tr->track.err = rc;
+	pthread_mutex_unlock(&tr->track.mu);
 	return rc;
 }
 
 int st__trainer_track_error(st_trainer_t *tr)
 {
-	pthread_mutex_lock(&tr->track_mu);
-	int rc = tr->track_err;
-	pthread_mutex_unlock(&tr->track_mu);
+	pthread_mutex_lock(&tr->track.mu);
+	int rc = tr->track.err;
+	pthread_mutex_unlock(&tr->track.mu);
 	return rc;
 }
 
@@ -351,40 +351,40 @@ static void on_evict(void *arg, uint64_t key)
 {
 	st_trainer_t *tr = ((st_evict_ctx_t *)arg)->tr;
 	int k = ((st_evict_ctx_t *)arg)->k;
-	pthread_mutex_lock(&tr->track_mu);
-	if (tr->track && tr->track_err >= 0) {
-		int rc = keyset_add(&tr->evicted[k], key);
+	pthread_mutex_lock(&tr->track.mu);
+	if (tr->track.on && tr->track.err >= 0) {
+		int rc = keyset_add(&tr->track.evicted[k], key);
 		if (rc < 0)
-			tr->track_err = rc;
+			tr->track.err = rc;
 	}
-	pthread_mutex_unlock(&tr->track_mu);
+	pthread_mutex_unlock(&tr->track.mu);
 }
 
 size_t st__trainer_delta_keys(st_trainer_t *tr, int k)
 {
-	pthread_mutex_lock(&tr->track_mu);
-	size_t n = k >= 0 && k < MAX_TABLES ? tr->touched[k].n : 0;
-	pthread_mutex_unlock(&tr->track_mu);
+	pthread_mutex_lock(&tr->track.mu);
+	size_t n = k >= 0 && k < MAX_TABLES ? tr->track.touched[k].n : 0;
+	pthread_mutex_unlock(&tr->track.mu);
 	return n;
 }
 
 void st__trainer_track_free(st_trainer_t *tr)
 {
 	for (int k = 0; k < MAX_TABLES; k++) {
-		free(tr->touched[k].k);
-		free(tr->evicted[k].k);
+		free(tr->track.touched[k].k);
+		free(tr->track.evicted[k].k);
 	}
 }
 
 int st_trainer_export(st_trainer_t *tr, const st_job_t *job, const char *root, uint64_t seq,
 		      int delta, int keep, char *err, size_t errlen)
 {
-	pthread_mutex_lock(&tr->track_mu);
-	const int was = tr->track;
-	const int lost = tr->track_err;
+	pthread_mutex_lock(&tr->track.mu);
+	const int was = tr->track.on;
+	const int lost = tr->track.err;
 	/* From the first export on, every change is tracked. */
-	__atomic_store_n(&tr->track, 1, __ATOMIC_RELEASE);
-	pthread_mutex_unlock(&tr->track_mu);
+	__atomic_store_n(&tr->track.on, 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&tr->track.mu);
 	const int as_delta = delta && was;
 	if (as_delta && lost < 0) {
 		snprintf(err, errlen, "a key changed since the last export could not be recorded "
@@ -395,10 +395,10 @@ int st_trainer_export(st_trainer_t *tr, const st_job_t *job, const char *root, u
 	st_export_keys_t keys[MAX_TABLES];
 	uint64_t *arr[2 * MAX_TABLES] = { 0 };
 	int rc = ST_OK;
-	pthread_mutex_lock(&tr->track_mu);
-	for (int k = 0; as_delta && k < tr->n_tables; k++) {
-		keys[k].n_touched = tr->touched[k].n;
-		keys[k].n_deleted = tr->evicted[k].n;
+	pthread_mutex_lock(&tr->track.mu);
+	for (int k = 0; as_delta && k < tr->rows.n_tables; k++) {
+		keys[k].n_touched = tr->track.touched[k].n;
+		keys[k].n_deleted = tr->track.evicted[k].n;
 		arr[2 * k] = keyset_alloc(keys[k].n_touched + 1, sizeof(uint64_t));
 		arr[2 * k + 1] = keyset_alloc(keys[k].n_deleted + 1, sizeof(uint64_t));
 		if (!arr[2 * k] || !arr[2 * k + 1]) {
@@ -408,14 +408,14 @@ int st_trainer_export(st_trainer_t *tr, const st_job_t *job, const char *root, u
 			rc = ST_ENOMEM;
 			break;
 		}
-		keyset_copy(&tr->touched[k], arr[2 * k]);
-		keyset_copy(&tr->evicted[k], arr[2 * k + 1]);
+		keyset_copy(&tr->track.touched[k], arr[2 * k]);
+		keyset_copy(&tr->track.evicted[k], arr[2 * k + 1]);
 		keys[k].touched = arr[2 * k];
 		keys[k].deleted = arr[2 * k + 1];
 	}
-	pthread_mutex_unlock(&tr->track_mu);
+	pthread_mutex_unlock(&tr->track.mu);
 	if (rc >= 0) {
-		st_export_delta_t d = { .n_tables = tr->n_tables, .tables = keys };
+		st_export_delta_t d = { .n_tables = tr->rows.n_tables, .tables = keys };
 		rc = st_export_write(tr, job, root, seq, (int64_t)tr->batches,
 				     as_delta ? &d : NULL, keep, err, errlen);
 	}
@@ -423,15 +423,15 @@ int st_trainer_export(st_trainer_t *tr, const st_job_t *job, const char *root, u
 	 * when keys were lost before it). Not written: the changes still belong
 	 * to the next export. */
 	if (rc >= 0) {
-		pthread_mutex_lock(&tr->track_mu);
-		for (int k = 0; k < tr->n_tables; k++) {
-			keyset_clear(&tr->touched[k]);
-			keyset_clear(&tr->evicted[k]);
+		pthread_mutex_lock(&tr->track.mu);
+		for (int k = 0; k < tr->rows.n_tables; k++) {
+			keyset_clear(&tr->track.touched[k]);
+			keyset_clear(&tr->track.evicted[k]);
 		}
-		tr->track_err = ST_OK;
-		pthread_mutex_unlock(&tr->track_mu);
+		tr->track.err = ST_OK;
+		pthread_mutex_unlock(&tr->track.mu);
 	}
-	for (int k = 0; k < 2 * tr->n_tables; k++)
+	for (int k = 0; k < 2 * tr->rows.n_tables; k++)
 		free(arr[k]);
 	return rc;
 }

@@ -1,7 +1,28 @@
 /*
  * trainer_internal.h — the trainer's private state, shared by the files of
- * ops/train (the pull, train, push and dump stage ops and their helpers).
- * Nothing outside ops/train includes it.
+ * ops/train. Nothing outside ops/train includes it.
+ *
+ * The files (one job each):
+ *   trainer.c     create / destroy, policy swaps (and st.sync.auto's
+ *                 switches), the train stage op, metrics
+ *   pool.c        the worker pool (threads, barriers, shutdown)
+ *   step.c        one batch on the workers: minibatch schedules, forward,
+ *                 backward, scaling, stragglers, gradients to the policy
+ *   eval.c        eval predictions kept, their metrics, gathered to rank 0
+ *   pull.c        the pull stage: dedup, checkpoint gate, rows resolved
+ *                 through the row source (ops/rowsrc)
+ *   push.c        the push and dump stages: rows released, store upkeep,
+ *                 checkpoints after a marked batch
+ *   store.c       the tables' creation, delta-export key tracking, exports
+ *   checkpoint.c  checkpoints; resume.c loading them
+ *   dist_glue.c   the trainer in a multi-process job
+ *
+ * The state is grouped by who uses it: `rows` (the embedding tables and
+ * pull scratch), `step` (the workers and the batch they run), `pol` (the
+ * sync policy and what successive policies share), `dist` (a rank of a
+ * multi-process job), `ckpt` (checkpoints), `track` (delta exports) and
+ * `eval` (eval predictions). The fields above them are fixed at creation
+ * or are the trainer's counters.
  */
 #ifndef ST_TRAINER_INTERNAL_H
 #define ST_TRAINER_INTERNAL_H
@@ -20,8 +41,9 @@
 #define AUC_REFRESH 65536
 #define MAX_TABLES 16
 
+/* One worker's state (step.c): touched only by its own thread while a batch
+ * runs, and by worker 0's thread between batches. */
 typedef struct worker {
-	struct st_trainer *tr;
 	int idx;
 	st_model_ws_t *ws;
 	float *gdense;             /* [nparams] */
@@ -55,6 +77,7 @@ typedef struct st_evict_ctx {
 	int k;
 } st_evict_ctx_t;
 
+/* One pull thread's scratch (pull.c). */
 typedef struct pull_thread {
 	uint64_t *hkeys;
 	uint32_t *hidx;
@@ -65,25 +88,84 @@ typedef struct pull_thread {
 	uint32_t tcap;
 } pull_thread_t;
 
-struct st_trainer {
-	st_model_t *model;
-	st_optim_t sopt, dopt;
+/* The embedding tables (store.c) and the pull threads' scratch. */
+struct tr_rows {
 	int n_tables;
 	st_table_t *tables[MAX_TABLES];
+	int tdim[MAX_TABLES];      /* embedding floats per row of each table */
+	int tstate[MAX_TABLES];    /* optimizer-state floats per row */
+	int *slot_table;           /* [n_slots] */
 	uint32_t ttl;              /* batches; 0 = rows never expire */
 	uint32_t evict_every;      /* batches between eviction sweeps */
 	uint64_t mem_budget;       /* storage.mem in bytes; 0 = unlimited */
 	int mem_warned;            /* push thread only */
 	int over_warned;           /* push thread only */
 	char store_root[4096];     /* "<ssd.path>/strata-store", "" without SSD */
-	int tdim[MAX_TABLES];      /* embedding floats per row of each table */
-	int tstate[MAX_TABLES];    /* optimizer-state floats per row */
+	st_evict_ctx_t evict_ctx[MAX_TABLES];
+	pull_thread_t pull_t[ST_MAX_STAGE_THREADS];
+};
 
-	/* Checkpoints (checkpoint.c). The gate holds the pull of batches after
-	 * `gate` until the dump stage has copied the state after it. */
-	const struct st_trainer_ckpt_cfg *ckpt_cfg;
-	uint64_t ckpt_every;
-	double ckpt_secs, ckpt_last;
+/* The workers and the batch they run (pool.c runs it, step.c is the work). */
+struct tr_step {
+	st_pool_t pool;
+	worker_t *w;               /* [N] */
+	st_batch_t *cur;
+	uint32_t nmb;              /* minibatches of the current batch */
+	uint32_t next_mb;          /* FREE schedule counter (atomic) */
+	uint64_t gstep;            /* steps begun so far (LOCKSTEP base) */
+	uint64_t gstep_base;       /* gstep when the current policy was created */
+	int err;                   /* first worker error (atomic) */
+	st_straggler_cfg_t strag;
+	pthread_mutex_t slow_mu;
+	pthread_cond_t slow_cv;
+	int cancel;                /* under slow_mu */
+	st_trainer_time_fn time_fn; /* st.sync.auto's test hook */
+	void *time_ud;
+};
+
+/* The sync policy, and what successive policies share (job phases,
+ * st.sync.auto): the dense optimizer state, its step count and the
+ * statistics of the policies destroyed. */
+struct tr_policy {
+	const st_sync_ops_t *ops;
+	void *obj;
+	st_sync_env_t env;
+	st_sync_cfg_t cfg_view;    /* env.cfg after create: no parameters */
+	float *dstate;
+	uint64_t dt;
+	st_sync_stats_t past;
+	/* st.sync.auto (ops/sync/auto.h): its controller while the policy is
+	 * auto (NULL otherwise) and the transport of its votes (threads in one
+	 * process, ranks once st_trainer_attach_dist ran). */
+	st_auto_t *autoc;
+	st_auto_transport_t auto_tp;
+	uint64_t switches;
+};
+
+/* A rank of a multi-process job (dist_glue.c; NULL d in one process): the
+ * sharded store; how many steps a pull may run ahead of the applied ones
+ * (lag: 0 allreduce, the hybrid's staleness bound, -1 no wait: async);
+ * train batches pulled so far (the pull thread's), sync steps done (the
+ * train thread's) and the global examples of the current step. */
+struct tr_dist {
+	struct st_dist *d;
+	int lockstep, drained;
+	int64_t lag;
+	uint64_t pulled, steps;
+	uint64_t trained;          /* train batches trained (atomic; FRESH_ROWS) */
+	int fresh;                 /* the policy has ST_SYNC_FRESH_ROWS */
+	uint32_t tot;
+	uint64_t ssteps;           /* synchronous steps taken part in (atomic) */
+	int64_t soff;              /* train batch j is sync step j + soff (atomic) */
+	st_batch_t empty;          /* the batch of a step this rank has no data for */
+};
+
+/* Checkpoints (checkpoint.c). The gate holds the pull of batches after
+ * `gate` until the dump stage has copied the state after it. */
+struct tr_ckpt {
+	const struct st_trainer_ckpt_cfg *cfg;
+	uint64_t every;
+	double secs, last;
 	pthread_mutex_t gate_mu;
 	pthread_cond_t gate_cv;
 	int64_t gate;              /* -1: open */
@@ -92,87 +174,54 @@ struct st_trainer {
 				    * even a cancelled pull (checkpoint.c) */
 	int gate_broken;           /* a cancelled pull passed a closed gate: no
 				    * interval checkpoint from now on */
-	uint64_t ckpt_errors;
+	uint64_t errors;
 	uint64_t pos_file, pos_rec; /* data position of the end (final checkpoint) */
-	uint64_t examples_done;    /* train examples through push */
-	int64_t phase;             /* checkpoint.c: the current pass */
-	int64_t ckpt_step;         /* step of the newest checkpoint written or loaded; -1 */
+	int64_t phase;             /* the current pass */
+	int64_t step;              /* step of the newest checkpoint written or loaded; -1 */
 	uint64_t pass_batches0, pass_examples0;
 	int pass_done;
 	/* The last written snapshot, kept so that the next checkpoint copies
 	 * into memory that is already mapped (st_trainer_snap_release); NULL
 	 * when none is kept. Under gate_mu. */
 	struct st_trainer_snap *snap_spare;
+};
 
-	/* Delta exports (store.c): keys pulled for training and keys evicted
-	 * since the last export, per table; tracking only once turned on. */
-	int track;
-	pthread_mutex_t track_mu;
+/* Delta exports (store.c): keys pulled for training and keys evicted
+ * since the last export, per table; tracking only once turned on. */
+struct tr_track {
+	int on;
+	pthread_mutex_t mu;
 	st_keyset_t touched[MAX_TABLES], evicted[MAX_TABLES];
-	int track_err;             /* < 0: a changed key was not recorded (out of
+	int err;                   /* < 0: a changed key was not recorded (out of
 				      memory); deltas are refused until a full
-				      export. Under track_mu */
-	st_evict_ctx_t evict_ctx[MAX_TABLES];
-	int *slot_table;           /* [n_slots] */
+				      export. Under mu */
+};
+
+/* Eval predictions kept since the last reset (eval.c). */
+struct tr_eval {
+	float *pred, *label;
+	size_t n, cap;
+};
+
+struct st_trainer {
+	st_model_t *model;
+	st_optim_t sopt, dopt;
+	int N;                     /* workers */
 	int n_slots, n_dense, gstride;
 	uint32_t minibatch;
 	int mean_loss;
-	const st_sync_ops_t *sops;
-	void *sync;
-	st_sync_env_t env;
-	st_sync_cfg_t sync_cfg;
 	st_metrics_t *metrics;
-
-	int N;
-	worker_t *w;
-	st_pool_t pool;            /* runs a batch on the N workers (pool.c) */
-	st_batch_t *cur;
-	uint32_t nmb;              /* minibatches of the current batch */
-	uint32_t next_mb;          /* FREE schedule counter (atomic) */
-	uint64_t gstep;            /* steps begun so far (LOCKSTEP base) */
-	uint64_t gstep_base;       /* gstep when the current policy was created */
-	int err;                   /* first worker error (atomic) */
-
-	/* Dense optimizer state shared by successive policies (sync.h). */
-	float *dstate;
-	uint64_t dt;
-	st_sync_stats_t past;      /* statistics of the policies destroyed */
 	uint64_t batches;          /* train batches done */
+	uint64_t examples_done;    /* train examples through push */
+	uint64_t since;            /* examples since the metrics' refresh */
 
-	/* st.sync.auto (ops/sync/auto.h): its controller while the policy is
-	 * auto (NULL otherwise) and the transport of its votes (threads in one
-	 * process, ranks once st_trainer_attach_dist ran). */
-	st_auto_t *autoc;
-	st_auto_transport_t auto_tp;
-	uint64_t switches;
-	st_trainer_time_fn time_fn;
-	void *time_ud;
-
-	st_straggler_cfg_t strag;
-	pthread_mutex_t slow_mu;
-	pthread_cond_t slow_cv;
-	int cancel;                /* under slow_mu */
-
-	/* Multi-process jobs (ops/dist): the sharded store; how many steps a
-	 * pull may run ahead of the applied ones (0: allreduce, the hybrid's
-	 * staleness bound, -1: no wait, async); train batches pulled so far
-	 * (the pull thread's), sync steps done (the train thread's) and the
-	 * global examples of the current step. */
-	struct st_dist *dist;
-	int dist_lockstep, dist_drained;
-	int64_t dist_lag;
-	uint64_t dist_pulled, dist_steps;
-	uint64_t dist_trained;     /* train batches trained (atomic; FRESH_ROWS) */
-	int dist_fresh;            /* the policy has ST_SYNC_FRESH_ROWS */
-	uint32_t dist_tot;
-	uint64_t dist_ssteps;      /* synchronous steps taken part in (atomic) */
-	int64_t dist_soff;         /* train batch j is sync step j + soff (atomic) */
-	st_batch_t dist_empty;     /* the batch of a step this rank has no data for */
-
-	float *ev_pred, *ev_label;
-	size_t ev_n, ev_cap;
-	uint64_t since;
-	pull_thread_t pull_t[ST_MAX_STAGE_THREADS];
+	struct tr_rows rows;
+	struct tr_step step;
+	struct tr_policy pol;
+	struct tr_dist dist;
+	struct tr_ckpt ckpt;
+	struct tr_track track;
+	struct tr_eval eval;
 };
 
 /* splitmix64's finalizer: hashes for the pull dedup set and the straggler
@@ -188,6 +237,50 @@ static inline uint64_t mix64(uint64_t z)
  * else logged. Returns code. */
 int st__trainer_fail(st_stage_ctx_t *ctx, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+
+/* ---- step.c --------------------------------------------------------------- */
+
+/* Worker w's scratch and accumulators (create); ST_OK or ST_ENOMEM. */
+int st__trainer_worker_init(st_trainer_t *tr, worker_t *w, int idx);
+void st__trainer_worker_free(worker_t *w);
+/* Grows every worker's per-unique-key scratch to n_uniq. Worker 0's thread,
+ * before the batch is published. ST_OK or ST_ENOMEM. */
+int st__trainer_size_workers(st_trainer_t *tr, uint32_t n_uniq);
+/* Runs batch b (one step per worker schedule) on every worker; the first
+ * worker error is in tr->step.err afterwards. Worker 0's thread. */
+void st__trainer_run(st_trainer_t *tr, st_batch_t *b);
+
+/* ---- eval.c --------------------------------------------------------------- */
+
+/* Keeps b's predictions and labels for st_trainer_eval_result. ST_OK or
+ * ST_ENOMEM. Train thread (or no stage running). */
+int st__trainer_eval_keep(st_trainer_t *tr, const st_batch_t *b);
+void st__trainer_eval_free(st_trainer_t *tr);
+
+/* ---- trainer.c --------------------------------------------------------------- */
+
+/* st.sync.auto after a train batch, or an empty step of a rank out of data
+ * (done): asks the controller and swaps the policy when it says so. */
+int st__trainer_auto_tick(st_trainer_t *tr, int done);
+/* A vote now (a rank out of data); *all_done: every rank is. */
+int st__trainer_auto_vote(st_trainer_t *tr, int done, int *all_done);
+
+/* ---- dist_glue.c ------------------------------------------------------------- */
+
+/* Before a multi-process train batch b runs: a lockstep policy's step
+ * count check and every rank's examples of the step (a collective).
+ * ST_OK at once in one process; else the op's failure (reported). */
+int st__trainer_dist_before(st_trainer_t *tr, st_stage_ctx_t *ctx, const st_batch_t *b);
+/* After it ran (or was empty): the step counters the pulls wait on. */
+void st__trainer_dist_after(st_trainer_t *tr, const st_batch_t *b);
+/* End of a training pass, out of data: takes part in the steps (and
+ * st.sync.auto's votes) of the ranks that still have data until none has.
+ * ST_OK at once in one process. */
+int st__trainer_dist_drain(st_trainer_t *tr);
+/* The network's counters as metrics (multi-process; nothing in one). */
+void st__trainer_dist_metrics(st_trainer_t *tr);
+
+/* ---- pull.c ------------------------------------------------------------------ */
 
 /* A multi-process batch's row copies (st_batch_t.rowbuf): each owner's
  * buffered step count at the pull, the table of each unique key, then the
@@ -207,9 +300,11 @@ int st__trainer_dist_pull(st_trainer_t *tr, st_batch_t *b, const uint16_t *uslot
 /* Frees one pull thread's scratch (pull.c). */
 void st__trainer_pull_free(pull_thread_t *p);
 
-/* ops/train/store.c: the tables (and their SSD tiers) from tdim[] and the
- * per-table base options; st__trainer_store_metrics publishes row, cache
- * and SSD metrics (push thread). */
+/* ---- store.c ----------------------------------------------------------------- */
+
+/* The tables (and their SSD tiers) from tdim[] and the per-table base
+ * options; st__trainer_store_metrics publishes row, cache and SSD metrics
+ * (push thread). */
 int st__trainer_tables_create(st_trainer_t *tr, const st_job_t *job, const int *tdim,
 			      const st_table_opts_t *base);
 void st__trainer_tables_destroy(st_trainer_t *tr);
@@ -224,9 +319,11 @@ int st__trainer_track_batch(st_trainer_t *tr, const st_batch_t *b, const uint16_
 /* Frees the sets (destroy). */
 void st__trainer_track_free(st_trainer_t *tr);
 
-/* checkpoint.c: pull waits at the gate and marks interval ends; dump
- * checkpoints after a marked batch; open_gate(cancel = 1) releases a
- * waiting pull for good (shutdown). */
+/* ---- checkpoint.c ------------------------------------------------------------ */
+
+/* Pull waits at the gate and marks interval ends; dump checkpoints after a
+ * marked batch; open_gate(cancel = 1) releases a waiting pull for good
+ * (shutdown). */
 void st__trainer_ckpt_gate(st_trainer_t *tr, st_batch_t *b, st_graph_t *g);
 void st__trainer_ckpt_open_gate(st_trainer_t *tr, int cancel);
 int st__trainer_checkpoint_after(st_trainer_t *tr, const st_batch_t *b);

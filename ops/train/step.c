@@ -1,0 +1,387 @@
+/*
+ * step.c — one batch on the trainer's workers: the minibatch schedules
+ * (LOCKSTEP, FREE), forward and backward of a minibatch (ops/nn), the loss
+ * scale, the gradients handed to the sync policy, straggler delays and
+ * step times for st.sync.auto. Orchestration (policy swaps, the stage op,
+ * metrics) is trainer.c's; the threads are the pool's (pool.c).
+ *
+ * Threads: st__trainer_run on worker 0's thread (the train stage's graph
+ * thread) runs one pool round; run_batch runs on every worker, each with
+ * its own worker_t, writing only its own minibatches' predictions (b->pred)
+ * and, through the policy, the shared parameters (the policy says how that
+ * is synchronized). st__trainer_size_workers and the scratch it sizes are
+ * worker 0's, between rounds.
+ *
+ * Where sparse updates are applied: here, at every step, by the policy —
+ * not in push. A minibatch must see the updates of the minibatches before
+ * it, rows included, exactly as a PyTorch loop over minibatches does
+ * (optimizer.step() after each backward); deferring the row updates of a
+ * whole batch to push would make every minibatch of the batch read the
+ * batch-start rows, i.e. a different (and batch-size-dependent) algorithm
+ * (docs/design-notes.md).
+ *
+ * Invariants: every worker finishes its share of every batch, whatever
+ * happens (an error is recorded in tr->step.err and reported by worker 0
+ * after the round), so no worker is ever left waiting at the pool's
+ * barriers. The per-worker `mark` stamps increase monotonically across
+ * batches, so the mark array needs no clearing between minibatches or
+ * batches.
+ *
+ * Stragglers (st.stragglers): a slowed worker sleeps (slowdown - 1) * t
+ * after computing a minibatch in t seconds, before apply. The sleep is a
+ * real delay, emulating a slow machine — not synchronization — as a timed
+ * wait on slow_cv, which st_trainer_cancel / destroy wake so shutdown never
+ * waits one out.
+ *
+ * Locks: only slow_mu (the straggler sleep), never held with another.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ops/dist/dist.h"
+#include "ops/train/trainer_internal.h"
+#include "runtime/err.h"
+
+int st__trainer_worker_init(st_trainer_t *tr, worker_t *w, int idx)
+{
+	w->idx = idx;
+	w->gdense = malloc(sizeof(float) * (tr->pol.env.nparams ? tr->pol.env.nparams : 1));
+	if (!w->gdense || st_model_ws_create(&w->ws, tr->model, tr->minibatch) < 0 ||
+	    st_auc_acc_create(&w->acc, 16) < 0)
+		return ST_ENOMEM;
+	return ST_OK;
+}
+
+void st__trainer_worker_free(worker_t *w)
+{
+	st_model_ws_destroy(w->ws);
+	free(w->gdense);
+	free(w->gu);
+	free(w->prow_buf);
+	free(w->prow);
+	free(w->mark);
+	free(w->touched);
+	free(w->ridx);
+	free(w->rok);
+	st_dist_stepbuf_destroy(w->dsb);
+	st_auc_acc_destroy(w->acc);
+}
+
+void st_trainer_set_time_fn(st_trainer_t *tr, st_trainer_time_fn fn, void *ud)
+{
+	tr->step.time_fn = fn;
+	tr->step.time_ud = ud;
+}
+
+void st_trainer_worker_stats(const st_trainer_t *tr, int w, uint64_t *minibatches,
+			     uint64_t *examples, double *busy_s)
+{
+	const worker_t *x = &tr->step.w[w];
+	if (minibatches)
+		*minibatches = __atomic_load_n(&x->mbs, __ATOMIC_RELAXED);
+	if (examples)
+		*examples = __atomic_load_n(&x->examples, __ATOMIC_RELAXED);
+	if (busy_s)
+		*busy_s = x->busy;
+}
+
+/* ---- scratch --------------------------------------------------------------- */
+
+/* Whether worker steps read their rows from the owners (ST_SYNC_STEP_ROWS
+ * in a multi-process job). */
+static int step_rows(const st_trainer_t *tr)
+{
+	return tr->dist.d && (tr->pol.ops->flags & ST_SYNC_STEP_ROWS);
+}
+
+int st__trainer_size_workers(st_trainer_t *tr, uint32_t n_uniq)
+{
+	const int steprows = step_rows(tr);
+	const int priv = (tr->pol.ops->flags & ST_SYNC_RELAXED_READS) || steprows;
+	for (int i = 0; i < tr->N; i++) {
+		worker_t *w = &tr->step.w[i];
+		if (steprows && !w->dsb && !(w->dsb = st_dist_stepbuf_create(tr->dist.d, i)))
+			return ST_ENOMEM;
+		/* A policy switch may turn relaxed reads or step rows on after
+		 * the scratch was sized without the private row copies. */
+		if (n_uniq <= w->gcap && (!priv || w->prow) && (!steprows || w->ridx))
+			continue;
+		uint32_t cap = n_uniq + n_uniq / 2;
+		free(w->gu);
+		free(w->prow_buf);
+		free(w->prow);
+		free(w->mark);
+		free(w->touched);
+		free(w->ridx);
+		free(w->rok);
+		w->gu = malloc(sizeof(float) * cap * (size_t)tr->gstride);
+		w->mark = calloc(cap, sizeof(uint32_t));
+		w->touched = malloc(sizeof(uint32_t) * cap);
+		w->prow_buf = priv ? malloc(sizeof(float) * cap * (size_t)tr->gstride) : NULL;
+		w->prow = priv ? malloc(sizeof(float *) * cap) : NULL;
+		w->ridx = steprows ? malloc(sizeof(uint32_t) * cap) : NULL;
+		w->rok = steprows ? malloc(cap) : NULL;
+		w->stamp = 0;
+		if (!w->gu || !w->mark || !w->touched || (priv && (!w->prow_buf || !w->prow)) ||
+		    (steprows && (!w->ridx || !w->rok))) {
+			w->gcap = 0;
+			return ST_ENOMEM;
+		}
+		w->gcap = cap;
+	}
+	return ST_OK;
+}
+
+static void set_err(st_trainer_t *tr, int rc)
+{
+	int zero = 0;
+	__atomic_compare_exchange_n(&tr->step.err, &zero, rc, 0, __ATOMIC_RELAXED,
+				    __ATOMIC_RELAXED);
+}
+
+static inline uint32_t mb_size(const st_trainer_t *tr, const st_batch_t *b, uint32_t mb)
+{
+	uint32_t r0 = mb * tr->minibatch;
+	return b->n - r0 < tr->minibatch ? b->n - r0 : tr->minibatch;
+}
+
+/* ---- one minibatch ------------------------------------------------------------ */
+
+/* ST_SYNC_STEP_ROWS: the current values of the minibatch's admitted rows
+ * (w->touched[0..nt)) from their owners into w->prow; a row its owner no
+ * longer has trains on the batch's copy (its update is dropped there, as
+ * for any row that expired). The batch's copies (b->rows) only say which
+ * keys are admitted. */
+static int read_step_rows(st_trainer_t *tr, worker_t *w, const st_batch_t *b, uint32_t nt)
+{
+	float *const *shared = b->rows;
+	const int gs = tr->gstride;
+	uint32_t m = 0;
+	for (uint32_t i = 0; i < nt; i++) {
+		const uint32_t u = w->touched[i];
+		if (shared[u])
+			w->ridx[m++] = u;
+		w->prow[u] = NULL;
+	}
+	const dist_rowbuf_t *rb = b->rowbuf;
+	int rc = st_dist_pull_step(tr->dist.d, w->dsb, b->uniq, rb->utable, w->ridx, m,
+				   (uint32_t)b->seq, w->prow_buf, (size_t)gs, w->rok);
+	for (uint32_t q = 0; rc >= 0 && q < m; q++) {
+		const uint32_t u = w->ridx[q];
+		w->prow[u] = w->rok[u] ? w->prow_buf + (size_t)u * gs : shared[u];
+	}
+	return rc;
+}
+
+/* Forward + backward of minibatch mb on worker w; fills g. ST_OK, or the
+ * error of reading the step's rows (ST_SYNC_STEP_ROWS; g is then unset). */
+static int compute(st_trainer_t *tr, worker_t *w, st_batch_t *b, uint32_t mb,
+		   const float *params, float scale, st_sync_grads_t *g)
+{
+	const uint32_t r0 = mb * tr->minibatch, n = mb_size(tr, b, mb);
+	const uint16_t *rdim = b->aux;
+	float *const *shared = b->rows;
+	const int relaxed = tr->pol.ops->flags & ST_SYNC_RELAXED_READS;
+	const int steprows = step_rows(tr);
+	const int gs = tr->gstride;
+	uint32_t stamp = ++w->stamp, nt = 0;
+	for (uint32_t k = b->row_off[r0]; k < b->row_off[r0 + n]; k++) {
+		uint32_t u = b->key_idx[k];
+		if (w->mark[u] == stamp)
+			continue;
+		w->mark[u] = stamp;
+		w->touched[nt++] = u;
+		float *gu = w->gu + (size_t)u * gs;
+		memset(gu, 0, sizeof(float) * rdim[u]);
+		if (relaxed && !steprows) {
+			float *p = shared[u] ? w->prow_buf + (size_t)u * gs : NULL;
+			if (p)
+				st_sync_load_relaxed(p, shared[u], rdim[u]);
+			w->prow[u] = p;
+		}
+	}
+	if (steprows) {
+		int rc = read_step_rows(tr, w, b, nt);
+		if (rc < 0)
+			return rc;
+	}
+	memset(w->gdense, 0, sizeof(float) * tr->pol.env.nparams);
+	st_model_step(tr->model, w->ws, b, r0, n, relaxed || steprows ? w->prow : shared, params,
+		      scale, b->pred + r0, w->gdense, w->gu, gs);
+	for (uint32_t i = r0; i < r0 + n; i++)
+		st_auc_acc_add(w->acc, b->pred[i], b->labels[i]);
+	*g = (st_sync_grads_t){
+		.n_examples = n, .dense = w->gdense, .n_rows = nt, .uidx = w->touched,
+		.rows = shared, .row_dim = rdim, .grad = w->gu, .gstride = gs,
+		.mark = w->mark, .stamp = stamp, .keys = b->uniq,
+		.utable = b->rowbuf ? ((const dist_rowbuf_t *)b->rowbuf)->utable : NULL,
+		.owner_token = b->rowbuf ? ((const dist_rowbuf_t *)b->rowbuf)->tokens : NULL,
+	};
+	return ST_OK;
+}
+
+/* ---- stragglers and step times ------------------------------------------------ */
+
+static double mono_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Whether worker w's minibatch number `step` is slowed: the fixed worker,
+ * or a draw deterministic in (seed, worker, step). */
+static int slowed(const st_trainer_t *tr, int w, uint64_t step)
+{
+	const st_straggler_cfg_t *c = &tr->step.strag;
+	if (!c->enabled || !(c->slowdown > 1) || (c->steps && step >= c->steps))
+		return 0;
+	if (!c->random)
+		return w == c->worker;
+	uint64_t h = mix64(c->seed ^ mix64(((uint64_t)w << 40) ^ step ^ UINT64_C(0x9e3779b97f4a7c15)));
+	return (double)(h >> 11) * 0x1.0p-53 < c->probability;
+}
+
+/* Sleeps secs unless the trainer is cancelled (then returns at once). */
+static void straggle(st_trainer_t *tr, double secs)
+{
+	double until = mono_s() + secs;
+	struct timespec ts;
+	ts.tv_sec = (time_t)until;
+	ts.tv_nsec = (long)((until - (double)ts.tv_sec) * 1e9);
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&tr->step.slow_mu);
+	while (!tr->step.cancel &&
+	       pthread_cond_timedwait(&tr->step.slow_cv, &tr->step.slow_mu, &ts) != ETIMEDOUT)
+		;
+	pthread_mutex_unlock(&tr->step.slow_mu);
+}
+
+/* After worker w computed a minibatch of n examples since t0: the straggler
+ * delay, the per-worker speed counters and auto's step-time sample. */
+static void after_compute(st_trainer_t *tr, worker_t *w, double t0, uint32_t n)
+{
+	double t = mono_s() - t0;
+	uint64_t step = w->mbs;
+	if (slowed(tr, w->idx, step)) {
+		double d = (tr->step.strag.slowdown - 1.0) * t;
+		straggle(tr, d);
+		t += d;
+	}
+	w->busy += t;
+	__atomic_store_n(&w->mbs, step + 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&w->examples, w->examples + n, __ATOMIC_RELAXED);
+	if (tr->pol.autoc) {
+		if (tr->step.time_fn)
+			t = tr->step.time_fn(tr->step.time_ud, w->idx, step, t);
+		st_auto_record(tr->pol.autoc, w->idx, t);
+	}
+}
+
+/* ---- one batch: the schedules --------------------------------------------------- */
+
+/* Worker w's share of batch tr->step.cur. Eval batches are only scored
+ * (FREE order). LOCKSTEP: step s gives minibatch s*N + w to worker w, and
+ * every worker calls begin_step / apply for every step (with nothing to
+ * give when it has no minibatch); a multi-process lockstep batch is one
+ * step of every rank over all the ranks' examples. FREE: the next
+ * minibatch from a shared counter. Gradients are scaled here (sync.h):
+ * 1 / the step's global examples for LOCKSTEP, 1 / the minibatch's for
+ * FREE, for mean-loss models. */
+static void run_batch(st_trainer_t *tr, worker_t *w)
+{
+	st_batch_t *b = tr->step.cur;
+	const uint32_t nmb = tr->step.nmb;
+	const int N = tr->N;
+	const st_sync_ops_t *ops = tr->pol.ops;
+	if (b->eval) {
+		/* Scoring only: nothing writes parameters meanwhile. */
+		const float *params = st_model_params(tr->model);
+		for (;;) {
+			uint32_t mb = __atomic_fetch_add(&tr->step.next_mb, 1, __ATOMIC_RELAXED);
+			if (mb >= nmb)
+				break;
+			st_model_forward(tr->model, w->ws, b, mb * tr->minibatch,
+					 mb_size(tr, b, mb), b->rows, params, NULL,
+					 b->pred + mb * tr->minibatch);
+		}
+		return;
+	}
+	st_sync_grads_t g;
+	if (ops->schedule == ST_SYNC_LOCKSTEP) {
+		/* A multi-process batch is one step of every rank (also with no
+		 * data here), over the examples of all the ranks' batches. */
+		const uint32_t nsteps = tr->dist.lockstep ? 1 : (nmb + (uint32_t)N - 1) / (uint32_t)N;
+		for (uint32_t s = 0; s < nsteps; s++) {
+			const uint32_t mb = s * (uint32_t)N + (uint32_t)w->idx;
+			uint32_t tot = 0;
+			for (uint32_t v = s * (uint32_t)N; v < (s + 1) * (uint32_t)N && v < nmb; v++)
+				tot += mb_size(tr, b, v);
+			if (tr->dist.lockstep)
+				tot = tr->dist.tot;
+			float scale = tr->mean_loss ? 1.0f / (float)tot : 1.0f;
+			const float *params = ops->begin_step(tr->pol.obj, w->idx,
+							      tr->step.gstep - tr->step.gstep_base + s);
+			if (mb < nmb) {
+				double t0 = mono_s();
+				int rc = compute(tr, w, b, mb, params, scale, &g);
+				if (rc < 0) {
+					/* Still take part in the step (its barriers),
+					 * with nothing to give. */
+					set_err(tr, rc);
+					g = (st_sync_grads_t){ .n_examples = 0, .dense = w->gdense,
+							       .gstride = tr->gstride };
+				}
+				after_compute(tr, w, t0, g.n_examples);
+			} else
+				g = (st_sync_grads_t){ .n_examples = 0, .dense = w->gdense,
+						       .gstride = tr->gstride };
+			int rc = ops->apply(tr->pol.obj, w->idx, &g);
+			if (rc < 0)
+				set_err(tr, rc);
+			w->steps += mb < nmb;
+		}
+	} else {
+		for (;;) {
+			uint32_t mb = __atomic_fetch_add(&tr->step.next_mb, 1, __ATOMIC_RELAXED);
+			if (mb >= nmb)
+				break;
+			const float *params = ops->begin_step(tr->pol.obj, w->idx,
+							      w->steps - w->step_base);
+			float scale = tr->mean_loss ? 1.0f / (float)mb_size(tr, b, mb) : 1.0f;
+			double t0 = mono_s();
+			int rc = compute(tr, w, b, mb, params, scale, &g);
+			if (rc < 0) {
+				set_err(tr, rc);
+				break;
+			}
+			after_compute(tr, w, t0, g.n_examples);
+			rc = ops->apply(tr->pol.obj, w->idx, &g);
+			if (rc < 0)
+				set_err(tr, rc);
+			w->steps++;
+		}
+	}
+	ops->end_batch(tr->pol.obj, w->idx);
+}
+
+/* The pool's work for a batch: worker w's share of tr->step.cur. */
+static void batch_work(void *arg, int w)
+{
+	st_trainer_t *tr = arg;
+	run_batch(tr, &tr->step.w[w]);
+}
+
+void st__trainer_run(st_trainer_t *tr, st_batch_t *b)
+{
+	tr->step.cur = b;
+	tr->step.nmb = (b->n + tr->minibatch - 1) / tr->minibatch;
+	tr->step.next_mb = 0;
+	tr->step.err = 0;
+	st_pool_run(&tr->step.pool, batch_work, tr);
+}
