@@ -51,6 +51,7 @@
 #include <xxhash.h>
 
 #include "ops/dump/ckpt.h"
+#include "ops/rowsrc/local.h"
 #include "ops/train/checkpoint.h"
 #include "ops/train/trainer_internal.h"
 #include "runtime/err.h"
@@ -341,10 +342,10 @@ void st_trainer_snap_destroy(st_trainer_snap_t *s)
  * would hold a second copy of the model in RAM for the whole run. */
 static int keeps_spare(const st_trainer_t *tr)
 {
-	if (tr->rows.mem_budget || tr->rows.store_root[0])
+	if (st_rowsrc_local_bounded(tr->rows.local))
 		return 0;
 	for (int k = 0; k < tr->rows.n_tables; k++)
-		if (st_table_ssd(tr->rows.tables[k]))
+		if (st_table_ssd(st__trainer_table(tr, k)))
 			return 0;
 	return 1;
 }
@@ -456,8 +457,9 @@ int st_trainer_snapshot(st_trainer_t *tr, const st_batch_t *last, st_trainer_sna
 			s->prev_rows[k] = NO_PREV;
 			s->n_tables = k + 1;
 		}
-		add_t a = { s->rows[k], tr->rows.tables[k], 0 };
-		rc = st_table_foreach_all(tr->rows.tables[k], add_row, &a);
+		st_table_t *t = st__trainer_table(tr, k);
+		add_t a = { s->rows[k], t, 0 };
+		rc = st_table_foreach_all(t, add_row, &a);
 		if (rc >= 0)
 			rc = a.err;
 	}

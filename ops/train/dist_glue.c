@@ -14,6 +14,7 @@
 #include <xxhash.h>
 
 #include "ops/dist/dist.h"
+#include "ops/rowsrc/remote.h"
 #include "ops/sync/auto.h"
 #include "ops/sync/registry.h"
 #include "ops/train/trainer_internal.h"
@@ -42,17 +43,31 @@ int st_trainer_attach_dist(st_trainer_t *tr, st_net_t *net, const st_job_t *job)
 		.dense_t = &tr->pol.dt,
 	};
 	for (int k = 0; k < tr->rows.n_tables; k++) {
-		c.tables[k] = tr->rows.tables[k];
+		c.tables[k] = st__trainer_table(tr, k);
 		c.dim[k] = (uint32_t)tr->rows.tdim[k];
 	}
 	int rc = st_dist_create(&tr->dist.d, &c);
 	if (rc < 0)
 		return rc;
+	/* From now on the rows come from their owners; this rank's tables are
+	 * its shard, which the service thread answers from. */
+	st_rowsrc_remote_cfg_t rc_cfg = {
+		.dist = tr->dist.d, .shard = tr->rows.local, .n_workers = tr->N,
+		.stride = (size_t)tr->gstride, .clock = &tr->dist.clock,
+	};
+	if ((rc = st_rowsrc_remote_create(&tr->rows.src, &rc_cfg)) < 0) {
+		tr->rows.src = tr->rows.local;
+		st_dist_destroy(tr->dist.d);
+		tr->dist.d = NULL;
+		return rc;
+	}
 	tr->pol.env.dist = tr->dist.d;
 	/* st.sync.auto's votes go to every rank from now on. */
 	st_auto_transport_ranks(&tr->pol.auto_tp, net);
 	rc = st_trainer_set_policy(tr, scfg);
 	if (rc < 0) {
+		st_rowsrc_destroy(tr->rows.src);
+		tr->rows.src = tr->rows.local;
 		st_dist_destroy(tr->dist.d);
 		tr->dist.d = NULL;
 		tr->pol.env.dist = NULL;
@@ -97,7 +112,10 @@ int st_trainer_dist_leave(st_trainer_t *tr, int *lost)
 
 uint64_t st_trainer_digest(st_trainer_t *tr, int with_dense, uint64_t *rows)
 {
-	uint64_t h = st_dist_rows_digest(tr->rows.tables, tr->rows.n_tables, rows);
+	st_table_t *tables[MAX_TABLES];
+	for (int k = 0; k < tr->rows.n_tables; k++)
+		tables[k] = st__trainer_table(tr, k);
+	uint64_t h = st_dist_rows_digest(tables, tr->rows.n_tables, rows);
 	if (with_dense)
 		h ^= XXH3_64bits(tr->pol.env.params, sizeof(float) * tr->pol.env.nparams);
 	return h;
@@ -158,7 +176,7 @@ int st__trainer_dist_drain(st_trainer_t *tr)
 		if (tr->step.err < 0)
 			return tr->step.err;
 		tr->dist.steps++;
-		__atomic_store_n(&tr->dist.ssteps, tr->dist.ssteps + 1, __ATOMIC_RELAXED);
+		__atomic_store_n(&tr->dist.clock.ssteps, tr->dist.clock.ssteps + 1, __ATOMIC_RELAXED);
 		if (tr->pol.autoc && (rc = st__trainer_auto_tick(tr, 1)) < 0)
 			return rc;
 	}
@@ -186,12 +204,12 @@ void st__trainer_dist_after(st_trainer_t *tr, const st_batch_t *b)
 {
 	if (!tr->dist.d || b->eval)
 		return;
-	__atomic_fetch_add(&tr->dist.trained, 1, __ATOMIC_RELEASE);
+	__atomic_fetch_add(&tr->dist.clock.trained, 1, __ATOMIC_RELEASE);
 	if (b->n == 0)
 		return;
 	tr->dist.steps++;
 	if (tr->dist.lockstep)
-		__atomic_store_n(&tr->dist.ssteps, tr->dist.ssteps + 1, __ATOMIC_RELAXED);
+		__atomic_store_n(&tr->dist.clock.ssteps, tr->dist.clock.ssteps + 1, __ATOMIC_RELAXED);
 }
 
 void st__trainer_dist_metrics(st_trainer_t *tr)

@@ -1,18 +1,19 @@
 /*
- * pull.c — the pull-sparse stage of the trainer: deduplicates a batch's
- * keys (the batch's unique keys plus, per occurrence, its index: PERSIA's
- * layout, persia-hybrid-training.md Section 4.2.3) and resolves every unique
- * key to its row in the embedding table of its slot, creating rows for
- * training batches (subject to admission) and never for eval batches.
+ * pull.c — the pull-sparse stage of the trainer: waits at the checkpoint
+ * gate, deduplicates a batch's keys (the batch's unique keys plus, per
+ * occurrence, its index: PERSIA's layout, persia-hybrid-training.md
+ * Section 4.2.3), and has the row source (ops/rowsrc) resolve every unique
+ * key to its row in the table of its slot, creating rows for training
+ * batches (subject to admission) and never for eval batches; then records
+ * the keys for the next delta export and leaves each key's row width and
+ * table for train in b->aux.
  *
  * Threads: runs on the pull stage's graph threads; thread i uses only
- * tr->rows.pull_t[i] as scratch. The tables do their own locking.
+ * tr->rows.pull_t[i] as scratch and passes i to the source.
  */
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "ops/dist/dist.h"
 #include "ops/train/trainer_internal.h"
 #include "runtime/err.h"
 
@@ -22,13 +23,12 @@ void st__trainer_pull_free(pull_thread_t *p)
 {
 	free(p->hkeys);
 	free(p->hidx);
-	free(p->tkeys);
-	free(p->tpos);
-	free(p->trows);
 }
 
 /* Fills b->uniq (first-occurrence order), b->key_idx, b->n_uniq, and
- * udim[u] = the slot of u's first occurrence (turned into a width later). */
+ * (*slot_out)[u] = the slot of u's first occurrence (turned into a width
+ * later). *slot_out has room behind its nk slots for the batch's table
+ * array (b->aux's layout, trainer_internal.h). */
 static int dedup(pull_thread_t *t, st_batch_t *b, uint16_t **slot_out)
 {
 	uint32_t nk = st_batch_nkeys(b);
@@ -55,7 +55,7 @@ static int dedup(pull_thread_t *t, st_batch_t *b, uint16_t **slot_out)
 	if (!kidx)
 		return ST_ENOMEM;
 	b->key_idx = kidx;
-	uint16_t *uslot = malloc(sizeof(uint16_t) * (nk ? nk : 1));
+	uint16_t *uslot = malloc((sizeof(uint16_t) + 1) * (nk ? nk : 1));
 	if (!uslot)
 		return ST_ENOMEM;
 	uint32_t mask = cap - 1, nu = 0;
@@ -89,27 +89,6 @@ static int graph_stopped(void *g)
 	return g && st_graph_canceled(g);
 }
 
-int st__trainer_dist_pull(st_trainer_t *tr, st_batch_t *b, const uint16_t *uslot,
-			  uint64_t need_step, st_graph_t *g)
-{
-	const uint32_t nu = b->n_uniq;
-	const size_t stride = (size_t)tr->gstride;
-	const size_t ntok = (size_t)st_dist_size(tr->dist.d);
-	size_t head = (sizeof(dist_rowbuf_t) + sizeof(uint64_t) * ntok + nu + 63) & ~(size_t)63;
-	dist_rowbuf_t *rb = malloc(head + sizeof(float) * stride * (nu ? nu : 1));
-	if (!rb)
-		return ST_ENOMEM;
-	rb->tokens = (uint64_t *)(rb + 1);
-	rb->utable = (uint8_t *)(rb->tokens + ntok);
-	rb->rows = (float *)((uint8_t *)rb + head);
-	for (uint32_t u = 0; u < nu; u++)
-		rb->utable[u] = (uint8_t)tr->rows.slot_table[uslot[u]];
-	free(b->rowbuf);
-	b->rowbuf = rb;
-	return st_dist_pull(tr->dist.d, b->uniq, rb->utable, nu, need_step, !b->eval,
-			    (uint32_t)b->seq, rb->rows, stride, b->rows, rb->tokens, graph_stopped, g);
-}
-
 static int pull_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 			st_batch_t **out)
 {
@@ -133,67 +112,26 @@ static int pull_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 			       (unsigned long long)b->seq);
 	}
 	b->rows = rows;
-	const uint32_t step = (uint32_t)b->seq;
-	if (tr->dist.d) {
-		/* FRESH_ROWS (gba, bsp, hop_bw): train batch k is pulled once
-		 * batch k-1 is trained, right before it computes. */
-		while (__atomic_load_n(&tr->dist.fresh, __ATOMIC_RELAXED) && !b->eval &&
-		       !st_graph_canceled(ctx->graph) &&
-		       __atomic_load_n(&tr->dist.trained, __ATOMIC_ACQUIRE) < tr->dist.pulled) {
-			struct timespec ts = { 0, 50 * 1000 };
-			nanosleep(&ts, NULL);
-		}
-		/* Train batch k is sync step k + soff (soff = 0 unless st.sync.auto
-		 * switched) and waits for steps 0..k+soff-1-lag; an eval pass runs
-		 * after training, so it waits for every step. The train thread
-		 * sets soff, then lag (release) at a switch. */
-		const int64_t lag = __atomic_load_n(&tr->dist.lag, __ATOMIC_ACQUIRE);
-		const int64_t at = (int64_t)tr->dist.pulled +
-				   __atomic_load_n(&tr->dist.soff, __ATOMIC_RELAXED) - lag;
-		uint64_t need = lag < 0 ? 0
-				: b->eval ? __atomic_load_n(&tr->dist.ssteps, __ATOMIC_RELAXED)
-				: at > 0 ? (uint64_t)at : 0;
-		rc = st__trainer_dist_pull(tr, b, uslot, need, ctx->graph);
-		if (!b->eval)
-			tr->dist.pulled++;
-	} else if (tr->rows.n_tables == 1) {
-		rc = st_table_resolve(tr->rows.tables[0], b->uniq, nu, step, !b->eval, rows);
-	} else {
-		if (nu > t->tcap) {
-			free(t->tkeys);
-			free(t->tpos);
-			free(t->trows);
-			t->tkeys = malloc(sizeof(uint64_t) * nu);
-			t->tpos = malloc(sizeof(uint32_t) * nu);
-			t->trows = malloc(sizeof(float *) * nu);
-			t->tcap = (t->tkeys && t->tpos && t->trows) ? nu : 0;
-		}
-		rc = t->tcap >= nu ? ST_OK : ST_ENOMEM;
-		for (int k = 0; k < tr->rows.n_tables && rc >= 0; k++) {
-			uint32_t m = 0;
-			for (uint32_t u = 0; u < nu; u++)
-				if (tr->rows.slot_table[uslot[u]] == k) {
-					t->tkeys[m] = b->uniq[u];
-					t->tpos[m++] = u;
-				}
-			rc = st_table_resolve(tr->rows.tables[k], t->tkeys, m, step, !b->eval, t->trows);
-			for (uint32_t i = 0; i < m && rc >= 0; i++)
-				rows[t->tpos[i]] = t->trows[i];
-		}
-	}
+	/* Each unique key's table, behind the slots (b->aux's layout). */
+	uint8_t *utable = (uint8_t *)(uslot + nu);
+	for (uint32_t u = 0; u < nu; u++)
+		utable[u] = (uint8_t)tr->rows.slot_table[uslot[u]];
+	/* Where the rows live is the source's business (ops/rowsrc). */
+	rc = st_rowsrc_resolve(tr->rows.src, b, utable, ctx->thread_idx, graph_stopped, ctx->graph);
 	if (rc < 0) {
 		free(uslot);
 		return op_fail(ctx, rc, "batch %llu: parameter store: %s",
 			       (unsigned long long)b->seq, st_strerror(rc));
 	}
-	if ((rc = st__trainer_track_batch(tr, b, uslot)) < 0) {
+	if ((rc = st__trainer_track_batch(tr, b, utable)) < 0) {
 		free(uslot);
 		return op_fail(ctx, rc, "batch %llu: cannot record its keys for the next delta "
 			       "export: %s (the export would silently miss their rows)",
 			       (unsigned long long)b->seq, st_strerror(rc));
 	}
 	/* The row width of every unique key, for train (b->aux, freed with the
-	 * batch). The slot array is reused in place. */
+	 * batch). The slot array is reused in place; the tables stay behind
+	 * it. */
 	for (uint32_t u = 0; u < nu; u++)
 		uslot[u] = (uint16_t)st_model_row_dim(tr->model, uslot[u]);
 	free(b->aux);

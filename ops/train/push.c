@@ -1,16 +1,18 @@
 /*
  * push.c — the push and dump stages of the trainer. The sparse optimizer
  * step happens in train, at every step (docs/design-notes.md, "Where sparse
- * updates are applied"); push keeps the store's books: TTL eviction sweeps
- * (model.ttl, in batches, every ttl/8 batches, in batch order so no row of a
- * batch in flight is older than the TTL) and the row / admission metrics.
- * dump frees the batch (checkpoints and exports arrive with their issue).
- * With an SSD tier, push unpins the batch's rows (pinned by pull-sparse):
- * from then on the RAM tier may evict them.
+ * updates are applied"); push gives the batch's rows back to the row source
+ * (ops/rowsrc: the local store unpins them, so that the RAM tier may evict
+ * them again; remote copies go with the batch) and has the source keep its
+ * books, in batch order: TTL eviction sweeps, memory-budget warnings, the
+ * row / cache / SSD metrics. dump records the data position, writes a
+ * checkpoint after a batch pull marked, and frees the batch.
  *
  * Threads: one push thread and one dump thread (graph stages).
  */
 #include <stdlib.h>
+
+#include "ops/rowsrc/rowsrc.h"
 
 #include "ops/train/trainer_internal.h"
 #include "runtime/err.h"
@@ -20,42 +22,28 @@ static int push_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 {
 	st_trainer_t *tr = state;
 	/* The batch's updates are applied (every policy applies a batch's row
-	 * updates before its end_batch): its rows may be evicted again. */
-	if (tr->rows.store_root[0] && !tr->dist.d)   /* a multi-process batch holds copies */
-		st_table_unpin(tr->rows.tables[0], b->rows, b->n_uniq);
+	 * updates before its end_batch): its rows go back to the source. */
+	st_rowsrc_release(tr->rows.src, b);
 	if (!b->eval)
 		tr->examples_done += b->n;
-	if (tr->rows.ttl && !b->eval && b->seq > tr->rows.ttl && b->seq % tr->rows.evict_every == 0) {
-		uint64_t ev = 0;
-		for (int i = 0; i < tr->rows.n_tables; i++)
-			ev += st_table_evict_older(tr->rows.tables[i], (uint32_t)b->seq, tr->rows.ttl);
+	uint64_t ev = 0;
+	int rc = st_rowsrc_maintain(tr->rows.src, b, &ev);
+	if (rc < 0)
+		return st__trainer_fail(ctx, rc, "batch %llu: parameter store upkeep: %s",
+					(unsigned long long)b->seq, st_strerror(rc));
+	if (rc > 0) {
+		/* A TTL sweep ran: its evictions, and whether every evicted key
+		 * made it into the next delta export. */
 		if (tr->metrics)
 			st_metrics_add(tr->metrics, "evicted", (double)ev);
-		int rc = st__trainer_track_error(tr);
-		if (rc < 0)
+		if ((rc = st__trainer_track_error(tr)) < 0)
 			return st__trainer_fail(ctx, rc, "batch %llu: TTL eviction: cannot record "
 						"the evicted keys for the next delta export: %s (the "
 						"export would silently keep their rows)",
 						(unsigned long long)b->seq, st_strerror(rc));
 	}
 	if (tr->metrics)
-		st__trainer_store_metrics(tr);
-	/* Without storage.ssd there is nowhere to evict rows to: storage.mem
-	 * is then a limit the job is told about, once, when the table passes
-	 * it, instead of silently using more memory than the job allows. */
-	if (tr->rows.mem_budget && !tr->rows.store_root[0] && !tr->rows.mem_warned) {
-		uint64_t bytes = 0;
-		for (int i = 0; i < tr->rows.n_tables; i++)
-			bytes += (uint64_t)st_table_size(tr->rows.tables[i]) *
-				 st_table_row_bytes(tr->rows.tables[i]);
-		if (bytes > tr->rows.mem_budget) {
-			st_warn("the embedding table uses %.1f MB, more than storage.mem (%.1f MB): "
-				"without storage.ssd every row stays in RAM (add storage.ssd to "
-				"evict cold rows to SSD)",
-				(double)bytes / 1e6, (double)tr->rows.mem_budget / 1e6);
-			tr->rows.mem_warned = 1;
-		}
-	}
+		st_rowsrc_metrics(tr->rows.src, tr->metrics);
 	*out = b;
 	return ST_OK;
 }

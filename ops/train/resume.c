@@ -174,13 +174,13 @@ static int load_rows(st_trainer_t *tr, int k, const char *path, char *err, size_
 		st_rows_reader_close(r);
 		return ST_EINVAL;
 	}
-	int ram = !st_table_ssd(tr->rows.tables[k]);
+	int ram = !st_table_ssd(st__trainer_table(tr, k));
 	size_t nf = (size_t)info->dim + info->state_dim;
 	/* A batch of up to ST_ROWS_BATCH_MAX rows, at most LOAD_BATCH_BYTES of
 	 * floats per thread however wide the rows. */
 	size_t max = LOAD_BATCH_BYTES / (sizeof(float) * nf);
 	max = max < 1 ? 1 : max > ST_ROWS_BATCH_MAX ? ST_ROWS_BATCH_MAX : max;
-	loader_t L = { .t = tr->rows.tables[k], .r = r, .path = path, .nf = nf,
+	loader_t L = { .t = st__trainer_table(tr, k), .r = r, .path = path, .nf = nf,
 		       .max = ram ? max : 1, .err = err, .errlen = errlen };
 	pthread_mutex_init(&L.mu, NULL);
 	pthread_t tid[LOAD_THREADS];

@@ -40,7 +40,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "ops/dist/dist.h"
 #include "ops/train/trainer_internal.h"
 #include "runtime/err.h"
 
@@ -65,7 +64,6 @@ void st__trainer_worker_free(worker_t *w)
 	free(w->touched);
 	free(w->ridx);
 	free(w->rok);
-	st_dist_stepbuf_destroy(w->dsb);
 	st_auc_acc_destroy(w->acc);
 }
 
@@ -89,11 +87,12 @@ void st_trainer_worker_stats(const st_trainer_t *tr, int w, uint64_t *minibatche
 
 /* ---- scratch --------------------------------------------------------------- */
 
-/* Whether worker steps read their rows from the owners (ST_SYNC_STEP_ROWS
- * in a multi-process job). */
+/* Whether worker steps read their rows right before computing: the policy
+ * asks for it (ST_SYNC_STEP_ROWS) and the row source has rows that change
+ * elsewhere (remote; the local source's rows are the shared ones). */
 static int step_rows(const st_trainer_t *tr)
 {
-	return tr->dist.d && (tr->pol.ops->flags & ST_SYNC_STEP_ROWS);
+	return (tr->pol.ops->flags & ST_SYNC_STEP_ROWS) && st_rowsrc_can_read_step(tr->rows.src);
 }
 
 int st__trainer_size_workers(st_trainer_t *tr, uint32_t n_uniq)
@@ -102,8 +101,6 @@ int st__trainer_size_workers(st_trainer_t *tr, uint32_t n_uniq)
 	const int priv = (tr->pol.ops->flags & ST_SYNC_RELAXED_READS) || steprows;
 	for (int i = 0; i < tr->N; i++) {
 		worker_t *w = &tr->step.w[i];
-		if (steprows && !w->dsb && !(w->dsb = st_dist_stepbuf_create(tr->dist.d, i)))
-			return ST_ENOMEM;
 		/* A policy switch may turn relaxed reads or step rows on after
 		 * the scratch was sized without the private row copies. */
 		if (n_uniq <= w->gcap && (!priv || w->prow) && (!steprows || w->ridx))
@@ -150,10 +147,10 @@ static inline uint32_t mb_size(const st_trainer_t *tr, const st_batch_t *b, uint
 /* ---- one minibatch ------------------------------------------------------------ */
 
 /* ST_SYNC_STEP_ROWS: the current values of the minibatch's admitted rows
- * (w->touched[0..nt)) from their owners into w->prow; a row its owner no
- * longer has trains on the batch's copy (its update is dropped there, as
- * for any row that expired). The batch's copies (b->rows) only say which
- * keys are admitted. */
+ * (w->touched[0..nt)) from the row source into w->prow; a row the source
+ * no longer has trains on the batch's copy (its update is dropped there,
+ * as for any row that expired). The batch's copies (b->rows) only say
+ * which keys are admitted. */
 static int read_step_rows(st_trainer_t *tr, worker_t *w, const st_batch_t *b, uint32_t nt)
 {
 	float *const *shared = b->rows;
@@ -165,9 +162,8 @@ static int read_step_rows(st_trainer_t *tr, worker_t *w, const st_batch_t *b, ui
 			w->ridx[m++] = u;
 		w->prow[u] = NULL;
 	}
-	const dist_rowbuf_t *rb = b->rowbuf;
-	int rc = st_dist_pull_step(tr->dist.d, w->dsb, b->uniq, rb->utable, w->ridx, m,
-				   (uint32_t)b->seq, w->prow_buf, (size_t)gs, w->rok);
+	int rc = st_rowsrc_read_step(tr->rows.src, w->idx, b, st__batch_table(b), w->ridx, m,
+				     w->prow_buf, (size_t)gs, w->rok);
 	for (uint32_t q = 0; rc >= 0 && q < m; q++) {
 		const uint32_t u = w->ridx[q];
 		w->prow[u] = w->rok[u] ? w->prow_buf + (size_t)u * gs : shared[u];
@@ -181,7 +177,7 @@ static int compute(st_trainer_t *tr, worker_t *w, st_batch_t *b, uint32_t mb,
 		   const float *params, float scale, st_sync_grads_t *g)
 {
 	const uint32_t r0 = mb * tr->minibatch, n = mb_size(tr, b, mb);
-	const uint16_t *rdim = b->aux;
+	const uint16_t *rdim = st__batch_row_dim(b);
 	float *const *shared = b->rows;
 	const int relaxed = tr->pol.ops->flags & ST_SYNC_RELAXED_READS;
 	const int steprows = step_rows(tr);
@@ -216,8 +212,8 @@ static int compute(st_trainer_t *tr, worker_t *w, st_batch_t *b, uint32_t mb,
 		.n_examples = n, .dense = w->gdense, .n_rows = nt, .uidx = w->touched,
 		.rows = shared, .row_dim = rdim, .grad = w->gu, .gstride = gs,
 		.mark = w->mark, .stamp = stamp, .keys = b->uniq,
-		.utable = b->rowbuf ? ((const dist_rowbuf_t *)b->rowbuf)->utable : NULL,
-		.owner_token = b->rowbuf ? ((const dist_rowbuf_t *)b->rowbuf)->tokens : NULL,
+		.utable = st__batch_table(b),
+		.owner_token = st_rowsrc_versions(tr->rows.src, b),
 	};
 	return ST_OK;
 }

@@ -1,245 +1,117 @@
 /*
- * store.c — the trainer's parameter store: one host table per distinct row
- * width, and, when the job has storage.ssd, the RAM tier of each table as a
- * cache over its own SSD tier (runtime/store/cache.c, ssd.c;
- * hierarchical-gpu-parameter-server.md Sections 5-6).
+ * store.c — the trainer's parameter store: the local row source
+ * (ops/rowsrc/local.c: one table per distinct row width, RAM and SSD tiers)
+ * made from the job, the keys that changed since the last serving export
+ * (delta tracking), and the exports themselves.
  *
- * Budget. storage.mem is split over the tables in proportion to the bytes
- * their slots' rows take (row bytes x slots), and turned into a row count
- * per table from the RAM bytes of a cached row (floats, metadata, cache
- * words, index). The SSD tier's own index (the cold map, about 28 bytes per
- * row on SSD) is not part of the budget; it is reported as ssd.index_mb.
- *
- * Files. Each table's SSD tier lives in <ssd.path>/strata-store/t<k>/,
- * started fresh for every run (the store is the run's working memory, not a
- * checkpoint; checkpoints are the dump stage's) and removed at the end by
- * the tier itself (remove_on_close), while it still holds the directory's
- * lock. The lock (runtime/store/ssd.h) makes a second job on the same
- * ssd.path fail at its first table with ST_EBUSY before it wipes anything;
- * so only a table this trainer opened is ever removed, never a directory
- * another job is using.
+ * Rows reach the step through the row source (tr->rows.src: the local
+ * store, or in a multi-process job the remote shards over it); exports,
+ * delta tracking and checkpoints work on the local tables directly
+ * (st_rowsrc_local_table).
  */
 #include <assert.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "ops/dump/export.h"
+#include "ops/rowsrc/local.h"
 #include "ops/train/trainer_internal.h"
 #include "runtime/err.h"
 
-static void on_evict(void *arg, uint64_t key);
+static void on_evict(void *arg, int k, uint64_t key);
 
-/* RAM bytes of one cached row besides its floats: metadata 16, cache words
- * 16, index about 7. */
-#define ROW_OVERHEAD 39
-
-static int read_mode(const char *s)
+int st__trainer_store_create(st_trainer_t *tr, const st_job_t *job)
 {
-	if (s && !strcmp(s, "block"))
-		return ST_SSD_READ_BLOCK;
-	if (s && !strcmp(s, "file"))
-		return ST_SSD_READ_FILE;
-	return ST_SSD_READ_AUTO;
-}
-
-/* Creates <path>/strata-store; refuses a path that is missing, not a
- * directory or not writable, naming it. */
-static int store_root(const st_job_t *job, char *root, size_t n)
-{
-	struct stat sb;
-	if (stat(job->ssd_path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-		st_error("storage.ssd.path %s: %s", job->ssd_path,
-			 stat(job->ssd_path, &sb) != 0 ? strerror(errno) : "not a directory");
-		return ST_EJOB;
-	}
-	if (access(job->ssd_path, W_OK | X_OK) != 0) {
-		st_error("storage.ssd.path %s: not writable (%s)", job->ssd_path, strerror(errno));
-		return ST_EJOB;
-	}
-	snprintf(root, n, "%s/strata-store", job->ssd_path);
-	if (mkdir(root, 0755) != 0 && errno != EEXIST) {
-		st_error("storage.ssd.path: cannot create %s: %s", root, strerror(errno));
-		return ST_EJOB;
-	}
-	return ST_OK;
-}
-
-int st__trainer_tables_create(st_trainer_t *tr, const st_job_t *job, const int *tdim,
-			      const st_table_opts_t *base)
-{
-	int nslots[MAX_TABLES] = { 0 };
-	for (int s = 0; s < tr->n_slots; s++)
-		nslots[tr->rows.slot_table[s]]++;
-	uint64_t total_w = 0, row_b[MAX_TABLES];
-	for (int t = 0; t < tr->rows.n_tables; t++) {
-		size_t floats = (size_t)base[t].dim + base[t].state_dim;
-		row_b[t] = floats * sizeof(float) + ROW_OVERHEAD;
-		total_w += row_b[t] * (uint64_t)nslots[t];
-	}
-	const int cached = job->ssd_path != NULL;
-	uint64_t cache_rows[MAX_TABLES] = { 0 };
-	if (cached && !job->mem_bytes) {
-		st_error("storage.ssd needs storage.mem: the RAM budget decides which rows go "
-			 "to SSD");
-		return ST_EJOB;
-	}
-	for (int t = 0; cached && t < tr->rows.n_tables; t++) {
-		double share = (double)row_b[t] * nslots[t] / (double)total_w;
-		cache_rows[t] = (uint64_t)((double)job->mem_bytes * share) / row_b[t];
-		/* One batch may touch batch_size rows of each of the table's
-		 * slots; fewer rows than that cannot hold the working set (the
-		 * paper's pinned working parameters, Appendix D). */
-		uint64_t need = (uint64_t)job->batch_size * (uint64_t)nslots[t];
-		if (cache_rows[t] < need) {
-			st_error("storage.mem = %.1f MiB holds %llu rows of table %d (%llu bytes each), "
-				 "fewer than one batch can use (batch_size %d x %d slots = %llu rows): "
-				 "raise storage.mem to at least %.1f MiB or lower "
-				 "stages.read.batch_size",
-				 (double)job->mem_bytes / 1048576.0,
-				 (unsigned long long)cache_rows[t], t, (unsigned long long)row_b[t],
-				 job->batch_size, nslots[t], (unsigned long long)need,
-				 (double)need * (double)total_w / nslots[t] / 1048576.0);
-			return ST_EJOB;
-		}
-	}
-	char root[4096];
-	if (cached) {
-		int rc = store_root(job, root, sizeof root);
-		if (rc < 0)
-			return rc;
-		snprintf(tr->rows.store_root, sizeof tr->rows.store_root, "%s", root);
-	}
-	for (int t = 0; t < tr->rows.n_tables; t++) {
-		st_table_opts_t to = base[t];
-		tr->rows.tdim[t] = (int)base[t].dim;
-		tr->rows.evict_ctx[t] = (st_evict_ctx_t){ tr, t };
-		to.on_evict = on_evict;
-		to.evict_arg = &tr->rows.evict_ctx[t];
-		tr->rows.tstate[t] = (int)base[t].state_dim;
-		st_ssd_opts_t so;
-		char dir[4200];
-		if (cached) {
-			to.cache_rows = cache_rows[t];
-			/* Shards of at least ~256 rows, so that each shard's LRU and
-			 * LFU segments are long enough to mean something. */
-			uint32_t ns = 64;
-			while (ns > 1 && to.cache_rows / ns < 256)
-				ns /= 2;
-			to.n_shards = ns;
-			to.lru_frac = job->ssd_lru;
-			snprintf(dir, sizeof dir, "%s/t%d", root, t);
-			so = (st_ssd_opts_t){
-				.dir = dir,
-				.payload_bytes = (uint32_t)((to.dim + to.state_dim + 2) * sizeof(float)),
-				.file_bytes = job->ssd_file_bytes,
-				.queue_depth = (uint32_t)job->ssd_queue_depth,
-				.budget_bytes = job->ssd_bytes / (uint64_t)tr->rows.n_tables,
-				.read_mode = read_mode(job->ssd_read),
-				.fresh = 1,
-				.remove_on_close = 1,
+	const st_model_cfg_t *mc = &job->model;
+	const char *type = mc->type ? mc->type : "lr";
+	int rc;
+	/* One table per distinct row width. New rows: uniform(-s, s) from
+	 * (seed, key). The neural presets need nonzero embeddings to break
+	 * symmetry; a job that leaves init_scale at 0 gets 0.05 there. */
+	float scale = (float)mc->init_scale;
+	if (!(scale > 0) && tr->mean_loss)
+		scale = 0.05f;
+	if (!strcmp(type, "lr") || tr->sopt.kind == ST_OPT_FTRL)
+		scale = 0.0f;   /* FTRL's closed form assumes rows start at w = 0 */
+	int *tdim = tr->rows.tdim, nslots[MAX_TABLES] = { 0 };
+	st_table_opts_t base[MAX_TABLES];
+	tr->rows.slot_table = calloc((size_t)tr->n_slots, sizeof(int));
+	if (!tr->rows.slot_table)
+		return ST_ENOMEM;
+	for (int s = 0; s < tr->n_slots; s++) {
+		int rd = st_model_row_dim(tr->model, s), t;
+		for (t = 0; t < tr->rows.n_tables && tdim[t] != rd; t++)
+			;
+		if (t == tr->rows.n_tables) {
+			if (t == MAX_TABLES) {
+				st_error("model %s: at most %d distinct slot dims", type, MAX_TABLES);
+				return ST_EJOB;
+			}
+			base[t] = (st_table_opts_t){
+				.dim = (uint32_t)rd,
+				.state_dim = (uint32_t)st_optim_state_floats(&tr->sopt, (size_t)rd),
+				.seed = job->seed + (uint64_t)t,
+				.init_scale = scale,
+				.state_init = (tr->sopt.kind == ST_OPT_ADAGRAD ||
+					       tr->sopt.kind == ST_OPT_ADAGRAD_ROW) ? tr->sopt.init_accum
+										 : 0.0f,
+				.n_shards = 64,
+				.admit_min_count = (uint32_t)(mc->admit_min_count > 0
+							      ? mc->admit_min_count : 0),
+				.admit_prob = mc->admit_prob,
 			};
-			to.ssd = &so;
+			tdim[t] = rd;
+			tr->rows.tstate[t] = (int)base[t].state_dim;
+			tr->rows.n_tables++;
 		}
-		int rc = st_table_create(&tr->rows.tables[t], &to);
-		if (rc < 0) {
-			if (rc == ST_EINVAL)
-				st_error("table %d (dim %d): invalid settings", t, tdim[t]);
-			if (rc == ST_EBUSY)
-				st_error("storage.ssd.path %s is in use by another strata job "
-					 "(see above): two jobs on one path would overwrite each "
-					 "other's rows. Give each job (and each process of a "
-					 "multi-process job) its own storage.ssd.path; nothing was "
-					 "trained", job->ssd_path);
-			return rc;
-		}
+		tr->rows.slot_table[s] = t;
+		nslots[t]++;
 	}
+
+	/* TTL (model.ttl) counts batches: the store's clock is the batch
+	 * sequence number that pull stamps on every row it resolves. Rows of
+	 * batches still in flight were stamped with a later or nearly equal
+	 * number, so a TTL larger than the batches that can be in flight at once
+	 * never evicts a row a batch still uses (push runs the sweep, in batch
+	 * order). Sweeps scan every row, so they run every ttl/8 batches: a row
+	 * goes between ttl and ttl + ttl/8 batches after its last use. */
+	uint32_t ttl32 = 0;
+	if (mc->ttl_steps > 0) {
+		uint64_t inflight = 8;
+		const st_stage_cfg_t *sc[] = { &job->read, &job->pull, &job->train_stage,
+					       &job->push, &job->dump };
+		for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++)
+			inflight += (uint64_t)(sc[i]->queue > 0 ? sc[i]->queue : 0) +
+				    (uint64_t)(sc[i]->threads > 0 ? sc[i]->threads : 0);
+		uint64_t ttl = mc->ttl_steps;
+		if (ttl < inflight) {
+			st_warn("model.ttl = %llu batches is shorter than the %llu batches that can "
+				"be in flight; using %llu", (unsigned long long)ttl,
+				(unsigned long long)inflight, (unsigned long long)inflight);
+			ttl = inflight;
+		}
+		ttl32 = ttl > UINT32_MAX / 2 ? UINT32_MAX / 2 : (uint32_t)ttl;
+	}
+	st_rowsrc_local_cfg_t lc = {
+		.n_tables = tr->rows.n_tables, .tables = base, .slots = nslots, .ttl = ttl32,
+		.mem_bytes = job->mem_bytes, .batch_size = job->batch_size,
+		.ssd_path = job->ssd_path, .ssd_bytes = job->ssd_bytes,
+		.ssd_file_bytes = job->ssd_file_bytes, .ssd_queue_depth = job->ssd_queue_depth,
+		.ssd_read = job->ssd_read, .ssd_lru = job->ssd_lru,
+		.on_evict = on_evict, .evict_arg = tr,
+	};
+	if ((rc = st_rowsrc_local_create(&tr->rows.local, &lc)) < 0)
+		return rc;
+	tr->rows.src = tr->rows.local;
 	return ST_OK;
 }
 
-void st__trainer_tables_destroy(st_trainer_t *tr)
+st_table_t *st__trainer_table(const st_trainer_t *tr, int k)
 {
-	/* A table's SSD tier removes its own directory on close. The root
-	 * stays while another job's tiers are in it (rmdir fails). */
-	for (int i = 0; i < tr->rows.n_tables; i++) {
-		st_table_destroy(tr->rows.tables[i]);
-		tr->rows.tables[i] = NULL;
-	}
-	if (tr->rows.store_root[0])
-		rmdir(tr->rows.store_root);
+	return tr->rows.local ? st_rowsrc_local_table(tr->rows.local, k) : NULL;
 }
 
-void st__trainer_store_metrics(st_trainer_t *tr)
-{
-	uint64_t rows = 0, rejected = 0;
-	st_table_stats_t sum = { 0 };
-	st_ssd_stats_t ss = { 0 };
-	uint64_t live_bytes = 0;
-	for (int i = 0; i < tr->rows.n_tables; i++) {
-		st_table_stats_t ts;
-		st_table_stats(tr->rows.tables[i], &ts);
-		rows += ts.rows + ts.cold_rows;
-		rejected += ts.rejected;
-		sum.hits_lru += ts.hits_lru;
-		sum.hits_lfu += ts.hits_lfu;
-		sum.loads += ts.loads;
-		sum.misses += ts.misses;
-		sum.spilled += ts.spilled;
-		sum.cold_rows += ts.cold_rows;
-		sum.rows += ts.rows;
-		sum.over_budget += ts.over_budget;
-		st_ssd_t *ssd = st_table_ssd(tr->rows.tables[i]);
-		if (ssd) {
-			st_ssd_stats_t x;
-			st_ssd_stats(ssd, &x);
-			ss.disk_bytes += x.disk_bytes;
-			ss.live_records += x.live_records;
-			ss.bytes_read += x.bytes_read;
-			ss.read_ios += x.read_ios;
-			ss.read_records += x.read_records;
-			ss.bytes_written += x.bytes_written;
-			ss.compact_seconds += x.compact_seconds;
-			ss.record_bytes = x.record_bytes;
-			ss.stale_records += x.stale_records;
-			live_bytes += x.live_records * x.record_bytes;
-		}
-	}
-	st_metrics_t *m = tr->metrics;
-	st_metrics_set(m, "rows", (double)rows);
-	if (rejected)
-		st_metrics_set(m, "not_admitted", (double)rejected);
-	if (!tr->rows.store_root[0])
-		return;
-	double look = (double)(sum.hits_lru + sum.hits_lfu + sum.loads + sum.misses);
-	st_metrics_set(m, "cache.rows_ram", (double)sum.rows);
-	st_metrics_set(m, "cache.rows_ssd", (double)sum.cold_rows);
-	if (look > 0) {
-		st_metrics_set(m, "cache.hit", (double)(sum.hits_lru + sum.hits_lfu) / look);
-		st_metrics_set(m, "cache.hit_lru", (double)sum.hits_lru / look);
-		st_metrics_set(m, "cache.hit_lfu", (double)sum.hits_lfu / look);
-		st_metrics_set(m, "cache.ssd_load", (double)sum.loads / look);
-	}
-	st_metrics_set(m, "ssd.rows_read", (double)sum.loads);
-	st_metrics_set(m, "ssd.rows_written", (double)sum.spilled);
-	st_metrics_set(m, "ssd.read_mb", (double)ss.bytes_read / 1e6);
-	st_metrics_set(m, "ssd.read_ios", (double)ss.read_ios);
-	st_metrics_set(m, "ssd.write_mb", (double)ss.bytes_written / 1e6);
-	if (ss.read_records)
-		st_metrics_set(m, "ssd.read_amp", (double)ss.bytes_read /
-				   ((double)ss.read_records * ss.record_bytes));
-	st_metrics_set(m, "ssd.disk_mb", (double)ss.disk_bytes / 1e6);
-	st_metrics_set(m, "ssd.live_mb", (double)live_bytes / 1e6);
-	st_metrics_set(m, "ssd.index_mb", (double)sum.cold_rows * 28.0 / 1e6);
-	st_metrics_set(m, "ssd.compact_s", ss.compact_seconds);
-	if (sum.over_budget && !tr->rows.over_warned) {
-		st_warn("the RAM tier went over storage.mem: every row it could evict was pinned by "
-			"batches in flight (lower stages.*.queue or raise storage.mem)");
-		tr->rows.over_warned = 1;
-	}
-}
 
 /* ---- delta tracking ------------------------------------------------------ */
 
@@ -318,7 +190,7 @@ static void keyset_clear(st_keyset_t *s)
 	memset(s, 0, sizeof *s);
 }
 
-int st__trainer_track_batch(st_trainer_t *tr, const st_batch_t *b, const uint16_t *uslot)
+int st__trainer_track_batch(st_trainer_t *tr, const st_batch_t *b, const uint8_t *utable)
 {
 	if (b->eval || !__atomic_load_n(&tr->track.on, __ATOMIC_ACQUIRE))
 		return ST_OK;
@@ -327,8 +199,7 @@ int st__trainer_track_batch(st_trainer_t *tr, const st_batch_t *b, const uint16_
 	int rc = tr->track.err;
 	for (uint32_t u = 0; u < b->n_uniq && rc >= 0; u++)
 		if (rows[u])
-			rc = keyset_add(&tr->track.touched[tr->rows.n_tables == 1 ? 0 : tr->rows.slot_table[uslot[u]]],
-					b->uniq[u]);
+			rc = keyset_add(&tr->track.touched[utable[u]], b->uniq[u]);
 	if (rc < 0)
 		tr->track.err = rc;
 	pthread_mutex_unlock(&tr->track.mu);
@@ -343,14 +214,14 @@ int st__trainer_track_error(st_trainer_t *tr)
 	return rc;
 }
 
-/* A table's on_evict hook (TTL): under the table's shard lock; takes only
- * track_mu, which is never held while calling into a table. It cannot fail
- * the sweep, so a key it cannot record sets track_err, which push reports
- * right after the sweep (st__trainer_track_error). */
-static void on_evict(void *arg, uint64_t key)
+/* The local store's on_evict hook (TTL sweeps): under the table's shard
+ * lock; takes only track.mu, which is never held while calling into a
+ * table. It cannot fail the sweep, so a key it cannot record sets
+ * track.err, which push reports right after the sweep
+ * (st__trainer_track_error). */
+static void on_evict(void *arg, int k, uint64_t key)
 {
-	st_trainer_t *tr = ((st_evict_ctx_t *)arg)->tr;
-	int k = ((st_evict_ctx_t *)arg)->k;
+	st_trainer_t *tr = arg;
 	pthread_mutex_lock(&tr->track.mu);
 	if (tr->track.on && tr->track.err >= 0) {
 		int rc = keyset_add(&tr->track.evicted[k], key);

@@ -108,7 +108,11 @@ void st_trainer_destroy(st_trainer_t *tr)
 		return;
 	st_trainer_cancel(tr);
 	st_pool_fini(&tr->step.pool);
-	st_dist_destroy(tr->dist.d);   /* its service thread uses the tables */
+	/* The remote row source's reply channels go before the service, the
+	 * service (whose thread reads the tables) before the tables. */
+	if (tr->rows.src != tr->rows.local)
+		st_rowsrc_destroy(tr->rows.src);
+	st_dist_destroy(tr->dist.d);
 	if (tr->pol.obj)
 		tr->pol.ops->destroy(tr->pol.obj);
 	st_auto_destroy(tr->pol.autoc);
@@ -124,7 +128,7 @@ void st_trainer_destroy(st_trainer_t *tr)
 	free(tr->step.w);
 	for (int i = 0; i < ST_MAX_STAGE_THREADS; i++)
 		st__trainer_pull_free(&tr->rows.pull_t[i]);
-	st__trainer_tables_destroy(tr);
+	st_rowsrc_destroy(tr->rows.local);
 	free(tr->rows.slot_table);
 	st_model_destroy(tr->model);
 	st__trainer_eval_free(tr);
@@ -208,77 +212,8 @@ int st_trainer_create(st_trainer_t **out, const st_job_t *job, st_metrics_t *met
 	}
 	tr->gstride = st_model_max_row_dim(tr->model);
 
-	/* One table per distinct row width. New rows: uniform(-s, s) from
-	 * (seed, key). The neural presets need nonzero embeddings to break
-	 * symmetry; a job that leaves init_scale at 0 gets 0.05 there. */
-	float scale = (float)mc->init_scale;
-	if (!(scale > 0) && tr->mean_loss)
-		scale = 0.05f;
-	if (!strcmp(type, "lr") || tr->sopt.kind == ST_OPT_FTRL)
-		scale = 0.0f;   /* FTRL's closed form assumes rows start at w = 0 */
-	int tdim[MAX_TABLES];
-	st_table_opts_t base[MAX_TABLES];
-	tr->rows.slot_table = calloc((size_t)tr->n_slots, sizeof(int));
-	if (!tr->rows.slot_table) {
-		rc = ST_ENOMEM;
+	if ((rc = st__trainer_store_create(tr, job)) < 0)
 		goto fail;
-	}
-	for (int s = 0; s < tr->n_slots; s++) {
-		int rd = st_model_row_dim(tr->model, s), t;
-		for (t = 0; t < tr->rows.n_tables && tdim[t] != rd; t++)
-			;
-		if (t == tr->rows.n_tables) {
-			if (t == MAX_TABLES) {
-				st_error("model %s: at most %d distinct slot dims", type, MAX_TABLES);
-				rc = ST_EJOB;
-				goto fail;
-			}
-			base[t] = (st_table_opts_t){
-				.dim = (uint32_t)rd,
-				.state_dim = (uint32_t)st_optim_state_floats(&tr->sopt, (size_t)rd),
-				.seed = job->seed + (uint64_t)t,
-				.init_scale = scale,
-				.state_init = (tr->sopt.kind == ST_OPT_ADAGRAD ||
-					       tr->sopt.kind == ST_OPT_ADAGRAD_ROW) ? tr->sopt.init_accum
-										 : 0.0f,
-				.n_shards = 64,
-				.admit_min_count = (uint32_t)(mc->admit_min_count > 0
-							      ? mc->admit_min_count : 0),
-				.admit_prob = mc->admit_prob,
-			};
-			tdim[t] = rd;
-			tr->rows.n_tables++;
-		}
-		tr->rows.slot_table[s] = t;
-	}
-	if ((rc = st__trainer_tables_create(tr, job, tdim, base)) < 0)
-		goto fail;
-
-	/* TTL (model.ttl) counts batches: the store's clock is the batch
-	 * sequence number that pull stamps on every row it resolves. Rows of
-	 * batches still in flight were stamped with a later or nearly equal
-	 * number, so a TTL larger than the batches that can be in flight at once
-	 * never evicts a row a batch still uses (push runs the sweep, in batch
-	 * order). Sweeps scan every row, so they run every ttl/8 batches: a row
-	 * goes between ttl and ttl + ttl/8 batches after its last use. */
-	tr->rows.mem_budget = job->mem_bytes;
-	if (mc->ttl_steps > 0) {
-		uint64_t inflight = 8;
-		const st_stage_cfg_t *sc[] = { &job->read, &job->pull, &job->train_stage,
-					       &job->push, &job->dump };
-		for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++)
-			inflight += (uint64_t)(sc[i]->queue > 0 ? sc[i]->queue : 0) +
-				    (uint64_t)(sc[i]->threads > 0 ? sc[i]->threads : 0);
-		uint64_t ttl = mc->ttl_steps;
-		if (ttl < inflight) {
-			st_warn("model.ttl = %llu batches is shorter than the %llu batches that can "
-				"be in flight; using %llu", (unsigned long long)ttl,
-				(unsigned long long)inflight, (unsigned long long)inflight);
-			ttl = inflight;
-		}
-		tr->rows.ttl = ttl > UINT32_MAX / 2 ? UINT32_MAX / 2 : (uint32_t)ttl;
-		tr->rows.evict_every = tr->rows.ttl / 8 ? tr->rows.ttl / 8 : 1;
-	}
 
 	tr->pol.env = (st_sync_env_t){
 		.n_workers = N, .cfg = &tr->pol.cfg_view, .model = tr->model,
@@ -324,14 +259,15 @@ void st_trainer_pin_workers(st_trainer_t *tr, const int *cpus, int n)
 
 st_table_t *st_trainer_table_for_slot(st_trainer_t *tr, int slot)
 {
-	return slot >= 0 && slot < tr->n_slots ? tr->rows.tables[tr->rows.slot_table[slot]] : NULL;
+	return slot >= 0 && slot < tr->n_slots ? st__trainer_table(tr, tr->rows.slot_table[slot])
+					       : NULL;
 }
 
 int st_trainer_ntables(const st_trainer_t *tr) { return tr->rows.n_tables; }
 
 st_table_t *st_trainer_table(st_trainer_t *tr, int k)
 {
-	return k >= 0 && k < tr->rows.n_tables ? tr->rows.tables[k] : NULL;
+	return st__trainer_table(tr, k);
 }
 
 int st_trainer_set_row(st_trainer_t *tr, int slot, uint64_t key, const float *row)
@@ -391,14 +327,14 @@ static int swap_policy(st_trainer_t *tr, const st_sync_cfg_t *cfg, int mid_pass)
 	int rc = ST_OK;
 	const int hand = tr->dist.d && mid_pass;
 	if (hand && tr->dist.lockstep && !lockstep)
-		rc = st_dist_sync_end(tr->dist.d, tr->dist.ssteps);
+		rc = st_dist_sync_end(tr->dist.d, tr->dist.clock.ssteps);
 	else if (hand && !tr->dist.lockstep && lockstep)
 		rc = st_dist_sync_begin(tr->dist.d);
 	if (rc < 0)
 		return rc;
 	void *obj = NULL;
 	tr->pol.env.cfg = cfg;
-	tr->pol.env.dist_step0 = tr->dist.ssteps;
+	tr->pol.env.dist_step0 = tr->dist.clock.ssteps;
 	rc = ops->create(&obj, &tr->pol.env);
 	/* The policy may keep env->cfg: cfg may not outlive this call, so it
 	 * gets a view without parameters (policies read them in create). */
@@ -414,7 +350,8 @@ static int swap_policy(st_trainer_t *tr, const st_sync_cfg_t *cfg, int mid_pass)
 	tr->pol.ops = ops;
 	tr->pol.obj = obj;
 	tr->dist.lockstep = lockstep;
-	__atomic_store_n(&tr->dist.fresh, tr->dist.d && (ops->flags & ST_SYNC_FRESH_ROWS),
+	st_rowsrc_clock_t *clk = &tr->dist.clock;
+	__atomic_store_n(&clk->fresh, tr->dist.d && (ops->flags & ST_SYNC_FRESH_ROWS),
 			 __ATOMIC_RELAXED);
 	/* How far a pull may run ahead of the applied steps: a lockstep
 	 * policy's lag parameter (the registry's: hybrid's staleness bound,
@@ -422,9 +359,9 @@ static int swap_policy(st_trainer_t *tr, const st_sync_cfg_t *cfg, int mid_pass)
 	 * (allreduce, kstep); async and shadow without bound. The pull thread
 	 * reads them: the batches pulled from now on that are not trained yet
 	 * are this policy's next sync steps. */
-	const int64_t trained = (int64_t)__atomic_load_n(&tr->dist.trained, __ATOMIC_ACQUIRE);
-	__atomic_store_n(&tr->dist.soff, (int64_t)tr->dist.ssteps - trained, __ATOMIC_RELAXED);
-	__atomic_store_n(&tr->dist.lag, !tr->dist.lockstep ? -1
+	const int64_t trained = (int64_t)__atomic_load_n(&clk->trained, __ATOMIC_ACQUIRE);
+	__atomic_store_n(&clk->soff, (int64_t)clk->ssteps - trained, __ATOMIC_RELAXED);
+	__atomic_store_n(&clk->lag, !tr->dist.lockstep ? -1
 			 : !pol->lag_param ? 0
 			 : (int64_t)st_sync_cfg_num(cfg, pol->lag_param, 0), __ATOMIC_RELEASE);
 	tr->step.gstep_base = tr->step.gstep;

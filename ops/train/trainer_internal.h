@@ -32,6 +32,7 @@
 
 #include "ops/metrics/auc.h"
 #include "ops/optim/optim.h"
+#include "ops/rowsrc/rowsrc.h"
 #include "ops/sync/auto.h"
 #include "ops/train/pool.h"
 #include "ops/train/trainer.h"
@@ -51,11 +52,10 @@ typedef struct worker {
 	float *prow_buf;           /* [gcap * gstride] private row copies (relaxed reads) */
 	float **prow;              /* [gcap] */
 	uint32_t *mark, *touched;  /* [gcap] */
-	/* Multi-process ST_SYNC_STEP_ROWS: the step's admitted keys, the
-	 * owners' answers (by unique index) and this worker's reply channel. */
+	/* ST_SYNC_STEP_ROWS from a source that reads them (remote): the
+	 * step's admitted keys and the source's answers (by unique index). */
 	uint32_t *ridx;            /* [gcap] */
 	uint8_t *rok;              /* [gcap] */
-	struct st_dist_stepbuf *dsb;
 	uint32_t gcap, stamp;
 	st_auc_acc_t *acc;
 	uint64_t steps;
@@ -72,36 +72,25 @@ typedef struct st_keyset {
 	int has_zero;
 } st_keyset_t;
 
-typedef struct st_evict_ctx {
-	struct st_trainer *tr;
-	int k;
-} st_evict_ctx_t;
-
-/* One pull thread's scratch (pull.c). */
+/* One pull thread's dedup scratch (pull.c). */
 typedef struct pull_thread {
 	uint64_t *hkeys;
 	uint32_t *hidx;
 	uint32_t hcap;
-	uint64_t *tkeys;           /* per-table key list (several tables) */
-	uint32_t *tpos;
-	float **trows;
-	uint32_t tcap;
 } pull_thread_t;
 
-/* The embedding tables (store.c) and the pull threads' scratch. */
+/* The embedding rows: where they come from (the row source, ops/rowsrc:
+ * pull, push and the step use only `src`) and the tables' shapes. `local`
+ * is this process's own tables (store.c), which checkpoints, exports and
+ * a rank's shard service reach directly; src is local in one process and
+ * the remote shards over it in a multi-process job. */
 struct tr_rows {
+	st_rowsrc_t *src;
+	st_rowsrc_t *local;
 	int n_tables;
-	st_table_t *tables[MAX_TABLES];
 	int tdim[MAX_TABLES];      /* embedding floats per row of each table */
 	int tstate[MAX_TABLES];    /* optimizer-state floats per row */
 	int *slot_table;           /* [n_slots] */
-	uint32_t ttl;              /* batches; 0 = rows never expire */
-	uint32_t evict_every;      /* batches between eviction sweeps */
-	uint64_t mem_budget;       /* storage.mem in bytes; 0 = unlimited */
-	int mem_warned;            /* push thread only */
-	int over_warned;           /* push thread only */
-	char store_root[4096];     /* "<ssd.path>/strata-store", "" without SSD */
-	st_evict_ctx_t evict_ctx[MAX_TABLES];
 	pull_thread_t pull_t[ST_MAX_STAGE_THREADS];
 };
 
@@ -143,20 +132,18 @@ struct tr_policy {
 };
 
 /* A rank of a multi-process job (dist_glue.c; NULL d in one process): the
- * sharded store; how many steps a pull may run ahead of the applied ones
- * (lag: 0 allreduce, the hybrid's staleness bound, -1 no wait: async);
- * train batches pulled so far (the pull thread's), sync steps done (the
- * train thread's) and the global examples of the current step. */
+ * job's parameter service; whether the policy steps in lockstep with the
+ * other ranks; sync steps done (the train thread's) and the global
+ * examples of the current step. The clock tells the remote row source how
+ * far training went (rowsrc.h): how many steps a pull may run ahead of
+ * the applied ones (lag: 0 allreduce, the hybrid's staleness bound, -1 no
+ * wait: async), train batches trained, sync steps taken part in. */
 struct tr_dist {
 	struct st_dist *d;
 	int lockstep, drained;
-	int64_t lag;
-	uint64_t pulled, steps;
-	uint64_t trained;          /* train batches trained (atomic; FRESH_ROWS) */
-	int fresh;                 /* the policy has ST_SYNC_FRESH_ROWS */
+	uint64_t steps;
 	uint32_t tot;
-	uint64_t ssteps;           /* synchronous steps taken part in (atomic) */
-	int64_t soff;              /* train batch j is sync step j + soff (atomic) */
+	st_rowsrc_clock_t clock;   /* atomics: written here, read by the pull */
 	st_batch_t empty;          /* the batch of a step this rank has no data for */
 };
 
@@ -224,6 +211,19 @@ struct st_trainer {
 	struct tr_eval eval;
 };
 
+/* A pulled batch's b->aux (pull.c; one allocation, freed with the batch):
+ * the row width of every unique key (uint16_t [n_uniq]), then its table
+ * (uint8_t [n_uniq]). */
+static inline const uint16_t *st__batch_row_dim(const st_batch_t *b)
+{
+	return b->aux;
+}
+
+static inline const uint8_t *st__batch_table(const st_batch_t *b)
+{
+	return (const uint8_t *)((const uint16_t *)b->aux + b->n_uniq);
+}
+
 /* splitmix64's finalizer: hashes for the pull dedup set and the straggler
  * schedule. */
 static inline uint64_t mix64(uint64_t z)
@@ -282,38 +282,23 @@ void st__trainer_dist_metrics(st_trainer_t *tr);
 
 /* ---- pull.c ------------------------------------------------------------------ */
 
-/* A multi-process batch's row copies (st_batch_t.rowbuf): each owner's
- * buffered step count at the pull, the table of each unique key, then the
- * rows (gstride floats each). One allocation. */
-typedef struct dist_rowbuf {
-	uint64_t *tokens;          /* [world size] (st_dist_pull) */
-	uint8_t *utable;
-	float *rows;
-} dist_rowbuf_t;
-
-/* Pulls batch b's rows from their owners (pull.c): uslot[u] is the slot of
- * unique key u; need_step as st_dist_pull; gives up when g (may be NULL)
- * is cancelled. */
-int st__trainer_dist_pull(st_trainer_t *tr, st_batch_t *b, const uint16_t *uslot,
-			  uint64_t need_step, st_graph_t *g);
-
-/* Frees one pull thread's scratch (pull.c). */
+/* Frees one pull thread's scratch. */
 void st__trainer_pull_free(pull_thread_t *p);
 
 /* ---- store.c ----------------------------------------------------------------- */
 
-/* The tables (and their SSD tiers) from tdim[] and the per-table base
- * options; st__trainer_store_metrics publishes row, cache and SSD metrics
- * (push thread). */
-int st__trainer_tables_create(st_trainer_t *tr, const st_job_t *job, const int *tdim,
-			      const st_table_opts_t *base);
-void st__trainer_tables_destroy(st_trainer_t *tr);
-void st__trainer_store_metrics(st_trainer_t *tr);
+/* The tables: slot -> table, their shapes, and the local row source
+ * (RAM and SSD tiers, TTL) from the job; rows.src = rows.local. ST_OK,
+ * ST_EJOB (logged), ST_EBUSY, ST_ENOMEM. Create only. */
+int st__trainer_store_create(st_trainer_t *tr, const st_job_t *job);
+/* Table k of the local store (NULL out of range). */
+st_table_t *st__trainer_table(const st_trainer_t *tr, int k);
 /* Records the training keys of a pulled batch for the next delta export
- * (pull threads). ST_OK, or ST_ENOMEM when a key could not be recorded (or
- * one was not before, st__trainer_track_error): the batch must fail, since
- * a delta without that key would silently miss its row. */
-int st__trainer_track_batch(st_trainer_t *tr, const st_batch_t *b, const uint16_t *uslot);
+ * (pull threads); utable[u] is unique key u's table. ST_OK, or ST_ENOMEM
+ * when a key could not be recorded (or one was not before,
+ * st__trainer_track_error): the batch must fail, since a delta without that
+ * key would silently miss its row. */
+int st__trainer_track_batch(st_trainer_t *tr, const st_batch_t *b, const uint8_t *utable);
 /* st__trainer_track_error (trainer_test.h): push asks it after a TTL sweep,
  * since the sweep's on_evict hook cannot return an error. */
 /* Frees the sets (destroy). */
