@@ -75,6 +75,19 @@
  *
  * Optional methods (NULL when a backend has none): read_step, versions.
  * A caller checks st_rowsrc_can_read_step before using read_step.
+ *
+ * Adding a backend (the GPU HBM tier, say): one file ops/rowsrc/<name>.c
+ * with its header <name>.h declaring st_rowsrc_<name>_create and its
+ * config; a struct whose first member is st_rowsrc_t; a static const
+ * st_rowsrc_methods_t with version = ST_ROWSRC_VERSION, the caps it has
+ * and the five mandatory methods; borrowed sources underneath it (a tier
+ * over the local store hands maintain and metrics down, as remote.c
+ * does). Add the file to ops/meson.build and a fixture to
+ * tests/unit/test_rowsrc.c, whose contract cases then run against it. The
+ * trainer takes a source where it makes rows.src (ops/train/store.c for
+ * the local store, dist_glue.c for the remote one); pull, push and the
+ * step need no change. A method added later goes at the end of the table
+ * with a higher version, and callers test the version before calling it.
  */
 #ifndef ST_ROWSRC_H
 #define ST_ROWSRC_H

@@ -14,10 +14,13 @@
  * Stage ops (state = the st_trainer_t*):
  *   st_trainer_pull_ops  — any number of threads. Dedups the batch's keys
  *                          into b->uniq / b->key_idx / b->n_uniq, resolves
- *                          each unique key to its row (b->rows is a
- *                          float *[n_uniq], b->aux a uint16_t[n_uniq] of
- *                          row widths). Train batches create missing rows;
- *                          eval batches do not (NULL rows read as zeros).
+ *                          each unique key to its row through the row
+ *                          source (ops/rowsrc/rowsrc.h: this process's
+ *                          tables, or a multi-process job's shards; b->rows
+ *                          is a float *[n_uniq], b->aux the trainer's: row
+ *                          widths and tables). Train batches create missing
+ *                          rows; eval batches do not (NULL rows read as
+ *                          zeros).
  *   st_trainer_train_ops — exactly ONE graph thread ("st-train-0"), which is
  *                          worker 0; it starts workers 1..N-1 ("st-train-<n>")
  *                          at thread_start (or at its first batch when the
@@ -31,11 +34,16 @@
  *                          applies dense AND sparse updates inside the step.
  *                          Eval batches are only scored and kept for
  *                          st_trainer_eval_result.
- *   st_trainer_push_ops  — publishes "rows" and passes the batch on (the
- *                          sparse update already happened in train: see
- *                          trainer.c and docs/design-notes.md "Where sparse
- *                          updates are applied").
- *   st_trainer_dump_ops  — frees the batch.
+ *   st_trainer_push_ops  — gives the batch's rows back to the row source
+ *                          (unpin), has it keep its books (TTL sweeps,
+ *                          memory warnings, "rows" and cache metrics) and
+ *                          passes the batch on (the sparse update already
+ *                          happened in train: see ops/train/step.c and
+ *                          docs/design-notes.md "Where sparse updates are
+ *                          applied").
+ *   st_trainer_dump_ops  — checkpoints after a marked batch, frees the
+ *                          batch.
+ * The files of ops/train and what each does: trainer_internal.h.
  * Metrics: "examples", "loss", "auc" (progressive; refreshed every 65536
  * examples and at the end of the stage), "eval_examples", "rows", the
  * policy's "sync_*" values (sync.h, summed over the policies a run used),
