@@ -32,12 +32,14 @@ typedef enum st_manifest_kind {
 	ST_MANIFEST_EXPORT_DELTA,
 } st_manifest_kind_t;
 
-/* Where one reader shard stood: the next record to read is at byte offset
- * `offset` of `file`, after `records` records. */
+/* Where one reader shard stood: reading resumes at file index `offset` of
+ * the read stage (file i of pass p over n files is p * n + i; `file` names
+ * it for people), after its first `records` records. `offset` is a file
+ * index, not a byte offset: records are skipped by count on resume. */
 typedef struct st_manifest_shard {
 	int64_t shard;
 	char *file;
-	uint64_t offset;
+	uint64_t offset;      /* the read stage's file index (see above) */
 	uint64_t records;
 } st_manifest_shard_t;
 
