@@ -19,6 +19,12 @@
  * st_progress_stop on the caller's thread after the reporter thread was
  * joined, gives whole-run averages and "final":true.
  *
+ * Write errors: every write and flush of the JSON file, and its close, is
+ * checked. The first failure is kept (wr_err) and logged once with the path;
+ * the reporter goes on (a later write may succeed, and metrics are never a
+ * reason to stop training), and st_progress_stop returns it so the caller
+ * can fail the run: a full disk must not leave a silently truncated file.
+ *
  * Locks: st_progress.mu (stop flag) and st_metrics.mu are never held
  * together: the reporter drops mu before it snapshots the metrics.
  */
@@ -26,7 +32,9 @@
 
 #include "err.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -140,6 +148,8 @@ struct st_progress {
 	st_metrics_t *m;
 	double interval_s;
 	FILE *json;
+	char *json_path;
+	int wr_err;        /* first error writing the JSON file, 0 if none */
 	int tty;
 	int nstages;
 	pthread_t tid;
@@ -264,6 +274,17 @@ static void tty_metric(const char *name, double v, void *arg)
 	sb_printf(arg, "  %s %.4g", name, v);
 }
 
+/* Keeps and logs the first error writing the JSON file. Called on the
+ * reporter thread, or on the stopping one after the reporter was joined. */
+static void json_error(st_progress_t *p, int e)
+{
+	if (p->wr_err)
+		return;
+	p->wr_err = e > 0 ? -e : ST_EIO;
+	st_error("metrics: cannot write %s: %s; the metrics file is incomplete", p->json_path,
+		 st_strerror(p->wr_err));
+}
+
 /* Takes a snapshot and emits it. final: whole-run rates, "final":true and a
  * newline after the terminal line. Runs on the reporter thread, or on the
  * stopping thread once the reporter is joined, never both at once. */
@@ -355,11 +376,12 @@ static void report(st_progress_t *p, int final)
 				  ss[i].queue_depth, ss[i].queue_cap);
 		}
 		sb_printf(&b, "]%s}\n", final ? ",\"final\":true" : "");
-		if (b.p) {
-			fwrite(b.p, 1, b.len, p->json);
-			/* Readers (strata report, tail -f) see whole lines. */
-			fflush(p->json);
-		}
+		/* Readers (strata report, tail -f) see whole lines: flushed
+		 * each time. A line lost to out of memory is an error too. */
+		if (!b.p || fwrite(b.p, 1, b.len, p->json) != b.len)
+			json_error(p, b.p ? errno : ENOMEM);
+		else if (fflush(p->json) != 0)
+			json_error(p, errno);
 		free(b.p);
 	}
 	free(ss);
@@ -415,10 +437,12 @@ int st_progress_start(st_progress_t **out, st_graph_t *g, st_metrics_t *m,
 	}
 	if (json_path) {
 		p->json = fopen(json_path, "w");
-		if (!p->json) {
+		if (!p->json || !(p->json_path = strdup(json_path))) {
 			int e = errno;
 			st_error("metrics: cannot open %s for writing: %s", json_path,
 				 strerror(e));
+			if (p->json)
+				fclose(p->json);
 			free(p->prev_busy);
 			free(p);
 			return ST_EIO;
@@ -437,6 +461,7 @@ int st_progress_start(st_progress_t **out, st_graph_t *g, st_metrics_t *m,
 			fclose(p->json);
 		pthread_cond_destroy(&p->cv);
 		pthread_mutex_destroy(&p->mu);
+		free(p->json_path);
 		free(p->prev_busy);
 		free(p);
 		return -rc;
@@ -445,20 +470,24 @@ int st_progress_start(st_progress_t **out, st_graph_t *g, st_metrics_t *m,
 	return ST_OK;
 }
 
-void st_progress_stop(st_progress_t *p)
+int st_progress_stop(st_progress_t *p)
 {
 	if (!p)
-		return;
+		return ST_OK;
 	pthread_mutex_lock(&p->mu);
 	p->stop = 1;
 	pthread_cond_signal(&p->cv);
 	pthread_mutex_unlock(&p->mu);
 	pthread_join(p->tid, NULL);
 	report(p, 1);
+	/* fclose flushes what is left and reports a failed flush or close. */
 	if (p->json && fclose(p->json) != 0)
-		st_warn("metrics: error closing the metrics file: %s", strerror(errno));
+		json_error(p, errno);
+	int rc = p->wr_err;
 	pthread_cond_destroy(&p->cv);
 	pthread_mutex_destroy(&p->mu);
+	free(p->json_path);
 	free(p->prev_busy);
 	free(p);
+	return rc;
 }

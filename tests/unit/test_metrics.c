@@ -276,6 +276,46 @@ static void test_metrics_progress_bad_path(void **state)
 	st_metrics_destroy(m);
 }
 
+/* A full disk (/dev/full: every write fails with ENOSPC) must not pass
+ * silently: stop reports the error, also when only the final record and
+ * the close were written. */
+static void test_metrics_progress_write_error(void **state)
+{
+	(void)state;
+	if (access("/dev/full", W_OK) != 0) {
+		skip();
+		return;
+	}
+	st_metrics_t *m;
+	assert_int_equal(st_metrics_create(&m), ST_OK);
+	st_metrics_set(m, "examples", 10);
+	st_progress_t *p;
+	/* A long interval: only the final record is written, at stop. */
+	assert_int_equal(st_progress_start(&p, NULL, m, 3600.0, "/dev/full", 0), ST_OK);
+	assert_int_equal(st_progress_stop(p), ST_ENOSPC);
+	/* And with records every millisecond while a graph runs. */
+	struct src s = { .left = 200, .m = m };
+	st_graph_t *g;
+	assert_int_equal(st_graph_create(&g), ST_OK);
+	st_stage_desc_t d = { .name = "read", .ops = &src_ops, .state = &s, .n_threads = 1 };
+	for (int i = 0; i < ST_MAX_STAGE_THREADS; i++)
+		d.cpus[i] = -1;
+	assert_int_equal(st_graph_add_stage(g, &d), ST_OK);
+	assert_int_equal(st_progress_start(&p, g, m, 0.001, "/dev/full", 0), ST_OK);
+	assert_int_equal(st_graph_run(g), ST_OK);
+	assert_int_equal(st_progress_stop(p), ST_ENOSPC);
+	/* A good file still stops with ST_OK. */
+	char path[] = "/tmp/st-test-metrics-ok-XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	close(fd);
+	assert_int_equal(st_progress_start(&p, NULL, m, 3600.0, path, 0), ST_OK);
+	assert_int_equal(st_progress_stop(p), ST_OK);
+	unlink(path);
+	st_graph_destroy(g);
+	st_metrics_destroy(m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -283,6 +323,7 @@ int main(void)
 		cmocka_unit_test(test_metrics_progress_writes_final_json),
 		cmocka_unit_test(test_metrics_progress_tty_line),
 		cmocka_unit_test(test_metrics_progress_bad_path),
+		cmocka_unit_test(test_metrics_progress_write_error),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
