@@ -7,7 +7,8 @@
  * Every open, write, flush and close is checked: a failure is logged with
  * the path and returned, so the run can end with a non-zero status instead
  * of leaving a silently truncated file (a full disk gave a 0-byte metrics
- * file and exit 0).
+ * file and exit 0). Strings go through st_json_quote, so a phase named
+ * with quotes, backslashes or newlines still gives one valid JSON line.
  *
  * Called on the main thread only, between passes.
  */
@@ -85,10 +86,19 @@ static void num(FILE *f, const char *key, double v)
 		fprintf(f, ",\"%s\":null", key);
 }
 
-/* Appends "key":"s". */
+/* Appends "key":<s as a JSON string>. */
 static void str(FILE *f, const char *key, const char *s)
 {
-	fprintf(f, "%s\"%s\":\"%s\"", strcmp(key, "phase") ? "," : "", key, s ? s : "");
+	char small[256];
+	if (!s)
+		s = "";
+	size_t n = st_json_quote(small, sizeof small, s);
+	char *q = n < sizeof small ? small : malloc(n + 1);
+	if (q && q != small)
+		st_json_quote(q, n + 1, s);
+	fprintf(f, "%s\"%s\":%s", strcmp(key, "phase") ? "," : "", key, q ? q : "null");
+	if (q != small)
+		free(q);
 }
 
 int st_cli_metrics_phase(const char *path, const st_cli_phase_rec_t *r)

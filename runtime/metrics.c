@@ -213,19 +213,87 @@ static void sb_num(struct sbuf *b, double v)
 		sb_printf(b, "%.6g", v);
 }
 
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 if s does not start
+ * one (a stray continuation byte, an overlong form, a surrogate, a value
+ * past U+10FFFF, a truncated sequence). s[0] >= 0x80. */
+static int utf8_len(const unsigned char *s)
+{
+	int n;
+	uint32_t cp;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		n = 2, cp = s[0] & 0x1fu;
+	else if (s[0] >= 0xe0 && s[0] <= 0xef)
+		n = 3, cp = s[0] & 0x0fu;
+	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+		n = 4, cp = s[0] & 0x07u;
+	else
+		return 0;
+	for (int i = 1; i < n; i++) {
+		if ((s[i] & 0xc0) != 0x80)   /* also stops at the NUL */
+			return 0;
+		cp = (cp << 6) | (s[i] & 0x3fu);
+	}
+	if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10ffff ||
+	    (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return n;
+}
+
+size_t st_json_quote(char *out, size_t cap, const char *str)
+{
+	const unsigned char *s = (const unsigned char *)str;
+	size_t len = 0;
+	char tmp[8];
+#define PUT(p, n)                                                                 \
+	do {                                                                      \
+		for (size_t k_ = 0; k_ < (size_t)(n); k_++, len++)                \
+			if (len + 1 < cap)                                        \
+				out[len] = (p)[k_];                               \
+	} while (0)
+	PUT("\"", 1);
+	while (*s) {
+		unsigned char c = *s;
+		if (c == '"' || c == '\\') {
+			tmp[0] = '\\';
+			tmp[1] = (char)c;
+			PUT(tmp, 2);
+			s++;
+		} else if (c < 0x20 || c == 0x7f) {
+			snprintf(tmp, sizeof tmp, "\\u%04x", c);
+			PUT(tmp, 6);
+			s++;
+		} else if (c < 0x80) {
+			PUT(s, 1);
+			s++;
+		} else {
+			int n = utf8_len(s);
+			if (n) {
+				PUT(s, n);
+				s += n;
+			} else {
+				PUT("\\ufffd", 6);
+				s++;
+			}
+		}
+	}
+	PUT("\"", 1);
+#undef PUT
+	if (cap)
+		out[len < cap ? len : cap - 1] = 0;
+	return len;
+}
+
 static void sb_str(struct sbuf *b, const char *s)
 {
-	sb_printf(b, "\"");
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\')
-			sb_printf(b, "\\%c", c);
-		else if (c < 0x20)
-			sb_printf(b, "\\u%04x", c);
-		else
-			sb_printf(b, "%c", c);
-	}
-	sb_printf(b, "\"");
+	size_t n = st_json_quote(NULL, 0, s);
+	char small[256];
+	char *q = n < sizeof small ? small : malloc(n + 1);
+	if (!q)
+		return;
+	st_json_quote(q, n + 1, s);
+	sb_printf(b, "%s", q);
+	if (q != small)
+		free(q);
 }
 
 /* "1.20M", "250k", "12" */

@@ -56,4 +56,12 @@ int st_progress_start(st_progress_t **out, st_graph_t *g, st_metrics_t *m,
  * reporter or the job: the caller decides what it means. */
 int st_progress_stop(st_progress_t *p);
 
+/* Writes s as a JSON string literal, quotes included: '"' and '\\' are
+ * escaped, control characters written as \u00XX, and bytes that are not
+ * part of valid UTF-8 as \ufffd, so any C string gives valid JSON.
+ * snprintf-style: writes at most cap bytes including the terminating NUL
+ * (out may be NULL when cap is 0) and returns the length of the whole
+ * literal. Pure and thread-safe. */
+size_t st_json_quote(char *out, size_t cap, const char *s);
+
 #endif

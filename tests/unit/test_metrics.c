@@ -316,6 +316,29 @@ static void test_metrics_progress_write_error(void **state)
 	st_metrics_destroy(m);
 }
 
+/* JSON string literals: the characters JSON needs escaped, control
+ * characters, UTF-8 kept, invalid bytes replaced, snprintf-style sizing. */
+static void test_metrics_json_quote(void **state)
+{
+	(void)state;
+	char buf[128];
+	size_t n = st_json_quote(buf, sizeof buf, "a\"b\\c\nd\te\x01");
+	assert_string_equal(buf, "\"a\\\"b\\\\c\\u000ad\\u0009e\\u0001\"");
+	assert_int_equal(n, strlen(buf));
+	/* é (2 bytes) and € (3) stay; a stray continuation byte, a lone lead
+	 * byte, an overlong '/' and a surrogate become U+FFFD each. */
+	st_json_quote(buf, sizeof buf, "\xc3\xa9\xe2\x82\xac|\x80|\xc3|\xc0\xaf|\xed\xa0\x80");
+	assert_string_equal(buf, "\"\xc3\xa9\xe2\x82\xac|\\ufffd|\\ufffd|\\ufffd\\ufffd|"
+			    "\\ufffd\\ufffd\\ufffd\"");
+	/* Sizing: cap 0 writes nothing; a short buffer is cut and terminated. */
+	assert_int_equal(st_json_quote(NULL, 0, "x\"y"), 6);
+	char small[4] = "zzz";
+	assert_int_equal(st_json_quote(small, sizeof small, "x\"y"), 6);
+	assert_string_equal(small, "\"x\\");
+	assert_int_equal(st_json_quote(buf, sizeof buf, ""), 2);
+	assert_string_equal(buf, "\"\"");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -324,6 +347,7 @@ int main(void)
 		cmocka_unit_test(test_metrics_progress_tty_line),
 		cmocka_unit_test(test_metrics_progress_bad_path),
 		cmocka_unit_test(test_metrics_progress_write_error),
+		cmocka_unit_test(test_metrics_json_quote),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
