@@ -283,6 +283,8 @@ int st_job_dump(const st_job_t *job, FILE *f)
 	put_str(f, "model.dense_transform", m->dense_transform);
 	fprintf(f, "stages.read.batch_size = %d\n", job->batch_size);
 	fprintf(f, "stages.train.minibatch = %d\n", job->minibatch);
+	fprintf(f, "stages.train.on_nonfinite = %s\n",
+		job->on_nonfinite == ST_NONFINITE_WARN ? "warn" : "fail");
 	dump_stage(f, "read", &job->read);
 	dump_stage(f, "pull", &job->pull);
 	dump_stage(f, "train", &job->train_stage);

@@ -11,6 +11,9 @@
 #include <stdint.h>
 
 enum st_bad_policy { ST_BAD_SKIP = 0, ST_BAD_FAIL = 1 };
+/* stages.train.on_nonfinite: a minibatch whose training loss is NaN or
+ * infinite stops the job (the default) or is counted with a warning. */
+enum st_nonfinite_policy { ST_NONFINITE_FAIL = 0, ST_NONFINITE_WARN = 1 };
 enum st_col_kind { ST_COL_IGNORE = 0, ST_COL_LABEL, ST_COL_DENSE, ST_COL_CAT };
 
 /* One data source (train or eval). */
@@ -138,6 +141,7 @@ typedef struct st_job {
 
 	int batch_size;        /* examples per batch, >= 1 */
 	int minibatch;         /* examples per optimizer step, >= 1, <= batch_size */
+	int on_nonfinite;      /* enum st_nonfinite_policy (stages.train.on_nonfinite) */
 	/* Stage settings. The train stage is `train_stage` because `train` is
 	 * the train data source above (its threads = the job's `workers`). */
 	st_stage_cfg_t read, pull, train_stage, push, dump;

@@ -361,6 +361,7 @@ static int convert(lua_State *L)
 
 	j->batch_size = get_i32(L, t, "batch_size", 8192);
 	j->minibatch = get_i32(L, t, "minibatch", 512);
+	j->on_nonfinite = get_i32(L, t, "on_nonfinite", ST_NONFINITE_FAIL);
 	int st = push_table(L, t, "stages");
 	convert_stage(L, st, "read", &j->read);
 	convert_stage(L, st, "pull", &j->pull);

@@ -265,6 +265,7 @@ int st_trainer_create(st_trainer_t **out, const st_job_t *job, st_metrics_t *met
 	tr->n_slots = job->train.n_slots;
 	tr->n_dense = job->train.n_dense;
 	tr->mean_loss = strcmp(type, "lr") != 0;
+	tr->nf_fail = job->on_nonfinite != ST_NONFINITE_WARN;
 	pthread_barrier_init(&tr->bar, NULL, (unsigned)N);
 	pthread_mutex_init(&tr->slow_mu, NULL);
 	pthread_mutex_init(&tr->gate_mu, NULL);
@@ -714,6 +715,51 @@ static int read_step_rows(st_trainer_t *tr, worker_t *w, const st_batch_t *b, ui
 	return rc;
 }
 
+/* A minibatch's training loss was NaN or infinite (worker w, any thread):
+ * counted, and the first one recorded for the message (train_process). */
+static void note_nonfinite(st_trainer_t *tr, const worker_t *w, const st_batch_t *b,
+			   uint32_t mb, double loss)
+{
+	__atomic_fetch_add(&tr->nf_count, 1, __ATOMIC_RELAXED);
+	int zero = 0;
+	if (!__atomic_compare_exchange_n(&tr->nf_first, &zero, 1, 0, __ATOMIC_RELAXED,
+					 __ATOMIC_RELAXED))
+		return;
+	tr->nf.loss = loss;
+	tr->nf.batch = tr->batches + 1;
+	tr->nf.seq = b->seq;
+	tr->nf.mb = mb;
+	tr->nf.nmb = tr->nmb;
+	tr->nf.worker = w->idx;
+}
+
+/* After batch b trained: the job stops at the first non-finite loss (ST_ERANGE
+ * with the step, the batch and the minibatch named) unless on_nonfinite =
+ * "warn", which warns once and counts them in the metric "nonfinite_minibatches". */
+static int check_nonfinite(st_trainer_t *tr, st_stage_ctx_t *ctx)
+{
+	const uint64_t n = __atomic_load_n(&tr->nf_count, __ATOMIC_RELAXED);
+	if (n == tr->nf_seen)
+		return ST_OK;
+	const int first = tr->nf_seen == 0;
+	tr->nf_seen = n;
+	if (tr->metrics)
+		st_metrics_set(tr->metrics, "nonfinite_minibatches", (double)n);
+	char where[256];
+	snprintf(where, sizeof where, "the training loss is %s at step %llu, minibatch %u of %u "
+		 "(read batch %llu, worker %d)", isnan(tr->nf.loss) ? "NaN" :
+		 tr->nf.loss > 0 ? "+inf" : "-inf", (unsigned long long)tr->nf.batch,
+		 tr->nf.mb + 1, tr->nf.nmb, (unsigned long long)tr->nf.seq, tr->nf.worker);
+	if (tr->nf_fail)
+		return op_fail(ctx, ST_ERANGE, "%s: the model diverged and training stopped there. "
+			       "Lower the learning rate (model.optimizer.lr), or set "
+			       "stages.train.on_nonfinite = \"warn\" to train on", where);
+	if (first)
+		st_warn("%s: training goes on (stages.train.on_nonfinite = \"warn\"); the "
+			"metric nonfinite_minibatches counts them", where);
+	return ST_OK;
+}
+
 /* Forward + backward of minibatch mb on worker w; fills g. ST_OK, or the
  * error of reading the step's rows (ST_SYNC_STEP_ROWS; g is then unset). */
 static int compute(st_trainer_t *tr, worker_t *w, st_batch_t *b, uint32_t mb,
@@ -747,8 +793,10 @@ static int compute(st_trainer_t *tr, worker_t *w, st_batch_t *b, uint32_t mb,
 			return rc;
 	}
 	memset(w->gdense, 0, sizeof(float) * tr->env.nparams);
-	st_model_step(tr->model, w->ws, b, r0, n, relaxed || steprows ? w->prow : shared, params,
-		      scale, b->pred + r0, w->gdense, w->gu, gs);
+	double loss = st_model_step(tr->model, w->ws, b, r0, n, relaxed || steprows ? w->prow : shared,
+				    params, scale, b->pred + r0, w->gdense, w->gu, gs);
+	if (!isfinite(loss))
+		note_nonfinite(tr, w, b, mb, loss);
 	for (uint32_t i = r0; i < r0 + n; i++)
 		st_auc_acc_add(w->acc, b->pred[i], b->labels[i]);
 	*g = (st_sync_grads_t){
@@ -1275,6 +1323,8 @@ static int train_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 	if (tr->err < 0)
 		return op_fail(ctx, tr->err, "batch %llu: sync policy %s failed: %s",
 			       (unsigned long long)b->seq, tr->sops->name, st_strerror(tr->err));
+	if (!b->eval && (rc = check_nonfinite(tr, ctx)) < 0)
+		return rc;
 	if (b->eval) {
 		if ((rc = eval_keep(tr, b)) < 0)
 			return op_fail(ctx, rc, "out of memory keeping eval predictions");
@@ -1305,6 +1355,9 @@ static int train_finish(void *state, st_stage_ctx_t *ctx)
 	if (rc >= 0 && tr->sops->finish)
 		rc = tr->sops->finish(tr->sync);
 	refresh_metrics(tr);
+	if (tr->nf_seen && !tr->nf_fail)
+		st_warn("%llu minibatch%s had a non-finite training loss in this pass",
+			(unsigned long long)tr->nf_seen, tr->nf_seen == 1 ? "" : "es");
 	if (rc < 0)
 		return op_fail(ctx, rc, "the last steps with the other ranks: %s (sync policy %s)",
 			       st_strerror(rc), tr->sops->name);

@@ -134,6 +134,19 @@ struct st_trainer {
 	uint64_t gstep;            /* steps begun so far (LOCKSTEP base) */
 	uint64_t gstep_base;       /* gstep when the current policy was created */
 	int err;                   /* first worker error (atomic) */
+	/* Non-finite training losses (stages.train.on_nonfinite): how many
+	 * minibatches had one (atomic), and the first of them, recorded by
+	 * the worker that won nf_first (0 -> 1) and read by the train thread
+	 * after the batch's end barrier. */
+	int nf_fail;               /* ST_NONFINITE_FAIL: stop the job */
+	uint64_t nf_count, nf_seen;
+	int nf_first;
+	struct {
+		double loss;
+		uint64_t batch, seq;   /* train step (1-based) and the read stage's seq */
+		uint32_t mb, nmb;      /* minibatch of the batch, of nmb */
+		int worker;
+	} nf;
 
 	/* Dense optimizer state shared by successive policies (sync.h). */
 	float *dstate;

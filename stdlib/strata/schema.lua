@@ -242,6 +242,8 @@ S.stage = {
 		{ "queue", "int", min = 1, max = L.queue, default = 4 },
 		{ "minibatch", "int", min = 1, max = L.batch },  -- default 512, clamped to batch_size
 		{ "near", "str", nonempty = true },
+		-- a NaN or infinite training loss: stop the job, or warn and go on
+		{ "on_nonfinite", "str", enum = { "fail", "warn" }, default = "fail" },
 	},
 }
 S.stage.pull = {

@@ -904,7 +904,10 @@ function V:job(job)
 		end
 		stages[n] = { threads = c.threads or c.workers, queue = c.queue, near = c.near }
 		if n == "read" then out.batch_size = c.batch_size end
-		if n == "train" then out.minibatch, tnode = c.minibatch, node end
+		if n == "train" then
+			out.minibatch, tnode = c.minibatch, node
+			out.on_nonfinite = c.on_nonfinite == "warn" and 1 or 0
+		end
 	end
 	out.stages = stages
 	if out.minibatch == nil then

@@ -1425,6 +1425,24 @@ static void test_lang_convert_refuses_out_of_range(void **state)
 	assert_int_equal(bad, 0);
 }
 
+/* stages.train.on_nonfinite: "fail" by default, "warn" on request, nothing
+ * else. */
+static void test_lang_on_nonfinite(void **state)
+{
+	(void)state;
+	st_job_t *j = load_ok("tests/lua/good_minimal.lua", NULL, 0);
+	assert_int_equal(j->on_nonfinite, ST_NONFINITE_FAIL);
+	st_job_free(j);
+	const char *warn[] = { "stages.train.on_nonfinite=\"warn\"" };
+	j = load_ok("tests/lua/good_minimal.lua", warn, 1);
+	assert_int_equal(j->on_nonfinite, ST_NONFINITE_WARN);
+	st_job_free(j);
+	const char *bad[] = { "stages.train.on_nonfinite=\"ignore\"" };
+	expect_only("tests/lua/good_minimal.lua", bad, 1,
+		    "--set stages.train.on_nonfinite=\"ignore\": stages.train.on_nonfinite must be "
+		    "'fail' or 'warn', got 'ignore'");
+}
+
 int main(void)
 {
 	const char *root = getenv("ST_SOURCE_ROOT");
@@ -1470,6 +1488,7 @@ int main(void)
 		cmocka_unit_test(test_lang_pattern_same_results),
 		cmocka_unit_test(test_lang_sandbox_pattern_bounded),
 		cmocka_unit_test(test_lang_sandbox_require),
+		cmocka_unit_test(test_lang_on_nonfinite),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
