@@ -1010,7 +1010,12 @@ function V:apply_sets(job, sets)
 				value = val
 			else
 				local good, r = pcall(chunk)
-				if good then
+				if good and type(r) == "function" and val:match("^[%a_][%w_]*$") then
+					-- a bare word naming a Lua function (warn, print,
+					-- type): no job field takes a function, so it
+					-- means the word (on_nonfinite=warn)
+					value = val
+				elseif good then
 					value = r
 				elseif val:match("^[%w_%.%-/%*%?%[%]~:+]+$") then
 					value = val

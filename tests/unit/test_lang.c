@@ -1437,6 +1437,11 @@ static void test_lang_on_nonfinite(void **state)
 	j = load_ok("tests/lua/good_minimal.lua", warn, 1);
 	assert_int_equal(j->on_nonfinite, ST_NONFINITE_WARN);
 	st_job_free(j);
+	/* warn is also a Lua function: a bare word naming one is the word */
+	const char *bare[] = { "stages.train.on_nonfinite=warn" };
+	j = load_ok("tests/lua/good_minimal.lua", bare, 1);
+	assert_int_equal(j->on_nonfinite, ST_NONFINITE_WARN);
+	st_job_free(j);
 	const char *bad[] = { "stages.train.on_nonfinite=\"ignore\"" };
 	expect_only("tests/lua/good_minimal.lua", bad, 1,
 		    "--set stages.train.on_nonfinite=\"ignore\": stages.train.on_nonfinite must be "

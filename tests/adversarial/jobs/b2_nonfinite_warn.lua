@@ -1,4 +1,4 @@
--- adversarial: run --quiet --set data.generate.dir="$TMP/d" --set data.train.path="$TMP/d/train-00000.tsv" --set model.optimizer.lr=1e38 --set stages.train.on_nonfinite="warn"
+-- adversarial: run --quiet --set data.generate.dir="$TMP/d" --set data.train.path="$TMP/d/train-00000.tsv" --set model.optimizer.lr=1e38 --set stages.train.on_nonfinite=warn
 -- exit: 0
 -- expect: warning: the training loss is NaN at step [0-9]+.*training goes on
 -- expect: warning: [0-9]+ minibatch(es)? had a non-finite training loss in this pass
