@@ -445,6 +445,8 @@ static int run_pass(run_ctx_t *rc_, const st_source_t *src, int epochs, int eval
 	if (rc < 0 && !(rc == ST_ECANCELED && interrupted()))
 		fprintf(stderr, "strata: error: %s\n",
 			st_graph_error(g) ? st_graph_error(g) : st_strerror(rc));
+	else
+		rc = st_read_stage_check_bad(rs, eval ? "eval" : "train");   /* logs */
 out:
 	st_graph_destroy(g);
 	st_read_stage_destroy(rs);

@@ -189,6 +189,7 @@ static void dump_source(FILE *f, const char *pre, const st_source_t *s)
 		fprintf(f, "%s.paths[%d] = \"%s\"\n", pre, i + 1, s->paths[i]);
 	fprintf(f, "%s.on_bad_record = %s\n", pre, s->on_bad == ST_BAD_FAIL ? "fail" : "skip");
 	fprintf(f, "%s.max_report = %d\n", pre, s->max_report);
+	fprintf(f, "%s.max_bad_fraction = %g\n", pre, s->max_bad_fraction);
 	fprintf(f, "%s.limit = %" PRId64 "\n", pre, s->limit);
 	if (s->format && !strcmp(s->format, "csv")) {
 		fprintf(f, "%s.sep = \"%c\"\n", pre, s->sep);

@@ -28,6 +28,8 @@ typedef struct st_source {
 	int n_globs;
 	int on_bad;            /* enum st_bad_policy */
 	int max_report;        /* bad records reported in full (default 5) */
+	double max_bad_fraction; /* on_bad = skip: a pass whose share of bad records
+				    (bad / (bad + good)) is above this fails (0.1) */
 	int64_t limit;         /* read at most this many rows; -1 = all */
 	/* CSV schema (format == "csv"): one entry per column */
 	char sep;              /* field separator, default ',' */

@@ -190,6 +190,7 @@ static void convert_source(lua_State *L, int t, st_source_t *s)
 	}
 	s->on_bad = (int)get_int_in(L, t, "on_bad", ST_BAD_SKIP, ST_BAD_SKIP, ST_BAD_FAIL);
 	s->max_report = get_i32(L, t, "max_report", 5);
+	s->max_bad_fraction = get_num(L, t, "max_bad_fraction", 0.1);
 	s->limit = get_int(L, t, "limit", -1);
 	char *sep = get_str(L, t, "sep");
 	s->sep = sep && sep[0] ? sep[0] : ',';

@@ -512,6 +512,7 @@ function V:source(dnode, key, v, gen)
 		format = fmt, globs = s.path or {}, generated = false,
 		on_bad = s.on_bad_record == "fail" and 1 or 0,
 		max_report = s.max_report, limit = s.limit,
+		max_bad_fraction = s.max_bad_fraction,
 		sep = ",", header = false, n_dense = 0, n_slots = 0,
 	}
 	if fmt == "criteo" then

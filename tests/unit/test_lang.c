@@ -1448,6 +1448,23 @@ static void test_lang_on_nonfinite(void **state)
 		    "'fail' or 'warn', got 'ignore'");
 }
 
+/* data.<source>.max_bad_fraction: 0.1 by default, within [0, 1]. */
+static void test_lang_max_bad_fraction(void **state)
+{
+	(void)state;
+	st_job_t *j = load_ok("tests/lua/good_minimal.lua", NULL, 0);
+	assert_true(j->train.max_bad_fraction == 0.1);
+	st_job_free(j);
+	const char *half[] = { "data.train.max_bad_fraction=0.5" };
+	j = load_ok("tests/lua/good_minimal.lua", half, 1);
+	assert_true(j->train.max_bad_fraction == 0.5);
+	st_job_free(j);
+	const char *bad[] = { "data.train.max_bad_fraction=1.5" };
+	expect_only("tests/lua/good_minimal.lua", bad, 1,
+		    "--set data.train.max_bad_fraction=1.5: data.train.max_bad_fraction must be "
+		    "<= 1, got 1.5");
+}
+
 int main(void)
 {
 	const char *root = getenv("ST_SOURCE_ROOT");
@@ -1494,6 +1511,7 @@ int main(void)
 		cmocka_unit_test(test_lang_sandbox_pattern_bounded),
 		cmocka_unit_test(test_lang_sandbox_require),
 		cmocka_unit_test(test_lang_on_nonfinite),
+		cmocka_unit_test(test_lang_max_bad_fraction),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
