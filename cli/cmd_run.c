@@ -281,6 +281,12 @@ static int maybe_generate(st_job_t *job, int tty)
 {
 	if (!job->gen.enabled)
 		return 0;
+	if (!job->gen.used) {
+		/* Every data path was pointed away from generate.dir. */
+		st_info("data.generate: no data path is under %s; nothing is generated",
+			job->gen.dir);
+		return 0;
+	}
 	char path[4096];
 	int have = 1;
 	/* With days the train files are day-000.tsv .. day-<days-1>.tsv. */

@@ -179,10 +179,14 @@ typedef struct st_job {
 	char *metrics_path;    /* JSON-lines metrics file; NULL = none */
 	double progress_secs;  /* seconds between progress lines (default 1) */
 
-	/* Synthetic data: if non-NULL, `strata run` generates the train (and eval)
-	 * data with these settings when the files are absent. */
+	/* Synthetic data (data.generate): when enabled and used, `strata run`
+	 * generates the train (and eval) data with these settings when the
+	 * files are absent. */
 	struct {
 		int enabled;
+		int used;          /* some source (train, eval, a phase's data) is
+				      under dir: only then does `strata run`
+				      generate */
 		char *dir;
 		int64_t rows, eval_rows;
 		int files;

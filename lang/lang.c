@@ -442,6 +442,7 @@ static int convert(lua_State *L)
 	int g = push_table(L, t, "gen");
 	if (g) {
 		j->gen.enabled = 1;
+		j->gen.used = get_bool(L, g, "used");
 		j->gen.dir = get_str(L, g, "dir");
 		j->gen.rows = get_int(L, g, "rows", 0);
 		j->gen.eval_rows = get_int(L, g, "eval_rows", 0);

@@ -548,10 +548,13 @@ function V:source(dnode, key, v, gen)
 		end
 	end
 	-- Sources under generate.dir are made by `strata run`, so they need not
-	-- exist yet.
+	-- exist yet. "Under" is by whole path components: dir "data/g" does not
+	-- make "data/gx/train.tsv".
+	local gdir = gen and gen.dir and clean(gen.dir):gsub("(.)/+$", "%1")
 	for _, g in ipairs(out.globs) do
-		local gdir = gen and gen.dir and clean(gen.dir)
-		local made = gdir and (clean(g):sub(1, #gdir) == gdir)
+		local cg = clean(g)
+		local made = gdir and (cg == gdir or cg:sub(1, #gdir + 1) == gdir .. "/" or
+			(gdir == "/" and cg:sub(1, 1) == "/"))
 		if made then
 			out.generated = true
 		elseif self.check_paths and #core.glob(g) == 0 then
@@ -943,6 +946,17 @@ function V:job(job)
 	end
 	if job.phases ~= nil then
 		out.phases = self:phases(root, job.phases, out.sync, out.train, out.gen)
+	end
+	-- data.generate makes its files only for a job that reads them: when no
+	-- source (train, eval, a phase's data) lies under generate.dir — every
+	-- path was pointed elsewhere, e.g. with --set data.train.path=... — it
+	-- is kept (declared) but not used, and `strata run` generates nothing.
+	if out.gen then
+		local used = (out.train and out.train.generated) or (out.eval and out.eval.generated)
+		for _, p in ipairs(out.phases or {}) do
+			used = used or (p.data and p.data.generated)
+		end
+		out.gen.used = used and true or false
 	end
 
 	local cnode = self:section(root, "checkpoint", job.checkpoint)
