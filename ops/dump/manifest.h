@@ -65,6 +65,10 @@ typedef struct st_manifest {
 	char *job_name;              /* required */
 	char *job_hash;              /* required: identifies the job's model-relevant settings */
 	char *model;                 /* optional model description (NULL = none) */
+	char *lineage;               /* optional run lineage (NULL = none): the id the
+					first full export of a run created, carried by
+					its later exports and checkpoints; an export
+					chain must not mix lineages (ops/dump/ckpt.h) */
 	int64_t step;                /* training step, >= 0 */
 	int64_t seq;                 /* exports: sequence number >= 0; checkpoints: -1 */
 	int64_t created;             /* Unix seconds, UTC */

@@ -21,10 +21,13 @@
  */
 #include <assert.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ops/dump/export.h"
@@ -366,6 +369,32 @@ void st__trainer_track_free(st_trainer_t *tr)
 		free(tr->touched[k].k);
 		free(tr->evicted[k].k);
 	}
+}
+
+const char *st_trainer_lineage(const st_trainer_t *tr)
+{
+	return tr->lineage;
+}
+
+void st_trainer_set_lineage(st_trainer_t *tr, const char *id)
+{
+	snprintf(tr->lineage, sizeof tr->lineage, "%s", id ? id : "");
+}
+
+void st_trainer_new_lineage(st_trainer_t *tr)
+{
+	/* 64 random bits: two runs that share an export directory must not
+	 * draw the same id. The kernel's generator; if it is unavailable, the
+	 * clock, the pid and the trainer's address mixed, which still differ
+	 * between runs. */
+	uint64_t r = 0;
+	if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		r = mix64((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^
+		    mix64((uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)tr);
+	}
+	snprintf(tr->lineage, sizeof tr->lineage, "%016" PRIx64, r);
 }
 
 int st_trainer_export(st_trainer_t *tr, const st_job_t *job, const char *root, uint64_t seq,

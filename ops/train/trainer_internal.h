@@ -106,7 +106,10 @@ struct st_trainer {
 	struct st_trainer_snap *snap_spare;
 
 	/* Delta exports (store.c): keys pulled for training and keys evicted
-	 * since the last export, per table; tracking only once turned on. */
+	 * since the last export, per table; tracking only once turned on. The
+	 * run lineage its exports and checkpoints carry ("" until the first
+	 * full export makes one or a resumed checkpoint restores it). */
+	char lineage[ST_TRAINER_LINEAGE_MAX];
 	int track;
 	pthread_mutex_t track_mu;
 	st_keyset_t touched[MAX_TABLES], evicted[MAX_TABLES];
