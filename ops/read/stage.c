@@ -19,6 +19,11 @@
  * different threads interleave; within one thread, seq grows with the
  * position in the file.
  *
+ * Bad records: each reader counts its own; the totals (atomics) are added
+ * when a reader closes, and `good` counts every good record read, also those
+ * of batches dropped for other ranks, so that st_read_stage_check_bad judges
+ * the share of bad records of the whole stream the same way on every rank.
+ *
  * src->limit: each thread counts the rows it read against an atomic budget
  * after reading them and drops rows read past it from the end of its batch,
  * so exactly min(limit, rows available) rows come out whatever the threads'

@@ -17,7 +17,10 @@
  *
  * Invariants: every worker reaches both barriers of every batch, whatever
  * happens (an error is recorded in `err` and reported by worker 0 after the
- * end barrier), so no worker is ever left waiting. The per-worker `mark`
+ * end barrier), so no worker is ever left waiting. A non-finite minibatch
+ * loss is handled the same way: the worker records it (nf_count, the first
+ * one in nf), and worker 0 acts on it after the end barrier
+ * (check_nonfinite: fail the stage, or warn, per stages.train.on_nonfinite). The per-worker `mark`
  * stamps increase monotonically across batches, so the mark array needs no
  * clearing between minibatches or batches.
  *
