@@ -447,11 +447,12 @@ static int run_pass(run_ctx_t *rc_, const st_source_t *src, int epochs, int eval
 	if (st_progress_stop(pr) < 0)
 		rc_->metrics_err = 1;
 	st_read_stage_totals(rs, rstats);
-	/* A pass canceled by ^C is no error: the signal thread said so. */
+	/* A pass canceled by ^C is no error to print (the signal thread said
+	 * so), but it did not complete: rc stays. */
 	if (rc < 0 && !(rc == ST_ECANCELED && interrupted()))
 		fprintf(stderr, "strata: error: %s\n",
 			st_graph_error(g) ? st_graph_error(g) : st_strerror(rc));
-	else
+	else if (rc >= 0)
 		rc = st_read_stage_check_bad(rs, eval ? "eval" : "train");   /* logs */
 out:
 	st_graph_destroy(g);
