@@ -8,6 +8,7 @@
 #ifndef ST_CLI_H
 #define ST_CLI_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "lang/job.h"
@@ -67,6 +68,28 @@ int st_cli_dist_join(struct st_net **net, const struct st_net_cfg *cfg, const st
 		     struct st_trainer *tr);
 int st_cli_dist_summary(struct st_net *net, struct st_trainer *tr, const st_job_t *job,
 			double secs, int lost, int digest);
+
+/* The metrics file of `strata run` beyond the progress records
+ * (run_metrics.c). Each returns ST_OK or the error (logged with the path):
+ * truncate creates or empties path; append copies the file `from` to the
+ * end of `to` and removes `from` (also on failure); phase appends one JSON
+ * line {"phase": ...} with r's fields (strings escaped, NaN as null). */
+typedef struct st_cli_phase_rec {
+	const char *phase;          /* the phase's name, any bytes */
+	int index;                  /* 1-based */
+	const char *sync;           /* the policy it ended with */
+	uint64_t examples;
+	double secs, auc, logloss;
+	uint64_t switches;
+	int has_eval;               /* eval_auc, eval_logloss are written */
+	double eval_auc, eval_logloss;
+	int has_slice;              /* slice_* are written */
+	double slice_auc, slice_logloss;
+	uint64_t slice_examples;
+} st_cli_phase_rec_t;
+int st_cli_metrics_truncate(const char *path);
+int st_cli_metrics_append(const char *to, const char *from);
+int st_cli_metrics_phase(const char *path, const st_cli_phase_rec_t *r);
 
 int st_cmd_run(int argc, char **argv);
 int st_cmd_launch(int argc, char **argv);

@@ -7,22 +7,97 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-/* Parses a non-negative number that may be written 1e6 or 10000000. */
-static int parse_num(const char *opt, const char *s, double min, double *out)
+/* The range of one numeric option. Whole-number options accept 1e6 as well
+ * as 1000000; digits alone are read exactly (a 64-bit seed), anything else
+ * as a double. */
+typedef struct numopt {
+	const char *name;     /* "--rows" */
+	double lo, hi;        /* inclusive bounds (lo exclusive with lo_open) */
+	int whole;            /* an integer */
+	int lo_open;          /* value > lo (zipf) */
+	const char *hi_text;  /* hi as printed, when %.0f would round it */
+} numopt_t;
+
+/* Row indices of train data stay below the eval rows' (ops/gen/gen.h). */
+#define MAX_ROWS ((double)ST_GEN_EVAL_BASE)
+
+static const numopt_t opt_rows = { .name = "--rows", .lo = 1, .hi = MAX_ROWS, .whole = 1 };
+static const numopt_t opt_eval = { .name = "--eval-rows", .lo = 0, .hi = MAX_ROWS, .whole = 1 };
+static const numopt_t opt_seed = { .name = "--seed", .lo = 0, .hi = 18446744073709551615.0,
+				   .whole = 1, .hi_text = "18446744073709551615" };
+static const numopt_t opt_zipf = { .name = "--zipf", .lo = 0, .hi = 1e300, .lo_open = 1 };
+static const numopt_t opt_vocab = { .name = "--vocab", .lo = 1, .hi = 4503599627370496.0 /* 2^52 */,
+				    .whole = 1 };
+static const numopt_t opt_files = { .name = "--files", .lo = 1, .hi = 100000, .whole = 1 };
+static const numopt_t opt_threads = { .name = "--threads", .lo = 1, .hi = 4096, .whole = 1 };
+static const numopt_t opt_days = { .name = "--days", .lo = 0, .hi = ST_GEN_MAX_DAYS, .whole = 1 };
+static const numopt_t opt_drift = { .name = "--drift", .lo = 0, .hi = 1 };
+
+/* Prints "strata gen: --X must be a ... number between LO and HI, got 'S'"
+ * and, when the value overflowed or passed a bound, says so. */
+static void range_error(const numopt_t *o, const char *s, int overflow)
+{
+	if (o->lo_open)
+		fprintf(stderr, "strata gen: %s must be a number > %g, got '%s'%s\n", o->name,
+			o->lo, s, overflow ? " (out of range)" : "");
+	else if (!o->whole)
+		fprintf(stderr, "strata gen: %s must be a number between %g and %g, got '%s'%s\n",
+			o->name, o->lo, o->hi, s, overflow ? " (out of range)" : "");
+	else if (o->hi_text)
+		fprintf(stderr, "strata gen: %s must be a whole number between %.0f and %s, got "
+			"'%s'%s\n", o->name, o->lo, o->hi_text, s,
+			overflow ? " (out of range)" : "");
+	else
+		fprintf(stderr, "strata gen: %s must be a whole number between %.0f and %.0f, got "
+			"'%s'%s\n", o->name, o->lo, o->hi, s,
+			overflow ? " (out of range)" : "");
+}
+
+/* Parses the value s of option o into *out (exact for digits-only whole
+ * numbers up to 2^64 - 1 in *u). 0, or -1 with the reason printed: not a
+ * number, not whole, out of range. */
+static int parse_num(const numopt_t *o, const char *s, double *out, uint64_t *u)
 {
 	char *end = NULL;
 	errno = 0;
+	if (o->whole && s[0] && strspn(s, "0123456789") == strlen(s)) {
+		unsigned long long x = strtoull(s, &end, 10);
+		if (errno == ERANGE || (double)x > o->hi || (double)x < o->lo) {
+			range_error(o, s, errno == ERANGE || (double)x > o->hi);
+			return -1;
+		}
+		*out = (double)x;
+		if (u)
+			*u = x;
+		return 0;
+	}
 	double v = strtod(s, &end);
-	if (errno || end == s || *end || v < min || v != v) {
-		fprintf(stderr, "strata gen: %s must be a number >= %g, got '%s'\n", opt, min, s);
+	if (end == s || *end || v != v) {
+		fprintf(stderr, "strata gen: %s must be a number, got '%s'\n", o->name, s);
+		return -1;
+	}
+	/* strtod gives +-HUGE_VAL (ERANGE) past the double range and "inf"
+	 * for inf: both out of range, never a value. */
+	/* 2^64 itself equals the double nearest 2^64 - 1 (--seed's bound). */
+	const int over = errno == ERANGE || !isfinite(v) || v > o->hi ||
+			 (o->whole && v >= 18446744073709551616.0);
+	if (over || v < o->lo || (o->lo_open && v <= o->lo)) {
+		range_error(o, s, over);
+		return -1;
+	}
+	if (o->whole && v != floor(v)) {
+		range_error(o, s, 0);
 		return -1;
 	}
 	*out = v;
+	if (u)
+		*u = (uint64_t)v;
 	return 0;
 }
 
@@ -65,58 +140,49 @@ int st_cmd_gen(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
 		switch (c) {
 		case O_ROWS:
-			if (parse_num("--rows", optarg, 1, &v))
+			if (parse_num(&opt_rows, optarg, &v, NULL))
 				return ST_EXIT_USAGE;
 			o.rows = (int64_t)v;
 			break;
 		case O_OUT: o.dir = optarg; break;
 		case O_SEED:
-			if (parse_num("--seed", optarg, 0, &v))
+			if (parse_num(&opt_seed, optarg, &v, &o.seed))
 				return ST_EXIT_USAGE;
-			o.seed = (uint64_t)v;
 			break;
 		case O_ZIPF:
-			if (parse_num("--zipf", optarg, 0, &v))
+			if (parse_num(&opt_zipf, optarg, &v, NULL))
 				return ST_EXIT_USAGE;
 			o.zipf = v;
 			break;
 		case O_VOCAB:
-			if (parse_num("--vocab", optarg, 1, &v))
+			if (parse_num(&opt_vocab, optarg, &v, NULL))
 				return ST_EXIT_USAGE;
 			o.vocab = (uint64_t)v;
 			break;
 		case O_FILES:
-			if (parse_num("--files", optarg, 1, &v) || v > 100000) {
-				fprintf(stderr, "strata gen: --files must be between 1 and 100000\n");
+			if (parse_num(&opt_files, optarg, &v, NULL))
 				return ST_EXIT_USAGE;
-			}
 			o.files = (int)v;
 			files_set = 1;
 			break;
 		case O_EVAL:
-			if (parse_num("--eval-rows", optarg, 0, &v))
+			if (parse_num(&opt_eval, optarg, &v, NULL))
 				return ST_EXIT_USAGE;
 			o.eval_rows = (int64_t)v;
 			break;
 		case O_THREADS:
-			if (parse_num("--threads", optarg, 1, &v))
+			if (parse_num(&opt_threads, optarg, &v, NULL))
 				return ST_EXIT_USAGE;
 			o.threads = (int)v;
 			break;
 		case O_DAYS:
-			if (parse_num("--days", optarg, 0, &v) || v > ST_GEN_MAX_DAYS || v != (int)v) {
-				fprintf(stderr, "strata gen: --days must be a whole number between 0 and %d\n",
-					ST_GEN_MAX_DAYS);
+			if (parse_num(&opt_days, optarg, &v, NULL))
 				return ST_EXIT_USAGE;
-			}
 			o.days = (int)v;
 			break;
 		case O_DRIFT:
-			if (parse_num("--drift", optarg, 0, &v) || v > 1) {
-				fprintf(stderr, "strata gen: --drift must be a number between 0 and 1, got '%s'\n",
-					optarg);
+			if (parse_num(&opt_drift, optarg, &v, NULL))
 				return ST_EXIT_USAGE;
-			}
 			o.drift = v;
 			drift_set = 1;
 			break;

@@ -139,6 +139,8 @@ static int inspect_dir(const char *dir)
 	printf("  job      %s (hash %s)\n", m->job_name, m->job_hash);
 	if (m->model)
 		printf("  model    %s\n", m->model);
+	if (m->lineage)
+		printf("  lineage  %s\n", m->lineage);
 	printf("  step     %" PRId64 "\n", m->step);
 	if (m->kind != ST_MANIFEST_CHECKPOINT)
 		printf("  seq      %" PRId64 "\n", m->seq);
@@ -230,9 +232,29 @@ static int inspect_root(const char *root)
 	printf("exports in apply order (verified): %zu\n", nx);
 	for (size_t i = 0; i < nx; i++)
 		printf("  %s  seq %" PRId64 "  %s\n", x[i].name, x[i].num, st_manifest_kind_name(x[i].kind));
+	/* A chain that mixes runs is refused by `strata predict`: say so. */
+	int ec = ST_EXIT_OK;
+	st_manifest_t *base = NULL;
+	for (size_t i = 0; i < nx && ec == ST_EXIT_OK; i++) {
+		char *mp = join(x[i].path, ST_MANIFEST_NAME);
+		st_manifest_t *m = NULL;
+		int r = st_manifest_read(mp, &m, err, sizeof err);
+		free(mp);
+		if (r >= 0 && i > 0)
+			r = st_ckpt_check_lineage(base, x[0].name, m, x[i].name, err, sizeof err);
+		if (r < 0) {
+			printf("  note: %s\n", err);
+			ec = ST_EXIT_FAILED;
+		}
+		if (i == 0)
+			base = m;
+		else
+			st_manifest_free(m);
+	}
+	st_manifest_free(base);
 	st_ckpt_entries_free(e, n);
 	st_ckpt_entries_free(x, nx);
-	return ST_EXIT_OK;
+	return ec;
 }
 
 int st_cmd_inspect(int argc, char **argv)

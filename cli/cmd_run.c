@@ -281,6 +281,12 @@ static int maybe_generate(st_job_t *job, int tty)
 {
 	if (!job->gen.enabled)
 		return 0;
+	if (!job->gen.used) {
+		/* Every data path was pointed away from generate.dir. */
+		st_info("data.generate: no data path is under %s; nothing is generated",
+			job->gen.dir);
+		return 0;
+	}
 	char path[4096];
 	int have = 1;
 	/* With days the train files are day-000.tsv .. day-<days-1>.tsv. */
@@ -349,6 +355,7 @@ typedef struct run_ctx {
 	 * not written: each failure is reported where it happens, the other
 	 * steps still run, and the job exits non-zero (end_failed). */
 	int ckpt_failed, export_failed;
+	int metrics_err;           /* a write to the metrics file failed (logged) */
 } run_ctx_t;
 
 enum { TRAIN_STAGE = 2 };   /* index of "train" in st_cli_stage_names */
@@ -437,12 +444,16 @@ static int run_pass(run_ctx_t *rc_, const st_source_t *src, int epochs, int eval
 	rc = st_graph_run(g);
 	*secs = now_s() - t0;
 	signals_set_graph(NULL);
-	st_progress_stop(pr);
+	if (st_progress_stop(pr) < 0)
+		rc_->metrics_err = 1;
 	st_read_stage_totals(rs, rstats);
-	/* A pass canceled by ^C is no error: the signal thread said so. */
+	/* A pass canceled by ^C is no error to print (the signal thread said
+	 * so), but it did not complete: rc stays. */
 	if (rc < 0 && !(rc == ST_ECANCELED && interrupted()))
 		fprintf(stderr, "strata: error: %s\n",
 			st_graph_error(g) ? st_graph_error(g) : st_strerror(rc));
+	else if (rc >= 0)
+		rc = st_read_stage_check_bad(rs, eval ? "eval" : "train");   /* logs */
 out:
 	st_graph_destroy(g);
 	st_read_stage_destroy(rs);
@@ -505,23 +516,6 @@ static int check_implemented(const st_job_t *job)
 	return ec;
 }
 
-/* Copies the file `from` to the end of `to` and removes it. */
-static void append_file(const char *to, const char *from)
-{
-	FILE *in = fopen(from, "rb");
-	FILE *out = fopen(to, "ab");
-	char buf[8192];
-	size_t n;
-	while (in && out && (n = fread(buf, 1, sizeof buf, in)) > 0)
-		if (fwrite(buf, 1, n, out) != n)
-			break;
-	if (in)
-		fclose(in);
-	if (out)
-		fclose(out);
-	remove(from);
-}
-
 /* Scores src (an eval pass) with the model as it is: *auc etc. cover
  * every rank's share of it in a multi-process job (rank 0 collects them;
  * the other ranks get NAN). ST_OK or the pass's error. */
@@ -582,12 +576,9 @@ static int run_phases(run_ctx_t *rc_, const char *metrics_path, int tty, double 
 	const st_job_t *job = rc_->job;
 	char tmp[4200];
 	if (metrics_path) {
-		FILE *f = fopen(metrics_path, "w");   /* truncate; phases append */
-		if (!f) {
-			st_error("cannot write metrics to %s: %s", metrics_path, strerror(errno));
-			return ST_EIO;
-		}
-		fclose(f);
+		int trc = st_cli_metrics_truncate(metrics_path);   /* phases append */
+		if (trc < 0)
+			return trc;
 		snprintf(tmp, sizeof tmp, "%s.phase", metrics_path);
 	}
 	uint64_t n_before = 0;
@@ -641,8 +632,8 @@ static int run_phases(run_ctx_t *rc_, const char *metrics_path, int tty, double 
 			slice[i] = (slice_t){ vauc, vll, vn };
 		}
 		rc = run_pass(rc_, &src, job->epochs, 0, metrics_path ? tmp : NULL, tty, &secs, &rs);
-		if (metrics_path)
-			append_file(metrics_path, tmp);
+		if (metrics_path && st_cli_metrics_append(metrics_path, tmp) < 0)
+			rc_->metrics_err = 1;
 		if (rc < 0)
 			goto out;
 		st_trainer_end_pass(rc_->model);
@@ -675,23 +666,17 @@ static int run_phases(run_ctx_t *rc_, const char *metrics_path, int tty, double 
 			fflush(stdout);
 		}
 		if (metrics_path) {
-			FILE *f = fopen(metrics_path, "a");
-			if (f) {
-				fprintf(f, "{\"phase\":\"%s\",\"index\":%d,\"sync\":\"%s\","
-					"\"examples\":%llu,\"secs\":%.3f,\"auc\":%.6f,\"logloss\":%.6f,"
-					"\"sync_switches\":%llu", ph->name, i + 1,
-					st_trainer_policy_name(rc_->model),
-					(unsigned long long)(n - n_before), secs, auc, ll,
-					(unsigned long long)st_trainer_switches(rc_->model));
-				if (job->has_eval && isfinite(eauc))
-					fprintf(f, ",\"eval_auc\":%.6f,\"eval_logloss\":%.6f", eauc, ell);
-				if (ph->validate && i != partial)
-					fprintf(f, ",\"slice_auc\":%.6f,\"slice_logloss\":%.6f,"
-						"\"slice_examples\":%llu", vauc, vll,
-						(unsigned long long)vn);
-				fprintf(f, "}\n");
-				fclose(f);
-			}
+			st_cli_phase_rec_t pr = {
+				.phase = ph->name, .index = i + 1,
+				.sync = st_trainer_policy_name(rc_->model), .examples = n - n_before,
+				.secs = secs, .auc = auc, .logloss = ll,
+				.switches = st_trainer_switches(rc_->model),
+				.has_eval = job->has_eval && isfinite(eauc), .eval_auc = eauc,
+				.eval_logloss = ell, .has_slice = ph->validate && i != partial,
+				.slice_auc = vauc, .slice_logloss = vll, .slice_examples = vn,
+			};
+			if (st_cli_metrics_phase(metrics_path, &pr) < 0)
+				rc_->metrics_err = 1;
 		}
 		n_before = n;
 	}
@@ -1025,6 +1010,11 @@ stop_desc:
 	free(model_desc);
 stop:
 	signals_stop();
+	if (ec == ST_EXIT_OK && rc_.metrics_err) {
+		st_error("the job ran, but the metrics file %s is incomplete (see above)",
+			 metrics_path);
+		ec = ST_EXIT_FAILED;
+	}
 	if (interrupted()) {
 		/* Stopped (or finished while stopping) on a signal: 128 + its
 		 * number, as a shell reports a process the signal ended, so

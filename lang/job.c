@@ -189,6 +189,7 @@ static void dump_source(FILE *f, const char *pre, const st_source_t *s)
 		fprintf(f, "%s.paths[%d] = \"%s\"\n", pre, i + 1, s->paths[i]);
 	fprintf(f, "%s.on_bad_record = %s\n", pre, s->on_bad == ST_BAD_FAIL ? "fail" : "skip");
 	fprintf(f, "%s.max_report = %d\n", pre, s->max_report);
+	fprintf(f, "%s.max_bad_fraction = %g\n", pre, s->max_bad_fraction);
 	fprintf(f, "%s.limit = %" PRId64 "\n", pre, s->limit);
 	if (s->format && !strcmp(s->format, "csv")) {
 		fprintf(f, "%s.sep = \"%c\"\n", pre, s->sep);
@@ -245,6 +246,7 @@ int st_job_dump(const st_job_t *job, FILE *f)
 		fprintf(f, "data.generate.seed = %" PRIu64 "\n", job->gen.seed);
 		fprintf(f, "data.generate.days = %d\n", job->gen.days);
 		fprintf(f, "data.generate.drift = %g\n", job->gen.drift);
+		fprintf(f, "data.generate.used = %s\n", job->gen.used ? "true" : "false");
 	} else {
 		fprintf(f, "data.generate = (none)\n");
 	}
@@ -283,6 +285,8 @@ int st_job_dump(const st_job_t *job, FILE *f)
 	put_str(f, "model.dense_transform", m->dense_transform);
 	fprintf(f, "stages.read.batch_size = %d\n", job->batch_size);
 	fprintf(f, "stages.train.minibatch = %d\n", job->minibatch);
+	fprintf(f, "stages.train.on_nonfinite = %s\n",
+		job->on_nonfinite == ST_NONFINITE_WARN ? "warn" : "fail");
 	dump_stage(f, "read", &job->read);
 	dump_stage(f, "pull", &job->pull);
 	dump_stage(f, "train", &job->train_stage);

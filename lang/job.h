@@ -11,6 +11,9 @@
 #include <stdint.h>
 
 enum st_bad_policy { ST_BAD_SKIP = 0, ST_BAD_FAIL = 1 };
+/* stages.train.on_nonfinite: a minibatch whose training loss is NaN or
+ * infinite stops the job (the default) or is counted with a warning. */
+enum st_nonfinite_policy { ST_NONFINITE_FAIL = 0, ST_NONFINITE_WARN = 1 };
 enum st_col_kind { ST_COL_IGNORE = 0, ST_COL_LABEL, ST_COL_DENSE, ST_COL_CAT };
 
 /* One data source (train or eval). */
@@ -25,6 +28,8 @@ typedef struct st_source {
 	int n_globs;
 	int on_bad;            /* enum st_bad_policy */
 	int max_report;        /* bad records reported in full (default 5) */
+	double max_bad_fraction; /* on_bad = skip: a pass whose share of bad records
+				    (bad / (bad + good)) is above this fails (0.1) */
 	int64_t limit;         /* read at most this many rows; -1 = all */
 	/* CSV schema (format == "csv"): one entry per column */
 	char sep;              /* field separator, default ',' */
@@ -138,6 +143,7 @@ typedef struct st_job {
 
 	int batch_size;        /* examples per batch, >= 1 */
 	int minibatch;         /* examples per optimizer step, >= 1, <= batch_size */
+	int on_nonfinite;      /* enum st_nonfinite_policy (stages.train.on_nonfinite) */
 	/* Stage settings. The train stage is `train_stage` because `train` is
 	 * the train data source above (its threads = the job's `workers`). */
 	st_stage_cfg_t read, pull, train_stage, push, dump;
@@ -173,10 +179,14 @@ typedef struct st_job {
 	char *metrics_path;    /* JSON-lines metrics file; NULL = none */
 	double progress_secs;  /* seconds between progress lines (default 1) */
 
-	/* Synthetic data: if non-NULL, `strata run` generates the train (and eval)
-	 * data with these settings when the files are absent. */
+	/* Synthetic data (data.generate): when enabled and used, `strata run`
+	 * generates the train (and eval) data with these settings when the
+	 * files are absent. */
 	struct {
 		int enabled;
+		int used;          /* some source (train, eval, a phase's data) is
+				      under dir: only then does `strata run`
+				      generate */
 		char *dir;
 		int64_t rows, eval_rows;
 		int files;

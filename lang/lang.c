@@ -190,6 +190,7 @@ static void convert_source(lua_State *L, int t, st_source_t *s)
 	}
 	s->on_bad = (int)get_int_in(L, t, "on_bad", ST_BAD_SKIP, ST_BAD_SKIP, ST_BAD_FAIL);
 	s->max_report = get_i32(L, t, "max_report", 5);
+	s->max_bad_fraction = get_num(L, t, "max_bad_fraction", 0.1);
 	s->limit = get_int(L, t, "limit", -1);
 	char *sep = get_str(L, t, "sep");
 	s->sep = sep && sep[0] ? sep[0] : ',';
@@ -361,6 +362,7 @@ static int convert(lua_State *L)
 
 	j->batch_size = get_i32(L, t, "batch_size", 8192);
 	j->minibatch = get_i32(L, t, "minibatch", 512);
+	j->on_nonfinite = get_i32(L, t, "on_nonfinite", ST_NONFINITE_FAIL);
 	int st = push_table(L, t, "stages");
 	convert_stage(L, st, "read", &j->read);
 	convert_stage(L, st, "pull", &j->pull);
@@ -440,6 +442,7 @@ static int convert(lua_State *L)
 	int g = push_table(L, t, "gen");
 	if (g) {
 		j->gen.enabled = 1;
+		j->gen.used = get_bool(L, g, "used");
 		j->gen.dir = get_str(L, g, "dir");
 		j->gen.rows = get_int(L, g, "rows", 0);
 		j->gen.eval_rows = get_int(L, g, "eval_rows", 0);

@@ -23,6 +23,7 @@ enum {
 	ST_EPIPE = -EPIPE,      /* queue closed */
 	ST_EAGAIN = -EAGAIN,    /* try_push/try_pop would block */
 	ST_EBUSY = -EBUSY,      /* held by another process (an SSD store directory) */
+	ST_ERANGE = -ERANGE,    /* a value out of range (a non-finite training loss) */
 	/* strata-specific codes live below -4096 so they never clash with errno */
 	ST_EBADREC = -4097,     /* malformed data record (on_bad_record = "fail") */
 	ST_EJOB = -4098,        /* invalid job file */

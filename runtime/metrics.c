@@ -19,6 +19,12 @@
  * st_progress_stop on the caller's thread after the reporter thread was
  * joined, gives whole-run averages and "final":true.
  *
+ * Write errors: every write and flush of the JSON file, and its close, is
+ * checked. The first failure is kept (wr_err) and logged once with the path;
+ * the reporter goes on (a later write may succeed, and metrics are never a
+ * reason to stop training), and st_progress_stop returns it so the caller
+ * can fail the run: a full disk must not leave a silently truncated file.
+ *
  * Locks: st_progress.mu (stop flag) and st_metrics.mu are never held
  * together: the reporter drops mu before it snapshots the metrics.
  */
@@ -26,7 +32,9 @@
 
 #include "err.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -140,6 +148,8 @@ struct st_progress {
 	st_metrics_t *m;
 	double interval_s;
 	FILE *json;
+	char *json_path;
+	int wr_err;        /* first error writing the JSON file, 0 if none */
 	int tty;
 	int nstages;
 	pthread_t tid;
@@ -203,19 +213,87 @@ static void sb_num(struct sbuf *b, double v)
 		sb_printf(b, "%.6g", v);
 }
 
+/* Length of the valid UTF-8 sequence at s (1..4), or 0 if s does not start
+ * one (a stray continuation byte, an overlong form, a surrogate, a value
+ * past U+10FFFF, a truncated sequence). s[0] >= 0x80. */
+static int utf8_len(const unsigned char *s)
+{
+	int n;
+	uint32_t cp;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		n = 2, cp = s[0] & 0x1fu;
+	else if (s[0] >= 0xe0 && s[0] <= 0xef)
+		n = 3, cp = s[0] & 0x0fu;
+	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+		n = 4, cp = s[0] & 0x07u;
+	else
+		return 0;
+	for (int i = 1; i < n; i++) {
+		if ((s[i] & 0xc0) != 0x80)   /* also stops at the NUL */
+			return 0;
+		cp = (cp << 6) | (s[i] & 0x3fu);
+	}
+	if ((n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000) || cp > 0x10ffff ||
+	    (cp >= 0xd800 && cp <= 0xdfff))
+		return 0;
+	return n;
+}
+
+size_t st_json_quote(char *out, size_t cap, const char *str)
+{
+	const unsigned char *s = (const unsigned char *)str;
+	size_t len = 0;
+	char tmp[8];
+#define PUT(p, n)                                                                 \
+	do {                                                                      \
+		for (size_t k_ = 0; k_ < (size_t)(n); k_++, len++)                \
+			if (len + 1 < cap)                                        \
+				out[len] = (p)[k_];                               \
+	} while (0)
+	PUT("\"", 1);
+	while (*s) {
+		unsigned char c = *s;
+		if (c == '"' || c == '\\') {
+			tmp[0] = '\\';
+			tmp[1] = (char)c;
+			PUT(tmp, 2);
+			s++;
+		} else if (c < 0x20 || c == 0x7f) {
+			snprintf(tmp, sizeof tmp, "\\u%04x", c);
+			PUT(tmp, 6);
+			s++;
+		} else if (c < 0x80) {
+			PUT(s, 1);
+			s++;
+		} else {
+			int n = utf8_len(s);
+			if (n) {
+				PUT(s, n);
+				s += n;
+			} else {
+				PUT("\\ufffd", 6);
+				s++;
+			}
+		}
+	}
+	PUT("\"", 1);
+#undef PUT
+	if (cap)
+		out[len < cap ? len : cap - 1] = 0;
+	return len;
+}
+
 static void sb_str(struct sbuf *b, const char *s)
 {
-	sb_printf(b, "\"");
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\')
-			sb_printf(b, "\\%c", c);
-		else if (c < 0x20)
-			sb_printf(b, "\\u%04x", c);
-		else
-			sb_printf(b, "%c", c);
-	}
-	sb_printf(b, "\"");
+	size_t n = st_json_quote(NULL, 0, s);
+	char small[256];
+	char *q = n < sizeof small ? small : malloc(n + 1);
+	if (!q)
+		return;
+	st_json_quote(q, n + 1, s);
+	sb_printf(b, "%s", q);
+	if (q != small)
+		free(q);
 }
 
 /* "1.20M", "250k", "12" */
@@ -262,6 +340,17 @@ static void tty_metric(const char *name, double v, void *arg)
 	if (!strncmp(name, "hist.", 5))
 		return;
 	sb_printf(arg, "  %s %.4g", name, v);
+}
+
+/* Keeps and logs the first error writing the JSON file. Called on the
+ * reporter thread, or on the stopping one after the reporter was joined. */
+static void json_error(st_progress_t *p, int e)
+{
+	if (p->wr_err)
+		return;
+	p->wr_err = e > 0 ? -e : ST_EIO;
+	st_error("metrics: cannot write %s: %s; the metrics file is incomplete", p->json_path,
+		 st_strerror(p->wr_err));
 }
 
 /* Takes a snapshot and emits it. final: whole-run rates, "final":true and a
@@ -355,11 +444,12 @@ static void report(st_progress_t *p, int final)
 				  ss[i].queue_depth, ss[i].queue_cap);
 		}
 		sb_printf(&b, "]%s}\n", final ? ",\"final\":true" : "");
-		if (b.p) {
-			fwrite(b.p, 1, b.len, p->json);
-			/* Readers (strata report, tail -f) see whole lines. */
-			fflush(p->json);
-		}
+		/* Readers (strata report, tail -f) see whole lines: flushed
+		 * each time. A line lost to out of memory is an error too. */
+		if (!b.p || fwrite(b.p, 1, b.len, p->json) != b.len)
+			json_error(p, b.p ? errno : ENOMEM);
+		else if (fflush(p->json) != 0)
+			json_error(p, errno);
 		free(b.p);
 	}
 	free(ss);
@@ -415,10 +505,12 @@ int st_progress_start(st_progress_t **out, st_graph_t *g, st_metrics_t *m,
 	}
 	if (json_path) {
 		p->json = fopen(json_path, "w");
-		if (!p->json) {
+		if (!p->json || !(p->json_path = strdup(json_path))) {
 			int e = errno;
 			st_error("metrics: cannot open %s for writing: %s", json_path,
 				 strerror(e));
+			if (p->json)
+				fclose(p->json);
 			free(p->prev_busy);
 			free(p);
 			return ST_EIO;
@@ -437,6 +529,7 @@ int st_progress_start(st_progress_t **out, st_graph_t *g, st_metrics_t *m,
 			fclose(p->json);
 		pthread_cond_destroy(&p->cv);
 		pthread_mutex_destroy(&p->mu);
+		free(p->json_path);
 		free(p->prev_busy);
 		free(p);
 		return -rc;
@@ -445,20 +538,24 @@ int st_progress_start(st_progress_t **out, st_graph_t *g, st_metrics_t *m,
 	return ST_OK;
 }
 
-void st_progress_stop(st_progress_t *p)
+int st_progress_stop(st_progress_t *p)
 {
 	if (!p)
-		return;
+		return ST_OK;
 	pthread_mutex_lock(&p->mu);
 	p->stop = 1;
 	pthread_cond_signal(&p->cv);
 	pthread_mutex_unlock(&p->mu);
 	pthread_join(p->tid, NULL);
 	report(p, 1);
+	/* fclose flushes what is left and reports a failed flush or close. */
 	if (p->json && fclose(p->json) != 0)
-		st_warn("metrics: error closing the metrics file: %s", strerror(errno));
+		json_error(p, errno);
+	int rc = p->wr_err;
 	pthread_cond_destroy(&p->cv);
 	pthread_mutex_destroy(&p->mu);
+	free(p->json_path);
 	free(p->prev_busy);
 	free(p);
+	return rc;
 }

@@ -43,11 +43,25 @@ typedef struct st_progress st_progress_t;
 
 /* Starts the reporter. tty: print the human progress line (pass
  * isatty(2)); json_path: NULL or a file to write JSON lines to (created or
- * truncated; ST_EIO if it cannot be opened). g and m must outlive it. */
+ * truncated; ST_EIO if it cannot be opened; the path is copied). g and m
+ * must outlive it. */
 int st_progress_start(st_progress_t **out, st_graph_t *g, st_metrics_t *m,
 		      double interval_s, const char *json_path, int tty);
 
-/* Stops the thread, emits a final record, frees the reporter. NULL-safe. */
-void st_progress_stop(st_progress_t *p);
+/* Stops the thread, emits a final record, closes the JSON file and frees
+ * the reporter. Returns ST_OK (also for NULL), or the first error writing,
+ * flushing or closing the JSON file (ST_ENOSPC on a full disk, ST_EIO,
+ * another -errno); the reporter logged it with the path when it happened
+ * (once), and the file is incomplete. A write error never stops the
+ * reporter or the job: the caller decides what it means. */
+int st_progress_stop(st_progress_t *p);
+
+/* Writes s as a JSON string literal, quotes included: '"' and '\\' are
+ * escaped, control characters written as \u00XX, and bytes that are not
+ * part of valid UTF-8 as \ufffd, so any C string gives valid JSON.
+ * snprintf-style: writes at most cap bytes including the terminating NUL
+ * (out may be NULL when cap is 0) and returns the length of the whole
+ * literal. Pure and thread-safe. */
+size_t st_json_quote(char *out, size_t cap, const char *s);
 
 #endif

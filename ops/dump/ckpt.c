@@ -779,6 +779,21 @@ int st_ckpt_check_compat(const st_manifest_t *m, const char *job_hash, const cha
 	return ST_EINVAL;
 }
 
+int st_ckpt_check_lineage(const st_manifest_t *base, const char *base_name,
+			  const st_manifest_t *m, const char *name, char *err, size_t errlen)
+{
+	const char *bl = base->lineage, *ml = m->lineage;
+	if (!strcmp(base->job_name, m->job_name) && (bl ? ml && !strcmp(bl, ml) : !ml))
+		return ST_OK;
+	st__dumpio_seterr(err, errlen, "export %s was written by another run than %s (job '%s', "
+			  "lineage %s; %s has job '%s', lineage %s): it does not apply on top of "
+			  "it. Two runs wrote into one export directory: give each run its own "
+			  "export.dir, or remove the other run's exports", name, base_name,
+			  m->job_name, ml ? ml : "(none)", base_name, base->job_name,
+			  bl ? bl : "(none)");
+	return ST_ECORRUPT;
+}
+
 int st_ckpt_list_exports(const char *root, int verify, st_ckpt_entry_t **out, size_t *n,
 			 st_ckpt_msg_fn *msg, void *arg, char *err, size_t errlen)
 {

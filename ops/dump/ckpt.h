@@ -153,4 +153,18 @@ int st_ckpt_check_compat(const st_manifest_t *m, const char *job_hash, const cha
 int st_ckpt_list_exports(const char *root, int verify, st_ckpt_entry_t **out, size_t *n,
 			 st_ckpt_msg_fn *msg, void *arg, char *err, size_t errlen);
 
+/*
+ * Whether export m (directory name `name`) may be applied on top of the full
+ * export base (`base_name`) of its chain: both written by one run, i.e. with
+ * the same job name and the same lineage (manifest.h). Exports written
+ * before lineages existed have none; two such exports of one job match, so
+ * old chains stay loadable, while an export with a lineage never matches
+ * one without (a run always starts its chain with a full export of its
+ * own). The sequence numbers alone cannot tell: two runs writing into one
+ * export directory interleave them. ST_OK, or ST_ECORRUPT with a message
+ * naming both runs and what to do. Pure.
+ */
+int st_ckpt_check_lineage(const st_manifest_t *base, const char *base_name,
+			  const st_manifest_t *m, const char *name, char *err, size_t errlen);
+
 #endif

@@ -11,9 +11,20 @@
  *
  * Threads: the caller's thread only; no training may run meanwhile (the
  * rows' floats and metadata are read without synchronization).
+ *
+ * Lineage: before anything is written, the exports already in the root
+ * numbered from the one this export follows (seq - 1 for a delta, seq for a
+ * full export) must all be of this run (its job and lineage). Another run
+ * writing into the same root would otherwise interleave its exports with
+ * these (a delta of one run numbered after a full export of the other, or
+ * one replacing the other's directory of the same name), and a loader would
+ * apply one run's delta to the other's model; the export fails instead,
+ * naming the other run (loaders refuse such a chain too, ckpt.h).
  */
 #include "ops/dump/export.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -206,6 +217,56 @@ static void describe(const st_model_cfg_t *mc, int n_dense, int n_slots, char *b
 		snprintf(buf + o, n - o, "] dense=%d slots=%d", n_dense, n_slots);
 }
 
+/* The lineage rule above: ST_OK, or ST_EINVAL with the other run's export
+ * named in err (ST_EIO if an export's manifest cannot be read). A root that
+ * does not exist yet holds nothing. */
+static int check_root(const char *root, uint64_t seq, int delta, const char *job_name,
+		      const char *lineage, char *err, size_t errlen)
+{
+	const uint64_t from = delta && seq > 0 ? seq - 1 : seq;
+	DIR *d = opendir(root);
+	if (!d)
+		return ST_OK;
+	int rc = ST_OK;
+	struct dirent *de;
+	while (rc >= 0 && (de = readdir(d))) {
+		unsigned long long num;
+		char kind[8];
+		int len = 0;
+		if (sscanf(de->d_name, "export-%12llu-%5[a-z]%n", &num, kind, &len) != 2 ||
+		    de->d_name[len] || (strcmp(kind, "full") && strcmp(kind, "delta")) ||
+		    num < from)
+			continue;
+		char path[4352];
+		snprintf(path, sizeof path, "%s/%s/" ST_MANIFEST_NAME, root, de->d_name);
+		st_manifest_t *m = NULL;
+		char why[512] = "";
+		if (st_manifest_read(path, &m, why, sizeof why) < 0) {
+			st__dumpio_seterr(err, errlen, "export %" PRIu64 ": %s/%s is there and its "
+					  "manifest cannot be read (%s); an export of another run? "
+					  "give each run its own export.dir", seq, root, de->d_name, why);
+			rc = ST_EIO;
+			break;
+		}
+		const int ours = !strcmp(m->job_name, job_name) && m->lineage &&
+				 !strcmp(m->lineage, lineage);
+		if (!ours) {
+			st__dumpio_seterr(err, errlen, "export %" PRIu64 ": %s/%s was written by "
+					  "another run (job '%s', lineage %s; this run is job '%s', "
+					  "lineage %s), so this %s export would %s it. Two runs write "
+					  "into one export directory: give each run its own export.dir",
+					  seq, root, de->d_name, m->job_name,
+					  m->lineage ? m->lineage : "(none)", job_name, lineage,
+					  delta ? "delta" : "full",
+					  num == seq ? "replace or sit beside" : "be applied after");
+			rc = ST_EINVAL;
+		}
+		st_manifest_free(m);
+	}
+	closedir(d);
+	return rc;
+}
+
 int st_export_write(st_trainer_t *tr, const st_job_t *job, const char *root, uint64_t seq,
 		    int64_t step, const st_export_delta_t *delta, int keep,
 		    char *err, size_t errlen)
@@ -243,6 +304,17 @@ int st_export_write(st_trainer_t *tr, const st_job_t *job, const char *root, uin
 	st_ckpt_writer_t *w = NULL;
 	st_safetensors_tensor_t *ten = NULL;
 	int have_msg = 0;   /* err already says what failed */
+	/* The run's lineage: made by its first full export, carried by the
+	 * rest, so a chain can refuse a delta of another run (ckpt.h). */
+	if (!delta && !*st_trainer_lineage(tr))
+		st_trainer_new_lineage(tr);
+	const char *lineage = st_trainer_lineage(tr);
+	const char *job_name = job->name ? job->name : "strata";
+	if (*lineage && (rc = check_root(root, seq, delta != NULL, job_name, lineage, err,
+					 errlen)) < 0) {
+		have_msg = 1;
+		goto out;
+	}
 	if ((rc = st_ckpt_export_begin(root, (int64_t)seq, delta != NULL, &w, err, errlen)) < 0) {
 		have_msg = 1;
 		goto out;
@@ -341,9 +413,10 @@ int st_export_write(st_trainer_t *tr, const st_job_t *job, const char *root, uin
 	XXH3_freeState(hs);
 	describe(&job->model, n_dense, n_slots, desc, sizeof desc);
 	st_manifest_t man = {
-		.job_name = job->name ? job->name : (char *)"strata",
+		.job_name = (char *)job_name,
 		.job_hash = hash,
 		.model = desc,
+		.lineage = *lineage ? (char *)lineage : NULL,
 		.step = step,
 	};
 	rc = st_ckpt_commit(w, &man, keep, NULL, NULL);

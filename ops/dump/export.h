@@ -12,8 +12,10 @@
  *                      st_trainer_table's order), dim = the table's row width
  *                      (embedding, plus the wide weight of lr/wdl/deepfm),
  *                      state_dim 0;
- *   manifest.yaml      kind export-full / export-delta, seq, step, job name
- *                      and hash, every file with its size and XXH3-64.
+ *   manifest.yaml      kind export-full / export-delta, seq, step, job name,
+ *                      hash and lineage (st_trainer_lineage: the first full
+ *                      export of a trainer without one creates it), every
+ *                      file with its size and XXH3-64.
  *
  * __metadata__ of dense.safetensors:
  *   strata.format       "1"
@@ -75,9 +77,16 @@ typedef struct st_export_delta {
  * newest `keep` full exports and every export after the oldest of them);
  * 0 keeps everything; retention failures are logged as warnings.
  *
+ * Lineage: a full export of a trainer without a lineage creates one
+ * (st_trainer_new_lineage); the manifest records it. Exports already under
+ * root numbered from the one this export follows (seq - 1 for a delta, seq
+ * for a full export) must be of the same job and lineage, else nothing is
+ * written (ST_EINVAL, the other run named in err): two runs writing into
+ * one root would interleave their chains.
+ *
  * Returns ST_OK once the directory is published; ST_EINVAL for bad
  * arguments (seq > INT64_MAX, step < 0, a delta with the wrong number of
- * tables, a model the codec refuses); ST_ENOSPC, ST_EIO, ST_ENOMEM, or the
+ * tables, a model the codec refuses) and for another run's exports (above); ST_ENOSPC, ST_EIO, ST_ENOMEM, or the
  * SSD tier's read error. On failure err holds the reason and nothing was
  * published (older exports are untouched). Nothing of the arguments is kept.
  */

@@ -212,6 +212,8 @@ int st_manifest_emit(const st_manifest_t *m, char **out, size_t *len, char *err,
 	str(&e, "hash", m->job_hash);
 	if (m->model)
 		str(&e, "model", m->model);
+	if (m->lineage)
+		str(&e, "lineage", m->lineage);
 	map_end(&e);
 	num(&e, "step", "%" PRId64, m->step);
 	if (m->kind != ST_MANIFEST_CHECKPOINT)
@@ -490,12 +492,15 @@ static int parse_doc(ps_t *p, st_manifest_t *m)
 			    "export-delta");
 	m->kind = (st_manifest_kind_t)kind;
 
+	/* lineage is optional: manifests written before it existed load as
+	 * having none. */
 	field_t job[] = { { "name", 1, 0, 0 }, { "hash", 1, 0, 0 }, { "model", 0, 0, 0 },
-			  { NULL, 0, 0, 0 } };
+			  { "lineage", 0, 0, 0 }, { NULL, 0, 0, 0 } };
 	if (fields_of(p, top[F_JOB].val, "job", job) < 0 ||
 	    get_str(p, &job[0], "job", &m->job_name) < 0 ||
 	    get_str(p, &job[1], "job", &m->job_hash) < 0 ||
-	    (job[2].val && get_str(p, &job[2], "job", &m->model) < 0))
+	    (job[2].val && get_str(p, &job[2], "job", &m->model) < 0) ||
+	    (job[3].val && get_str(p, &job[3], "job", &m->lineage) < 0))
 		return p->rc;
 	if (get_i64(p, &top[F_STEP], "manifest", &m->step) < 0)
 		return p->rc;
@@ -610,6 +615,7 @@ void st_manifest_free(st_manifest_t *m)
 	free(m->job_name);
 	free(m->job_hash);
 	free(m->model);
+	free(m->lineage);
 	for (size_t i = 0; i < m->n_shards; i++)
 		free(m->shards[i].file);
 	free(m->shards);

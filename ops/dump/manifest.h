@@ -32,12 +32,14 @@ typedef enum st_manifest_kind {
 	ST_MANIFEST_EXPORT_DELTA,
 } st_manifest_kind_t;
 
-/* Where one reader shard stood: the next record to read is at byte offset
- * `offset` of `file`, after `records` records. */
+/* Where one reader shard stood: reading resumes at file index `offset` of
+ * the read stage (file i of pass p over n files is p * n + i; `file` names
+ * it for people), after its first `records` records. `offset` is a file
+ * index, not a byte offset: records are skipped by count on resume. */
 typedef struct st_manifest_shard {
 	int64_t shard;
 	char *file;
-	uint64_t offset;
+	uint64_t offset;      /* the read stage's file index (see above) */
 	uint64_t records;
 } st_manifest_shard_t;
 
@@ -63,6 +65,10 @@ typedef struct st_manifest {
 	char *job_name;              /* required */
 	char *job_hash;              /* required: identifies the job's model-relevant settings */
 	char *model;                 /* optional model description (NULL = none) */
+	char *lineage;               /* optional run lineage (NULL = none): the id the
+					first full export of a run created, carried by
+					its later exports and checkpoints; an export
+					chain must not mix lineages (ops/dump/ckpt.h) */
 	int64_t step;                /* training step, >= 0 */
 	int64_t seq;                 /* exports: sequence number >= 0; checkpoints: -1 */
 	int64_t created;             /* Unix seconds, UTC */

@@ -5,7 +5,8 @@
  * Loading: the export chain is listed without verification
  * (st_ckpt_list_exports, verify = 0) and then every member is verified
  * here, so that a damaged one fails the open instead of silently ending the
- * chain early. The rows of each table are merged in memory, in key order:
+ * chain early; a member written by another run (st_ckpt_check_lineage)
+ * fails it too. The rows of each table are merged in memory, in key order:
  * the full export's sorted rows, then each delta's sorted rows replacing or
  * adding, then its sorted deleted keys removing — three-way merges, no hash
  * table. Only then is the trainer built from the metadata and filled
@@ -492,6 +493,12 @@ int st_predictor_open(st_predictor_t **out, const char *root, const st_predictor
 				rc = ST_EFORMAT;
 				goto out;
 			}
+			/* The same model is not enough: a delta of another run
+			 * (two runs sharing the directory) holds rows computed
+			 * against another full export. Refused, never skipped. */
+			if ((rc = st_ckpt_check_lineage(mans[0], e[0].name, mans[i], e[i].name, err,
+							errlen)) < 0)
+				goto out;
 		}
 		for (int k = 0; k < nt; k++) {
 			rc = read_table(e[i].path, mans[i], e[i].name, k, tabs[k].dim, delta, &rf, why,

@@ -476,10 +476,12 @@ static int calibrate(st_gen_t *g)
 
 int st_gen_create(st_gen_t **out, const st_gen_opts_t *o)
 {
-	if (o->rows < 0 || o->eval_rows < 0 || o->files < 1 || !(o->zipf > 0.0) ||
+	/* An infinite exponent would never leave the Zipf sampler's rejection
+	 * loop: refused like zero. */
+	if (o->rows < 0 || o->eval_rows < 0 || o->files < 1 || !(o->zipf > 0.0) || !isfinite(o->zipf) ||
 	    o->vocab < 1 || o->vocab > (UINT64_C(1) << 52)) {
 		st_error("gen: bad options (rows %lld, eval_rows %lld, files %d, zipf %g, vocab %llu): "
-			 "need rows, eval_rows >= 0, files >= 1, zipf > 0, 1 <= vocab <= 2^52",
+			 "need rows, eval_rows >= 0, files >= 1, finite zipf > 0, 1 <= vocab <= 2^52",
 			 (long long)o->rows, (long long)o->eval_rows, o->files, o->zipf,
 			 (unsigned long long)o->vocab);
 		return ST_EINVAL;

@@ -74,6 +74,14 @@ int st_read_stage_seek(st_read_stage_t *s, uint64_t file, uint64_t records, uint
 int st_read_stage_shard(st_read_stage_t *s, int shard, int shards);
 extern const st_stage_ops_t st_read_stage_ops;
 void st_read_stage_totals(const st_read_stage_t *s, st_read_stats_t *out);
+/* After the graph ran (the readers are closed): the bad records of the pass
+ * against src->max_bad_fraction, as a share of every record read (good ones
+ * of every shard included, so the ranks of a multi-process job agree).
+ * Skipped bad records are a warning; above the fraction the pass fails:
+ * ST_EBADREC, logged with `name` ("train", "eval"), the source's first
+ * path, the counts and what to do. ST_OK when no record was bad, and under
+ * on_bad = fail (the first one already stopped the pass). */
+int st_read_stage_check_bad(const st_read_stage_t *s, const char *name);
 void st_read_stage_destroy(st_read_stage_t *s);
 
 #endif

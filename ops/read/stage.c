@@ -19,6 +19,11 @@
  * different threads interleave; within one thread, seq grows with the
  * position in the file.
  *
+ * Bad records: each reader counts its own; the totals (atomics) are added
+ * when a reader closes, and `good` counts every good record read, also those
+ * of batches dropped for other ranks, so that st_read_stage_check_bad judges
+ * the share of bad records of the whole stream the same way on every rank.
+ *
  * src->limit: each thread counts the rows it read against an atomic budget
  * after reading them and drops rows read past it from the end of its batch,
  * so exactly min(limit, rows available) rows come out whatever the threads'
@@ -55,6 +60,7 @@ struct st_read_stage {
 	int limited;
 	atomic_int_fast64_t remaining;
 	atomic_uint_fast64_t rows, bad, bytes;
+	atomic_uint_fast64_t good;  /* good records read, also other ranks' */
 	atomic_uint_fast64_t reported;
 
 	struct read_thread th[ST_MAX_STAGE_THREADS];
@@ -103,6 +109,7 @@ int st_read_stage_create(st_read_stage_t **out, const st_source_t *src,
 	atomic_init(&s->remaining, src->limit >= 0 ? src->limit : 0);
 	atomic_init(&s->rows, 0);
 	atomic_init(&s->bad, 0);
+	atomic_init(&s->good, 0);
 	atomic_init(&s->bytes, 0);
 	atomic_init(&s->reported, 0);
 	*out = s;
@@ -250,6 +257,7 @@ static int read_produce(void *state, st_stage_ctx_t *ctx, st_batch_t **out)
 		if (got < 0)
 			return st_stage_fail(ctx, got, "%s", st_reader_error(t->r));
 		t->rec += t->b->n - before;
+		atomic_fetch_add(&s->good, (uint64_t)(t->b->n - before));
 		if (s->limited && got > 0) {
 			int64_t prev = atomic_fetch_sub(&s->remaining, got);
 			if (prev < got)  /* another thread took part of the budget */
@@ -293,6 +301,32 @@ void st_read_stage_totals(const st_read_stage_t *s, st_read_stats_t *out)
 	out->rows = atomic_load(&m->rows);
 	out->bad = atomic_load(&m->bad);
 	out->bytes = atomic_load(&m->bytes);
+}
+
+int st_read_stage_check_bad(const st_read_stage_t *s, const char *name)
+{
+	st_read_stage_t *m = (st_read_stage_t *)s;
+	const uint64_t bad = atomic_load(&m->bad), good = atomic_load(&m->good);
+	if (bad == 0 || s->src.on_bad == ST_BAD_FAIL)
+		return ST_OK;
+	const double frac = (double)bad / (double)(bad + good);
+	const char *path = s->src.n_paths ? s->src.paths[0] : "?";
+	const char *more = s->src.n_paths > 1 ? ", ..." : "";
+	if (frac > s->src.max_bad_fraction) {
+		st_error("the %s data (%s%s): %llu of %llu records (%.1f%%) are bad, more than "
+			 "its max_bad_fraction (%g) allows%s; the pass failed. Check that the "
+			 "files are %s data (the first bad records are reported above), or raise "
+			 "the source's max_bad_fraction", name, path, more,
+			 (unsigned long long)bad, (unsigned long long)(bad + good), 100.0 * frac,
+			 s->src.max_bad_fraction, good ? "" : " (not one good record)",
+			 s->src.format ? s->src.format : "the source's format");
+		return ST_EBADREC;
+	}
+	st_warn("the %s data (%s%s): %llu of %llu records (%.2f%%) were bad and skipped "
+		"(on_bad_record = \"skip\"; the pass fails above its max_bad_fraction, %g)", name,
+		path, more, (unsigned long long)bad, (unsigned long long)(bad + good),
+		100.0 * frac, s->src.max_bad_fraction);
+	return ST_OK;
 }
 
 void st_read_stage_destroy(st_read_stage_t *s)

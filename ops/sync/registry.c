@@ -7,25 +7,29 @@
 #include <stdio.h>
 #include <string.h>
 
-/* ST_NO_OPS in policies.def: a real object, so every column can be written
- * as `&ops`; the table maps it to NULL. */
-static const st_sync_ops_t st_sync_no_ops;
-#define ST_NO_OPS st_sync_no_ops
-
+/* Twice through policies.def: first every ops object is declared (an
+ * absent one, ST_NO_OPS, as a name nobody defines or uses), then the table
+ * takes their addresses (NULL for ST_NO_OPS) — constant initializers at
+ * every optimization level. */
+#define ST_OPS(x) x
+#define ST_NO_OPS st_sync_no_ops_declared_only
 #define ST_POLICY(name, local, dist, caps, lag, ckpt, summary) \
 	extern const st_sync_ops_t local, dist;
-#define st_sync_no_ops st_sync_no_ops_decl_unused
 #include "ops/sync/policies.def"
-#undef st_sync_no_ops
 #undef ST_POLICY
+#undef ST_OPS
+#undef ST_NO_OPS
 
-#define OPS(x) (&(x) == &st_sync_no_ops ? NULL : &(x))
+#define ST_OPS(x) (&(x))
+#define ST_NO_OPS NULL
 #define ST_POLICY(name, local, dist, caps, lag, ckpt, summary) \
-	{ #name, OPS(local), OPS(dist), caps, lag, ckpt, summary },
+	{ #name, local, dist, caps, lag, ckpt, summary },
 const st_policy_t st_policies[] = {
 #include "ops/sync/policies.def"
 };
 #undef ST_POLICY
+#undef ST_OPS
+#undef ST_NO_OPS
 const size_t st_n_policies = sizeof st_policies / sizeof st_policies[0];
 
 const st_policy_t *st_policy_find(const char *name)

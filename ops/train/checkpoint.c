@@ -532,9 +532,13 @@ int st_trainer_snap_write(st_trainer_t *tr, const st_trainer_snap_t *s,
 		st_manifest_shard_t sh = { .shard = 0, .file = (char *)file,
 					   .offset = s->src_file, .records = s->src_rec };
 		uint64_t rng[1] = { cfg->seed };
+		/* The lineage of the run's exports, so that --resume carries it
+		 * (set only by exports and resume, never while training runs). */
 		st_manifest_t m = {
 			.job_name = (char *)cfg->job_name, .job_hash = (char *)cfg->job_hash,
-			.model = (char *)cfg->model, .step = s->step, .shards = &sh, .n_shards = 1,
+			.model = (char *)cfg->model,
+			.lineage = tr->track.lineage[0] ? tr->track.lineage : NULL,
+			.step = s->step, .shards = &sh, .n_shards = 1,
 			.sync_policy = (char *)st_trainer_policy_name(tr), .sync_state = kv,
 			.n_sync_state = sizeof kv / sizeof kv[0], .rng = rng, .n_rng = 1,
 		};

@@ -420,6 +420,8 @@ int st_trainer_resume(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg,
 		tr->batches = (uint64_t)m->step;
 		tr->examples_done = ex;
 		tr->ckpt.step = m->step;
+		if (m->lineage)
+			st_trainer_set_lineage(tr, m->lineage);
 		tr->ckpt.pos_file = m->shards[0].offset;
 		tr->ckpt.pos_rec = m->shards[0].records;
 		out->step = (uint64_t)m->step;

@@ -23,7 +23,10 @@
  * Invariants: every worker finishes its share of every batch, whatever
  * happens (an error is recorded in tr->step.err and reported by worker 0
  * after the round), so no worker is ever left waiting at the pool's
- * barriers. The per-worker `mark` stamps increase monotonically across
+ * barriers. A non-finite minibatch loss is handled the same way: the
+ * worker records it (nf_count, the first one in nf), and worker 0 acts on
+ * it after the round (trainer.c, check_nonfinite: fail the stage, or warn,
+ * per stages.train.on_nonfinite). The per-worker `mark` stamps increase monotonically across
  * batches, so the mark array needs no clearing between minibatches or
  * batches.
  *
@@ -36,6 +39,7 @@
  * Locks: only slow_mu (the straggler sleep), never held with another.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -171,6 +175,26 @@ static int read_step_rows(st_trainer_t *tr, worker_t *w, const st_batch_t *b, ui
 	return rc;
 }
 
+/* A minibatch's training loss was NaN or infinite (worker w, any thread):
+ * counted, and the first one recorded for the message (trainer.c,
+ * check_nonfinite, after the round). */
+static void note_nonfinite(st_trainer_t *tr, const worker_t *w, const st_batch_t *b,
+			   uint32_t mb, double loss)
+{
+	struct tr_step *s = &tr->step;
+	__atomic_fetch_add(&s->nf_count, 1, __ATOMIC_RELAXED);
+	int zero = 0;
+	if (!__atomic_compare_exchange_n(&s->nf_first, &zero, 1, 0, __ATOMIC_RELAXED,
+					 __ATOMIC_RELAXED))
+		return;
+	s->nf.loss = loss;
+	s->nf.batch = tr->batches + 1;
+	s->nf.seq = b->seq;
+	s->nf.mb = mb;
+	s->nf.nmb = s->nmb;
+	s->nf.worker = w->idx;
+}
+
 /* Forward + backward of minibatch mb on worker w; fills g. ST_OK, or the
  * error of reading the step's rows (ST_SYNC_STEP_ROWS; g is then unset). */
 static int compute(st_trainer_t *tr, worker_t *w, st_batch_t *b, uint32_t mb,
@@ -204,8 +228,10 @@ static int compute(st_trainer_t *tr, worker_t *w, st_batch_t *b, uint32_t mb,
 			return rc;
 	}
 	memset(w->gdense, 0, sizeof(float) * tr->pol.env.nparams);
-	st_model_step(tr->model, w->ws, b, r0, n, relaxed || steprows ? w->prow : shared, params,
-		      scale, b->pred + r0, w->gdense, w->gu, gs);
+	double loss = st_model_step(tr->model, w->ws, b, r0, n, relaxed || steprows ? w->prow : shared,
+				    params, scale, b->pred + r0, w->gdense, w->gu, gs);
+	if (!isfinite(loss))
+		note_nonfinite(tr, w, b, mb, loss);
 	for (uint32_t i = r0; i < r0 + n; i++)
 		st_auc_acc_add(w->acc, b->pred[i], b->labels[i]);
 	*g = (st_sync_grads_t){

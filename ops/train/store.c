@@ -10,9 +10,13 @@
  * (st_rowsrc_local_table).
  */
 #include <assert.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "ops/dump/export.h"
 #include "ops/rowsrc/local.h"
@@ -245,6 +249,32 @@ void st__trainer_track_free(st_trainer_t *tr)
 		free(tr->track.touched[k].k);
 		free(tr->track.evicted[k].k);
 	}
+}
+
+const char *st_trainer_lineage(const st_trainer_t *tr)
+{
+	return tr->track.lineage;
+}
+
+void st_trainer_set_lineage(st_trainer_t *tr, const char *id)
+{
+	snprintf(tr->track.lineage, sizeof tr->track.lineage, "%s", id ? id : "");
+}
+
+void st_trainer_new_lineage(st_trainer_t *tr)
+{
+	/* 64 random bits: two runs that share an export directory must not
+	 * draw the same id. The kernel's generator; if it is unavailable, the
+	 * clock, the pid and the trainer's address mixed, which still differ
+	 * between runs. */
+	uint64_t r = 0;
+	if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		r = mix64((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^
+		    mix64((uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)tr);
+	}
+	snprintf(tr->track.lineage, sizeof tr->track.lineage, "%016" PRIx64, r);
 }
 
 int st_trainer_export(st_trainer_t *tr, const st_job_t *job, const char *root, uint64_t seq,

@@ -169,6 +169,7 @@ int st_trainer_create(st_trainer_t **out, const st_job_t *job, st_metrics_t *met
 	tr->n_slots = job->train.n_slots;
 	tr->n_dense = job->train.n_dense;
 	tr->mean_loss = strcmp(type, "lr") != 0;
+	tr->step.nf_fail = job->on_nonfinite != ST_NONFINITE_WARN;
 	if (st_pool_init(&tr->step.pool, N, "st-train") < 0) {
 		st_trainer_destroy(tr);
 		return ST_ENOMEM;
@@ -484,6 +485,36 @@ int st__trainer_auto_vote(st_trainer_t *tr, int done, int *all_done)
 	return rc < 0 ? rc : auto_act(tr, &v);
 }
 
+/* After batch b trained: the job stops at the first non-finite loss (ST_ERANGE
+ * with the step, the batch and the minibatch named) unless on_nonfinite =
+ * "warn", which warns once and counts them in the metric "nonfinite_minibatches".
+ * The workers recorded them (step.c, note_nonfinite); worker 0 acts here,
+ * after the batch's round. */
+static int check_nonfinite(st_trainer_t *tr, st_stage_ctx_t *ctx)
+{
+	struct tr_step *s = &tr->step;
+	const uint64_t n = __atomic_load_n(&s->nf_count, __ATOMIC_RELAXED);
+	if (n == s->nf_seen)
+		return ST_OK;
+	const int first = s->nf_seen == 0;
+	s->nf_seen = n;
+	if (tr->metrics)
+		st_metrics_set(tr->metrics, "nonfinite_minibatches", (double)n);
+	char where[256];
+	snprintf(where, sizeof where, "the training loss is %s at step %llu, minibatch %u of %u "
+		 "(read batch %llu, worker %d)", isnan(s->nf.loss) ? "NaN" :
+		 s->nf.loss > 0 ? "+inf" : "-inf", (unsigned long long)s->nf.batch,
+		 s->nf.mb + 1, s->nf.nmb, (unsigned long long)s->nf.seq, s->nf.worker);
+	if (s->nf_fail)
+		return op_fail(ctx, ST_ERANGE, "%s: the model diverged and training stopped there. "
+			       "Lower the learning rate (model.optimizer.lr), or set "
+			       "stages.train.on_nonfinite = \"warn\" to train on", where);
+	if (first)
+		st_warn("%s: training goes on (stages.train.on_nonfinite = \"warn\"); the "
+			"metric nonfinite_minibatches counts them", where);
+	return ST_OK;
+}
+
 static int train_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 			 st_batch_t **out)
 {
@@ -516,6 +547,8 @@ static int train_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 	if (tr->step.err < 0)
 		return op_fail(ctx, tr->step.err, "batch %llu: sync policy %s failed: %s",
 			       (unsigned long long)b->seq, tr->pol.ops->name, st_strerror(tr->step.err));
+	if (!b->eval && (rc = check_nonfinite(tr, ctx)) < 0)
+		return rc;
 	if (b->eval) {
 		if ((rc = st__trainer_eval_keep(tr, b)) < 0)
 			return op_fail(ctx, rc, "out of memory keeping eval predictions");
@@ -547,6 +580,9 @@ static int train_finish(void *state, st_stage_ctx_t *ctx)
 	if (rc >= 0 && tr->pol.ops->finish)
 		rc = tr->pol.ops->finish(tr->pol.obj);
 	refresh_metrics(tr);
+	if (tr->step.nf_seen && !tr->step.nf_fail)
+		st_warn("%llu minibatch%s had a non-finite training loss in this pass",
+			(unsigned long long)tr->step.nf_seen, tr->step.nf_seen == 1 ? "" : "es");
 	if (rc < 0)
 		return op_fail(ctx, rc, "the last steps with the other ranks: %s (sync policy %s)",
 			       st_strerror(rc), tr->pol.ops->name);

@@ -128,6 +128,18 @@ int st_trainer_export(st_trainer_t *tr, const st_job_t *job, const char *root,
 		      uint64_t seq, int delta, int keep, char *err, size_t errlen);
 st_table_t *st_trainer_table(st_trainer_t *tr, int k);
 
+/* The run lineage: an id (16 hex digits) the first full export of a run
+ * creates (st_export_write), which every later export and checkpoint of the
+ * trainer carries and --resume restores, so that an export chain can tell a
+ * delta of its own run from one of another run written into the same
+ * directory. "" until then (owned by the trainer). set copies id (at most
+ * ST_TRAINER_LINEAGE_MAX - 1 characters; longer ids are cut), new makes a
+ * fresh random one. No training may run during set/new. ops/train/store.c. */
+#define ST_TRAINER_LINEAGE_MAX 64
+const char *st_trainer_lineage(const st_trainer_t *tr);
+void st_trainer_set_lineage(st_trainer_t *tr, const char *id);
+void st_trainer_new_lineage(st_trainer_t *tr);
+
 /* Creates (if absent) the row of key in slot's table and sets its first
  * st_model_row_dim(model, slot) floats to row[]; the optimizer state is
  * left as initialized. ST_OK, ST_EINVAL (bad slot), ST_ENOMEM. No stage

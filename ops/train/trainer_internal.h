@@ -104,6 +104,19 @@ struct tr_step {
 	uint64_t gstep;            /* steps begun so far (LOCKSTEP base) */
 	uint64_t gstep_base;       /* gstep when the current policy was created */
 	int err;                   /* first worker error (atomic) */
+	/* Non-finite training losses (stages.train.on_nonfinite): how many
+	 * minibatches had one (atomic), and the first of them, recorded by
+	 * the worker that won nf_first (0 -> 1) and read by the train thread
+	 * after the batch's round. */
+	int nf_fail;               /* ST_NONFINITE_FAIL: stop the job */
+	uint64_t nf_count, nf_seen;
+	int nf_first;
+	struct {
+		double loss;
+		uint64_t batch, seq;   /* train step (1-based) and the read stage's seq */
+		uint32_t mb, nmb;      /* minibatch of the batch, of nmb */
+		int worker;
+	} nf;
 	st_straggler_cfg_t strag;
 	pthread_mutex_t slow_mu;
 	pthread_cond_t slow_cv;
@@ -174,8 +187,11 @@ struct tr_ckpt {
 };
 
 /* Delta exports (store.c): keys pulled for training and keys evicted
- * since the last export, per table; tracking only once turned on. */
+ * since the last export, per table; tracking only once turned on. The run
+ * lineage its exports and checkpoints carry ("" until the first full
+ * export makes one or a resumed checkpoint restores it). */
 struct tr_track {
+	char lineage[ST_TRAINER_LINEAGE_MAX];
 	int on;
 	pthread_mutex_t mu;
 	st_keyset_t touched[MAX_TABLES], evicted[MAX_TABLES];

@@ -129,6 +129,9 @@ local common_source = {
 	{ "path", "paths", required = true },
 	{ "on_bad_record", "str", enum = { "skip", "fail" }, default = "skip" },
 	{ "max_report", "int", min = 0, max = L.count, default = 5 },
+	-- on_bad_record = "skip": a pass with more bad records than this share
+	-- of all its records fails (docs/job-language.md says why 0.1)
+	{ "max_bad_fraction", "num", min = 0, max = 1, default = 0.1 },
 	{ "limit", "int", min = -1, default = -1 },
 }
 local function with(base, extra)
@@ -242,6 +245,8 @@ S.stage = {
 		{ "queue", "int", min = 1, max = L.queue, default = 4 },
 		{ "minibatch", "int", min = 1, max = L.batch },  -- default 512, clamped to batch_size
 		{ "near", "str", nonempty = true },
+		-- a NaN or infinite training loss: stop the job, or warn and go on
+		{ "on_nonfinite", "str", enum = { "fail", "warn" }, default = "fail" },
 	},
 }
 S.stage.pull = {

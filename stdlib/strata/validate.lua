@@ -512,6 +512,7 @@ function V:source(dnode, key, v, gen)
 		format = fmt, globs = s.path or {}, generated = false,
 		on_bad = s.on_bad_record == "fail" and 1 or 0,
 		max_report = s.max_report, limit = s.limit,
+		max_bad_fraction = s.max_bad_fraction,
 		sep = ",", header = false, n_dense = 0, n_slots = 0,
 	}
 	if fmt == "criteo" then
@@ -547,10 +548,13 @@ function V:source(dnode, key, v, gen)
 		end
 	end
 	-- Sources under generate.dir are made by `strata run`, so they need not
-	-- exist yet.
+	-- exist yet. "Under" is by whole path components: dir "data/g" does not
+	-- make "data/gx/train.tsv".
+	local gdir = gen and gen.dir and clean(gen.dir):gsub("(.)/+$", "%1")
 	for _, g in ipairs(out.globs) do
-		local gdir = gen and gen.dir and clean(gen.dir)
-		local made = gdir and (clean(g):sub(1, #gdir) == gdir)
+		local cg = clean(g)
+		local made = gdir and (cg == gdir or cg:sub(1, #gdir + 1) == gdir .. "/" or
+			(gdir == "/" and cg:sub(1, 1) == "/"))
 		if made then
 			out.generated = true
 		elseif self.check_paths and #core.glob(g) == 0 then
@@ -904,7 +908,10 @@ function V:job(job)
 		end
 		stages[n] = { threads = c.threads or c.workers, queue = c.queue, near = c.near }
 		if n == "read" then out.batch_size = c.batch_size end
-		if n == "train" then out.minibatch, tnode = c.minibatch, node end
+		if n == "train" then
+			out.minibatch, tnode = c.minibatch, node
+			out.on_nonfinite = c.on_nonfinite == "warn" and 1 or 0
+		end
 	end
 	out.stages = stages
 	if out.minibatch == nil then
@@ -939,6 +946,17 @@ function V:job(job)
 	end
 	if job.phases ~= nil then
 		out.phases = self:phases(root, job.phases, out.sync, out.train, out.gen)
+	end
+	-- data.generate makes its files only for a job that reads them: when no
+	-- source (train, eval, a phase's data) lies under generate.dir — every
+	-- path was pointed elsewhere, e.g. with --set data.train.path=... — it
+	-- is kept (declared) but not used, and `strata run` generates nothing.
+	if out.gen then
+		local used = (out.train and out.train.generated) or (out.eval and out.eval.generated)
+		for _, p in ipairs(out.phases or {}) do
+			used = used or (p.data and p.data.generated)
+		end
+		out.gen.used = used and true or false
 	end
 
 	local cnode = self:section(root, "checkpoint", job.checkpoint)
@@ -1007,7 +1025,12 @@ function V:apply_sets(job, sets)
 				value = val
 			else
 				local good, r = pcall(chunk)
-				if good then
+				if good and type(r) == "function" and val:match("^[%a_][%w_]*$") then
+					-- a bare word naming a Lua function (warn, print,
+					-- type): no job field takes a function, so it
+					-- means the word (on_nonfinite=warn)
+					value = val
+				elseif good then
 					value = r
 				elseif val:match("^[%w_%.%-/%*%?%[%]~:+]+$") then
 					value = val

@@ -1425,6 +1425,86 @@ static void test_lang_convert_refuses_out_of_range(void **state)
 	assert_int_equal(bad, 0);
 }
 
+/* stages.train.on_nonfinite: "fail" by default, "warn" on request, nothing
+ * else. */
+static void test_lang_on_nonfinite(void **state)
+{
+	(void)state;
+	st_job_t *j = load_ok("tests/lua/good_minimal.lua", NULL, 0);
+	assert_int_equal(j->on_nonfinite, ST_NONFINITE_FAIL);
+	st_job_free(j);
+	const char *warn[] = { "stages.train.on_nonfinite=\"warn\"" };
+	j = load_ok("tests/lua/good_minimal.lua", warn, 1);
+	assert_int_equal(j->on_nonfinite, ST_NONFINITE_WARN);
+	st_job_free(j);
+	/* warn is also a Lua function: a bare word naming one is the word */
+	const char *bare[] = { "stages.train.on_nonfinite=warn" };
+	j = load_ok("tests/lua/good_minimal.lua", bare, 1);
+	assert_int_equal(j->on_nonfinite, ST_NONFINITE_WARN);
+	st_job_free(j);
+	const char *bad[] = { "stages.train.on_nonfinite=\"ignore\"" };
+	expect_only("tests/lua/good_minimal.lua", bad, 1,
+		    "--set stages.train.on_nonfinite=\"ignore\": stages.train.on_nonfinite must be "
+		    "'fail' or 'warn', got 'ignore'");
+}
+
+/* data.<source>.max_bad_fraction: 0.1 by default, within [0, 1]. */
+static void test_lang_max_bad_fraction(void **state)
+{
+	(void)state;
+	st_job_t *j = load_ok("tests/lua/good_minimal.lua", NULL, 0);
+	assert_true(j->train.max_bad_fraction == 0.1);
+	st_job_free(j);
+	const char *half[] = { "data.train.max_bad_fraction=0.5" };
+	j = load_ok("tests/lua/good_minimal.lua", half, 1);
+	assert_true(j->train.max_bad_fraction == 0.5);
+	st_job_free(j);
+	const char *bad[] = { "data.train.max_bad_fraction=1.5" };
+	expect_only("tests/lua/good_minimal.lua", bad, 1,
+		    "--set data.train.max_bad_fraction=1.5: data.train.max_bad_fraction must be "
+		    "<= 1, got 1.5");
+}
+
+/* data.generate is used only when some source lies under its dir (whole
+ * path components): a job whose paths all point elsewhere keeps the
+ * declaration but generates nothing. */
+static void test_lang_generate_used(void **state)
+{
+	(void)state;
+	st_job_t *j = load_ok("tests/lua/good_generate.lua", NULL, 0);
+	assert_int_equal(j->gen.enabled, 1);
+	assert_int_equal(j->gen.used, 1);
+	st_job_free(j);
+	/* quickstart's data is in tests/lua/data, its generate.dir tests/lua/gen */
+	j = load_ok("tests/lua/good_quickstart.lua", NULL, 0);
+	assert_int_equal(j->gen.enabled, 1);
+	assert_int_equal(j->gen.used, 0);
+	st_job_free(j);
+	/* only the eval source under the dir is enough */
+	const char *eval_in[] = { "data.generate.dir='tests/lua/gen-absent'",
+				  "data.eval.path='tests/lua/gen-absent/eval.tsv'" };
+	j = load_ok("tests/lua/good_quickstart.lua", eval_in, 2);
+	assert_int_equal(j->gen.used, 1);
+	st_job_free(j);
+	/* --set moves both sources out of the generated folder */
+	const char *moved[] = { "data.train.path='tests/lua/data/train-*.tsv'",
+				"data.eval.path='tests/lua/data/eval.tsv'" };
+	j = load_ok("tests/lua/good_generate.lua", moved, 2);
+	assert_int_equal(j->gen.used, 0);
+	assert_int_equal(j->train.n_paths, 2);
+	st_job_free(j);
+	/* "tests/lua/gen-absent2" is not under "tests/lua/gen-absent": checked */
+	const char *sibling[] = { "data.eval.path='tests/lua/gen-absent2/eval.tsv'" };
+	expect_only("tests/lua/good_generate.lua", sibling, 1,
+		    "--set data.eval.path='tests/lua/gen-absent2/eval.tsv': data.eval.path "
+		    "'tests/lua/gen-absent2/eval.tsv' matches no file");
+	/* a trailing slash on the dir changes nothing */
+	const char *slash[] = { "data.generate.dir='tests/lua/gen-absent/'" };
+	j = load_ok("tests/lua/good_generate.lua", slash, 1);
+	assert_int_equal(j->gen.used, 1);
+	st_job_free(j);
+}
+
 int main(void)
 {
 	const char *root = getenv("ST_SOURCE_ROOT");
@@ -1470,6 +1550,9 @@ int main(void)
 		cmocka_unit_test(test_lang_pattern_same_results),
 		cmocka_unit_test(test_lang_sandbox_pattern_bounded),
 		cmocka_unit_test(test_lang_sandbox_require),
+		cmocka_unit_test(test_lang_on_nonfinite),
+		cmocka_unit_test(test_lang_max_bad_fraction),
+		cmocka_unit_test(test_lang_generate_used),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -394,6 +394,33 @@ static void test_manifest_python_yaml_reads_it(void **state)
 	assert_int_equal(rc, 0);
 }
 
+/* job.lineage: written when set, read back; a manifest without it (all
+ * manifests before lineages existed) reads as lineage NULL; a lineage that
+ * is not a string is refused. */
+static void test_manifest_lineage(void **state)
+{
+	(void)state;
+	st_manifest_t e = { .kind = ST_MANIFEST_EXPORT_FULL, .job_name = "j", .job_hash = "h",
+			    .lineage = "00ff00ff00ff00ff", .step = 3, .seq = 0, .created = 0 };
+	char *text;
+	size_t len = 0;
+	char err[512] = "";
+	assert_int_equal(st_manifest_emit(&e, &text, &len, err, sizeof err), ST_OK);
+	assert_non_null(strstr(text, "  lineage: \"00ff00ff00ff00ff\"\n"));
+	st_manifest_t *p;
+	assert_int_equal(st_manifest_parse(text, len, "l.yaml", &p, err, sizeof err), ST_OK);
+	assert_string_equal(p->lineage, "00ff00ff00ff00ff");
+	st_manifest_free(p);
+	free(text);
+	e.lineage = NULL;
+	assert_int_equal(st_manifest_emit(&e, &text, &len, err, sizeof err), ST_OK);
+	assert_null(strstr(text, "lineage"));
+	assert_int_equal(st_manifest_parse(text, len, "old.yaml", &p, err, sizeof err), ST_OK);
+	assert_null(p->lineage);
+	st_manifest_free(p);
+	free(text);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -403,6 +430,7 @@ int main(void)
 		cmocka_unit_test(test_manifest_rejects_bad_documents),
 		cmocka_unit_test(test_manifest_checksum_line),
 		cmocka_unit_test(test_manifest_python_yaml_reads_it),
+		cmocka_unit_test(test_manifest_lineage),
 	};
 	return tu_exit(cmocka_run_group_tests(tests, setup, teardown),
 		       sizeof tests / sizeof tests[0]);

@@ -276,6 +276,69 @@ static void test_metrics_progress_bad_path(void **state)
 	st_metrics_destroy(m);
 }
 
+/* A full disk (/dev/full: every write fails with ENOSPC) must not pass
+ * silently: stop reports the error, also when only the final record and
+ * the close were written. */
+static void test_metrics_progress_write_error(void **state)
+{
+	(void)state;
+	if (access("/dev/full", W_OK) != 0) {
+		skip();
+		return;
+	}
+	st_metrics_t *m;
+	assert_int_equal(st_metrics_create(&m), ST_OK);
+	st_metrics_set(m, "examples", 10);
+	st_progress_t *p;
+	/* A long interval: only the final record is written, at stop. */
+	assert_int_equal(st_progress_start(&p, NULL, m, 3600.0, "/dev/full", 0), ST_OK);
+	assert_int_equal(st_progress_stop(p), ST_ENOSPC);
+	/* And with records every millisecond while a graph runs. */
+	struct src s = { .left = 200, .m = m };
+	st_graph_t *g;
+	assert_int_equal(st_graph_create(&g), ST_OK);
+	st_stage_desc_t d = { .name = "read", .ops = &src_ops, .state = &s, .n_threads = 1 };
+	for (int i = 0; i < ST_MAX_STAGE_THREADS; i++)
+		d.cpus[i] = -1;
+	assert_int_equal(st_graph_add_stage(g, &d), ST_OK);
+	assert_int_equal(st_progress_start(&p, g, m, 0.001, "/dev/full", 0), ST_OK);
+	assert_int_equal(st_graph_run(g), ST_OK);
+	assert_int_equal(st_progress_stop(p), ST_ENOSPC);
+	/* A good file still stops with ST_OK. */
+	char path[] = "/tmp/st-test-metrics-ok-XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	close(fd);
+	assert_int_equal(st_progress_start(&p, NULL, m, 3600.0, path, 0), ST_OK);
+	assert_int_equal(st_progress_stop(p), ST_OK);
+	unlink(path);
+	st_graph_destroy(g);
+	st_metrics_destroy(m);
+}
+
+/* JSON string literals: the characters JSON needs escaped, control
+ * characters, UTF-8 kept, invalid bytes replaced, snprintf-style sizing. */
+static void test_metrics_json_quote(void **state)
+{
+	(void)state;
+	char buf[128];
+	size_t n = st_json_quote(buf, sizeof buf, "a\"b\\c\nd\te\x01");
+	assert_string_equal(buf, "\"a\\\"b\\\\c\\u000ad\\u0009e\\u0001\"");
+	assert_int_equal(n, strlen(buf));
+	/* é (2 bytes) and € (3) stay; a stray continuation byte, a lone lead
+	 * byte, an overlong '/' and a surrogate become U+FFFD each. */
+	st_json_quote(buf, sizeof buf, "\xc3\xa9\xe2\x82\xac|\x80|\xc3|\xc0\xaf|\xed\xa0\x80");
+	assert_string_equal(buf, "\"\xc3\xa9\xe2\x82\xac|\\ufffd|\\ufffd|\\ufffd\\ufffd|"
+			    "\\ufffd\\ufffd\\ufffd\"");
+	/* Sizing: cap 0 writes nothing; a short buffer is cut and terminated. */
+	assert_int_equal(st_json_quote(NULL, 0, "x\"y"), 6);
+	char small[4] = "zzz";
+	assert_int_equal(st_json_quote(small, sizeof small, "x\"y"), 6);
+	assert_string_equal(small, "\"x\\");
+	assert_int_equal(st_json_quote(buf, sizeof buf, ""), 2);
+	assert_string_equal(buf, "\"\"");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -283,6 +346,8 @@ int main(void)
 		cmocka_unit_test(test_metrics_progress_writes_final_json),
 		cmocka_unit_test(test_metrics_progress_tty_line),
 		cmocka_unit_test(test_metrics_progress_bad_path),
+		cmocka_unit_test(test_metrics_progress_write_error),
+		cmocka_unit_test(test_metrics_json_quote),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -586,6 +586,88 @@ static void test_predict_refuses_damage(void **state)
 	st_trainer_destroy(tr);
 }
 
+/* Rewrites root/name/manifest.yaml with lineage `lin` (NULL: none, an
+ * export as strata wrote it before lineages existed). */
+static void set_lineage(const char *root, const char *name, const char *lin)
+{
+	char path[900], err[512] = "";
+	snprintf(path, sizeof path, "%s/%s/manifest.yaml", root, name);
+	st_manifest_t *m;
+	assert_int_equal(st_manifest_read(path, &m, err, sizeof err), ST_OK);
+	free(m->lineage);
+	m->lineage = lin ? strdup(lin) : NULL;
+	assert_int_equal(st_manifest_write(path, m, NULL, err, sizeof err), ST_OK);
+	st_manifest_free(m);
+}
+
+/* Two runs (trainers) of one job and model sharing an export directory:
+ * each export carries its run's lineage; the writer refuses a delta that
+ * would follow another run's export; a chain whose delta comes from
+ * another run is refused by the predictor, naming both; chains without
+ * lineages (older strata) still load. */
+static void test_predict_refuses_foreign_lineage(void **state)
+{
+	(void)state;
+	char root[600], path[900], err[1024] = "";
+	snprintf(root, sizeof root, "%s/lineage", g_dir);
+	st_job_t job;
+	make_job(&job, "predict-lineage");
+	st_trainer_t *a, *b;
+	assert_int_equal(st_trainer_create(&a, &job, NULL), ST_OK);
+	assert_int_equal(st_trainer_create(&b, &job, NULL), ST_OK);
+	int st[ST_GEN_N_CAT];
+	slot_map(a, st);
+	keys_t touched[2] = { { 0 } };
+	st_batch_t *batch = gen_batch(0, BS, 0, 0);
+	batch_keys(batch, st, touched);
+	run_batch(a, batch, NULL);
+	run_batch(b, gen_batch(0, BS, 0, 0), NULL);
+	st_export_keys_t dk[2] = { { touched[0].v, touched[0].n, NULL, 0 },
+				   { touched[1].v, touched[1].n, NULL, 0 } };
+	const st_export_delta_t delta = { 2, dk };
+
+	/* Run a: full 0 makes its lineage, delta 1 carries it. */
+	assert_string_equal(st_trainer_lineage(a), "");
+	export_ok(a, &job, root, 0, 1, NULL);
+	assert_int_equal(strlen(st_trainer_lineage(a)), 16);
+	export_ok(a, &job, root, 1, 2, &delta);
+	st_predictor_t *p;
+	open_ok(&p, root, 1);
+	st_predictor_close(p);
+	/* Run b writes its full export 2 into the same directory. */
+	export_ok(b, &job, root, 2, 1, NULL);
+	assert_string_not_equal(st_trainer_lineage(a), st_trainer_lineage(b));
+	/* Run a's next delta would follow b's export: refused, nothing written. */
+	assert_int_equal(st_export_write(a, &job, root, 2, 3, &delta, 0, err, sizeof err), ST_EINVAL);
+	assert_non_null(strstr(err, "export-000000000002-full was written by another run"));
+	assert_non_null(strstr(err, "give each run its own export.dir"));
+	snprintf(path, sizeof path, "%s/export-000000000002-delta", root);
+	assert_int_equal(access(path, F_OK), -1);
+	/* Run b's own delta 3 loads on its full export 2. */
+	export_ok(b, &job, root, 3, 2, &delta);
+	open_ok(&p, root, 1);
+	st_predictor_close(p);
+	/* The delta as run a would have written it without the writer's check
+	 * (strata before lineages, or two writers racing): refused by the
+	 * predictor, naming both runs, not applied. */
+	set_lineage(root, "export-000000000003-delta", st_trainer_lineage(a));
+	open_bad(root, ST_ECORRUPT, "export export-000000000003-delta was written by another run "
+		 "than export-000000000002-full (job 'predict-lineage', lineage ",
+		 "give each run its own export.dir");
+	/* Old exports carry no lineage: a chain of them loads ... */
+	set_lineage(root, "export-000000000003-delta", NULL);
+	set_lineage(root, "export-000000000002-full", NULL);
+	open_ok(&p, root, 1);
+	st_predictor_close(p);
+	/* ... but a delta with a lineage never follows a full without one. */
+	set_lineage(root, "export-000000000003-delta", st_trainer_lineage(b));
+	open_bad(root, ST_ECORRUPT, "lineage (none)", NULL);
+	free(touched[0].v);
+	free(touched[1].v);
+	st_trainer_destroy(a);
+	st_trainer_destroy(b);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -593,6 +675,7 @@ int main(void)
 		cmocka_unit_test(test_predict_ssd_tier),
 		cmocka_unit_test(test_predict_every_preset),
 		cmocka_unit_test(test_predict_refuses_damage),
+		cmocka_unit_test(test_predict_refuses_foreign_lineage),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }

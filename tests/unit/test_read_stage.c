@@ -329,6 +329,72 @@ static int teardown(void **state)
 	return rmdir(tmp_dir);
 }
 
+/* Runs the read stage of src (one thread, rank `shard` of `shards`) into a
+ * sink and returns st_read_stage_check_bad's verdict on the pass. */
+static int run_check_bad(const st_source_t *src, int shard, int shards)
+{
+	struct sink s;
+	memset(&s, 0, sizeof s);
+	pthread_mutex_init(&s.mu, NULL);
+	st_read_stage_t *rs;
+	st_graph_t *g;
+	assert_int_equal(st_read_stage_create(&rs, src, 2, 1, 0), 0);
+	if (shards > 1)
+		assert_int_equal(st_read_stage_shard(rs, shard, shards), 0);
+	assert_int_equal(st_graph_create(&g), 0);
+	st_stage_desc_t d;
+	memset(&d, 0, sizeof d);
+	for (int i = 0; i < ST_MAX_STAGE_THREADS; i++)
+		d.cpus[i] = -1;
+	d.name = "read";
+	d.ops = &st_read_stage_ops;
+	d.state = rs;
+	d.n_threads = 1;
+	d.queue_cap = 2;
+	assert_int_equal(st_graph_add_stage(g, &d), 0);
+	d.name = "sink";
+	d.ops = &sink_ops;
+	d.state = &s;
+	assert_int_equal(st_graph_add_stage(g, &d), 0);
+	st_graph_run(g);
+	int rc = st_read_stage_check_bad(rs, "train");
+	st_graph_destroy(g);
+	st_read_stage_destroy(rs);
+	pthread_mutex_destroy(&s.mu);
+	return rc;
+}
+
+/* The share of bad records of a pass against max_bad_fraction:
+ * criteo_bad.tsv has 3 good and 6 bad records (2/3 bad). The share is of
+ * every record read, so each rank of a sharded read sees the same one. */
+static void test_read_stage_bad_fraction(void **state)
+{
+	(void)state;
+	const char *td = tu_test_data();
+	char bad[1024];
+	snprintf(bad, sizeof bad, "%s/read/criteo_bad.tsv", td);
+	char *one[1] = { bad };
+	st_source_t src = criteo_src(1);
+	src.paths = one;
+	src.max_bad_fraction = 0.1;
+	assert_int_equal(run_check_bad(&src, 0, 1), ST_EBADREC);
+	src.max_bad_fraction = 0.67;        /* 6 / 9 = 0.667: allowed, warned */
+	assert_int_equal(run_check_bad(&src, 0, 1), ST_OK);
+	src.max_bad_fraction = 0.66;
+	for (int r = 0; r < 2; r++)
+		assert_int_equal(run_check_bad(&src, r, 2), ST_EBADREC);
+	src.max_bad_fraction = 1.0;         /* never fails */
+	assert_int_equal(run_check_bad(&src, 0, 1), ST_OK);
+	/* Under "fail" the first bad record stopped the pass already. */
+	src.max_bad_fraction = 0.1;
+	src.on_bad = ST_BAD_FAIL;
+	assert_int_equal(run_check_bad(&src, 0, 1), ST_OK);
+	/* Good data only: nothing to say. */
+	src = criteo_src(1);
+	src.paths = spaths + 2;   /* synthetic, so a clone without ../shared/data runs it */
+	assert_int_equal(run_check_bad(&src, 0, 1), ST_OK);
+}
+
 int main(void)
 {
 	data_dir = getenv("ST_SHARED_DATA");
@@ -346,6 +412,7 @@ int main(void)
 		cmocka_unit_test(test_read_stage_synth_epochs_and_eval),
 		cmocka_unit_test(test_read_stage_synth_limit_is_exact),
 		cmocka_unit_test(test_read_stage_synth_errors_stop_the_graph),
+		cmocka_unit_test(test_read_stage_bad_fraction),
 	};
 	return tu_exit(cmocka_run_group_tests(tests, setup, teardown),
 		       sizeof tests / sizeof tests[0]);

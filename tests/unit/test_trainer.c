@@ -695,6 +695,53 @@ static void test_trainer_auto_switches(void **state)
 	st_metrics_destroy(m);
 }
 
+/* A diverging model (learning rate 1e12 on the dnn preset: NaN loss from
+ * the second minibatch on) stops the train stage with ST_ERANGE by default
+ * (stages.train.on_nonfinite = "fail"); with "warn" it trains on and counts
+ * the minibatches in the metric nonfinite_minibatches. */
+static void test_trainer_nonfinite_loss(void **state)
+{
+	(void)state;
+	for (int warn = 0; warn <= 1; warn++) {
+		st_job_t job;
+		make_job(&job, "dnn");
+		set_opt(&job.model.dense_opt, "adam", 1e12);
+		set_opt(&job.model.sparse_opt, "adagrad", 1e12);
+		job.on_nonfinite = warn ? ST_NONFINITE_WARN : ST_NONFINITE_FAIL;
+		st_metrics_t *met;
+		assert_int_equal(st_metrics_create(&met), ST_OK);
+		st_trainer_t *tr;
+		assert_int_equal(st_trainer_create(&tr, &job, met), ST_OK);
+		src_t src = { .next = 0, .n_batches = 6, .size = 1024 };
+		st_graph_t *g;
+		assert_int_equal(st_graph_create(&g), ST_OK);
+		add_stage(g, "read", &src_ops, &src, 1);
+		add_stage(g, "pull", &st_trainer_pull_ops, tr, 1);
+		add_stage(g, "train", &st_trainer_train_ops, tr, 1);
+		add_stage(g, "push", &st_trainer_push_ops, tr, 1);
+		add_stage(g, "dump", &st_trainer_dump_ops, tr, 1);
+		int rc = st_graph_run(g);
+		uint64_t n;
+		st_trainer_progress(tr, NULL, NULL, &n);
+		double bad = st_metrics_get(met, "nonfinite_minibatches", 0);
+		if (!warn) {
+			assert_int_equal(rc, ST_ERANGE);
+			const char *msg = st_graph_error(g);
+			assert_non_null(msg);
+			assert_non_null(strstr(msg, "the training loss is NaN at step 1, minibatch 2 of 4"));
+			assert_non_null(strstr(msg, "stages.train.on_nonfinite"));
+			assert_true(n < 6 * 1024);   /* stopped before the end */
+		} else {
+			assert_int_equal(rc, ST_OK);
+			assert_int_equal(n, 6 * 1024);
+			assert_true(bad >= 20);      /* every later minibatch is NaN */
+		}
+		st_graph_destroy(g);
+		st_trainer_destroy(tr);
+		st_metrics_destroy(met);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -706,6 +753,7 @@ int main(void)
 		cmocka_unit_test(test_trainer_set_row_and_params),
 		cmocka_unit_test(test_trainer_refuses_unimplemented_policy),
 		cmocka_unit_test(test_trainer_runs_in_graph),
+		cmocka_unit_test(test_trainer_nonfinite_loss),
 		cmocka_unit_test(test_trainer_async_two_workers_learn),
 		cmocka_unit_test(test_trainer_allreduce_two_workers_learn),
 		cmocka_unit_test(test_trainer_presets_learn),

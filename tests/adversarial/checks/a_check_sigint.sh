@@ -11,6 +11,13 @@ printf 'local st = require "strata"\nwhile true do end\n' >"$tmp/loop.lua"
 start=$(date +%s%N)
 "$strata" check "$tmp/loop.lua" >"$tmp/out" 2>&1 &
 pid=$!
+# Until the child has exec'd strata (its SIGINT then ignored, as the shell
+# sets it for a background command), a SIGINT would kill the forked shell
+# itself before it even opened the output file.
+for _ in $(seq 100); do
+  [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f "$strata")" ] && break
+  sleep 0.02
+done
 # Repeated: one sent before the loader set its handler is ignored, the next
 # lands; the result does not depend on when the first one arrives.
 for _ in $(seq 40); do

@@ -18,7 +18,9 @@ return st.job {
   },
   -- 1e38 is finite, so the job is valid, but the weights overflow at once.
   model = st.model.lr { optimizer = st.optim.adagrad { lr = 1e38, lr_dense = 1e38 } },
-  stages = { read = { batch_size = 4096 }, train = { minibatch = 256 } },
+  -- "warn": train on to the end, so the eval and the export see a NaN model
+  -- (the default, "fail", stops at the first non-finite loss).
+  stages = { read = { batch_size = 4096 }, train = { minibatch = 256, on_nonfinite = "warn" } },
   export = { dir = "$tmp/exp" },
 }
 JOB

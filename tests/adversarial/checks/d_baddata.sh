@@ -65,12 +65,16 @@ run empty-zstd 0 "read +0 rows, 0 bad records" -- $job --set "$(path "$tmp/empty
 : >"$tmp/empty.tsv"
 run empty-file 0 "read +0 rows, 0 bad records" -- $job --set "$(path "$tmp/empty.tsv")"
 head -c 100000 /dev/urandom >"$tmp/junk.tsv"
-run junk-skip 0 "junk.tsv: more bad records; further ones are counted only" "read +0 rows, [1-9][0-9]* bad records" \
+# Skipped, but every record bad: more than max_bad_fraction (0.1), the pass
+# fails; with the limit raised to 1 the job runs on nothing and says so.
+run junk-skip 1 "junk.tsv: more bad records; further ones are counted only" "records \(100.0%\) are bad, more than its max_bad_fraction \(0.1\)" \
   -- $job --set "$(path "$tmp/junk.tsv")"
+run junk-skip-allowed 0 "junk.tsv: more bad records; further ones are counted only" "read +0 rows, [1-9][0-9]* bad records" \
+  -- $job --set "$(path "$tmp/junk.tsv")" --set data.train.max_bad_fraction=1
 run junk-fail 1 "junk.tsv:1: field 0 \(label\): .* is not a label \(0 or 1\)" \
   -- $job --set "$(path "$tmp/junk.tsv")" --set 'data.train.on_bad_record="fail"'
 printf '1\t2\t3\0\0\0\t4\n' >"$tmp/nul.tsv"
-run nul-bytes 0 "nul.tsv:1: .*\\\\x00" "read +0 rows, 1 bad records" -- $job --set "$(path "$tmp/nul.tsv")"
+run nul-bytes 1 "nul.tsv:1: .*\\\\x00" "1 of 1 records \(100.0%\) are bad" -- $job --set "$(path "$tmp/nul.tsv")"
 { head -n 7 "$good"; printf '1\t'; head -c $((10 << 20)) /dev/zero | tr '\0' 7; printf '\n'; head -n 5 "$good"; } >"$tmp/huge.tsv"
 run line-10mb-skip 0 "huge.tsv:8: line longer than 1048576 bytes" "read +12 rows, 1 bad records" \
   -- $job --set "$(path "$tmp/huge.tsv")"
@@ -94,7 +98,7 @@ return st.job {
 LUA
 printf 'label,a,b,c\n1,2,x,y\n0,3,z\n1,4,q,r\n' >"$tmp/missing.csv"
 run csv-missing-column-skip 0 "missing.csv:3: 3 columns, expected 4" "read +2 rows, 1 bad records" \
-  -- "$tmp/csv.lua" --set "$(path "$tmp/missing.csv")"
+  -- "$tmp/csv.lua" --set "$(path "$tmp/missing.csv")" --set data.train.max_bad_fraction=0.5
 run csv-missing-column-fail 1 "missing.csv:3: 3 columns, expected 4" \
   -- "$tmp/csv.lua" --set "$(path "$tmp/missing.csv")" --set 'data.train.on_bad_record="fail"'
 
