@@ -55,6 +55,7 @@
 #include <time.h>
 
 #include "ops/dist/dist.h"
+#include "ops/algo/owner.h"
 #include "runtime/err.h"
 #include "runtime/net/net.h"
 
@@ -240,7 +241,7 @@ static int dar_create(void **self, const st_sync_env_t *env)
 	s->N = env->n_workers;
 	s->step = env->dist_step0;
 	pthread_barrier_init(&s->bar, NULL, (unsigned)s->N);
-	s->owner = st_sync_tensor_owners(env);
+	s->owner = st_algo_owner_tensors(env->model, env->n_workers);
 	s->g = calloc((size_t)s->N, sizeof *s->g);
 	s->rows = st_sync_rowpush_create(s->N);
 	if (st_sync_dense_init(&s->dense, env) < 0 || !s->owner || !s->g || !s->rows) {
@@ -566,7 +567,7 @@ static int dbw_create(void **self, const st_sync_env_t *env)
 	s->N = env->n_workers;
 	s->b = (uint32_t)b;
 	pthread_barrier_init(&s->bar, NULL, (unsigned)s->N);
-	s->owner = st_sync_tensor_owners(env);
+	s->owner = st_algo_owner_tensors(env->model, env->n_workers);
 	s->g = calloc((size_t)s->N, sizeof *s->g);
 	s->rows = st_sync_rowpush_create(s->N);
 	s->rep = malloc(sizeof(float) * (env->nparams ? env->nparams : 1));

@@ -290,20 +290,18 @@ size_t st_sync_tensor_floats(const st_model_t *m, int i);
  * sum runs in worker order whatever the split, so a run depends only on the
  * seed, the data order and N, never on thread timing.
  *
- * Dense: for every tensor i with owner[i] == w, sums tensor i's slice of
- * the workers' dense gradients into g[0]->dense and applies one optimizer
- * step t to it (state: dense optimizer state; NULL: only the sum). */
+ * Dense: for every tensor i with owner[i] == w (st_algo_owner_tensors,
+ * ops/algo/owner.h), sums tensor i's slice of the workers' dense gradients
+ * into g[0]->dense and applies one optimizer step t to it (state: dense
+ * optimizer state; NULL: only the sum). */
 void st_sync_reduce_dense(const st_sync_env_t *env, st_sync_grads_t *const *g,
 			  const int *owner, int w, float *state, uint64_t t);
-/* Sparse: for every unique key u with u mod N == w, sums u's row gradient
- * over the workers that touched it into the first (lowest-index) toucher's
- * buffer and applies one optimizer step t to the row. */
+/* Sparse: for every unique key u that worker w owns (st_algo_owner_row),
+ * sums u's row gradient over the workers that touched it into the first
+ * (lowest-index) toucher's buffer and applies one optimizer step t to the
+ * row. */
 void st_sync_reduce_rows(const st_sync_env_t *env, st_sync_grads_t *const *g, int w,
 			 uint64_t t);
-/* Tensor owners for st_sync_reduce_dense: each tensor, in order, to the
- * least-loaded of env's workers (the split only shares work; every sum
- * runs in worker order). A malloc'd [ntensors] array, or NULL. */
-int *st_sync_tensor_owners(const st_sync_env_t *env);
 /* The sums alone: for every such key u, sums as above into gv, the first
  * toucher's gradients, then calls fn(arg, gv, u) (gv->grad + u * gstride
  * holds the sum). Stops at fn's first error and returns it; else ST_OK. */
