@@ -52,7 +52,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ops/sync/sync.h"
+#include "ops/algo/params.h"
 #include "runtime/metrics.h"
 #include "runtime/net/net.h"
 #include "runtime/store/table.h"
@@ -68,9 +68,14 @@ typedef struct st_dist_cfg {
 	int n_tables;
 	st_table_t *tables[ST_DIST_MAX_TABLES];
 	uint32_t dim[ST_DIST_MAX_TABLES]; /* emb+wide floats per row of each table */
-	const st_sync_env_t *env;         /* sparse optimizer, dense params */
+	/* What the store steps: every owner its rows with params.sparse_opt;
+	 * rank 0, for the policies whose dense parameters it keeps (DENSE),
+	 * params.params with params.dense_opt, dense_state and dense_t. The
+	 * pointers outlive the store. */
+	st_algo_params_t params;
 	float *dense_state;               /* rank 0's dense optimizer state (DENSE) */
 	uint64_t *dense_t;
+	int n_workers;                    /* train workers per rank */
 } st_dist_cfg_t;
 
 int st_dist_create(st_dist_t **out, const st_dist_cfg_t *cfg);

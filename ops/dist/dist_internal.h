@@ -95,7 +95,8 @@ struct st_dist {
 	int n_tables;
 	st_table_t *tables[ST_DIST_MAX_TABLES];
 	uint32_t dim[ST_DIST_MAX_TABLES];
-	const st_sync_env_t *env;
+	st_algo_params_t p;        /* dense parameters (rank 0's matter), optimizers */
+	int n_workers;             /* train workers per rank (hop_bs's clocks) */
 	float *dense_state;
 	uint64_t *dense_t;
 

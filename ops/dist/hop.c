@@ -64,7 +64,7 @@ static int hop_init(st_dist_t *d)
 	hop_t *h = &d->hop;
 	if (h->clock)
 		return ST_OK;
-	h->N = d->env->n_workers > 0 ? d->env->n_workers : 1;
+	h->N = d->n_workers > 0 ? d->n_workers : 1;
 	const size_t n = (size_t)d->P * (size_t)h->N;
 	h->clock = calloc(n, sizeof *h->clock);
 	h->state = calloc(n, 1);
@@ -171,7 +171,7 @@ int st__dist_bw_contrib(st_dist_t *d, const wire_hdr_t *hd, const float *grad, i
 	if (rc < 0)
 		return rc;
 	hop_t *h = &d->hop;
-	const size_t np = d->env->nparams;
+	const size_t np = d->p.nparams;
 	if (!h->sum) {
 		h->sum = calloc(np ? np : 1, sizeof(float));
 		h->lastK = calloc((size_t)d->P, sizeof(uint32_t));
@@ -209,11 +209,11 @@ int st__dist_bw_close(st_dist_t *d, int (*reply)(st_dist_t *, int, uint32_t, uin
 	const uint32_t need = active > h->b + 1 ? active - h->b : 1;
 	if (h->kept < need)
 		return ST_OK;
-	const size_t np = d->env->nparams;
+	const size_t np = d->p.nparams;
 	const float inv = 1.0f / (float)h->kept;
 	for (size_t j = 0; j < np; j++)
 		h->sum[j] *= inv;
-	st_sync_dense_update(d->env, d->env->params, d->dense_state, h->sum, ++*d->dense_t);
+	st_algo_dense_update(&d->p, d->p.params, d->dense_state, h->sum, ++*d->dense_t);
 	memset(h->sum, 0, sizeof(float) * np);
 	const uint32_t K = h->kept;
 	h->k++;

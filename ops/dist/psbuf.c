@@ -260,13 +260,13 @@ static int rows_step(st_dist_t *d)
 static void dense_step(st_dist_t *d)
 {
 	psbuf_t *b = &d->buf;
-	const size_t np = d->env->nparams;
+	const size_t np = d->p.nparams;
 	const uint64_t t = *d->dense_t + 1;
 	if (b->dkept) {
 		const float inv = 1.0f / (float)b->dn;
 		for (size_t j = 0; j < np; j++)
 			b->dagg[j] *= inv;
-		st_sync_dense_update(d->env, d->env->params, d->dense_state, b->dagg, t);
+		st_algo_dense_update(&d->p, d->p.params, d->dense_state, b->dagg, t);
 	}
 	*d->dense_t = t;
 	memset(b->dagg, 0, sizeof(float) * np);
@@ -343,7 +343,7 @@ int st__dist_buf_dense(st_dist_t *d, const wire_hdr_t *h, const float *grad, uin
 		       uint64_t *age, int *dropped)
 {
 	psbuf_t *b = &d->buf;
-	const size_t np = d->env->nparams;
+	const size_t np = d->p.nparams;
 	if (check_params(d, h) < 0 || h->step > b->dk)
 		return -1;
 	if (!b->dagg && !(b->dagg = calloc(np ? np : 1, sizeof(float))))

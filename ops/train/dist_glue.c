@@ -53,8 +53,11 @@ int st_trainer_attach_dist(st_trainer_t *tr, st_net_t *net, const st_job_t *job)
 		return ST_EJOB;
 	st_dist_cfg_t c = {
 		.net = net, .owners = job->dist_owners, .compress = job->dist_compress,
-		.n_tables = tr->n_tables, .env = &tr->env, .dense_state = tr->dstate,
-		.dense_t = &tr->dt,
+		.n_tables = tr->n_tables, .dense_state = tr->dstate, .dense_t = &tr->dt,
+		.n_workers = tr->env.n_workers,
+		.params = { .model = tr->env.model, .params = tr->env.params,
+			    .nparams = tr->env.nparams, .dense_opt = tr->env.dense_opt,
+			    .sparse_opt = tr->env.sparse_opt },
 	};
 	for (int k = 0; k < tr->n_tables; k++) {
 		c.tables[k] = tr->tables[k];

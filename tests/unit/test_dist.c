@@ -38,7 +38,6 @@ typedef struct fix {
 	st_dist_t d;
 	st_table_t *t;
 	st_optim_t opt;
-	st_sync_env_t env;
 } fix_t;
 
 static fix_t *fix_new(int P)
@@ -48,15 +47,15 @@ static fix_t *fix_new(int P)
 	assert_int_equal(st_optim_init(&f->opt, &oc), ST_OK);
 	st_table_opts_t to = { .dim = DIM, .state_dim = 0, .seed = 1, .init_scale = 0.1f };
 	assert_int_equal(st_table_create(&f->t, &to), ST_OK);
-	f->env = (st_sync_env_t){ .sparse_opt = &f->opt, .dense_opt = &f->opt };
 	st_dist_t *d = &f->d;
+	d->p = (st_algo_params_t){ .sparse_opt = &f->opt, .dense_opt = &f->opt };
+	d->n_workers = 1;
 	d->rank = 0;
 	d->P = P;
 	d->owners = P;
 	d->n_tables = 1;
 	d->tables[0] = f->t;
 	d->dim[0] = DIM;
-	d->env = &f->env;
 	d->done = calloc((size_t)P, sizeof *d->done);
 	d->trow = malloc(sizeof(float) * DIM);
 	pthread_mutex_init(&d->mu, NULL);
@@ -398,9 +397,9 @@ static st_model_t *dense_fix(fix_t *f, uint64_t *dt, float *dstate)
 	assert_true(np >= 1 && np <= 8);
 	for (size_t j = 0; j < np; j++)
 		p[j] = 1.0f;
-	f->env.model = model;
-	f->env.params = p;
-	f->env.nparams = np;
+	f->d.p.model = model;
+	f->d.p.params = p;
+	f->d.p.nparams = np;
 	f->d.dense_t = dt;
 	f->d.dense_state = dstate;
 	return model;
@@ -412,8 +411,8 @@ static void test_gba_dense_drops_stale_gradients(void **state)
 	uint64_t dt = 0;
 	float dstate[8] = { 0 };
 	st_model_t *model = dense_fix(f, &dt, dstate);
-	float *p = f->env.params;
-	const size_t np = f->env.nparams;
+	float *p = f->d.p.params;
+	const size_t np = f->d.p.nparams;
 	wire_hdr_t h = { .type = MSG_DENSE, .stamp = 2, .pad = 1,
 			 .flags = WF_BUF | WF_PERID | 1 };
 	float g[8];
@@ -480,7 +479,7 @@ static void test_hop_bs_clock_rule(void **state)
 {
 	fix_t *f = fix_new(2);
 	st_dist_t *d = &f->d;
-	f->env.n_workers = 2;
+	f->d.n_workers = 2;
 	wire_hdr_t fetch = { .type = MSG_DENSE, .stamp = 1, .flags = WF_HOP }, grad = fetch;
 	grad.flags |= 1;
 	wire_hdr_t r1 = fetch;
@@ -555,9 +554,9 @@ static void test_hop_bw_quorum(void **state)
 	uint64_t dt = 0;
 	float dstate[8] = { 0 };
 	st_model_t *model = dense_fix(f, &dt, dstate);
-	float *p = f->env.params;
-	const size_t np = f->env.nparams;
-	f->env.n_workers = 1;
+	float *p = f->d.p.params;
+	const size_t np = f->d.p.nparams;
+	f->d.n_workers = 1;
 	wire_hdr_t h = { .type = MSG_DENSE, .stamp = 1, .flags = WF_BW | 1, .step = 0 };
 	float g1[8], g3[8];
 	for (size_t j = 0; j < np; j++) {
