@@ -150,7 +150,7 @@ int st_dist_pull(st_dist_t *d, const uint64_t *keys, const uint8_t *table, uint3
 			rc = st__dist_serve_rows(d, keys, table, pos, m, create, stamp, d->lok, buf,
 						 stride);
 		if (tokens)
-			tokens[d->rank] = d->buf.k;
+			tokens[d->rank] = d->buf.rows.k;
 		pthread_mutex_unlock(&d->mu);
 		for (uint32_t i = 0; rc >= 0 && i < m; i++)
 			rows[pos[i]] = d->lok[pos[i]] ? buf + (size_t)pos[i] * stride : NULL;
@@ -330,10 +330,9 @@ static int dense_call(st_dist_t *d, wire_hdr_t *h, const float *grad, float *par
 			int dropped = 0;
 			rc = st__dist_buf_dense(d, h, grad, &rep->t, &rep->step, &dropped);
 			rep->flags = dropped ? 1 : 0;
-			if (rc == -1) {
-				st_error("dist: a buffered policy changed its parameters mid-job");
-				rc = ST_EINVAL;
-			}
+			if (rc == ST_EINVAL)
+				st_error("dist: a buffered contribution with other parameters (M, "
+					 "tolerance) than the first, or a token from the future");
 		} else {
 			if (h->flags & WF_HOP && (rc = st__dist_hop_step(d, h, 0, grad != NULL)) == ST_EINVAL)
 				st_error("dist: hop_bs: bad worker index or bound");

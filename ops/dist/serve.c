@@ -256,7 +256,7 @@ static int answer_pull(st_dist_t *d, const void *msg, size_t len, int from)
 	if (st__dist_ob_reserve(&d->reply, bytes) < 0)
 		return ST_ENOMEM;
 	wire_hdr_t *r = (wire_hdr_t *)d->reply.p;
-	*r = (wire_hdr_t){ .type = MSG_PULL_REPLY, .n = n, .req = h->req, .t = d->buf.k,
+	*r = (wire_hdr_t){ .type = MSG_PULL_REPLY, .n = n, .req = h->req, .t = d->buf.rows.k,
 			   .flags = f16 ? WF_F16 : 0 };
 	uint8_t *ok = (uint8_t *)(r + 1);
 	memcpy(ok, d->sok, n);

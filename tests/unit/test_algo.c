@@ -5,7 +5,15 @@
  *   owner   keys spread evenly over their owner ranks and stay put; tensors
  *           go largest first to the least-loaded worker; worker slices
  *           cover a flat array in order;
- *   params  the per-tensor dense steps together equal the whole step.
+ *   params  the per-tensor dense steps together equal the whole step;
+ *   gba     Eq. 1 on the dense token age, per-ID staleness from the tags,
+ *           per-ID averages (GBA) against step averages (BSP), tokens from
+ *           the future refused, forgotten tags only ever drop what they
+ *           could have decided; and the parity of the two transports: one
+ *           seeded schedule of pulls and pushes with a straggler through
+ *           ops/sync/gba.c (threads) and through ops/dist/psbuf.c (one
+ *           owner rank's handlers) ends with the same dense parameters,
+ *           rows and drops, bit for bit.
  *
  * Everything here is single-threaded and exact: the cores take no locks
  * (their callers serialize), so a scripted sequence is the whole test. */
@@ -19,8 +27,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/algo/gba.h"
 #include "ops/algo/owner.h"
 #include "ops/algo/params.h"
+#include "ops/dist/dist_internal.h"
+#include "ops/sync/sync.h"
 #include "runtime/err.h"
 
 /* ---- a small dnn model and its optimizers --------------------------------- */
@@ -189,6 +200,382 @@ static void test_algo_params_tensor_steps_equal_whole_step(void **state)
 	}
 }
 
+
+/* ---- gba ---------------------------------------------------------------------- */
+
+static void fillv(float *g, int n, float v)
+{
+	for (int j = 0; j < n; j++)
+		g[j] = v;
+}
+
+static void test_algo_gba_dense_eq1_and_mean(void **state)
+{
+	(void)state;
+	st_algo_gba_dense_t b;
+	assert_int_equal(st_algo_gba_dense_init(&b, 0, 1, 2), ST_EINVAL);
+	st_algo_gba_dense_fini(&b);
+	assert_int_equal(st_algo_gba_dense_init(&b, 2, 1, 2), ST_OK);
+	float g[2];
+	uint64_t age;
+	int dropped;
+	/* Step 0: two fresh gradients, their mean. */
+	fillv(g, 2, 2.0f);
+	assert_int_equal(st_algo_gba_dense_add(&b, 0, g, &age, &dropped), ST_OK);
+	assert_true(age == 0 && !dropped && !st_algo_gba_dense_full(&b));
+	fillv(g, 2, 4.0f);
+	assert_int_equal(st_algo_gba_dense_add(&b, 0, g, &age, &dropped), ST_OK);
+	assert_true(st_algo_gba_dense_full(&b));
+	const float *m = st_algo_gba_dense_mean(&b);
+	assert_non_null(m);
+	assert_true(m[0] == 3.0f && m[1] == 3.0f);
+	st_algo_gba_dense_done(&b);
+	assert_int_equal(b.k, 1);
+	/* A token from the future changes nothing. */
+	assert_int_equal(st_algo_gba_dense_add(&b, 2, g, &age, &dropped), ST_EINVAL);
+	assert_int_equal(b.count, 0);
+	/* Steps 1, 2: a token-0 gradient is 1 then 2 stale (tolerance 1). */
+	fillv(g, 2, 8.0f);
+	assert_int_equal(st_algo_gba_dense_add(&b, 0, g, &age, &dropped), ST_OK);
+	assert_true(age == 1 && !dropped);
+	assert_int_equal(st_algo_gba_dense_add(&b, 1, g, &age, &dropped), ST_OK);
+	st_algo_gba_dense_mean(&b);
+	st_algo_gba_dense_done(&b);
+	assert_int_equal(st_algo_gba_dense_add(&b, 0, g, &age, &dropped), ST_OK);
+	assert_true(age == 2 && dropped);
+	/* Every contribution dropped: the step changes nothing. */
+	assert_int_equal(st_algo_gba_dense_add(&b, 0, g, &age, &dropped), ST_OK);
+	assert_null(st_algo_gba_dense_mean(&b));
+	st_algo_gba_dense_done(&b);
+	/* A dropped gradient counts as zero in the mean over the step's 2. */
+	assert_int_equal(st_algo_gba_dense_add(&b, 0, g, &age, &dropped), ST_OK);
+	assert_true(dropped);
+	fillv(g, 2, 6.0f);
+	assert_int_equal(st_algo_gba_dense_add(&b, 3, g, &age, &dropped), ST_OK);
+	m = st_algo_gba_dense_mean(&b);
+	assert_true(m[0] == 3.0f);
+	st_algo_gba_dense_fini(&b);
+	assert_true(st_algo_gba_keep(7, ST_ALGO_GBA_NO_TOL) && !st_algo_gba_keep(2, 1));
+}
+
+/* The core's update callback of the tests: records what it was given. */
+typedef struct {
+	int n;
+	uint64_t key[16];
+	float g[16];
+} upd_t;
+
+static int upd(void *arg, uint64_t key, uint8_t tab, float *g, uint32_t dim)
+{
+	upd_t *u = arg;
+	assert_int_equal(tab, 3);
+	assert_int_equal(dim, 1);
+	u->key[u->n] = key;
+	u->g[u->n++] = g[0];
+	return ST_OK;
+}
+
+/* One contribution of the IDs keys[0..n) (gradient v each) at token. */
+static int contrib(st_algo_gba_rows_t *r, uint64_t token, const uint64_t *keys, int n, float v)
+{
+	int kept = 0;
+	assert_int_equal(st_algo_gba_rows_begin(r, token, (size_t)n), ST_OK);
+	for (int i = 0; i < n; i++)
+		kept += st_algo_gba_rows_add(r, token, keys[i], 3, &v, 1);
+	(void)st_algo_gba_rows_end(r);
+	return kept;
+}
+
+static void test_algo_gba_rows_tags_and_averages(void **state)
+{
+	(void)state;
+	st_algo_gba_rows_t r;
+	assert_int_equal(st_algo_gba_rows_init(&r, 2, 1, 0, 1), ST_EINVAL);   /* bsp: no iota */
+	st_algo_gba_rows_fini(&r);
+	assert_int_equal(st_algo_gba_rows_init(&r, 2, 0, 1, 1), ST_OK);
+	const uint64_t a[1] = { 11 }, ab[2] = { 11, 22 }, b[1] = { 22 };
+	upd_t u = { 0 };
+	/* Step 0: 11 touched twice (mean 2), 22 once (4). */
+	assert_int_equal(contrib(&r, 0, a, 1, 1.0f), 1);
+	assert_int_equal(contrib(&r, 0, ab, 2, 3.0f), 2);
+	assert_int_equal(r.count, 2);
+	assert_int_equal(st_algo_gba_rows_step(&r, 0, upd, &u), ST_OK);
+	assert_int_equal(u.n, 2);
+	assert_true(u.key[0] == 11 && u.g[0] == 2.0f && u.key[1] == 22 && u.g[1] == 3.0f);
+	/* Step 1, tolerance 0: a token-0 gradient of 11 is 1 stale (tag step 0):
+	 * dropped, yet a toucher; 22 untouched by step 1 stays fresh for a
+	 * token-1 gradient in step 2. */
+	assert_int_equal(st_algo_gba_rows_begin(&r, 2, 1), ST_EINVAL);     /* future */
+	assert_int_equal(contrib(&r, 0, a, 1, 5.0f), 0);
+	assert_int_equal(contrib(&r, 1, a, 1, 1.0f), 1);
+	u.n = 0;
+	assert_int_equal(st_algo_gba_rows_step(&r, 0, upd, &u), ST_OK);
+	assert_true(u.n == 1 && u.g[0] == 0.5f);
+	assert_int_equal(contrib(&r, 1, b, 1, 4.0f), 1);
+	u.n = 0;
+	assert_int_equal(st_algo_gba_rows_step(&r, 0, upd, &u), ST_OK);   /* a partial step */
+	assert_true(u.n == 1 && u.key[0] == 22 && u.g[0] == 4.0f);
+	assert_int_equal(r.k, 3);
+	st_algo_gba_rows_fini(&r);
+
+	/* BSP: every row over the step's contributions, no staleness check. */
+	assert_int_equal(st_algo_gba_rows_init(&r, 3, ST_ALGO_GBA_NO_TOL, 0, 1), ST_OK);
+	assert_int_equal(contrib(&r, 0, a, 1, 3.0f), 1);
+	assert_int_equal(contrib(&r, 0, a, 0, 3.0f), 0);
+	assert_int_equal(contrib(&r, 0, a, 1, 3.0f), 1);
+	u.n = 0;
+	assert_int_equal(st_algo_gba_rows_step(&r, 0, upd, &u), ST_OK);
+	assert_true(u.n == 1 && u.g[0] == 2.0f);
+	st_algo_gba_rows_fini(&r);
+}
+
+/* Forgetting tags at or below lo changes no decision for tokens >= lo - iota;
+ * an older token, which a forgotten tag could have decided, is dropped. */
+static void test_algo_gba_forgotten_tags(void **state)
+{
+	(void)state;
+	st_algo_gba_rows_t r;
+	assert_int_equal(st_algo_gba_rows_init(&r, 1, 1, 1, 1), ST_OK);
+	upd_t u = { 0 };
+	/* 600 steps, each touching its own ID and ID 7 (so 7's tag is recent
+	 * and the map must grow past its first 1024 slots). */
+	for (uint64_t k = 0; k < 600; k++) {
+		const uint64_t ids[2] = { 1000 + k, 7 };
+		assert_int_equal(contrib(&r, k, ids, 2, 1.0f), 2);
+		u.n = 0;
+		assert_int_equal(st_algo_gba_rows_step(&r, k > 100 ? k - 100 : 0, upd, &u), ST_OK);
+	}
+	assert_true(r.forgot >= 400);
+	assert_true(r.tn < 600);
+	/* Token 599 (fresh), 598 for ID 7 (tag 600: 2 > 1, dropped), an old
+	 * token for a forgotten quiet ID: dropped whole (could have been
+	 * decided by its tag). */
+	const uint64_t quiet[1] = { 1000 }, seven[1] = { 7 };
+	assert_int_equal(contrib(&r, 599, seven, 1, 1.0f), 1);
+	assert_int_equal(st_algo_gba_rows_step(&r, 0, upd, &u), ST_OK);
+	assert_int_equal(contrib(&r, 598, seven, 1, 1.0f), 0);
+	assert_int_equal(st_algo_gba_rows_step(&r, 0, upd, &u), ST_OK);
+	assert_int_equal(contrib(&r, 5, quiet, 1, 1.0f), 0);
+	assert_int_equal(st_algo_gba_rows_step(&r, 0, upd, &u), ST_OK);
+	/* A token within lo - iota of the forgotten bound is still decided. */
+	const uint64_t lo = r.forgot;
+	assert_int_equal(contrib(&r, lo - 1, quiet, 1, 1.0f), 1);
+	st_algo_gba_rows_fini(&r);
+}
+
+/* ---- gba: one schedule through both transports ----------------------------- */
+
+enum { PW = 3, PNU = 6, PM = 2 };
+
+typedef struct {
+	/* threads: ops/sync/gba.c */
+	st_model_t *m1;
+	st_optim_t sgd;
+	char *keys[2];
+	double vals[2];
+	st_sync_cfg_t cfg;
+	st_sync_env_t env;
+	const st_sync_ops_t *ops;
+	void *pol;
+	float row[PNU];
+	float *rowp[PNU];
+	uint16_t dims[PNU];
+	/* ranks: one owner rank's psbuf.c handlers */
+	st_model_t *m2;
+	st_dist_t d;
+	st_table_t *t;
+	uint64_t dt;
+	float dstate[8];
+	uint64_t dtok[PW], rtok[PW];
+} par_t;
+
+static st_model_t *lr_model(void)
+{
+	st_model_cfg_t mc;
+	memset(&mc, 0, sizeof mc);
+	mc.type = (char *)"lr";
+	mc.emb_dim = 1;
+	st_model_t *m;
+	assert_int_equal(st_model_create(&m, &mc, 2, 1, 1), ST_OK);
+	assert_true(st_model_nparams(m) <= 8);
+	return m;
+}
+
+static void par_init(par_t *f, double tol)
+{
+	memset(f, 0, sizeof *f);
+	st_optim_cfg_t oc;
+	opt_cfg(&oc, "sgd", 0.5);
+	assert_int_equal(st_optim_init(&f->sgd, &oc), ST_OK);
+	f->m1 = lr_model();
+	f->m2 = lr_model();
+	const size_t np = st_model_nparams(f->m1);
+	float *p1 = st_model_params(f->m1), *p2 = st_model_params(f->m2);
+	for (size_t j = 0; j < np; j++)
+		p1[j] = p2[j] = 0.125f * (float)j - 0.25f;
+	/* threads */
+	f->keys[0] = (char *)"global_batch";
+	f->vals[0] = PM;
+	f->keys[1] = (char *)"tolerance";
+	f->vals[1] = tol;
+	f->cfg = (st_sync_cfg_t){ .name = (char *)"gba", .n_params = 2, .keys = f->keys,
+				  .vals = f->vals };
+	f->env = (st_sync_env_t){ .n_workers = PW, .cfg = &f->cfg, .model = f->m1, .params = p1,
+				  .nparams = np, .dense_opt = &f->sgd, .sparse_opt = &f->sgd,
+				  .minibatch = 1 };
+	f->ops = st_sync_find("gba");
+	assert_non_null(f->ops);
+	assert_int_equal(f->ops->create(&f->pol, &f->env), ST_OK);
+	/* ranks: rank 0 of 1 owns every row; its table's initial rows are the
+	 * threads' rows too */
+	st_table_opts_t to = { .dim = 1, .state_dim = 0, .seed = 3, .init_scale = 0.5f };
+	assert_int_equal(st_table_create(&f->t, &to), ST_OK);
+	st_dist_t *d = &f->d;
+	d->P = d->owners = d->n_tables = 1;
+	d->tables[0] = f->t;
+	d->dim[0] = 1;
+	d->p = (st_algo_params_t){ .model = f->m2, .params = p2, .nparams = np,
+				   .dense_opt = &f->sgd, .sparse_opt = &f->sgd };
+	d->n_workers = PW;
+	d->dense_t = &f->dt;
+	d->dense_state = f->dstate;
+	d->trow = malloc(sizeof(float));
+	pthread_mutex_init(&d->mu, NULL);
+	pthread_cond_init(&d->cv, NULL);
+	for (int u = 0; u < PNU; u++) {
+		uint64_t key = (uint64_t)u;
+		float *r = NULL;
+		assert_true(st_table_resolve(f->t, &key, 1, 0, 1, &r) >= 0);
+		assert_non_null(r);
+		f->row[u] = r[0];
+		f->rowp[u] = &f->row[u];
+		f->dims[u] = 1;
+	}
+}
+
+static void par_fini(par_t *f)
+{
+	f->ops->destroy(f->pol);
+	st__dist_buf_free(&f->d);
+	free(f->d.trow);
+	pthread_cond_destroy(&f->d.cv);
+	pthread_mutex_destroy(&f->d.mu);
+	st_table_destroy(f->t);
+	st_model_destroy(f->m1);
+	st_model_destroy(f->m2);
+}
+
+static wire_hdr_t buf_hdr(double tol, uint64_t token)
+{
+	return (wire_hdr_t){ .stamp = PM, .pad = (uint32_t)tol, .step = token,
+			     .flags = WF_BUF | WF_PERID };
+}
+
+/* Worker w pulls: the threads' begin_step; the ranks' dense fetch and the
+ * owner's rows token. */
+static void par_begin(par_t *f, int w, double tol)
+{
+	(void)f->ops->begin_step(f->pol, w, 0);
+	wire_hdr_t h = buf_hdr(tol, 0);
+	uint64_t age;
+	int dropped;
+	assert_int_equal(st__dist_buf_dense(&f->d, &h, NULL, &f->dtok[w], &age, &dropped), ST_OK);
+	f->rtok[w] = f->d.buf.rows.k;
+}
+
+/* Worker w pushes dense gradient dg and row gradients gu (NAN: untouched). */
+static void par_push(par_t *f, int w, double tol, const float *dg, const float *gu)
+{
+	const size_t np = f->env.nparams;
+	float dense[8], grad[PNU];
+	uint32_t uidx[PNU], nr = 0;
+	memcpy(dense, dg, sizeof(float) * np);
+	for (int u = 0; u < PNU; u++) {
+		grad[u] = gu[u];
+		if (!isnan(gu[u]))
+			uidx[nr++] = (uint32_t)u;
+	}
+	st_sync_grads_t g = { .n_examples = 1, .dense = dense, .n_rows = nr, .uidx = uidx,
+			      .rows = f->rowp, .row_dim = f->dims, .grad = grad, .gstride = 1 };
+	assert_int_equal(f->ops->apply(f->pol, w, &g), ST_OK);
+	/* ranks: the rows to their owner, then the dense gradient to rank 0 */
+	size_t len = sizeof(wire_hdr_t) + 8 * (size_t)nr + wire_pad8(nr) + sizeof(float) * nr;
+	uint8_t *m = calloc(1, len);
+	wire_hdr_t *h = (wire_hdr_t *)m;
+	*h = buf_hdr(tol, f->rtok[w]);
+	h->type = MSG_PUSH;
+	h->n = nr;
+	uint64_t *keys = (uint64_t *)(h + 1);
+	float *rg = (float *)(m + sizeof *h + 8 * (size_t)nr + wire_pad8(nr));
+	for (uint32_t i = 0; i < nr; i++) {
+		keys[i] = uidx[i];
+		rg[i] = gu[uidx[i]];
+	}
+	assert_int_equal(st__dist_handle(&f->d, m, len, 0), ST_OK);
+	wire_hdr_t dh = buf_hdr(tol, f->dtok[w]);
+	uint64_t age;
+	int dropped;
+	assert_int_equal(st__dist_buf_dense(&f->d, &dh, dense, &f->dtok[w], &age, &dropped),
+			 ST_OK);
+	f->rtok[w] = f->d.buf.rows.k;   /* Alg. 1: send, then pull the next */
+}
+
+static void gba_parity(double tol)
+{
+	par_t f;
+	par_init(&f, tol);
+	const size_t np = f.env.nparams;
+	uint64_t seed = 99 + (uint64_t)tol;
+	int busy[PW] = { 0 };
+	/* Worker 0 straggles: it pushes once per 7 events, so its tokens age
+	 * several global steps and tolerance matters. */
+	for (int ev = 0; ev < 400; ev++) {
+		int w = ev % 7 == 0 ? 0 : 1 + (int)((seed >> 33) % 2);
+		seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+		if (!busy[w]) {
+			par_begin(&f, w, tol);
+			busy[w] = 1;
+			continue;
+		}
+		float dg[8], gu[PNU];
+		for (size_t j = 0; j < np; j++)
+			dg[j] = rnd(&seed);
+		for (int u = 0; u < PNU; u++)
+			gu[u] = rnd(&seed) > 0.2f ? NAN : rnd(&seed);
+		par_push(&f, w, tol, dg, gu);
+		busy[w] = 0;
+	}
+	/* The end: the threads flush when every worker ends the batch, rank 0
+	 * asks the owners to. */
+	for (int w = 0; w < PW; w++)
+		f.ops->end_batch(f.pol, w);
+	assert_int_equal(st__dist_buf_flush(&f.d), ST_OK);
+	assert_memory_equal(f.env.params, f.d.p.params, sizeof(float) * np);
+	for (int u = 0; u < PNU; u++) {
+		uint64_t key = (uint64_t)u;
+		float *r = NULL;
+		assert_true(st_table_resolve(f.t, &key, 1, 0, 0, &r) >= 0);
+		if (memcmp(r, &f.row[u], sizeof(float)))
+			fail_msg("tol %g: row %d is %a in threads, %a in ranks", tol, u,
+				 (double)f.row[u], (double)r[0]);
+	}
+	st_sync_stats_t st;
+	f.ops->report(f.pol, &st);
+	assert_int_equal(st.steps, f.d.buf.dense.k);
+	assert_int_equal(f.d.buf.rows.k, f.d.buf.dense.k);
+	if (tol == 0)
+		assert_true(st.dropped > 0 && f.d.st.buf_rows_dropped > 0);
+	par_fini(&f);
+}
+
+static void test_algo_gba_threads_and_ranks_agree(void **state)
+{
+	(void)state;
+	gba_parity(0);
+	gba_parity(1);
+	gba_parity(3);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -196,6 +583,10 @@ int main(void)
 		cmocka_unit_test(test_algo_owner_tensors_largest_first),
 		cmocka_unit_test(test_algo_owner_ranges_cover_in_order),
 		cmocka_unit_test(test_algo_params_tensor_steps_equal_whole_step),
+		cmocka_unit_test(test_algo_gba_dense_eq1_and_mean),
+		cmocka_unit_test(test_algo_gba_rows_tags_and_averages),
+		cmocka_unit_test(test_algo_gba_forgotten_tags),
+		cmocka_unit_test(test_algo_gba_threads_and_ranks_agree),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

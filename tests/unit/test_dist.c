@@ -323,7 +323,7 @@ static void test_gba_rows_buffer_tags_and_averages(void **state)
 	fill(g, 3.0f);
 	fill(g + DIM, 2.0f);
 	assert_int_equal(bpush(f, 0, 2, 0, 1, both, 2, g), ST_OK);
-	assert_int_equal(f->d.buf.k, 1);
+	assert_int_equal(f->d.buf.rows.k, 1);
 	expect_row(f, 11, b11, 0.5f * 2.0f);          /* sgd lr 0.5, (1 + 3) / 2 */
 	expect_row(f, 22, b22, 0.5f * 2.0f);
 	row_of(f, 11, b11);
@@ -343,7 +343,7 @@ static void test_gba_rows_buffer_tags_and_averages(void **state)
 	 * read at step 1 is fresh for it although it is one step old. */
 	fill(g, 4.0f);
 	assert_int_equal(bpush(f, 1, 2, 0, 1, k22, 1, g), ST_OK);
-	assert_int_equal(f->d.buf.k, 3);
+	assert_int_equal(f->d.buf.rows.k, 3);
 	expect_row(f, 22, b22, 0.5f * 4.0f);
 	/* Disagreeing parameters and a token from the future change nothing. */
 	row_of(f, 22, b22);
@@ -351,7 +351,7 @@ static void test_gba_rows_buffer_tags_and_averages(void **state)
 	assert_int_equal(bpush(f, 0, 2, 1, 1, k22, 1, g), ST_EPEER);
 	assert_int_equal(bpush(f, 0, 2, 0, 0, k22, 1, g), ST_EPEER);
 	assert_int_equal(bpush(f, 9, 2, 0, 1, k22, 1, g), ST_EPEER);
-	assert_int_equal(f->d.buf.n, 0);
+	assert_int_equal(f->d.buf.rows.count, 0);
 	/* A partial buffer is applied by a flush (the end of the job). */
 	assert_int_equal(bpush(f, 3, 2, 0, 1, k22, 1, g), ST_OK);
 	expect_row(f, 22, b22, 0);
@@ -457,7 +457,7 @@ static void test_gba_dense_drops_stale_gradients(void **state)
 	assert_int_equal(st__dist_buf_dense(&f->d, &h, NULL, &tok, &age, &dropped), ST_OK);
 	assert_int_equal(tok, 3);
 	h.step = 7;
-	assert_int_equal(st__dist_buf_dense(&f->d, &h, NULL, &tok, &age, &dropped), -1);
+	assert_int_equal(st__dist_buf_dense(&f->d, &h, NULL, &tok, &age, &dropped), ST_EINVAL);
 	st__dist_buf_free(&f->d);
 	st_model_destroy(model);
 	fix_free(f);
