@@ -294,19 +294,19 @@ static int bw_local(st_dist_t *d, const wire_hdr_t *h, const float *grad, wire_h
 	if (rc < 0)
 		return rc;
 	if (late) {
-		*rep = (wire_hdr_t){ .t = d->hop.k, .flags = grad ? 1 : 0 };
+		*rep = (wire_hdr_t){ .t = d->hop.q.k, .flags = grad ? 1 : 0 };
 		return ST_OK;
 	}
 	if ((rc = st__dist_hop_hold(d, 0, UINT32_MAX, 0)) < 0)
 		return rc;
 	const uint64_t mine = h->step;
-	while (rc >= 0 && d->hop.k == mine) {
+	while (rc >= 0 && d->hop.q.k == mine) {
 		rc = st__dist_hop_poll(d);   /* closes the step when it can */
-		if (rc < 0 || d->hop.k != mine)
+		if (rc < 0 || d->hop.q.k != mine)
 			break;
 		cv_wait(d);
 	}
-	*rep = (wire_hdr_t){ .t = d->hop.k, .step = d->hop.lastK[0] };
+	*rep = (wire_hdr_t){ .t = d->hop.q.k, .step = d->hop.lastK[0] };
 	return rc;
 }
 

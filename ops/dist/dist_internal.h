@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "ops/algo/gba.h"
+#include "ops/algo/hopclock.h"
 #include "ops/dist/dist.h"
 #include "ops/dist/wire.h"
 
@@ -51,7 +52,7 @@ typedef struct psbuf {
 	st_algo_gba_dense_t dense;
 } psbuf_t;
 
-/* hop_bs's clocks on rank 0 (hop.c). */
+/* Hop's clocks and quorum on rank 0 (hop.c over ops/algo/hopclock.h). */
 typedef struct held {
 	int from;
 	uint32_t worker;
@@ -62,15 +63,14 @@ typedef struct hop {
 	int N;                     /* workers per rank */
 	uint32_t b;                /* the bound */
 	int b_set;
-	uint64_t *clock;           /* [P * N] gradients applied */
-	uint8_t *state;            /* [P * N] unseen, active, idle */
+	st_algo_hopclock_t clk;    /* [P * N] hop_bs's clocks; hop_bw's units are
+				    * the ranks (worker 0's: r * N) */
 	held_t *held;              /* replies held back */
 	size_t nheld, cap;
 	/* hop_bw (ranks are the units, worker index 0): the open step. */
 	int bw;                    /* the clocks are hop_bw's */
-	uint64_t k;                /* steps closed */
-	uint32_t kept;             /* contributions to step k */
-	float *sum;                /* [nparams] their dense sum */
+	st_algo_hopbw_t q;         /* the quorum of step q.k */
+	float *sum;                /* [nparams] the kept gradients' dense sum */
 	uint32_t *lastK;           /* [P] quorum of the step each rank was last kept in */
 } hop_t;
 

@@ -469,7 +469,7 @@ static int hop_reply(st_dist_t *d, int to, uint32_t w, uint64_t req)
 /* A held hop_bw answer: the step closed with the rank's gradient in it. */
 static int bw_reply(st_dist_t *d, int to, uint32_t w, uint64_t req)
 {
-	return dense_reply(d, to, w, req, d->hop.k, d->hop.lastK[to], 0);
+	return dense_reply(d, to, w, req, d->hop.q.k, d->hop.lastK[to], 0);
 }
 
 int st__dist_hop_poll(st_dist_t *d)
@@ -499,7 +499,7 @@ static int answer_dense(st_dist_t *d, const void *msg, size_t len, int from)
 		if (rc < 0 || h->worker != 0)
 			return st__dist_bad_msg(from, "DENSE (hop_bw: step or bound)", len);
 		if (late)
-			return dense_reply(d, from, 0, h->req, d->hop.k, 0, grad != NULL);
+			return dense_reply(d, from, 0, h->req, d->hop.q.k, 0, grad != NULL);
 		if ((rc = st__dist_hop_hold(d, from, 0, h->req)) < 0)
 			return rc;
 		return st__dist_bw_close(d, bw_reply);

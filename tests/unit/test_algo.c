@@ -13,7 +13,15 @@
  *           seeded schedule of pulls and pushes with a straggler through
  *           ops/sync/gba.c (threads) and through ops/dist/psbuf.c (one
  *           owner rank's handlers) ends with the same dense parameters,
- *           rows and drops, bit for bit.
+ *           rows and drops, bit for bit;
+ *   hop     the clock rule (join at the slowest, idle units do not hold
+ *           anyone back) and the backup-worker quorum; and the parity of
+ *           the transports: one seeded schedule of steps and idles through
+ *           ops/sync/hop_bs.c (real worker threads, blocking in begin_step)
+ *           and ops/dist/hop.c (rank 0's handlers) lets exactly the same
+ *           workers go on after every event; hop_bw's steps through
+ *           ops/sync/hop_bw.c (threads) and ops/dist/hop.c (ranks) keep and
+ *           drop the same gradients and end with the same parameters.
  *
  * Everything here is single-threaded and exact: the cores take no locks
  * (their callers serialize), so a scripted sequence is the whole test. */
@@ -24,10 +32,15 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <semaphore.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ops/algo/gba.h"
+#include "ops/algo/hopclock.h"
 #include "ops/algo/owner.h"
 #include "ops/algo/params.h"
 #include "ops/dist/dist_internal.h"
@@ -576,6 +589,443 @@ static void test_algo_gba_threads_and_ranks_agree(void **state)
 	gba_parity(3);
 }
 
+/* ---- hop ------------------------------------------------------------------------ */
+
+static void test_algo_hopclock_rule(void **state)
+{
+	(void)state;
+	st_algo_hopclock_t c;
+	assert_int_equal(st_algo_hopclock_init(&c, 3, 1), ST_OK);
+	/* Nobody active: everybody may go; unit 0 alone never waits. */
+	assert_true(st_algo_hopclock_slowest(&c) == UINT64_MAX);
+	st_algo_hopclock_join(&c, 0);
+	for (int i = 0; i < 3; i++) {
+		st_algo_hopclock_tick(&c, 0);
+		assert_true(st_algo_hopclock_ready(&c, 0));
+	}
+	/* Unit 1 joins at the slowest active clock (3), not 0. */
+	st_algo_hopclock_join(&c, 1);
+	assert_int_equal(c.clock[1], 3);
+	st_algo_hopclock_tick(&c, 0);
+	assert_true(st_algo_hopclock_ready(&c, 0));            /* 4 vs 3 */
+	st_algo_hopclock_tick(&c, 0);
+	assert_false(st_algo_hopclock_ready(&c, 0));           /* 5 vs 3 */
+	assert_true(st_algo_hopclock_ready(&c, 1));            /* the slowest */
+	/* An idle unit holds nobody back; back, it rejoins at the slowest. */
+	st_algo_hopclock_idle(&c, 1);
+	assert_true(st_algo_hopclock_ready(&c, 0));
+	st_algo_hopclock_join(&c, 1);
+	assert_int_equal(c.clock[1], 5);
+	/* A unit that idled ahead keeps its clock. */
+	st_algo_hopclock_tick(&c, 1);
+	st_algo_hopclock_idle(&c, 1);
+	st_algo_hopclock_join(&c, 1);
+	assert_int_equal(c.clock[1], 6);
+	/* A common start: every unit active at 0. */
+	st_algo_hopclock_reset(&c, 1);
+	assert_true(st_algo_hopclock_slowest(&c) == 0);
+	st_algo_hopclock_tick(&c, 2);
+	st_algo_hopclock_tick(&c, 2);
+	assert_false(st_algo_hopclock_ready(&c, 2));           /* unit 0 not started */
+	st_algo_hopclock_reset(&c, 0);
+	assert_true(st_algo_hopclock_slowest(&c) == UINT64_MAX);
+	st_algo_hopclock_fini(&c);
+	st_algo_hopclock_fini(&c);                             /* safe twice */
+}
+
+static void test_algo_hopbw_quorum(void **state)
+{
+	(void)state;
+	st_algo_hopbw_t q = { .b = 1 };
+	assert_int_equal(st_algo_hopbw_quorum(&q, 3), 2);
+	assert_int_equal(st_algo_hopbw_quorum(&q, 2), 1);
+	assert_int_equal(st_algo_hopbw_quorum(&q, 0), 1);
+	assert_false(st_algo_hopbw_closes(&q, 3));             /* nothing arrived */
+	assert_int_equal(st_algo_hopbw_arrive(&q, 1, 1), ST_EINVAL);
+	assert_int_equal(st_algo_hopbw_arrive(&q, 0, 1), ST_ALGO_BW_KEPT);
+	assert_false(st_algo_hopbw_closes(&q, 3));
+	assert_int_equal(st_algo_hopbw_arrive(&q, 0, 1), ST_ALGO_BW_KEPT);
+	assert_true(st_algo_hopbw_closes(&q, 3));
+	assert_int_equal(st_algo_hopbw_close(&q), 2);
+	assert_int_equal(st_algo_hopbw_arrive(&q, 0, 1), ST_ALGO_BW_LATE);   /* the third */
+	/* Empty minibatches count as arrivals, not toward the quorum: a step
+	 * of 3 with one gradient closes when all have arrived. */
+	assert_int_equal(st_algo_hopbw_arrive(&q, 1, 0), ST_ALGO_BW_EMPTY);
+	assert_int_equal(st_algo_hopbw_arrive(&q, 1, 1), ST_ALGO_BW_KEPT);
+	assert_false(st_algo_hopbw_closes(&q, 3));
+	assert_int_equal(st_algo_hopbw_arrive(&q, 1, 0), ST_ALGO_BW_EMPTY);
+	assert_true(st_algo_hopbw_closes(&q, 3));
+	assert_int_equal(st_algo_hopbw_close(&q), 1);
+	/* Fewer active units: a smaller quorum. */
+	assert_int_equal(st_algo_hopbw_arrive(&q, 2, 1), ST_ALGO_BW_KEPT);
+	assert_true(st_algo_hopbw_closes(&q, 2));
+	assert_int_equal(q.k, 2);
+}
+
+/* A deadline for the threaded parity tests: a hang becomes a failure. */
+static void deadline(const struct timespec *t0, const char *what)
+{
+	struct timespec now;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	if (now.tv_sec - t0->tv_sec > 60)
+		fail_msg("stuck for 60 s waiting for %s", what);
+}
+
+static void swait(sem_t *s, const char *what)
+{
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (sem_trywait(s) != 0) {
+		deadline(&t0, what);
+		sched_yield();
+	}
+}
+
+/* A policy of ops/sync on a tiny lr model with SGD, driven by hand. */
+typedef struct {
+	st_model_t *model;
+	st_optim_t sgd;
+	char *keys[1];
+	double vals[1];
+	st_sync_cfg_t cfg;
+	st_sync_env_t env;
+	const st_sync_ops_t *ops;
+	void *pol;
+} tpol_t;
+
+static void tpol_init(tpol_t *t, const char *name, double b, int n_workers)
+{
+	memset(t, 0, sizeof *t);
+	t->model = lr_model();
+	st_optim_cfg_t oc;
+	opt_cfg(&oc, "sgd", 0.5);
+	assert_int_equal(st_optim_init(&t->sgd, &oc), ST_OK);
+	t->keys[0] = (char *)"b";
+	t->vals[0] = b;
+	t->cfg = (st_sync_cfg_t){ .name = (char *)name, .n_params = 1, .keys = t->keys,
+				  .vals = t->vals };
+	float *p = st_model_params(t->model);
+	for (size_t j = 0; j < st_model_nparams(t->model); j++)
+		p[j] = 0.1f * (float)j;
+	t->env = (st_sync_env_t){ .n_workers = n_workers, .cfg = &t->cfg, .model = t->model,
+				  .params = p, .nparams = st_model_nparams(t->model),
+				  .dense_opt = &t->sgd, .sparse_opt = &t->sgd };
+	t->ops = st_sync_find(name);
+	assert_non_null(t->ops);
+	assert_int_equal(t->ops->create(&t->pol, &t->env), ST_OK);
+	assert_int_equal(t->ops->begin_batch(t->pol, 1), ST_OK);
+}
+
+static void tpol_fini(tpol_t *t)
+{
+	t->ops->destroy(t->pol);
+	st_model_destroy(t->model);
+}
+
+/* Rank 0's store without a network, for hop.c's handlers. */
+static void rank0_init(st_dist_t *d, int P, int n_workers, st_model_t *m, uint64_t *dt,
+		       float *dstate, const st_optim_t *opt)
+{
+	memset(d, 0, sizeof *d);
+	d->P = d->owners = P;
+	d->n_workers = n_workers;
+	d->p = (st_algo_params_t){ .model = m, .params = st_model_params(m),
+				   .nparams = st_model_nparams(m), .dense_opt = opt,
+				   .sparse_opt = opt };
+	d->dense_t = dt;
+	d->dense_state = dstate;
+	pthread_mutex_init(&d->mu, NULL);
+	pthread_cond_init(&d->cv, NULL);
+}
+
+static void rank0_fini(st_dist_t *d)
+{
+	st__dist_hop_free(d);
+	pthread_cond_destroy(&d->cv);
+	pthread_mutex_destroy(&d->mu);
+}
+
+enum { HN = 4, HB = 1, HEVENTS = 150 };
+
+/* A hop_bs worker thread: begin_step (posts begun), then per `go` either
+ * an apply and the next begin_step, or (idle set) end_batch. */
+typedef struct {
+	tpol_t *t;
+	int w;
+	int idle;               /* set by the script before the last go */
+	sem_t go, begun;
+	float dense[8];
+	st_sync_grads_t g;
+} hw_t;
+
+int st__hop_bs_waiting(void *self);
+
+static void *hop_worker(void *arg)
+{
+	hw_t *x = arg;
+	uint64_t step = 0;
+	(void)x->t->ops->begin_step(x->t->pol, x->w, step);
+	sem_post(&x->begun);
+	for (;;) {
+		while (sem_wait(&x->go) != 0)
+			;
+		if (__atomic_load_n(&x->idle, __ATOMIC_ACQUIRE)) {
+			x->t->ops->end_batch(x->t->pol, x->w);
+			return NULL;
+		}
+		assert_int_equal(x->t->ops->apply(x->t->pol, x->w, &x->g), ST_OK);
+		(void)x->t->ops->begin_step(x->t->pol, x->w, ++step);
+		sem_post(&x->begun);
+	}
+}
+
+static void test_algo_hop_bs_threads_and_ranks_agree(void **state)
+{
+	(void)state;
+	tpol_t t;
+	tpol_init(&t, "hop_bs", HB, HN);
+	st_dist_t d;
+	uint64_t dt = 0;
+	rank0_init(&d, 1, HN, t.model, &dt, NULL, &t.sgd);
+	hw_t x[HN];
+	pthread_t tid[HN];
+	int pending[HN] = { 0 }, idle[HN] = { 0 };
+	for (int w = 0; w < HN; w++) {
+		memset(&x[w], 0, sizeof x[w]);
+		x[w].t = &t;
+		x[w].w = w;
+		x[w].g = (st_sync_grads_t){ .n_examples = 1, .dense = x[w].dense, .gstride = 1 };
+		sem_init(&x[w].go, 0, 0);
+		sem_init(&x[w].begun, 0, 0);
+		/* ranks: every worker fetches its first parameters (joins) */
+		wire_hdr_t h = { .type = MSG_DENSE, .stamp = HB, .flags = WF_HOP,
+				 .worker = (uint32_t)w };
+		assert_int_equal(st__dist_hop_step(&d, &h, 0, 0), ST_OK);
+		assert_int_equal(pthread_create(&tid[w], NULL, hop_worker, &x[w]), 0);
+		swait(&x[w].begun, "a worker's first step");
+	}
+	uint64_t seed = 4242;
+	int n_idle = 0, blocked_seen = 0;
+	for (int ev = 0; ev < HEVENTS && n_idle < HN; ev++) {
+		/* A worker that may go on (the ranks' rule; the threads' worker
+		 * has returned from begin_step), skewed towards workers 0 and 1
+		 * so the others fall behind. */
+		int w;
+		do {
+			seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+			w = (int)((seed >> 33) % 7);
+			w = w < 4 ? w % 2 : w - 3;
+		} while (w >= HN || idle[w] || pending[w]);
+		const int go_idle = ev > HEVENTS / 2 && (seed >> 20) % 9 == 0;
+		if (go_idle) {
+			__atomic_store_n(&x[w].idle, 1, __ATOMIC_RELEASE);
+			idle[w] = 1;
+			n_idle++;
+			assert_int_equal(st__dist_hop_idle(&d, 0, (uint32_t)w), ST_OK);
+		} else {
+			wire_hdr_t h = { .type = MSG_DENSE, .stamp = HB, .flags = WF_HOP | 1,
+					 .worker = (uint32_t)w };
+			assert_int_equal(st__dist_hop_step(&d, &h, 0, 1), ST_OK);
+			pending[w] = 1;
+		}
+		sem_post(&x[w].go);
+		/* Every worker the ranks let go on returns from begin_step; the
+		 * others stay blocked there. */
+		int blocked = 0;
+		for (int v = 0; v < HN; v++) {
+			if (!pending[v])
+				continue;
+			if (st__dist_hop_ready(&d, 0, (uint32_t)v)) {
+				swait(&x[v].begun, "a worker the ranks released");
+				pending[v] = 0;
+			} else {
+				blocked++;
+			}
+		}
+		struct timespec t0;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		while (st__hop_bs_waiting(t.pol) != blocked) {
+			deadline(&t0, "the workers the ranks hold to block");
+			sched_yield();
+		}
+		for (int v = 0; v < HN; v++)
+			if (pending[v] && sem_trywait(&x[v].begun) == 0)
+				fail_msg("event %d: worker %d went on; the ranks hold it", ev, v);
+		blocked_seen += blocked > 0;
+	}
+	assert_true(blocked_seen > 10);   /* the schedule did exercise the bound */
+	/* The end: the workers end their batch, each one that may go on in
+	 * turn (the slowest active one always may), releasing others. */
+	while (n_idle < HN) {
+		int w = 0;
+		while (idle[w] || pending[w])
+			if (++w == HN)
+				fail_msg("every worker left is held");
+		__atomic_store_n(&x[w].idle, 1, __ATOMIC_RELEASE);
+		sem_post(&x[w].go);
+		idle[w] = 1;
+		n_idle++;
+		assert_int_equal(st__dist_hop_idle(&d, 0, (uint32_t)w), ST_OK);
+		for (int v = 0; v < HN; v++)
+			if (pending[v] && st__dist_hop_ready(&d, 0, (uint32_t)v)) {
+				swait(&x[v].begun, "a worker released by an idle one");
+				pending[v] = 0;
+			}
+	}
+	for (int w = 0; w < HN; w++) {
+		assert_int_equal(pthread_join(tid[w], NULL), 0);
+		sem_destroy(&x[w].go);
+		sem_destroy(&x[w].begun);
+	}
+	rank0_fini(&d);
+	tpol_fini(&t);
+}
+
+enum { BN = 3, BSTEPS = 4 };
+
+/* A hop_bw worker thread (LOCKSTEP): per step, begin_step (posts read),
+ * then per `go` its apply (posts done when apply returns). */
+typedef struct {
+	tpol_t *t;
+	int w;
+	sem_t go, read, done;
+	float dense[BSTEPS][8];
+	st_sync_grads_t g[BSTEPS];
+} bww_t;
+
+static void *bw_worker(void *arg)
+{
+	bww_t *x = arg;
+	for (int s = 0; s < BSTEPS; s++) {
+		(void)x->t->ops->begin_step(x->t->pol, x->w, (uint64_t)s);
+		sem_post(&x->read);
+		while (sem_wait(&x->go) != 0)
+			;
+		assert_int_equal(x->t->ops->apply(x->t->pol, x->w, &x->g[s]), ST_OK);
+		sem_post(&x->done);
+	}
+	x->t->ops->end_batch(x->t->pol, x->w);
+	return NULL;
+}
+
+static int bw_replies;
+static int bw_reply(st_dist_t *d, int to, uint32_t w, uint64_t req)
+{
+	(void)d;
+	(void)to;
+	(void)w;
+	(void)req;
+	bw_replies++;
+	return ST_OK;
+}
+
+/* Each step's late worker: a straggler, then the others in turn. */
+static int bw_late(int s)
+{
+	static const int late[BSTEPS] = { 2, 2, 0, 1 };
+	return late[s];
+}
+
+static void test_algo_hop_bw_threads_and_ranks_agree(void **state)
+{
+	(void)state;
+	tpol_t t;
+	tpol_init(&t, "hop_bw", 1, BN);
+	st_model_t *m2 = lr_model();
+	const size_t np = st_model_nparams(m2);
+	for (size_t j = 0; j < np; j++)
+		st_model_params(m2)[j] = 0.1f * (float)j;
+	st_dist_t d;
+	uint64_t dt = 0;
+	float dstate[8] = { 0 };
+	rank0_init(&d, BN, 1, m2, &dt, dstate, &t.sgd);
+	/* Gradient of unit w in step s: G; the threads get G / N, as the
+	 * trainer scales a lockstep step's gradients (hop_bw.c). */
+	bww_t x[BN];
+	pthread_t tid[BN];
+	uint64_t seed = 7;
+	float G[BN][BSTEPS][8];
+	for (int w = 0; w < BN; w++) {
+		memset(&x[w], 0, sizeof x[w]);
+		x[w].t = &t;
+		x[w].w = w;
+		for (int s = 0; s < BSTEPS; s++) {
+			for (size_t j = 0; j < np; j++) {
+				G[w][s][j] = rnd(&seed);
+				x[w].dense[s][j] = G[w][s][j] / (float)BN;
+			}
+			x[w].g[s] = (st_sync_grads_t){ .n_examples = 1, .dense = x[w].dense[s],
+						       .gstride = 1 };
+		}
+		sem_init(&x[w].go, 0, 0);
+		sem_init(&x[w].read, 0, 0);
+		sem_init(&x[w].done, 0, 0);
+		/* ranks: every rank joins rank 0's steps (dbw_create's fetch) */
+		wire_hdr_t h = { .type = MSG_DENSE, .stamp = 1, .flags = WF_BW };
+		int late;
+		assert_int_equal(st__dist_bw_contrib(&d, &h, NULL, w, &late), ST_OK);
+		assert_int_equal(late, 1);
+	}
+	for (int w = 0; w < BN; w++)
+		assert_int_equal(pthread_create(&tid[w], NULL, bw_worker, &x[w]), 0);
+	uint64_t tok[BN] = { 0 };
+	int dropped = 0;
+	for (int s = 0; s < BSTEPS; s++) {
+		const int L = bw_late(s);
+		for (int w = 0; w < BN; w++)
+			swait(&x[w].read, "a worker reading its step's parameters");
+		/* threads: the quorum first, then the late worker */
+		for (int w = 0; w < BN; w++)
+			if (w != L)
+				sem_post(&x[w].go);
+		for (int w = 0; w < BN; w++)
+			if (w != L)
+				swait(&x[w].done, "the quorum's step closing");
+		sem_post(&x[L].go);
+		swait(&x[L].done, "the late worker returning");
+		/* ranks: the same order */
+		bw_replies = 0;
+		for (int w = 0; w < BN; w++) {
+			if (w == L)
+				continue;
+			wire_hdr_t h = { .type = MSG_DENSE, .stamp = 1, .flags = WF_BW | 1,
+					 .step = tok[w] };
+			int late;
+			assert_int_equal(st__dist_bw_contrib(&d, &h, G[w][s], w, &late), ST_OK);
+			assert_int_equal(late, 0);
+			assert_int_equal(st__dist_hop_hold(&d, w, 0, 1), ST_OK);
+			assert_int_equal(st__dist_bw_close(&d, bw_reply), ST_OK);
+		}
+		assert_int_equal(bw_replies, BN - 1);
+		for (int w = 0; w < BN; w++)
+			tok[w] = d.hop.q.k;
+		wire_hdr_t h = { .type = MSG_DENSE, .stamp = 1, .flags = WF_BW | 1, .step = s };
+		int late;
+		assert_int_equal(st__dist_bw_contrib(&d, &h, G[L][s], L, &late), ST_OK);
+		assert_int_equal(late, 1);
+		dropped++;
+		/* The same parameters after every step, within float rounding of
+		 * the threads' 1/N scale and (N - e)/K factor: 1e-6. */
+		for (size_t j = 0; j < np; j++)
+			assert_float_equal(t.env.params[j], d.p.params[j], 1e-6);
+	}
+	for (int w = 0; w < BN; w++) {
+		assert_int_equal(pthread_join(tid[w], NULL), 0);
+		sem_destroy(&x[w].go);
+		sem_destroy(&x[w].read);
+		sem_destroy(&x[w].done);
+	}
+	st_sync_stats_t st;
+	t.ops->report(t.pol, &st);
+	assert_int_equal(st.steps, d.hop.q.k);
+	assert_int_equal(st.dropped, (uint64_t)dropped);
+	assert_int_equal(st.updates, (uint64_t)(BSTEPS * (BN - 1)));
+	assert_int_equal(dt, BSTEPS);
+	rank0_fini(&d);
+	st_model_destroy(m2);
+	tpol_fini(&t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -587,6 +1037,10 @@ int main(void)
 		cmocka_unit_test(test_algo_gba_rows_tags_and_averages),
 		cmocka_unit_test(test_algo_gba_forgotten_tags),
 		cmocka_unit_test(test_algo_gba_threads_and_ranks_agree),
+		cmocka_unit_test(test_algo_hopclock_rule),
+		cmocka_unit_test(test_algo_hopbw_quorum),
+		cmocka_unit_test(test_algo_hop_bs_threads_and_ranks_agree),
+		cmocka_unit_test(test_algo_hop_bw_threads_and_ranks_agree),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -491,7 +491,7 @@ static void test_hop_bs_clock_rule(void **state)
 	}
 	/* Rank 1's worker 0 joins at the slowest active clock (3), not 0. */
 	assert_int_equal(st__dist_hop_step(d, &r1, 1, 0), ST_OK);
-	assert_int_equal(d->hop.clock[2], 3);
+	assert_int_equal(d->hop.clk.clock[2], 3);
 	assert_int_equal(st__dist_hop_step(d, &grad, 0, 1), ST_OK);   /* 4 vs 3 */
 	assert_true(st__dist_hop_ready(d, 0, 0));
 	assert_int_equal(st__dist_hop_step(d, &grad, 0, 1), ST_OK);   /* 5 vs 3 */
@@ -514,7 +514,7 @@ static void test_hop_bs_clock_rule(void **state)
 	assert_true(st__dist_hop_ready(d, 0, 0));
 	/* Back from idling: at the slowest active clock (6). */
 	assert_int_equal(st__dist_hop_step(d, &r1, 1, 1), ST_OK);
-	assert_int_equal(d->hop.clock[2], 7);
+	assert_int_equal(d->hop.clk.clock[2], 7);
 	/* A worker index beyond the job's, or another bound: rejected. */
 	wire_hdr_t bad = grad;
 	bad.worker = 2;
@@ -571,11 +571,11 @@ static void test_hop_bw_quorum(void **state)
 	assert_int_equal(late, 0);
 	assert_int_equal(st__dist_hop_hold(d, 1, 0, 5), ST_OK);
 	assert_int_equal(st__dist_bw_close(d, reply_bw), ST_OK);
-	assert_int_equal(d->hop.k, 0);                 /* 1 of the quorum of 2 */
+	assert_int_equal(d->hop.q.k, 0);                 /* 1 of the quorum of 2 */
 	assert_int_equal(st__dist_bw_contrib(d, &h, g3, 2, &late), ST_OK);
 	assert_int_equal(st__dist_hop_hold(d, 2, 0, 5), ST_OK);
 	assert_int_equal(st__dist_bw_close(d, reply_bw), ST_OK);
-	assert_int_equal(d->hop.k, 1);
+	assert_int_equal(d->hop.q.k, 1);
 	assert_int_equal(bw_replies, 2);
 	assert_int_equal(d->hop.lastK[1], 2);
 	for (size_t j = 0; j < np; j++)
@@ -599,7 +599,7 @@ static void test_hop_bw_quorum(void **state)
 	assert_int_equal(st__dist_bw_contrib(d, &h, g1, 1, &late), ST_OK);
 	assert_int_equal(st__dist_hop_hold(d, 1, 0, 5), ST_OK);
 	assert_int_equal(st__dist_bw_close(d, reply_bw), ST_OK);
-	assert_int_equal(d->hop.k, 2);
+	assert_int_equal(d->hop.q.k, 2);
 	assert_int_equal(bw_replies, 1);
 	assert_int_equal(d->hop.lastK[1], 1);
 
