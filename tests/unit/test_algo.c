@@ -21,7 +21,12 @@
  *           and ops/dist/hop.c (rank 0's handlers) lets exactly the same
  *           workers go on after every event; hop_bw's steps through
  *           ops/sync/hop_bw.c (threads) and ops/dist/hop.c (ranks) keep and
- *           drop the same gradients and end with the same parameters.
+ *           drop the same gradients and end with the same parameters;
+ *   blend   EASGD, MA and BMUF against their formulas; and one background
+ *           round of ops/sync/shadow.c (its shadow thread, held at the test
+ *           hook) equals the round the ranks make (ops/sync/dist_shadow.c:
+ *           the replicas summed in rank order, rank 0's sync PS serving
+ *           ranks 0, 1, 2 in turn), bit for bit.
  *
  * Everything here is single-threaded and exact: the cores take no locks
  * (their callers serialize), so a scripted sequence is the whole test. */
@@ -39,6 +44,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "ops/algo/blend.h"
 #include "ops/algo/gba.h"
 #include "ops/algo/hopclock.h"
 #include "ops/algo/owner.h"
@@ -1026,6 +1032,148 @@ static void test_algo_hop_bw_threads_and_ranks_agree(void **state)
 	tpol_fini(&t);
 }
 
+/* ---- blend ------------------------------------------------------------------------ */
+
+static void test_algo_blend_formulas(void **state)
+{
+	(void)state;
+	float ps[2] = { 1.0f, 2.0f }, x[2] = { 3.0f, -2.0f };
+	st_algo_blend_ps(ps, x, 2, 0.25f);                 /* 0.75 ps + 0.25 x */
+	assert_true(ps[0] == 1.5f && ps[1] == 1.0f);
+	st_algo_blend_toward(x, ps, 1.0f, 2, 0.25f);       /* 0.75 x + 0.25 ps */
+	assert_true(x[0] == 2.625f && x[1] == -1.25f);
+	float c[2] = { 4.0f, 8.0f }, g[2] = { 0.0f, 2.0f };
+	st_algo_blend_bmuf_step(g, c, 0.5f, 2, 0.5f);     /* g + 0.5 (c/2 - g) */
+	assert_true(g[0] == 1.0f && g[1] == 3.0f);
+	float r0[2] = { 1.0f, 2.0f }, r1[2] = { 3.0f, 6.0f }, *reps[2] = { r0, r1 }, m[2];
+	st_algo_blend_mean(m, reps, 2, 2);
+	assert_true(m[0] == 2.0f && m[1] == 4.0f);
+	/* alpha = 1 copies: the replica becomes c. */
+	st_algo_blend_toward(r0, c, 1.0f, 2, 1.0f);
+	assert_memory_equal(r0, c, sizeof c);
+}
+
+extern void (*st__sync_shadow_hook)(void *arg, uint64_t round);
+extern void *st__sync_shadow_hook_arg;
+uint64_t st__sync_shadow_gap(void *self, uint64_t *syncs, uint64_t *gap_sum);
+void st__sync_shadow_replica(void *self, int w, float *out);
+
+static sem_t sh_held, sh_release;
+static uint64_t sh_hold_at;   /* atomic */
+
+static void sh_hook(void *arg, uint64_t round)
+{
+	(void)arg;
+	if (round == __atomic_load_n(&sh_hold_at, __ATOMIC_ACQUIRE)) {
+		sem_post(&sh_held);
+		while (sem_wait(&sh_release) != 0)
+			;
+	}
+}
+
+enum { SN = 3 };
+
+static void shadow_round_parity(const char *algo)
+{
+	tpol_t t;
+	memset(&t, 0, sizeof t);
+	t.model = lr_model();
+	st_optim_cfg_t oc;
+	opt_cfg(&oc, "sgd", 0.5);
+	assert_int_equal(st_optim_init(&t.sgd, &oc), ST_OK);
+	char *keys[3] = { (char *)"algo", (char *)"alpha", (char *)"eta" };
+	double vals[3] = { 0, 0.375, 0.75 };
+	char *strs[3] = { (char *)algo, NULL, NULL };
+	t.cfg = (st_sync_cfg_t){ .name = (char *)"shadow", .n_params = 3, .keys = keys,
+				 .vals = vals, .strs = strs };
+	const size_t np = st_model_nparams(t.model);
+	float *p = st_model_params(t.model), w0[8];
+	for (size_t j = 0; j < np; j++)
+		p[j] = w0[j] = 0.1f * (float)j - 0.2f;
+	t.env = (st_sync_env_t){ .n_workers = SN, .cfg = &t.cfg, .model = t.model, .params = p,
+				 .nparams = np, .dense_opt = &t.sgd, .sparse_opt = &t.sgd };
+	t.ops = st_sync_find("shadow");
+	sem_init(&sh_held, 0, 0);
+	sem_init(&sh_release, 0, 0);
+	__atomic_store_n(&sh_hold_at, 0, __ATOMIC_RELEASE);
+	st__sync_shadow_hook = sh_hook;
+	assert_int_equal(t.ops->create(&t.pol, &t.env), ST_OK);
+	/* Every worker trains its replica a few steps apart; the shadow thread
+	 * waits at round 0 meanwhile. */
+	uint64_t seed = 31;
+	for (int w = 0; w < SN; w++)
+		for (int k = 0; k <= w; k++) {
+			float g[8];
+			for (size_t j = 0; j < np; j++)
+				g[j] = rnd(&seed);
+			(void)t.ops->begin_step(t.pol, w, (uint64_t)k);
+			st_sync_grads_t gr = { .n_examples = 1, .dense = g, .gstride = 1 };
+			assert_int_equal(t.ops->apply(t.pol, w, &gr), ST_OK);
+		}
+	swait(&sh_held, "the shadow thread at round 0");
+	float rep[SN][8];
+	for (int w = 0; w < SN; w++)
+		st__sync_shadow_replica(t.pol, w, rep[w]);
+	/* threads: round 0 runs; round 1 (if kicked) is held before it syncs */
+	__atomic_store_n(&sh_hold_at, 1, __ATOMIC_RELEASE);
+	sem_post(&sh_release);
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (st__sync_shadow_gap(t.pol, NULL, NULL) < 1) {
+		deadline(&t0, "the shadow thread's round 0");
+		sched_yield();
+	}
+	/* ranks: the same replicas, one round as dist_shadow.c makes it */
+	const float a = 0.375f, inv = 1.0f / (float)SN;
+	if (!strcmp(algo, "easgd")) {
+		float ps[8];
+		memcpy(ps, w0, sizeof ps);                      /* Algorithm 1 line 3 */
+		for (int r = 0; r < SN; r++) {                  /* requests in rank order */
+			st_algo_blend_ps(ps, rep[r], np, a);
+			st_algo_blend_toward(rep[r], ps, 1.0f, np, a);
+		}
+	} else {
+		float sum[8];                                   /* the allreduce: rank order */
+		memcpy(sum, rep[0], sizeof sum);
+		for (int r = 1; r < SN; r++)
+			for (size_t j = 0; j < np; j++)
+				sum[j] += rep[r][j];
+		float glob[8];
+		memcpy(glob, w0, sizeof glob);                  /* Algorithm 4 line 2 */
+		if (!strcmp(algo, "bmuf"))
+			st_algo_blend_bmuf_step(glob, sum, inv, np, 0.75f);
+		for (int r = 0; r < SN; r++) {
+			if (!strcmp(algo, "bmuf"))
+				st_algo_blend_toward(rep[r], glob, 1.0f, np, a);
+			else
+				st_algo_blend_toward(rep[r], sum, inv, np, a);
+		}
+	}
+	for (int w = 0; w < SN; w++) {
+		float now[8];
+		st__sync_shadow_replica(t.pol, w, now);
+		if (memcmp(now, rep[w], sizeof(float) * np))
+			fail_msg("%s: replica %d after one round differs between the transports",
+				 algo, w);
+	}
+	/* Let the thread go for good, then end. */
+	__atomic_store_n(&sh_hold_at, UINT64_MAX, __ATOMIC_RELEASE);
+	sem_post(&sh_release);
+	t.ops->destroy(t.pol);
+	st__sync_shadow_hook = NULL;
+	sem_destroy(&sh_held);
+	sem_destroy(&sh_release);
+	st_model_destroy(t.model);
+}
+
+static void test_algo_shadow_threads_and_ranks_agree(void **state)
+{
+	(void)state;
+	shadow_round_parity("easgd");
+	shadow_round_parity("ma");
+	shadow_round_parity("bmuf");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1041,6 +1189,8 @@ int main(void)
 		cmocka_unit_test(test_algo_hopbw_quorum),
 		cmocka_unit_test(test_algo_hop_bs_threads_and_ranks_agree),
 		cmocka_unit_test(test_algo_hop_bw_threads_and_ranks_agree),
+		cmocka_unit_test(test_algo_blend_formulas),
+		cmocka_unit_test(test_algo_shadow_threads_and_ranks_agree),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
