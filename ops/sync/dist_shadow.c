@@ -5,7 +5,7 @@
  * dense replica w^(i) Hogwild and never wait; a background thread per rank
  * ("st-shadow-net", the paper's shadow thread, Algorithm 1 lines 10-12)
  * syncs the replicas across the ranks. Rows go to their owners and are
- * applied on arrival, as under async. dist_policies.c has the overview of
+ * applied on arrival, as under async. dist_sync.h has the overview of
  * the multi-process policies; shadow.c is the one-process twin.
  *
  *   ma    (Algorithm 3): each round allreduces the replicas

@@ -181,7 +181,7 @@ typedef struct st_sync_ops {
  * meta policy such as auto, or a name the registry does not know). */
 const st_sync_ops_t *st_sync_find(const char *name);
 
-/* Multi-process lockstep policies (dist_policies.c): a step's row sums to
+/* Multi-process lockstep policies (dist_rows.c): a step's row sums to
  * the rows' owners, synchronously (ops/dist/dist.h). Between two barriers
  * every worker w calls st_sync_rowpush_sum (st_sync_sum_rows, remembering
  * the sums); after the next barrier worker 0 alone calls
@@ -197,7 +197,7 @@ int st_sync_rowpush_sum(st_sync_rowpush_t *r, const st_sync_env_t *env,
 int st_sync_rowpush_send(st_sync_rowpush_t *r, const st_sync_env_t *env, uint64_t step,
 			 uint64_t t, uint64_t *bytes);
 
-/* The multi-process twin of policy `name` (ops/sync/dist_policies.c), or
+/* The multi-process twin of policy `name` (ops/sync/dist_*.c), or
  * NULL when that policy does not run across processes yet. */
 const st_sync_ops_t *st_sync_find_dist(const char *name);
 
