@@ -1,6 +1,6 @@
 /*
  * cmd_predict.c — `strata predict` and `strata eval`: score data files with
- * a serving export (ops/dump/predict.h).
+ * a serving export (ops/view/predict.h).
  *
  *   strata predict EXPORT_DIR DATA... [--out FILE] [--format F] [--batch N]
  *   strata eval    EXPORT_DIR DATA... [--format F] [--batch N]
@@ -24,7 +24,7 @@
  * complete full export, data the model cannot take, a bad record).
  */
 #include "cli.h"
-#include "ops/dump/predict.h"
+#include "ops/view/predict.h"
 #include "ops/metrics/auc.h"
 #include "ops/read/read.h"
 #include "runtime/err.h"

@@ -17,8 +17,8 @@
  * at a time per predictor (it uses the trainer's pull scratch of thread 0 and
  * its train thread; with opts.threads > 1 it runs that many workers).
  */
-#ifndef ST_DUMP_PREDICT_H
-#define ST_DUMP_PREDICT_H
+#ifndef ST_VIEW_PREDICT_H
+#define ST_VIEW_PREDICT_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -23,7 +23,7 @@
  * Threads: open and close on the caller's thread; score on one thread at a
  * time (plus the trainer's workers when opts.threads > 1).
  */
-#include "ops/dump/predict.h"
+#include "ops/view/predict.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -32,7 +32,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "ops/dump/export.h"
+#include "ops/view/export.h"
 #include "ops/dump/modelcfg.h"
 #include "ops/nn/model.h"
 #include "ops/train/trainer.h"
