@@ -68,6 +68,7 @@
 #include <time.h>
 
 #include "ops/metrics/auc.h"
+#include "ops/metrics/catalog.h"
 #include "ops/optim/optim.h"
 #include "runtime/err.h"
 
@@ -263,6 +264,11 @@ int st_trainer_create(st_trainer_t **out, const st_job_t *job, st_metrics_t *met
 	if (!tr)
 		return ST_ENOMEM;
 	tr->metrics = metrics;
+	/* The progress line shows the trainer's metrics as it declares them;
+	 * metrics never stop training. */
+	if (metrics && st_catalog_declare_train(metrics) < 0)
+		st_warn("trainer: its metrics could not be declared (the progress line shows "
+			"them unformatted)");
 	tr->N = N;
 	tr->minibatch = (uint32_t)job->minibatch;
 	tr->n_slots = job->train.n_slots;
