@@ -98,22 +98,22 @@ void st_metrics_destroy(st_metrics_t *m)
 	free(m);
 }
 
-/* Index of name, creating it when create is set; -1 if absent or full.
- * Called with mu held. */
+/* Index of name, creating it when create is set; ST_ENOENT if absent,
+ * ST_ENOSPC if the table is full. Called with mu held. */
 static int find_locked(st_metrics_t *m, const char *name, int create)
 {
 	for (int i = 0; i < m->n; i++)
 		if (!strcmp(m->m[i].name, name))
 			return i;
 	if (!create)
-		return -1;
+		return ST_ENOENT;
 	if (m->n == ST_METRICS_MAX) {
 		if (!m->overflow_logged) {
 			m->overflow_logged = 1;
 			st_warn("metrics: more than %d names; \"%s\" and later new names are ignored",
 				ST_METRICS_MAX, name);
 		}
-		return -1;
+		return ST_ENOSPC;
 	}
 	snprintf(m->m[m->n].name, NAME_MAX_LEN, "%s", name);
 	m->m[m->n].v = 0.0;

@@ -326,6 +326,7 @@ static int expect(jp_t *j, char c, const char *where)
 	return ST_OK;
 }
 
+/* Four hex digits: ST_OK and *out, or ST_EFORMAT. */
 static int hex4(const unsigned char *p, unsigned *out)
 {
 	unsigned v = 0;
@@ -338,11 +339,11 @@ static int hex4(const unsigned char *p, unsigned *out)
 		else if (c >= 'A' && c <= 'F')
 			d = c - 'A' + 10;
 		else
-			return -1;
+			return ST_EFORMAT;
 		v = v << 4 | (unsigned)d;
 	}
 	*out = v;
-	return 0;
+	return ST_OK;
 }
 
 static char *put_utf8(char *o, unsigned cp)
@@ -399,14 +400,14 @@ static int jstring(jp_t *j, const char **out, const char *what)
 			if (e != 'u')
 				return jerr(j, "invalid escape '\\%c' (%s)", e >= 0x20 && e < 0x7f ? (char)e : '?', what);
 			unsigned cp, lo;
-			if (j->end - j->p < 6 || hex4(j->p + 2, &cp))
+			if (j->end - j->p < 6 || hex4(j->p + 2, &cp) < 0)
 				return jerr(j, "invalid \\u escape (%s)", what);
 			j->p += 6;
 			if (cp >= 0xdc00 && cp <= 0xdfff)
 				return jerr(j, "lone low surrogate in \\u escape (%s)", what);
 			if (cp >= 0xd800 && cp <= 0xdbff) {
 				if (j->end - j->p < 6 || j->p[0] != '\\' || j->p[1] != 'u' ||
-				    hex4(j->p + 2, &lo) || lo < 0xdc00 || lo > 0xdfff)
+				    hex4(j->p + 2, &lo) < 0 || lo < 0xdc00 || lo > 0xdfff)
 					return jerr(j, "lone high surrogate in \\u escape (%s)", what);
 				j->p += 6;
 				cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);

@@ -80,21 +80,21 @@ static char *path_join(const char *dir, const char *name)
 	return p;
 }
 
-/* A whole decimal number in [lo, hi]. */
+/* A whole decimal number in [lo, hi]: ST_OK and *out, or ST_EINVAL. */
 static int parse_num(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
 {
 	if (!s || !(*s >= '0' && *s <= '9'))
-		return -1;
+		return ST_EINVAL;
 	uint64_t v = 0;
 	for (; *s; s++) {
 		if (*s < '0' || *s > '9' || v > (UINT64_MAX - 9) / 10)
-			return -1;
+			return ST_EINVAL;
 		v = v * 10 + (uint64_t)(*s - '0');
 	}
 	if (v < lo || v > hi)
-		return -1;
+		return ST_EINVAL;
 	*out = v;
-	return 0;
+	return ST_OK;
 }
 
 static void read_meta(const st_safetensors_t *f, meta_t *m)
