@@ -101,7 +101,8 @@ int st_cmd_predict(int argc, char **argv);
 int st_cmd_eval(int argc, char **argv);
 int st_cmd_help(int argc, char **argv);
 
-/* Prints the help of one command to f; returns 0, or -1 if unknown. */
+/* Prints the help of one command to f; returns ST_OK, or ST_ENOENT if
+ * unknown. */
 int st_cli_help_for(const char *cmd, FILE *f);
 void st_cli_usage(FILE *f);
 

@@ -60,8 +60,8 @@ static void range_error(const numopt_t *o, const char *s, int overflow)
 }
 
 /* Parses the value s of option o into *out (exact for digits-only whole
- * numbers up to 2^64 - 1 in *u). 0, or -1 with the reason printed: not a
- * number, not whole, out of range. */
+ * numbers up to 2^64 - 1 in *u). ST_OK, or ST_EINVAL with the reason
+ * printed: not a number, not whole, out of range. */
 static int parse_num(const numopt_t *o, const char *s, double *out, uint64_t *u)
 {
 	char *end = NULL;
@@ -70,7 +70,7 @@ static int parse_num(const numopt_t *o, const char *s, double *out, uint64_t *u)
 		unsigned long long x = strtoull(s, &end, 10);
 		if (errno == ERANGE || (double)x > o->hi || (double)x < o->lo) {
 			range_error(o, s, errno == ERANGE || (double)x > o->hi);
-			return -1;
+			return ST_EINVAL;
 		}
 		*out = (double)x;
 		if (u)
@@ -80,7 +80,7 @@ static int parse_num(const numopt_t *o, const char *s, double *out, uint64_t *u)
 	double v = strtod(s, &end);
 	if (end == s || *end || v != v) {
 		fprintf(stderr, "strata gen: %s must be a number, got '%s'\n", o->name, s);
-		return -1;
+		return ST_EINVAL;
 	}
 	/* strtod gives +-HUGE_VAL (ERANGE) past the double range and "inf"
 	 * for inf: both out of range, never a value. */
@@ -89,11 +89,11 @@ static int parse_num(const numopt_t *o, const char *s, double *out, uint64_t *u)
 			 (o->whole && v >= 18446744073709551616.0);
 	if (over || v < o->lo || (o->lo_open && v <= o->lo)) {
 		range_error(o, s, over);
-		return -1;
+		return ST_EINVAL;
 	}
 	if (o->whole && v != floor(v)) {
 		range_error(o, s, 0);
-		return -1;
+		return ST_EINVAL;
 	}
 	*out = v;
 	if (u)

@@ -89,6 +89,7 @@ static int free_port(void)
 	return port;
 }
 
+/* 32 hex digits from /dev/urandom into out[n]: ST_OK or ST_EIO. */
 static int random_token(char *out, size_t n)
 {
 	unsigned char raw[16];
@@ -97,7 +98,7 @@ static int random_token(char *out, size_t n)
 	if (fd >= 0)
 		close(fd);
 	if (got != (ssize_t)sizeof raw || n < 2 * sizeof raw + 1)
-		return -1;
+		return ST_EIO;
 	for (size_t i = 0; i < sizeof raw; i++)
 		snprintf(out + 2 * i, 3, "%02x", raw[i]);
 	return 0;

@@ -1,6 +1,6 @@
 /*
  * cmd_predict.c — `strata predict` and `strata eval`: score data files with
- * a serving export (ops/dump/predict.h).
+ * a serving export (ops/view/predict.h).
  *
  *   strata predict EXPORT_DIR DATA... [--out FILE] [--format F] [--batch N]
  *   strata eval    EXPORT_DIR DATA... [--format F] [--batch N]
@@ -24,7 +24,7 @@
  * complete full export, data the model cannot take, a bad record).
  */
 #include "cli.h"
-#include "ops/dump/predict.h"
+#include "ops/view/predict.h"
 #include "ops/metrics/auc.h"
 #include "ops/read/read.h"
 #include "runtime/err.h"
@@ -69,7 +69,8 @@ static void add_path(opts_t *o, const char *p)
 	o->paths[o->n_paths++] = st_xstrdup(p);
 }
 
-/* A file as given, or the sorted matches of a pattern. 0 or -1 (said). */
+/* A file as given, or the sorted matches of a pattern. ST_OK; ST_EINVAL (a
+ * directory) or ST_ENOENT (nothing there), said on stderr. */
 static int expand(opts_t *o, const char *arg)
 {
 	struct stat sb;
@@ -77,7 +78,7 @@ static int expand(opts_t *o, const char *arg)
 		if (S_ISDIR(sb.st_mode)) {
 			fprintf(stderr, "strata %s: DATA '%s' is a directory (give files or a pattern "
 				"such as '%s/*.tsv')\n", o->cmd, arg, arg);
-			return -1;
+			return ST_EINVAL;
 		}
 		add_path(o, arg);
 		return 0;
@@ -95,11 +96,12 @@ static int expand(opts_t *o, const char *arg)
 	if (!n) {
 		fprintf(stderr, "strata %s: DATA '%s': no such file (and no file matches it as a "
 			"pattern)\n", o->cmd, arg);
-		return -1;
+		return ST_ENOENT;
 	}
 	return 0;
 }
 
+/* A whole number in [lo, hi] (lo >= 0), or ST_EINVAL (said). */
 static long parse_long(const char *cmd, const char *opt, const char *s, long lo, long hi)
 {
 	char *end;
@@ -108,7 +110,7 @@ static long parse_long(const char *cmd, const char *opt, const char *s, long lo,
 	if (errno || end == s || *end || v < lo || v > hi) {
 		fprintf(stderr, "strata %s: %s must be an integer from %ld to %ld, got '%s'\n", cmd,
 			opt, lo, hi, s);
-		return -1;
+		return ST_EINVAL;
 	}
 	return v;
 }

@@ -202,7 +202,7 @@ int st_cli_help_for(const char *cmd, FILE *f)
 			return 0;
 		}
 	}
-	return -1;
+	return ST_ENOENT;
 }
 
 int st_cmd_help(int argc, char **argv)

@@ -7,6 +7,14 @@
  * without a CAS loop, which would buy nothing here). Entries are never
  * removed, so registration order is stable.
  *
+ * Declarations: a second fixed table, under the same mutex, of what the ops
+ * said about their metrics (st_metrics_declare). The runtime knows no
+ * metric by name; the reporter lays the progress line out from a snapshot
+ * of both tables: the headline counter, the declared metrics by order, then
+ * the undeclared ones in registration order. A metric matches the
+ * declaration of its exact name, else the one of its longest declared
+ * prefix.
+ *
  * Progress: one thread, "st-progress-0", wakes every interval on a condition
  * variable with a CLOCK_MONOTONIC deadline (so st_progress_stop is immediate,
  * never a sleep away), takes a snapshot of the metrics and the graph's stage
@@ -32,6 +40,7 @@
 
 #include "err.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -44,10 +53,21 @@
 #include <unistd.h>
 
 #define NAME_MAX_LEN 64
+#define LABEL_MAX_LEN 24
+#define FMT_MAX_LEN 16
 
 struct metric {
 	char name[NAME_MAX_LEN];
 	double v;
+};
+
+struct decl {
+	char name[NAME_MAX_LEN];
+	char label[LABEL_MAX_LEN];  /* "" = the metric's name */
+	char fmt[FMT_MAX_LEN];
+	st_metric_kind_t kind;
+	unsigned flags;
+	int order;
 };
 
 struct st_metrics {
@@ -55,6 +75,8 @@ struct st_metrics {
 	int n;
 	int overflow_logged;
 	struct metric m[ST_METRICS_MAX];
+	int n_decl;
+	struct decl d[ST_METRICS_MAX_DECL];
 };
 
 int st_metrics_create(st_metrics_t **out)
@@ -76,22 +98,22 @@ void st_metrics_destroy(st_metrics_t *m)
 	free(m);
 }
 
-/* Index of name, creating it when create is set; -1 if absent or full.
- * Called with mu held. */
+/* Index of name, creating it when create is set; ST_ENOENT if absent,
+ * ST_ENOSPC if the table is full. Called with mu held. */
 static int find_locked(st_metrics_t *m, const char *name, int create)
 {
 	for (int i = 0; i < m->n; i++)
 		if (!strcmp(m->m[i].name, name))
 			return i;
 	if (!create)
-		return -1;
+		return ST_ENOENT;
 	if (m->n == ST_METRICS_MAX) {
 		if (!m->overflow_logged) {
 			m->overflow_logged = 1;
 			st_warn("metrics: more than %d names; \"%s\" and later new names are ignored",
 				ST_METRICS_MAX, name);
 		}
-		return -1;
+		return ST_ENOSPC;
 	}
 	snprintf(m->m[m->n].name, NAME_MAX_LEN, "%s", name);
 	m->m[m->n].v = 0.0;
@@ -140,8 +162,123 @@ void st_metrics_foreach(const st_metrics_t *cm,
 		fn(copy[i].name, copy[i].v, arg);
 }
 
+/* One printf conversion of a double ("%.4f", "%8.3g"), maybe with text
+ * around it ("%%" included) but no other conversion. */
+static int fmt_ok(const char *f)
+{
+	int conv = 0;
+	for (const char *p = f; *p; p++) {
+		if (*p != '%')
+			continue;
+		if (p[1] == '%') {
+			p++;
+			continue;
+		}
+		p++;
+		while (*p && strchr("-+ #0", *p))
+			p++;
+		while (isdigit((unsigned char)*p))
+			p++;
+		if (*p == '.')
+			for (p++; isdigit((unsigned char)*p); p++)
+				;
+		if (!*p || !strchr("fFeEgGaA", *p) || conv++)
+			return 0;
+	}
+	return conv == 1;
+}
+
+int st_metrics_declare(st_metrics_t *m, const st_metric_desc_t *d)
+{
+	const unsigned known = ST_METRIC_JSON_ONLY | ST_METRIC_FINITE | ST_METRIC_HEADLINE |
+			       ST_METRIC_PREFIX;
+	if (!d->name || !*d->name || strlen(d->name) >= NAME_MAX_LEN ||
+	    (d->label && strlen(d->label) >= LABEL_MAX_LEN) ||
+	    (d->fmt && (strlen(d->fmt) >= FMT_MAX_LEN || !fmt_ok(d->fmt))) ||
+	    (d->flags & ~known) || (unsigned)d->kind > ST_METRIC_RATE)
+		return ST_EINVAL;
+	if ((d->flags & ST_METRIC_HEADLINE) &&
+	    (d->kind != ST_METRIC_COUNTER || (d->flags & (ST_METRIC_JSON_ONLY | ST_METRIC_PREFIX))))
+		return ST_EINVAL;
+	struct decl nd = { .kind = d->kind, .flags = d->flags, .order = d->order };
+	snprintf(nd.name, sizeof nd.name, "%s", d->name);
+	snprintf(nd.label, sizeof nd.label, "%s", d->label ? d->label : "");
+	snprintf(nd.fmt, sizeof nd.fmt, "%s", d->fmt ? d->fmt : "%.4g");
+	int rc = ST_OK;
+	pthread_mutex_lock(&m->mu);
+	int i = 0;
+	while (i < m->n_decl && strcmp(m->d[i].name, nd.name))
+		i++;
+	for (int k = 0; k < m->n_decl; k++)
+		if (k != i && (nd.flags & m->d[k].flags & ST_METRIC_HEADLINE))
+			rc = ST_EINVAL;   /* one headline */
+	if (rc >= 0 && i == ST_METRICS_MAX_DECL)
+		rc = ST_ENOSPC;
+	if (rc >= 0) {
+		m->d[i] = nd;
+		m->n_decl += i == m->n_decl;
+	}
+	pthread_mutex_unlock(&m->mu);
+	return rc;
+}
+
 /* ------------------------------------------------------------------ */
 /* Progress reporter                                                   */
+
+/* Both tables at one instant (the reporter's view). */
+struct snap {
+	int n, n_decl;
+	struct metric m[ST_METRICS_MAX];
+	struct decl d[ST_METRICS_MAX_DECL];
+};
+
+static void take_snap(const st_metrics_t *cm, struct snap *s)
+{
+	st_metrics_t *m = (st_metrics_t *)cm; /* the lock is not part of the value */
+	pthread_mutex_lock(&m->mu);
+	s->n = m->n;
+	s->n_decl = m->n_decl;
+	memcpy(s->m, m->m, sizeof s->m[0] * (size_t)m->n);
+	memcpy(s->d, m->d, sizeof s->d[0] * (size_t)m->n_decl);
+	pthread_mutex_unlock(&m->mu);
+}
+
+/* The declaration of name: its exact one, else its longest prefix one. */
+static const struct decl *decl_of(const struct snap *s, const char *name)
+{
+	const struct decl *best = NULL;
+	size_t best_len = 0;
+	for (int i = 0; i < s->n_decl; i++) {
+		const struct decl *d = &s->d[i];
+		if (!(d->flags & ST_METRIC_PREFIX)) {
+			if (!strcmp(d->name, name))
+				return d;
+			continue;
+		}
+		size_t l = strlen(d->name);
+		if (l > best_len && !strncmp(d->name, name, l)) {
+			best = d;
+			best_len = l;
+		}
+	}
+	return best;
+}
+
+static const struct decl *headline(const struct snap *s)
+{
+	for (int i = 0; i < s->n_decl; i++)
+		if (s->d[i].flags & ST_METRIC_HEADLINE)
+			return &s->d[i];
+	return NULL;
+}
+
+static double snap_get(const struct snap *s, const char *name, double def)
+{
+	for (int i = 0; i < s->n; i++)
+		if (!strcmp(s->m[i].name, name))
+			return s->m[i].v;
+	return def;
+}
 
 struct st_progress {
 	st_graph_t *g;
@@ -313,33 +450,44 @@ static void human(char *out, size_t n, double v)
 		snprintf(out, n, "%.0f", v);
 }
 
-struct json_metrics_arg {
-	struct sbuf *b;
-	int first;
-};
-
-static void json_metric(const char *name, double v, void *arg)
+/* One value on the progress line: "  <label> <value>". */
+static void tty_value(struct sbuf *b, const struct decl *d, const char *name, double v)
 {
-	struct json_metrics_arg *a = arg;
-	if (!a->first)
-		sb_printf(a->b, ",");
-	a->first = 0;
-	sb_str(a->b, name);
-	sb_printf(a->b, ":");
-	sb_num(a->b, v);
+	if (d && (d->flags & ST_METRIC_FINITE) && !isfinite(v))
+		return;
+	char num[64];
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+	/* fmt was checked to be one conversion of a double (fmt_ok). */
+	snprintf(num, sizeof num, d ? d->fmt : "%.4g", v);
+#pragma GCC diagnostic pop
+	sb_printf(b, "  %s %s", d && d->label[0] && !(d->flags & ST_METRIC_PREFIX) ? d->label : name,
+		  num);
 }
 
-static void tty_metric(const char *name, double v, void *arg)
+/* The declared metrics by order (ties: declaration order), each with the
+ * metrics it covers in registration order, then the undeclared ones. */
+static void tty_metrics(struct sbuf *b, const struct snap *s)
 {
-	static const char *known[] = { "examples", "loss", "auc", "bad_records" };
-	for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
-		if (!strcmp(name, known[i]))
-			return;
-	/* Histogram buckets ("hist.<name>.<range>") go to the metrics file
-	 * only: they would swamp the one-line terminal view. */
-	if (!strncmp(name, "hist.", 5))
-		return;
-	sb_printf(arg, "  %s %.4g", name, v);
+	int idx[ST_METRICS_MAX_DECL], n = 0;
+	for (int i = 0; i < s->n_decl; i++)
+		if (!(s->d[i].flags & (ST_METRIC_JSON_ONLY | ST_METRIC_HEADLINE)))
+			idx[n++] = i;
+	for (int i = 1; i < n; i++)   /* stable insertion sort by order */
+		for (int j = i; j > 0 && s->d[idx[j - 1]].order > s->d[idx[j]].order; j--) {
+			int t = idx[j];
+			idx[j] = idx[j - 1];
+			idx[j - 1] = t;
+		}
+	for (int k = 0; k < n; k++) {
+		const struct decl *d = &s->d[idx[k]];
+		for (int i = 0; i < s->n; i++)
+			if (decl_of(s, s->m[i].name) == d)
+				tty_value(b, d, s->m[i].name, s->m[i].v);
+	}
+	for (int i = 0; i < s->n; i++)
+		if (!decl_of(s, s->m[i].name))
+			tty_value(b, NULL, s->m[i].name, s->m[i].v);
 }
 
 /* Keeps and logs the first error writing the JSON file. Called on the
@@ -360,13 +508,18 @@ static void report(st_progress_t *p, int final)
 {
 	uint64_t now = mono_ns();
 	double t = (double)(now - p->t0_ns) / 1e9;
-	double ex = st_metrics_get(p->m, "examples", 0.0);
+	struct snap *sn = malloc(sizeof *sn);
+	if (!sn)
+		return;
+	take_snap(p->m, sn);
+	/* The headline counter (the trainer's examples) and its rate. */
+	const struct decl *hd = headline(sn);
+	double ex = hd ? snap_get(sn, hd->name, 0.0) : 0.0;
 	uint64_t base_ns = final ? p->t0_ns : p->prev_ns;
 	double dt = (double)(now - base_ns) / 1e9;
 	double dex = ex - (final ? 0.0 : p->prev_examples);
 	double rate = dt > 0 ? dex / dt : NAN;
-	double loss = st_metrics_get(p->m, "loss", NAN);
-	double auc = st_metrics_get(p->m, "auc", NAN);
+	const char *unit = hd ? (hd->label[0] ? hd->label : hd->name) : "";
 
 	st_stage_stats_t *ss = NULL;
 	double *busy = NULL;
@@ -376,6 +529,7 @@ static void report(st_progress_t *p, int final)
 		if (!ss || !busy) {
 			free(ss);
 			free(busy);
+			free(sn);
 			return;
 		}
 	}
@@ -393,12 +547,10 @@ static void report(st_progress_t *p, int final)
 		char hex[16], hrate[16];
 		human(hex, sizeof hex, ex);
 		human(hrate, sizeof hrate, rate);
-		sb_printf(&b, "\r%7.1fs  %s ex  %s ex/s", t, hex, hrate);
-		if (isfinite(loss))
-			sb_printf(&b, "  loss %.4f", loss);
-		if (isfinite(auc))
-			sb_printf(&b, "  auc %.4f", auc);
-		st_metrics_foreach(p->m, tty_metric, &b);
+		sb_printf(&b, "\r%7.1fs", t);
+		if (hd)
+			sb_printf(&b, "  %s %s  %s %s/s", hex, unit, hrate, unit);
+		tty_metrics(&b, sn);
 		if (p->nstages > 0) {
 			sb_printf(&b, " |");
 			for (int i = 0; i < p->nstages; i++)
@@ -424,13 +576,25 @@ static void report(st_progress_t *p, int final)
 		struct sbuf b = { 0 };
 		sb_printf(&b, "{\"t\":");
 		sb_num(&b, t);
-		sb_printf(&b, ",\"examples\":");
-		sb_num(&b, ex);
-		sb_printf(&b, ",\"ex_per_s\":");
-		sb_num(&b, rate);
+		if (hd) {
+			char key[NAME_MAX_LEN + 8];
+			snprintf(key, sizeof key, "%s_per_s", unit);
+			sb_printf(&b, ",");
+			sb_str(&b, hd->name);
+			sb_printf(&b, ":");
+			sb_num(&b, ex);
+			sb_printf(&b, ",");
+			sb_str(&b, key);
+			sb_printf(&b, ":");
+			sb_num(&b, rate);
+		}
 		sb_printf(&b, ",\"metrics\":{");
-		struct json_metrics_arg a = { &b, 1 };
-		st_metrics_foreach(p->m, json_metric, &a);
+		for (int i = 0; i < sn->n; i++) {
+			sb_printf(&b, "%s", i ? "," : "");
+			sb_str(&b, sn->m[i].name);
+			sb_printf(&b, ":");
+			sb_num(&b, sn->m[i].v);
+		}
 		sb_printf(&b, "},\"stages\":[");
 		for (int i = 0; i < p->nstages; i++) {
 			sb_printf(&b, "%s{\"name\":", i ? "," : "");
@@ -454,6 +618,7 @@ static void report(st_progress_t *p, int final)
 	}
 	free(ss);
 	free(busy);
+	free(sn);
 }
 
 static void *progress_main(void *arg)

@@ -2,17 +2,17 @@
  * metrics.h — named job metrics and the progress reporter.
  *
  * st_metrics_t is a small table of named doubles (at most ST_METRICS_MAX),
- * written by ops from any thread and read by the progress reporter. Names
- * the reporter knows: "examples" (count of trained examples), "loss"
- * (progressive mean logloss), "auc" (progressive AUC), "bad_records".
- * Other names are printed after those, in registration order, except names
- * starting with "hist." (histogram buckets), written to the JSON file only.
+ * written by ops from any thread and read by the progress reporter. The
+ * runtime knows no metric by name: the op that computes a metric declares
+ * it (st_metrics_declare: its kind, where and how the progress line shows
+ * it, or that it goes to the JSON file only). Undeclared metrics are shown
+ * as "name value" after the declared ones, in registration order.
  *
  * st_progress_t runs one thread ("st-progress-0") that every interval prints
- * a progress line to stderr when stderr is a terminal (examples/s, loss, AUC,
- * per-stage busy %, queue depths) and appends one JSON object per interval to
- * a metrics file when a path is given. st_progress_stop prints/writes a
- * final record.
+ * a progress line to stderr when stderr is a terminal (the headline counter
+ * and its rate per second, the declared metrics, per-stage busy %, queue
+ * depths) and appends one JSON object per interval to a metrics file when a
+ * path is given. st_progress_stop prints/writes a final record.
  */
 #ifndef ST_METRICS_H
 #define ST_METRICS_H
@@ -38,6 +38,54 @@ double st_metrics_get(const st_metrics_t *m, const char *name, double def);
 /* Calls fn for every metric in registration order. */
 void st_metrics_foreach(const st_metrics_t *m,
 			void (*fn)(const char *name, double v, void *arg), void *arg);
+
+/* ---- declarations --------------------------------------------------------- */
+
+#define ST_METRICS_MAX_DECL 32
+
+typedef enum st_metric_kind {
+	ST_METRIC_GAUGE = 0,   /* a value as of now, set (a loss, a row count) */
+	ST_METRIC_COUNTER,     /* a running total, added to (examples) */
+	ST_METRIC_RATE,        /* a per-second value its op computes */
+} st_metric_kind_t;
+
+/* st_metric_desc_t.flags */
+enum {
+	/* Never on the progress line (histogram buckets: they would swamp it). */
+	ST_METRIC_JSON_ONLY = 1u << 0,
+	/* On the line only while the value is finite (not yet computed: NaN). */
+	ST_METRIC_FINITE = 1u << 1,
+	/* The run's throughput counter (a COUNTER; one per table): it heads
+	 * the line as "<count> <label>  <count per second> <label>/s", and the
+	 * JSON record carries it as "<name>" and "<label>_per_s" before its
+	 * "metrics" (per interval; whole-run averages in the final record). */
+	ST_METRIC_HEADLINE = 1u << 2,
+	/* name is a prefix: the description covers every metric whose name
+	 * starts with it ("hist." for histogram buckets). */
+	ST_METRIC_PREFIX = 1u << 3,
+};
+
+typedef struct st_metric_desc {
+	const char *name;        /* the metric (or, with ST_METRIC_PREFIX, a prefix) */
+	st_metric_kind_t kind;
+	unsigned flags;          /* ST_METRIC_* */
+	int order;               /* place on the progress line among the declared
+				    metrics, ascending (ties: declaration order) */
+	const char *label;       /* on the line; NULL: the name. A headline's unit */
+	const char *fmt;         /* one printf conversion of a double for the line
+				    ("%.4f"); NULL: "%.4g" */
+} st_metric_desc_t;
+
+/*
+ * Declares a metric, normally by the op that computes it, before it is
+ * first reported (declaring later is fine: each report reads the
+ * declarations). Declaring a name again replaces its description. Strings
+ * are copied. Thread-safe. ST_OK; ST_EINVAL for a bad description (empty
+ * or too long name, label or fmt, a fmt that is not one conversion of a
+ * double, a headline that is not a counter or is JSON-only or a prefix, a
+ * second headline); ST_ENOSPC past ST_METRICS_MAX_DECL declarations.
+ */
+int st_metrics_declare(st_metrics_t *m, const st_metric_desc_t *d);
 
 typedef struct st_progress st_progress_t;
 

@@ -313,12 +313,13 @@ static int pick_auto(struct plan *p, int pref)
 	return pick_least_used(p, NULL);
 }
 
+/* The index of device class `near`, or ST_ENOENT. */
 static int class_of(const char *near)
 {
 	for (int i = 0; i < DEV_NCLASSES; i++)
 		if (!strcmp(near, class_names[i]))
 			return i;
-	return -1;
+	return ST_ENOENT;
 }
 
 static void log_unknown_device(const st_topo_t *t, const st_place_req_t *r)

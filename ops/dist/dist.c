@@ -21,11 +21,12 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "ops/algo/owner.h"
 #include "runtime/err.h"
 
 int st_dist_owner(const st_dist_t *d, uint64_t key)
 {
-	return (int)(mixk(key ^ SALT) % (uint64_t)d->owners);
+	return st_algo_owner_key(key, d->owners);
 }
 
 int st_dist_rank(const st_dist_t *d) { return d->rank; }
@@ -149,7 +150,7 @@ int st_dist_pull(st_dist_t *d, const uint64_t *keys, const uint8_t *table, uint3
 			rc = st__dist_serve_rows(d, keys, table, pos, m, create, stamp, d->lok, buf,
 						 stride);
 		if (tokens)
-			tokens[d->rank] = d->buf.k;
+			tokens[d->rank] = d->buf.rows.k;
 		pthread_mutex_unlock(&d->mu);
 		for (uint32_t i = 0; rc >= 0 && i < m; i++)
 			rows[pos[i]] = d->lok[pos[i]] ? buf + (size_t)pos[i] * stride : NULL;
@@ -293,19 +294,19 @@ static int bw_local(st_dist_t *d, const wire_hdr_t *h, const float *grad, wire_h
 	if (rc < 0)
 		return rc;
 	if (late) {
-		*rep = (wire_hdr_t){ .t = d->hop.k, .flags = grad ? 1 : 0 };
+		*rep = (wire_hdr_t){ .t = d->hop.q.k, .flags = grad ? 1 : 0 };
 		return ST_OK;
 	}
 	if ((rc = st__dist_hop_hold(d, 0, UINT32_MAX, 0)) < 0)
 		return rc;
 	const uint64_t mine = h->step;
-	while (rc >= 0 && d->hop.k == mine) {
+	while (rc >= 0 && d->hop.q.k == mine) {
 		rc = st__dist_hop_poll(d);   /* closes the step when it can */
-		if (rc < 0 || d->hop.k != mine)
+		if (rc < 0 || d->hop.q.k != mine)
 			break;
 		cv_wait(d);
 	}
-	*rep = (wire_hdr_t){ .t = d->hop.k, .step = d->hop.lastK[0] };
+	*rep = (wire_hdr_t){ .t = d->hop.q.k, .step = d->hop.lastK[0] };
 	return rc;
 }
 
@@ -314,7 +315,7 @@ static int bw_local(st_dist_t *d, const wire_hdr_t *h, const float *grad, wire_h
 static int dense_call(st_dist_t *d, wire_hdr_t *h, const float *grad, float *params,
 		      wire_hdr_t *rep)
 {
-	const size_t np = d->env->nparams;
+	const size_t np = d->p.nparams;
 	h->type = MSG_DENSE;
 	h->n = (uint32_t)np;
 	h->flags |= grad ? 1 : 0;
@@ -329,15 +330,14 @@ static int dense_call(st_dist_t *d, wire_hdr_t *h, const float *grad, float *par
 			int dropped = 0;
 			rc = st__dist_buf_dense(d, h, grad, &rep->t, &rep->step, &dropped);
 			rep->flags = dropped ? 1 : 0;
-			if (rc == -1) {
-				st_error("dist: a buffered policy changed its parameters mid-job");
-				rc = ST_EINVAL;
-			}
+			if (rc == ST_EINVAL)
+				st_error("dist: a buffered contribution with other parameters (M, "
+					 "tolerance) than the first, or a token from the future");
 		} else {
 			if (h->flags & WF_HOP && (rc = st__dist_hop_step(d, h, 0, grad != NULL)) == ST_EINVAL)
 				st_error("dist: hop_bs: bad worker index or bound");
 			if (grad && rc >= 0)
-				st_sync_dense_update(d->env, d->env->params, d->dense_state, grad,
+				st_algo_dense_update(&d->p, d->p.params, d->dense_state, grad,
 						     ++*d->dense_t);
 			/* hop_bs: wait for the clock rule; the others' messages
 			 * and deaths wake us (or the timeout, to see deaths). */
@@ -349,7 +349,7 @@ static int dense_call(st_dist_t *d, wire_hdr_t *h, const float *grad, float *par
 			rep->t = *d->dense_t;
 		}
 		if (rc >= 0)
-			memcpy(params, d->env->params, sizeof(float) * np);
+			memcpy(params, d->p.params, sizeof(float) * np);
 		pthread_mutex_unlock(&d->mu);
 		return rc;
 	}
@@ -589,12 +589,11 @@ int st_dist_sync_begin(st_dist_t *d)
 	}
 	/* 3. Rank 0's dense parameters, optimizer state and step count become
 	 * every rank's replica (the bcast also waits for step 2). */
-	const st_sync_env_t *env = d->env;
 	if (rc >= 0)
-		rc = st_net_bcast(d->net, 0, env->params, sizeof(float) * env->nparams);
+		rc = st_net_bcast(d->net, 0, d->p.params, sizeof(float) * d->p.nparams);
 	if (rc >= 0 && d->dense_state)
 		rc = st_net_bcast(d->net, 0, d->dense_state,
-				  sizeof(float) * st_sync_dense_state_floats(env));
+				  sizeof(float) * st_algo_dense_state_floats(&d->p));
 	if (rc >= 0 && d->dense_t)
 		rc = st_net_bcast(d->net, 0, d->dense_t, sizeof *d->dense_t);
 	pthread_mutex_lock(&d->mu);
@@ -618,7 +617,8 @@ int st_dist_create(st_dist_t **out, const st_dist_cfg_t *cfg)
 	d->owners = cfg->owners > 0 && cfg->owners < d->P ? cfg->owners : d->P;
 	d->f16 = cfg->compress;
 	d->n_tables = cfg->n_tables;
-	d->env = cfg->env;
+	d->p = cfg->params;
+	d->n_workers = cfg->n_workers > 0 ? cfg->n_workers : 1;
 	d->dense_state = cfg->dense_state;
 	d->dense_t = cfg->dense_t;
 	uint32_t md = 1;

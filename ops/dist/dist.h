@@ -38,7 +38,8 @@
  * only the updates in flight at that moment (Section 5's bounded
  * staleness), whatever the read batch size.
  *
- * Buffered pushes (gba, bsp) fill per-owner gradient buffers applied every
+ * Buffered pushes (GBA's buffers, ops/algo/gba.h; the gba and bsp
+ * policies) fill per-owner gradient buffers applied every
  * M contributions (psbuf.c); rank 0 has every owner apply a partial buffer
  * once all ranks have finished.
  *
@@ -52,7 +53,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "ops/sync/sync.h"
+#include "ops/algo/params.h"
 #include "runtime/metrics.h"
 #include "runtime/net/net.h"
 #include "runtime/store/table.h"
@@ -68,9 +69,14 @@ typedef struct st_dist_cfg {
 	int n_tables;
 	st_table_t *tables[ST_DIST_MAX_TABLES];
 	uint32_t dim[ST_DIST_MAX_TABLES]; /* emb+wide floats per row of each table */
-	const st_sync_env_t *env;         /* sparse optimizer, dense params */
+	/* What the store steps: every owner its rows with params.sparse_opt;
+	 * rank 0, for the policies whose dense parameters it keeps (DENSE),
+	 * params.params with params.dense_opt, dense_state and dense_t. The
+	 * pointers outlive the store. */
+	st_algo_params_t params;
 	float *dense_state;               /* rank 0's dense optimizer state (DENSE) */
 	uint64_t *dense_t;
+	int n_workers;                    /* train workers per rank */
 } st_dist_cfg_t;
 
 int st_dist_create(st_dist_t **out, const st_dist_cfg_t *cfg);
@@ -128,14 +134,15 @@ int st_dist_push(st_dist_t *d, uint64_t step, int sync, uint64_t t, const uint64
  * per worker index w (its own reply channel). */
 int st_dist_dense(st_dist_t *d, int w, const float *grad, float *params, uint64_t *version);
 
-/* The buffered policies (gba, bsp; ops/dist/psbuf.c has the algorithm):
+/* Gradient buffers (GBA, ops/algo/gba.h; ops/dist/psbuf.c runs them):
  * each worker gradient is one contribution to rank 0's dense buffer and to
  * every owner's row buffer; each buffer applies a global step per M
  * contributions. */
 typedef struct st_dist_buf {
 	uint32_t M;            /* contributions per global step */
-	uint32_t tol;          /* staleness tolerance iota; UINT32_MAX: none (bsp) */
-	int perid;             /* gba: per-ID tags, rows averaged over their touchers */
+	uint32_t tol;          /* staleness tolerance iota; ST_ALGO_GBA_NO_TOL: none */
+	int perid;             /* per-ID tags, rows averaged over their touchers;
+				* 0: rows averaged over the step (BSP) */
 } st_dist_buf_t;
 
 /* One worker gradient's rows to every owner (an empty message to owners
@@ -153,26 +160,28 @@ int st_dist_push_buf(st_dist_t *d, const st_dist_buf_t *b, const uint64_t *token
 int st_dist_dense_buf(st_dist_t *d, int w, const st_dist_buf_t *b, const float *grad,
 		      uint64_t token, float *params, uint64_t *next, uint64_t *age, int *dropped);
 
-/* hop_bs (ops/dist/hop.c): as st_dist_dense, with rank 0's clock rule —
- * the reply comes once this worker is at most b gradients ahead of the
- * slowest active worker of any rank. */
+/* Bounded staleness (Hop-BS; ops/algo/hopclock.h, ops/dist/hop.c): as
+ * st_dist_dense, with rank 0's clock rule — the reply comes once this
+ * worker is at most b gradients ahead of the slowest active worker of any
+ * rank. */
 int st_dist_dense_hop(st_dist_t *d, int w, uint32_t b, const float *grad, float *params,
 		      uint64_t *version);
-/* hop_bs: worker w has no minibatch left in this batch (it stops counting
- * as the slowest until its next st_dist_dense_hop). */
+/* Under the clock rule (or, worker 0, the backup-worker quorum): worker w
+ * has no minibatch left in this batch (it stops counting as the slowest
+ * until its next st_dist_dense_hop). */
 int st_dist_idle(st_dist_t *d, int w);
 
-/* hop_bw across ranks (ops/dist/hop.c; ranks are the workers): this
- * rank's gradient of the step whose parameters it read (token) to rank 0,
- * which closes a step once all but b of the active ranks have sent theirs
- * and drops those that come after. Returns once the step closed (or at
- * once when late: *late = 1); params = rank 0's parameters then, *next =
- * their token, *K = the ranks kept in the step (0 when late). grad NULL:
- * only a fetch. One thread at a time. */
+/* Backup workers across ranks (Hop-BW; ops/algo/hopclock.h, ops/dist/hop.c;
+ * ranks are the units): this rank's gradient of the step whose parameters
+ * it read (token) to rank 0, which closes a step once all but b of the
+ * active ranks have sent theirs and drops those that come after. Returns
+ * once the step closed (or at once when late: *late = 1); params = rank
+ * 0's parameters then, *next = their token, *K = the ranks kept in the
+ * step (0 when late). grad NULL: only a fetch. One thread at a time. */
 int st_dist_dense_bw(st_dist_t *d, uint32_t b, const float *grad, uint64_t token,
 		     float *params, uint64_t *next, uint32_t *K, int *late);
-/* A kept rank's row gradients of hop_bw step `step` to every owner (the
- * owner applies the step once the step's K kept ranks' lists are in,
+/* A kept rank's row gradients of backup-worker step `step` to every owner
+ * (the owner applies the step once the step's K kept ranks' lists are in,
  * summed in rank order). One thread at a time. */
 int st_dist_push_quorum(st_dist_t *d, uint64_t step, uint64_t t, uint32_t K,
 			const uint64_t *keys, const uint8_t *table, const float *grad,
@@ -196,7 +205,7 @@ int st_dist_finish(st_dist_t *d, int *lost);
  *
  * st_dist_sync_begin: an asynchronous phase ends (a collective): every
  * rank's pushes are applied, rank 0 applies the gradient buffers' partial
- * steps at every owner and resets hop_bs's clocks, then broadcasts its
+ * steps at every owner and resets the hop clocks, then broadcasts its
  * dense parameters, dense optimizer state and step count — the
  * authoritative ones of the asynchronous policies — to every rank's
  * replica, and pulls wait for sync steps again. A rank that died makes it

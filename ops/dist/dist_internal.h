@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ops/algo/gba.h"
+#include "ops/algo/hopclock.h"
 #include "ops/dist/dist.h"
 #include "ops/dist/wire.h"
 
@@ -41,32 +43,16 @@ typedef struct obuf {
 	uint32_t n;
 } obuf_t;
 
-/* The gradient buffers of the buffered policies (psbuf.c). */
+/* The gradient buffers of the buffered algorithms (psbuf.c over
+ * ops/algo/gba.h): every owner its rows, rank 0 the dense parameters. */
 typedef struct psbuf {
-	uint32_t M, tol;           /* contributions per step; iota (UINT32_MAX: none) */
-	int perid;                 /* gba: tags, rows averaged over touchers */
-	uint32_t md;               /* the widest row */
-	/* Rows (every owner): the step being filled. */
-	uint64_t k;                /* global steps applied here */
-	uint32_t n;                /* contributions in the buffer */
-	size_t nacc, acap;         /* IDs summed, capacity */
-	uint64_t *akey;
-	uint8_t *atab;
-	float *asum;               /* [acap * md] */
-	uint32_t *acnt, *akept;    /* contributions touching it, of which kept */
-	uint32_t *aslot;           /* hash -> sum index (UINT32_MAX: empty) */
-	size_t scap;
-	/* Tags: (table, key) -> seen (0: empty). */
-	uint64_t *tkey, *tseen;
-	uint8_t *ttab;
-	size_t tcap, tn;
-	/* Dense (rank 0). */
-	uint64_t dk;
-	uint32_t dn, dkept;
-	float *dagg;
+	int set;                   /* the first contribution set M, iota, perid
+				    * (rows' fields; dense.sum != NULL once made) */
+	st_algo_gba_rows_t rows;
+	st_algo_gba_dense_t dense;
 } psbuf_t;
 
-/* hop_bs's clocks on rank 0 (hop.c). */
+/* Hop's clocks and quorum on rank 0 (hop.c over ops/algo/hopclock.h). */
 typedef struct held {
 	int from;
 	uint32_t worker;
@@ -77,15 +63,14 @@ typedef struct hop {
 	int N;                     /* workers per rank */
 	uint32_t b;                /* the bound */
 	int b_set;
-	uint64_t *clock;           /* [P * N] gradients applied */
-	uint8_t *state;            /* [P * N] unseen, active, idle */
+	st_algo_hopclock_t clk;    /* [P * N] hop_bs's clocks; hop_bw's units are
+				    * the ranks (worker 0's: r * N) */
 	held_t *held;              /* replies held back */
 	size_t nheld, cap;
 	/* hop_bw (ranks are the units, worker index 0): the open step. */
 	int bw;                    /* the clocks are hop_bw's */
-	uint64_t k;                /* steps closed */
-	uint32_t kept;             /* contributions to step k */
-	float *sum;                /* [nparams] their dense sum */
+	st_algo_hopbw_t q;         /* the quorum of step q.k */
+	float *sum;                /* [nparams] the kept gradients' dense sum */
 	uint32_t *lastK;           /* [P] quorum of the step each rank was last kept in */
 } hop_t;
 
@@ -95,7 +80,8 @@ struct st_dist {
 	int n_tables;
 	st_table_t *tables[ST_DIST_MAX_TABLES];
 	uint32_t dim[ST_DIST_MAX_TABLES];
-	const st_sync_env_t *env;
+	st_algo_params_t p;        /* dense parameters (rank 0's matter), optimizers */
+	int n_workers;             /* train workers per rank (hop_bs's clocks) */
 	float *dense_state;
 	uint64_t *dense_t;
 
@@ -193,8 +179,9 @@ int st__dist_update_row(st_dist_t *d, int k, uint64_t key, const float *g, uint6
 int st__dist_buf_rows(st_dist_t *d, const wire_hdr_t *h, size_t len, int from);
 /* Rank 0: a dense contribution (grad NULL: a fetch). *token = the dense
  * global step now, *age = the contribution's staleness, *dropped = 1 when
- * it exceeded the tolerance. ST_OK, -1 (bad parameters or token),
- * ST_ENOMEM. */
+ * it exceeded the tolerance. ST_OK, ST_EINVAL (parameters that disagree
+ * with the first contribution's, or a token from the future; nothing
+ * changed), ST_ENOMEM. */
 int st__dist_buf_dense(st_dist_t *d, const wire_hdr_t *h, const float *grad, uint64_t *token,
 		       uint64_t *age, int *dropped);
 /* A partial buffer's last step (dense on rank 0, rows). */

@@ -1,9 +1,12 @@
 /*
- * hop.c — the clock rule of hop_bs across processes (bounded staleness,
- * the Hop-BS baseline of gba-global-batch-aggregation.txt §2 and §5.1: "Bounded
- * staleness (Hop-BS) restricts the maximal differences of gradient version
- * between the fastest and the slowest workers, controlled by b1"; the
- * single-process ops/sync/hop_bs.c has the same rule over threads).
+ * hop.c — Hop's rules across processes, the ranks transport of the core
+ * ops/algo/hopclock.h (one process's threads run it in ops/sync/hop_bs.c
+ * and hop_bw.c): bounded staleness (the Hop-BS baseline of
+ * gba-global-batch-aggregation.txt §2 and §5.1: "Bounded staleness (Hop-BS)
+ * restricts the maximal differences of gradient version between the
+ * fastest and the slowest workers, controlled by b1") and backup workers
+ * (Hop-BW). This file keeps the clocks on rank 0, holds and releases the
+ * replies, and tells the core who is alive.
  *
  * Rank 0 keeps the dense parameters (as under async) and one clock per
  * worker of every rank: clock = gradients it has applied. A worker's DENSE
@@ -47,28 +50,24 @@
 #include "ops/dist/dist_internal.h"
 #include "runtime/err.h"
 
-enum { UNSEEN = 0, ACTIVE = 1, IDLE = 2 };
-
 void st__dist_hop_free(st_dist_t *d)
 {
-	free(d->hop.clock);
-	free(d->hop.state);
+	st_algo_hopclock_fini(&d->hop.clk);
 	free(d->hop.held);
 	free(d->hop.sum);
 	free(d->hop.lastK);
 	memset(&d->hop, 0, sizeof d->hop);
 }
 
+/* The clocks of every worker of every rank, unseen (hop_bw's units are the
+ * ranks: rank r's is worker 0's, r * N). */
 static int hop_init(st_dist_t *d)
 {
 	hop_t *h = &d->hop;
-	if (h->clock)
+	if (h->clk.clock)
 		return ST_OK;
-	h->N = d->env->n_workers > 0 ? d->env->n_workers : 1;
-	const size_t n = (size_t)d->P * (size_t)h->N;
-	h->clock = calloc(n, sizeof *h->clock);
-	h->state = calloc(n, 1);
-	if (!h->clock || !h->state) {
+	h->N = d->n_workers > 0 ? d->n_workers : 1;
+	if (st_algo_hopclock_init(&h->clk, (size_t)d->P * (size_t)h->N, 0) < 0) {
 		st__dist_hop_free(d);
 		return ST_ENOMEM;
 	}
@@ -88,32 +87,21 @@ static void drop_dead(st_dist_t *d)
 	for (int r = 1; r < d->P; r++)
 		if (!alive(d, r))
 			for (int w = 0; w < h->N; w++)
-				h->state[(size_t)r * h->N + w] = IDLE;
+				st_algo_hopclock_idle(&h->clk, (size_t)r * h->N + w);
 }
 
-/* The slowest active clock (UINT64_MAX: none active). */
-static uint64_t min_active(const st_dist_t *d)
+/* The unit of worker w of rank `from`. */
+static size_t unit(const hop_t *h, int from, uint32_t w)
 {
-	const hop_t *h = &d->hop;
-	uint64_t m = UINT64_MAX;
-	for (size_t i = 0; i < (size_t)d->P * h->N; i++)
-		if (h->state[i] == ACTIVE && h->clock[i] < m)
-			m = h->clock[i];
-	return m;
-}
-
-/* The clock rule against the slowest active clock m. */
-static int ready_at(const hop_t *h, int from, uint32_t w, uint64_t m)
-{
-	return m == UINT64_MAX || h->clock[(size_t)from * h->N + w] - m <= h->b;
+	return (size_t)from * (size_t)h->N + w;
 }
 
 int st__dist_hop_ready(st_dist_t *d, int from, uint32_t w)
 {
-	if (!d->hop.clock)
+	if (!d->hop.clk.clock)
 		return 1;
 	drop_dead(d);
-	return ready_at(&d->hop, from, w, min_active(d));
+	return st_algo_hopclock_ready(&d->hop.clk, unit(&d->hop, from, w));
 }
 
 int st__dist_hop_step(st_dist_t *d, const wire_hdr_t *hd, int from, int has_grad)
@@ -126,16 +114,11 @@ int st__dist_hop_step(st_dist_t *d, const wire_hdr_t *hd, int from, int has_grad
 		return ST_EINVAL;
 	h->b = hd->stamp;
 	h->b_set = 1;
-	const size_t i = (size_t)from * h->N + hd->worker;
-	if (h->state[i] != ACTIVE) {
-		/* Joining, or back from idling: at the slowest active clock. */
-		uint64_t m = min_active(d);
-		if (m != UINT64_MAX && m > h->clock[i])
-			h->clock[i] = m;
-		h->state[i] = ACTIVE;
-	}
+	h->clk.b = h->b;
+	const size_t i = unit(h, from, hd->worker);
+	st_algo_hopclock_join(&h->clk, i);   /* joining, or back from idling */
 	if (has_grad)
-		h->clock[i]++;
+		st_algo_hopclock_tick(&h->clk, i);
 	pthread_cond_broadcast(&d->cv);
 	return ST_OK;
 }
@@ -148,7 +131,7 @@ int st__dist_hop_idle(st_dist_t *d, int from, uint32_t w)
 	hop_t *h = &d->hop;
 	if (w >= (uint32_t)h->N)
 		return ST_EINVAL;
-	h->state[(size_t)from * h->N + w] = IDLE;
+	st_algo_hopclock_idle(&h->clk, unit(h, from, w));
 	pthread_cond_broadcast(&d->cv);
 	return ST_OK;
 }
@@ -171,53 +154,50 @@ int st__dist_bw_contrib(st_dist_t *d, const wire_hdr_t *hd, const float *grad, i
 	if (rc < 0)
 		return rc;
 	hop_t *h = &d->hop;
-	const size_t np = d->env->nparams;
+	const size_t np = d->p.nparams;
 	if (!h->sum) {
 		h->sum = calloc(np ? np : 1, sizeof(float));
 		h->lastK = calloc((size_t)d->P, sizeof(uint32_t));
 		if (!h->sum || !h->lastK)
 			return ST_ENOMEM;
 	}
-	if (hd->step > h->k || (h->b_set && h->b != hd->stamp))
+	if (hd->step > h->q.k || (h->b_set && h->b != hd->stamp))
 		return ST_EINVAL;
 	h->b = hd->stamp;
 	h->b_set = 1;
+	h->q.b = h->b;
 	h->bw = 1;
-	h->state[(size_t)from * h->N] = ACTIVE;
-	if (!grad || hd->step < h->k) {
+	st_algo_hopclock_join(&h->clk, unit(h, from, 0));
+	if (!grad || st_algo_hopbw_arrive(&h->q, hd->step, 1) == ST_ALGO_BW_LATE) {
 		*late = 1;   /* a fetch, or "ignores the gradients from the stragglers" */
 		return ST_OK;
 	}
 	*late = 0;
 	for (size_t j = 0; j < np; j++)
 		h->sum[j] += grad[j];
-	h->kept++;
 	return ST_OK;
 }
 
 int st__dist_bw_close(st_dist_t *d, int (*reply)(st_dist_t *, int, uint32_t, uint64_t))
 {
 	hop_t *h = &d->hop;
-	if (!h->sum || !h->kept)
+	if (!h->sum || !h->q.kept)
 		return ST_OK;
 	drop_dead(d);
 	uint32_t active = 0;
 	for (int r = 0; r < d->P; r++)
-		active += h->state[(size_t)r * h->N] == ACTIVE;
+		active += h->clk.state[unit(h, r, 0)] == ST_ALGO_HOP_ACTIVE;
 	/* The quorum: the first active - b contributions (at least one). A
 	 * rank that has finished its data or died no longer counts. */
-	const uint32_t need = active > h->b + 1 ? active - h->b : 1;
-	if (h->kept < need)
+	if (!st_algo_hopbw_closes(&h->q, active))
 		return ST_OK;
-	const size_t np = d->env->nparams;
-	const float inv = 1.0f / (float)h->kept;
+	const size_t np = d->p.nparams;
+	const float inv = 1.0f / (float)h->q.kept;   /* each rank's gradient is its mean */
 	for (size_t j = 0; j < np; j++)
 		h->sum[j] *= inv;
-	st_sync_dense_update(d->env, d->env->params, d->dense_state, h->sum, ++*d->dense_t);
+	st_algo_dense_update(&d->p, d->p.params, d->dense_state, h->sum, ++*d->dense_t);
 	memset(h->sum, 0, sizeof(float) * np);
-	const uint32_t K = h->kept;
-	h->k++;
-	h->kept = 0;
+	const uint32_t K = st_algo_hopbw_close(&h->q);
 	pthread_cond_broadcast(&d->cv);
 	/* Every held answer belongs to the step just closed. */
 	int rc = ST_OK;
@@ -242,10 +222,11 @@ int st__dist_hop_release(st_dist_t *d, int (*reply)(st_dist_t *, int, uint32_t, 
 	if (!h->nheld)
 		return ST_OK;
 	drop_dead(d);   /* once: the slowest clock is the same for every held reply */
-	const uint64_t m = min_active(d);
+	const uint64_t m = st_algo_hopclock_slowest(&h->clk);
 	for (size_t i = 0; i < h->nheld; i++) {
 		held_t x = h->held[i];
-		if (alive(d, x.from) && !ready_at(h, x.from, x.worker, m)) {
+		if (alive(d, x.from) &&
+		    !st_algo_hopclock_ready_at(&h->clk, unit(h, x.from, x.worker), m)) {
 			h->held[k++] = x;
 			continue;
 		}

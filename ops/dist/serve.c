@@ -256,7 +256,7 @@ static int answer_pull(st_dist_t *d, const void *msg, size_t len, int from)
 	if (st__dist_ob_reserve(&d->reply, bytes) < 0)
 		return ST_ENOMEM;
 	wire_hdr_t *r = (wire_hdr_t *)d->reply.p;
-	*r = (wire_hdr_t){ .type = MSG_PULL_REPLY, .n = n, .req = h->req, .t = d->buf.k,
+	*r = (wire_hdr_t){ .type = MSG_PULL_REPLY, .n = n, .req = h->req, .t = d->buf.rows.k,
 			   .flags = f16 ? WF_F16 : 0 };
 	uint8_t *ok = (uint8_t *)(r + 1);
 	memcpy(ok, d->sok, n);
@@ -285,7 +285,7 @@ int st__dist_update_row(st_dist_t *d, int k, uint64_t key, const float *g, uint6
 		return rc;
 	if (!row)
 		return ST_OK;   /* not admitted, or expired meanwhile: nothing to update */
-	st_sync_row_update(d->env, row, g, (int)d->dim[k], t ? t : 1);
+	st_algo_row_update(&d->p, row, g, (int)d->dim[k], t ? t : 1);
 	st_table_unpin(d->tables[k], &row, 1);
 	return ST_OK;
 }
@@ -449,14 +449,14 @@ static int add_sync(st_dist_t *d, void *msg, size_t len, int from)
 static int dense_reply(st_dist_t *d, int to, uint32_t w, uint64_t req, uint64_t v,
 		       uint64_t age, int dropped)
 {
-	const size_t np = d->env->nparams;
+	const size_t np = d->p.nparams;
 	size_t bytes = sizeof(wire_hdr_t) + sizeof(float) * np;
 	if (st__dist_ob_reserve(&d->reply, bytes) < 0)
 		return ST_ENOMEM;
 	wire_hdr_t *r = (wire_hdr_t *)d->reply.p;
 	*r = (wire_hdr_t){ .type = MSG_DENSE_REPLY, .n = (uint32_t)np, .req = req,
 			   .t = v, .step = age, .flags = dropped ? 1 : 0 };
-	memcpy(r + 1, d->env->params, sizeof(float) * np);
+	memcpy(r + 1, d->p.params, sizeof(float) * np);
 	return send_reply(d, to, CH_DENSE_REPLY + w, d->reply.p, bytes);
 }
 
@@ -469,7 +469,7 @@ static int hop_reply(st_dist_t *d, int to, uint32_t w, uint64_t req)
 /* A held hop_bw answer: the step closed with the rank's gradient in it. */
 static int bw_reply(st_dist_t *d, int to, uint32_t w, uint64_t req)
 {
-	return dense_reply(d, to, w, req, d->hop.k, d->hop.lastK[to], 0);
+	return dense_reply(d, to, w, req, d->hop.q.k, d->hop.lastK[to], 0);
 }
 
 int st__dist_hop_poll(st_dist_t *d)
@@ -482,7 +482,7 @@ int st__dist_hop_poll(st_dist_t *d)
 static int answer_dense(st_dist_t *d, const void *msg, size_t len, int from)
 {
 	const wire_hdr_t *h = msg;
-	const size_t np = d->env->nparams;
+	const size_t np = d->p.nparams;
 	const int has_grad = (h->flags & 1) != 0;
 	if (d->rank != 0 || h->n != np || len != sizeof *h + (has_grad ? sizeof(float) * np : 0) ||
 	    h->worker >= 1024)
@@ -499,7 +499,7 @@ static int answer_dense(st_dist_t *d, const void *msg, size_t len, int from)
 		if (rc < 0 || h->worker != 0)
 			return st__dist_bad_msg(from, "DENSE (hop_bw: step or bound)", len);
 		if (late)
-			return dense_reply(d, from, 0, h->req, d->hop.k, 0, grad != NULL);
+			return dense_reply(d, from, 0, h->req, d->hop.q.k, 0, grad != NULL);
 		if ((rc = st__dist_hop_hold(d, from, 0, h->req)) < 0)
 			return rc;
 		return st__dist_bw_close(d, bw_reply);
@@ -523,7 +523,7 @@ static int answer_dense(st_dist_t *d, const void *msg, size_t len, int from)
 							len);
 		}
 		if (grad)
-			st_sync_dense_update(d->env, d->env->params, d->dense_state, grad,
+			st_algo_dense_update(&d->p, d->p.params, d->dense_state, grad,
 					     ++*d->dense_t);
 		v = *d->dense_t;
 	}

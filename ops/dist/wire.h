@@ -33,7 +33,8 @@ enum {
 	MSG_DONE = 0x444f4e45,    /* "DONE" */
 	MSG_FIN = 0x46494e21,     /* "FIN!" */
 	MSG_BFLUSH = 0x42464c53,  /* "BFLS": apply a partial gradient buffer (psbuf.c) */
-	MSG_IDLE = 0x49444c45,    /* "IDLE": hop_bs worker has no minibatch left (hop.c) */
+	MSG_IDLE = 0x49444c45,    /* "IDLE": a worker under the clock rule has no
+				   * minibatch left (hop.c) */
 };
 
 /* Flags. */
@@ -44,9 +45,12 @@ enum {
 	WF_BUF = 8,               /* PUSH, DENSE: a contribution to the gradient
 				   * buffers (psbuf.c): step = token, stamp = M,
 				   * pad = tolerance */
-	WF_PERID = 16,            /* with WF_BUF: gba's per-ID tags and averages */
-	WF_HOP = 32,              /* DENSE: hop_bs's clock rule, stamp = b (hop.c) */
-	WF_BW = 64,               /* DENSE: hop_bw's quorum, stamp = b, step = token;
+	WF_PERID = 16,            /* with WF_BUF: GBA's per-ID tags and averages
+				   * (ops/algo/gba.h) */
+	WF_HOP = 32,              /* DENSE: the bounded-staleness clock rule
+				   * (ops/algo/hopclock.h), stamp = b (hop.c) */
+	WF_BW = 64,               /* DENSE: the backup-worker quorum
+				   * (ops/algo/hopclock.h), stamp = b, step = token;
 				   * PUSH (with WF_SYNC): a step of pad = K ranks */
 	WF_STEP = 128,            /* PULL: a train worker's rows for one step
 				   * (steprows.c): never creates rows nor waits

@@ -1,5 +1,7 @@
 /*
- * ckpt.c — checkpoint and export directories (see ckpt.h).
+ * ckpt.c — writing checkpoint and export directories (see ckpt.h; their
+ * names and listings are in ckpt_list.c, verifying and loading in
+ * ckpt_read.c).
  *
  * Crash-safety rests on one ordering: every data file is fsynced when it is
  * closed, then manifest.yaml is written and fsynced, then the .tmp directory
@@ -17,6 +19,7 @@
  * writer: later calls return the same error and commit publishes nothing.
  */
 #include "ops/dump/ckpt.h"
+#include "ops/dump/ckpt_internal.h"
 #include "runtime/err.h"
 
 #include <dirent.h>
@@ -44,212 +47,7 @@ struct st_ckpt_writer {
 	char msg[1024];
 };
 
-/* ---------------------------------------------------------------- names */
-
-static char *path_join(const char *a, const char *b)
-{
-	size_t la = strlen(a), lb = strlen(b);
-	char *p = malloc(la + lb + 2);
-	if (!p)
-		return NULL;
-	memcpy(p, a, la);
-	p[la] = '/';
-	memcpy(p + la + 1, b, lb + 1);
-	return p;
-}
-
-/* Parses "ckpt-<digits>", "export-<digits>-full" or "export-<digits>-delta",
- * optionally followed by ".tmp". Returns 1 and the fields, or 0 for any
- * other name. */
-static int parse_name(const char *s, st_manifest_kind_t *kind, int64_t *num, int *tmp)
-{
-	const char *p;
-	int is_export;
-	if (!strncmp(s, "ckpt-", 5))
-		p = s + 5, is_export = 0;
-	else if (!strncmp(s, "export-", 7))
-		p = s + 7, is_export = 1;
-	else
-		return 0;
-	int64_t v = 0;
-	int nd = 0;
-	while (*p >= '0' && *p <= '9' && nd < 18) {
-		v = v * 10 + (*p++ - '0');
-		nd++;
-	}
-	if (!nd || (*p >= '0' && *p <= '9'))
-		return 0;
-	if (is_export) {
-		if (!strncmp(p, "-full", 5))
-			*kind = ST_MANIFEST_EXPORT_FULL, p += 5;
-		else if (!strncmp(p, "-delta", 6))
-			*kind = ST_MANIFEST_EXPORT_DELTA, p += 6;
-		else
-			return 0;
-	} else {
-		*kind = ST_MANIFEST_CHECKPOINT;
-	}
-	if (!strcmp(p, ".tmp"))
-		*tmp = 1;
-	else if (!*p)
-		*tmp = 0;
-	else
-		return 0;
-	*num = v;
-	return 1;
-}
-
-static int is_file(const char *dir, const char *name)
-{
-	char *p = path_join(dir, name);
-	struct stat st;
-	int ok = p && stat(p, &st) == 0 && S_ISREG(st.st_mode);
-	free(p);
-	return ok;
-}
-
-/* Scans root: complete entries (want_export selects the family) and, with
- * tmps non-NULL, stale .tmp directories of that family. */
-static int scan(const char *root, int want_export, st_ckpt_entry_t **out, size_t *n,
-		char ***tmps, size_t *n_tmps, char *err, size_t errlen)
-{
-	*out = NULL;
-	*n = 0;
-	if (tmps)
-		*tmps = NULL, *n_tmps = 0;
-	DIR *d = opendir(root);
-	if (!d) {
-		if (errno == ENOENT)
-			return ST_OK;
-		int e = errno;
-		st__dumpio_seterr(err, errlen, "%s: cannot list: %s", root, strerror(e));
-		return st__dumpio_errno(e);
-	}
-	size_t cap = 0, cap_t = 0;
-	int rc = ST_OK;
-	struct dirent *de;
-	while ((de = readdir(d))) {
-		st_manifest_kind_t kind;
-		int64_t num;
-		int tmp;
-		if (!parse_name(de->d_name, &kind, &num, &tmp))
-			continue;
-		if ((kind != ST_MANIFEST_CHECKPOINT) != want_export)
-			continue;
-		if (tmp) {
-			if (!tmps)
-				continue;
-			if (*n_tmps == cap_t) {
-				cap_t = cap_t ? 2 * cap_t : 8;
-				char **t = realloc(*tmps, cap_t * sizeof *t);
-				if (!t) {
-					rc = ST_ENOMEM;
-					break;
-				}
-				*tmps = t;
-			}
-			if (!((*tmps)[*n_tmps] = path_join(root, de->d_name))) {
-				rc = ST_ENOMEM;
-				break;
-			}
-			(*n_tmps)++;
-			continue;
-		}
-		char *path = path_join(root, de->d_name);
-		if (!path) {
-			rc = ST_ENOMEM;
-			break;
-		}
-		if (!is_file(path, ST_MANIFEST_NAME)) {
-			free(path);    /* not ours, or damaged beyond use: never listed */
-			continue;
-		}
-		if (*n == cap) {
-			cap = cap ? 2 * cap : 16;
-			st_ckpt_entry_t *e = realloc(*out, cap * sizeof *e);
-			if (!e) {
-				free(path);
-				rc = ST_ENOMEM;
-				break;
-			}
-			*out = e;
-		}
-		st_ckpt_entry_t *e = &(*out)[*n];
-		e->path = path;
-		e->name = strdup(de->d_name);
-		e->kind = kind;
-		e->num = num;
-		(*n)++;
-		if (!e->name) {
-			rc = ST_ENOMEM;
-			break;
-		}
-	}
-	closedir(d);
-	if (rc < 0) {
-		st_ckpt_entries_free(*out, *n);
-		*out = NULL;
-		*n = 0;
-		if (tmps) {
-			for (size_t i = 0; i < *n_tmps; i++)
-				free((*tmps)[i]);
-			free(*tmps);
-			*tmps = NULL;
-			*n_tmps = 0;
-		}
-		st__dumpio_seterr(err, errlen, "%s: out of memory", root);
-	}
-	return rc;
-}
-
-void st_ckpt_entries_free(st_ckpt_entry_t *e, size_t n)
-{
-	if (!e)
-		return;
-	for (size_t i = 0; i < n; i++) {
-		free(e[i].path);
-		free(e[i].name);
-	}
-	free(e);
-}
-
-static int cmp_newest_first(const void *a, const void *b)
-{
-	const st_ckpt_entry_t *x = a, *y = b;
-	if (x->num != y->num)
-		return x->num > y->num ? -1 : 1;
-	return (int)x->kind - (int)y->kind;
-}
-
-static int cmp_oldest_first(const void *a, const void *b)
-{
-	return cmp_newest_first(b, a);
-}
-
-int st_ckpt_list(const char *root, st_ckpt_entry_t **out, size_t *n, char *err, size_t errlen)
-{
-	int rc = scan(root, 0, out, n, NULL, NULL, err, errlen);
-	if (rc == ST_OK && *n > 1)
-		qsort(*out, *n, sizeof **out, cmp_newest_first);
-	return rc;
-}
-
 /* ---------------------------------------------------------------- writing */
-
-static void report(st_ckpt_msg_fn *msg, void *arg, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static void report(st_ckpt_msg_fn *msg, void *arg, const char *fmt, ...)
-{
-	char b[1024];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(b, sizeof b, fmt, ap);
-	va_end(ap);
-	if (msg)
-		msg(arg, b);
-	else
-		st_warn("%s", b);
-}
 
 static int mkdir_p(const char *path, char *err, size_t errlen)
 {
@@ -303,7 +101,7 @@ static void remove_tmps(char **tmps, size_t n, const char *keep, st_ckpt_msg_fn 
 			continue;
 		int rc = st__dumpio_rmtree(tmps[i]);
 		if (rc < 0)
-			report(msg, arg, "%s: cannot remove stale directory: %s", tmps[i], st_strerror(rc));
+			st__ckpt_report(msg, arg, "%s: cannot remove stale directory: %s", tmps[i], st_strerror(rc));
 	}
 }
 
@@ -327,8 +125,8 @@ static int begin(const char *root, st_manifest_kind_t kind, int64_t num, st_ckpt
 	st_ckpt_writer_t *w = calloc(1, sizeof *w);
 	char tname[80];
 	snprintf(tname, sizeof tname, "%s.tmp", name);
-	if (!w || !(w->root = strdup(root)) || !(w->final = path_join(root, name)) ||
-	    !(w->tmp = path_join(root, tname))) {
+	if (!w || !(w->root = strdup(root)) || !(w->final = st__ckpt_path_join(root, name)) ||
+	    !(w->tmp = st__ckpt_path_join(root, tname))) {
 		st_ckpt_writer_destroy(w);
 		return ST_ENOMEM;
 	}
@@ -340,7 +138,7 @@ static int begin(const char *root, st_manifest_kind_t kind, int64_t num, st_ckpt
 	st_ckpt_entry_t *e;
 	size_t n, nt;
 	char **tmps;
-	rc = scan(root, kind != ST_MANIFEST_CHECKPOINT, &e, &n, &tmps, &nt, err, errlen);
+	rc = st__ckpt_scan(root, kind != ST_MANIFEST_CHECKPOINT, &e, &n, &tmps, &nt, err, errlen);
 	if (rc < 0) {
 		st_ckpt_writer_destroy(w);
 		return rc;
@@ -458,7 +256,7 @@ int st_ckpt_write_dense(st_ckpt_writer_t *w, const char *file, const st_safetens
 	int rc = check_file(w, file);
 	if (rc < 0)
 		return rc;
-	char *path = path_join(w->tmp, file);
+	char *path = st__ckpt_path_join(w->tmp, file);
 	if (!path)
 		return wfail(w, ST_ENOMEM, "out of memory");
 	char err[512] = "";
@@ -478,7 +276,7 @@ int st_ckpt_write_rows(st_ckpt_writer_t *w, const char *file, const st_rows_info
 		return rc;
 	if ((rc = check_flags(w, file, info)) < 0)
 		return rc;
-	char *path = path_join(w->tmp, file);
+	char *path = st__ckpt_path_join(w->tmp, file);
 	if (!path)
 		return wfail(w, ST_ENOMEM, "out of memory");
 	char err[512] = "";
@@ -495,7 +293,7 @@ int st_ckpt_write_rows_from(st_ckpt_writer_t *w, const char *file, st_rows_write
 	int rc = check_file(w, file);
 	if (rc < 0 || (rc = check_flags(w, file, st_rows_writer_info(b))) < 0)
 		return rc;
-	char *path = path_join(w->tmp, file);
+	char *path = st__ckpt_path_join(w->tmp, file);
 	if (!path)
 		return wfail(w, ST_ENOMEM, "out of memory");
 	char err[512] = "";
@@ -512,7 +310,7 @@ int st_ckpt_add_file(st_ckpt_writer_t *w, const char *file)
 	int rc = check_file(w, file);
 	if (rc < 0)
 		return rc;
-	char *path = path_join(w->tmp, file);
+	char *path = st__ckpt_path_join(w->tmp, file);
 	if (!path)
 		return wfail(w, ST_ENOMEM, "out of memory");
 	char err[512] = "";
@@ -567,8 +365,8 @@ static void retention(st_ckpt_writer_t *w, int keep, st_ckpt_msg_fn *msg, void *
 	char **tmps;
 	char err[512] = "";
 	int is_export = w->kind != ST_MANIFEST_CHECKPOINT;
-	if (scan(w->root, is_export, &e, &n, &tmps, &nt, err, sizeof err) < 0) {
-		report(msg, arg, "retention skipped: %s", err);
+	if (st__ckpt_scan(w->root, is_export, &e, &n, &tmps, &nt, err, sizeof err) < 0) {
+		st__ckpt_report(msg, arg, "retention skipped: %s", err);
 		return;
 	}
 	remove_tmps(tmps, nt, NULL, msg, arg);
@@ -576,7 +374,7 @@ static void retention(st_ckpt_writer_t *w, int keep, st_ckpt_msg_fn *msg, void *
 		free(tmps[i]);
 	free(tmps);
 	if (keep > 0 && n > 0) {
-		qsort(e, n, sizeof *e, cmp_newest_first);
+		qsort(e, n, sizeof *e, st__ckpt_cmp_newest_first);
 		int64_t cutoff = -1;   /* remove entries numbered below it */
 		if (!is_export) {
 			if (n > (size_t)keep)
@@ -592,7 +390,7 @@ static void retention(st_ckpt_writer_t *w, int keep, st_ckpt_msg_fn *msg, void *
 				continue;
 			int rc = remove_entry(e[i].path);
 			if (rc < 0)
-				report(msg, arg, "%s: cannot remove old %s: %s", e[i].path,
+				st__ckpt_report(msg, arg, "%s: cannot remove old %s: %s", e[i].path,
 				       is_export ? "export" : "checkpoint", st_strerror(rc));
 		}
 	}
@@ -618,7 +416,7 @@ int st_ckpt_commit(st_ckpt_writer_t *w, const st_manifest_t *m, int keep,
 		mm.created = (int64_t)time(NULL);
 	mm.files = w->files;
 	mm.n_files = w->n_files;
-	char *path = path_join(w->tmp, ST_MANIFEST_NAME);
+	char *path = st__ckpt_path_join(w->tmp, ST_MANIFEST_NAME);
 	if (!path)
 		return wfail(w, ST_ENOMEM, "out of memory");
 	char err[512] = "";
@@ -657,214 +455,4 @@ void st_ckpt_writer_destroy(st_ckpt_writer_t *w)
 	free(w->tmp);
 	free(w->final);
 	free(w);
-}
-
-/* ---------------------------------------------------------------- reading */
-
-int st_ckpt_verify_file(const char *dir, const st_manifest_file_t *f, char *err, size_t errlen)
-{
-	char *path = path_join(dir, f->name);
-	if (!path)
-		return ST_ENOMEM;
-	struct stat st;
-	if (stat(path, &st) < 0) {
-		int e = errno;
-		free(path);
-		if (e == ENOENT) {
-			st__dumpio_seterr(err, errlen, "file '%s': missing", f->name);
-			return ST_ENOENT;
-		}
-		st__dumpio_seterr(err, errlen, "file '%s': %s", f->name, strerror(e));
-		return st__dumpio_errno(e);
-	}
-	/* The size first: it is free, and a short file is the common damage. */
-	if ((uint64_t)st.st_size != f->bytes) {
-		free(path);
-		st__dumpio_seterr(err, errlen, "file '%s': size mismatch (the manifest says %" PRIu64
-				  " bytes, the file has %lld)", f->name, f->bytes, (long long)st.st_size);
-		return ST_ECORRUPT;
-	}
-	st_dumpio_sum_t sum;
-	char e2[512] = "";
-	int rc = st__dumpio_hash_file(path, &sum, e2, sizeof e2);
-	free(path);
-	if (rc < 0) {
-		st__dumpio_seterr(err, errlen, "file '%s': %s", f->name, e2);
-		return rc;
-	}
-	if (sum.xxh3 != f->xxh3 || sum.bytes != f->bytes) {
-		st__dumpio_seterr(err, errlen, "file '%s': checksum mismatch (the manifest says xxh3 %016"
-				  PRIx64 ", the file hashes to %016" PRIx64 ")", f->name, f->xxh3, sum.xxh3);
-		return ST_ECORRUPT;
-	}
-	return ST_OK;
-}
-
-int st_ckpt_verify(const char *dir, st_manifest_t **out, char *err, size_t errlen)
-{
-	if (out)
-		*out = NULL;
-	char *path = path_join(dir, ST_MANIFEST_NAME);
-	if (!path)
-		return ST_ENOMEM;
-	st_manifest_t *m;
-	int rc = st_manifest_read(path, &m, err, errlen);
-	free(path);
-	if (rc < 0)
-		return rc;
-	for (size_t i = 0; i < m->n_files && rc == ST_OK; i++)
-		rc = st_ckpt_verify_file(dir, &m->files[i], err, errlen);
-	if (rc == ST_OK && out)
-		*out = m;
-	else
-		st_manifest_free(m);
-	return rc;
-}
-
-int st_ckpt_find_latest(const char *root, char **dir, st_manifest_t **m,
-			st_ckpt_msg_fn *msg, void *arg, char *err, size_t errlen)
-{
-	*dir = NULL;
-	*m = NULL;
-	st_ckpt_entry_t *e;
-	size_t n;
-	int rc = st_ckpt_list(root, &e, &n, err, errlen);
-	if (rc < 0)
-		return rc;
-	for (size_t i = 0; i < n; i++) {
-		char why[1024] = "";
-		rc = st_ckpt_verify(e[i].path, m, why, sizeof why);
-		if (rc == ST_OK) {
-			*dir = e[i].path;
-			e[i].path = NULL;
-			st_ckpt_entries_free(e, n);
-			return ST_OK;
-		}
-		if (rc == ST_ENOMEM) {
-			st_ckpt_entries_free(e, n);
-			st__dumpio_seterr(err, errlen, "%s: out of memory", root);
-			return rc;
-		}
-		if (i + 1 < n)
-			report(msg, arg, "checkpoint %s: %s — falling back to %s", e[i].name, why,
-			       e[i + 1].name);
-		else
-			report(msg, arg, "checkpoint %s: %s — no older checkpoint left", e[i].name, why);
-	}
-	if (n)
-		st__dumpio_seterr(err, errlen, "%s: none of the %zu checkpoints verifies", root, n);
-	else
-		st__dumpio_seterr(err, errlen, "%s: no complete checkpoint", root);
-	st_ckpt_entries_free(e, n);
-	return ST_ENOENT;
-}
-
-int st_ckpt_check_compat(const st_manifest_t *m, const char *job_hash, const char *model,
-			 char *err, size_t errlen)
-{
-	int hash_bad = job_hash && strcmp(m->job_hash, job_hash);
-	int model_bad = model && (!m->model || strcmp(m->model, model));
-	if (!hash_bad && !model_bad)
-		return ST_OK;
-	char a[512] = "", b[512] = "";
-	if (hash_bad)
-		snprintf(a, sizeof a, "job hash differs (checkpoint '%s', this job '%s')",
-			 m->job_hash, job_hash);
-	if (model_bad)
-		snprintf(b, sizeof b, "%smodel differs (checkpoint '%s', this job '%s')",
-			 hash_bad ? "; " : "", m->model ? m->model : "(none)", model);
-	st__dumpio_seterr(err, errlen, "checkpoint of job '%s' at step %" PRId64 " does not fit this "
-			  "job: %s%s. Restore the job that wrote it, or start without resuming",
-			  m->job_name, m->step, a, b);
-	return ST_EINVAL;
-}
-
-int st_ckpt_check_lineage(const st_manifest_t *base, const char *base_name,
-			  const st_manifest_t *m, const char *name, char *err, size_t errlen)
-{
-	const char *bl = base->lineage, *ml = m->lineage;
-	if (!strcmp(base->job_name, m->job_name) && (bl ? ml && !strcmp(bl, ml) : !ml))
-		return ST_OK;
-	st__dumpio_seterr(err, errlen, "export %s was written by another run than %s (job '%s', "
-			  "lineage %s; %s has job '%s', lineage %s): it does not apply on top of "
-			  "it. Two runs wrote into one export directory: give each run its own "
-			  "export.dir, or remove the other run's exports", name, base_name,
-			  m->job_name, ml ? ml : "(none)", base_name, base->job_name,
-			  bl ? bl : "(none)");
-	return ST_ECORRUPT;
-}
-
-int st_ckpt_list_exports(const char *root, int verify, st_ckpt_entry_t **out, size_t *n,
-			 st_ckpt_msg_fn *msg, void *arg, char *err, size_t errlen)
-{
-	*out = NULL;
-	*n = 0;
-	st_ckpt_entry_t *e;
-	size_t ne;
-	int rc = scan(root, 1, &e, &ne, NULL, NULL, err, errlen);
-	if (rc < 0 || ne == 0)
-		return rc;
-	qsort(e, ne, sizeof *e, cmp_oldest_first);
-	/* the newest full export that (optionally) verifies */
-	ptrdiff_t base = -1;
-	for (ptrdiff_t i = (ptrdiff_t)ne - 1; i >= 0 && base < 0; i--) {
-		if (e[i].kind != ST_MANIFEST_EXPORT_FULL)
-			continue;
-		char why[1024] = "";
-		if (!verify || (rc = st_ckpt_verify(e[i].path, NULL, why, sizeof why)) == ST_OK) {
-			base = i;
-			break;
-		}
-		if (rc == ST_ENOMEM)
-			goto oom;
-		ptrdiff_t prev = i - 1;
-		while (prev >= 0 && e[prev].kind != ST_MANIFEST_EXPORT_FULL)
-			prev--;
-		if (prev >= 0)
-			report(msg, arg, "export %s: %s — falling back to %s", e[i].name, why, e[prev].name);
-		else
-			report(msg, arg, "export %s: %s — no older full export left", e[i].name, why);
-	}
-	if (base < 0) {
-		st_ckpt_entries_free(e, ne);
-		return ST_OK;
-	}
-	size_t end = (size_t)base + 1;
-	for (size_t i = end; i < ne; i++, end++) {
-		int64_t want = e[base].num + (int64_t)(i - (size_t)base);
-		if (e[i].num != want || e[i].kind != ST_MANIFEST_EXPORT_DELTA) {
-			if (e[i].num != want)
-				report(msg, arg, "export %s: sequence gap (expected %" PRId64 ") — it and later "
-				       "exports are not applied", e[i].name, want);
-			else
-				report(msg, arg, "export %s: not a delta following %s — it and later exports "
-				       "are not applied", e[i].name, e[base].name);
-			break;
-		}
-		char why[1024] = "";
-		if (verify && (rc = st_ckpt_verify(e[i].path, NULL, why, sizeof why)) < 0) {
-			if (rc == ST_ENOMEM)
-				goto oom;
-			report(msg, arg, "export %s: %s — the chain ends at the export before it",
-			       e[i].name, why);
-			break;
-		}
-	}
-	/* move [base, end) to the front */
-	size_t k = 0;
-	for (size_t i = 0; i < ne; i++) {
-		if (i >= (size_t)base && i < end) {
-			e[k++] = e[i];
-		} else {
-			free(e[i].path);
-			free(e[i].name);
-		}
-	}
-	*out = e;
-	*n = k;
-	return ST_OK;
-oom:
-	st_ckpt_entries_free(e, ne);
-	st__dumpio_seterr(err, errlen, "%s: out of memory", root);
-	return ST_ENOMEM;
 }

@@ -226,16 +226,17 @@ int st_modelcfg_encode(const st_model_cfg_t *cfg, char **out, char *err, size_t 
 
 /* ---- decode ------------------------------------------------------------- */
 
-/* A whole decimal integer in [lo, hi]: optional '-', digits, nothing else. */
+/* A whole decimal integer in [lo, hi]: optional '-', digits, nothing else.
+ * ST_OK, or ST_EINVAL for anything else. */
 static int parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
 {
 	if (!(*s == '-' || (*s >= '0' && *s <= '9')))
-		return -1;
+		return ST_EINVAL;
 	char *end;
 	errno = 0;
 	long long v = strtoll(s, &end, 10);
 	if (errno || end == s || *end || v < lo || v > hi)
-		return -1;
+		return ST_EINVAL;
 	*out = v;
 	return 0;
 }
@@ -243,12 +244,12 @@ static int parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out)
 static int parse_u64(const char *s, uint64_t *out)
 {
 	if (!(*s >= '0' && *s <= '9'))
-		return -1;
+		return ST_EINVAL;
 	char *end;
 	errno = 0;
 	unsigned long long v = strtoull(s, &end, 10);
 	if (errno || *end)
-		return -1;
+		return ST_EINVAL;
 	*out = v;
 	return 0;
 }
@@ -256,31 +257,32 @@ static int parse_u64(const char *s, uint64_t *out)
 static int parse_dbl(const char *s, double *out)
 {
 	if (!*s || *s == ' ' || *s == '\t')
-		return -1;
+		return ST_EINVAL;
 	char *end;
 	errno = 0;
 	double v = strtod(s, &end);
 	if (errno == ERANGE && (v == HUGE_VAL || v == -HUGE_VAL))
-		return -1;
+		return ST_EINVAL;
 	if (end == s || *end || !isfinite(v))
-		return -1;
+		return ST_EINVAL;
 	*out = v;
 	return 0;
 }
 
 /* "a,b,c" (or "" for none when allow_empty) of integers >= min into a
- * malloc'ed array of up to max entries. 0, -1 (syntax/range), ST_ENOMEM. */
+ * malloc'ed array of up to max entries. ST_OK, ST_EINVAL (syntax/range),
+ * ST_ENOMEM. */
 static int parse_list(const char *s, int min, int max, int allow_empty, int **out, int *n)
 {
 	*out = NULL;
 	*n = 0;
 	if (!*s)
-		return allow_empty ? 0 : -1;
+		return allow_empty ? ST_OK : ST_EINVAL;
 	int cnt = 1;
 	for (const char *p = s; *p; p++)
 		cnt += *p == ',';
 	if (cnt > max)
-		return -1;
+		return ST_EINVAL;
 	int *v = malloc(sizeof(int) * (size_t)cnt);
 	if (!v)
 		return ST_ENOMEM;
@@ -292,13 +294,13 @@ static int parse_list(const char *s, int min, int max, int allow_empty, int **ou
 		int64_t x;
 		if (len == 0 || len >= sizeof tok) {
 			free(v);
-			return -1;
+			return ST_EINVAL;
 		}
 		memcpy(tok, p, len);
 		tok[len] = 0;
 		if (parse_i64(tok, min, INT32_MAX, &x) < 0) {
 			free(v);
-			return -1;
+			return ST_EINVAL;
 		}
 		v[i] = (int)x;
 		p = c ? c + 1 : p + len;

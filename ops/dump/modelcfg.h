@@ -1,7 +1,7 @@
 /*
  * modelcfg.h — a model configuration (st_model_cfg_t of lang/job.h) as text,
  * so that an export carries the model it was trained with and a predictor
- * can rebuild exactly that model (ops/dump/predict.h).
+ * can rebuild exactly that model (ops/view/predict.h).
  *
  * The text is one `key=value` line per field, '\n'-terminated, in a fixed
  * order (docs/formats.md, "Export metadata", has the list):

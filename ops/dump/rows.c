@@ -1,6 +1,6 @@
 /*
- * rows.c — the sparse row file: writer, builder, streaming and whole-file
- * readers (format in rows.h and docs/formats.md).
+ * rows.c — the sparse row file's writer and builder (format in rows.h and
+ * docs/formats.md; the readers are in rows_read.c).
  *
  * The writer sorts 16-byte items (key, where the row is) with a radix sort,
  * never the floats, and gathers the rows in key order into large aligned
@@ -8,17 +8,14 @@
  * fills; every byte is hashed once. The builder keeps rows as file records
  * in chunks that never move, and its memory across resets, so a caller that
  * builds the same table again (the trainer's checkpoints) copies into pages
- * that are already mapped. The reader checks everything that can be checked
- * before reading a row (header checksum, exact file size, footer) so that
- * truncation, the common failure after a crash or a full disk, is reported
- * at open; the body's checksum is known only at the end of the stream. It
- * reads and hashes in large pieces and hands out rows in batches.
+ * that are already mapped.
  *
  * Threads: a write of a file larger than one staging buffer runs dumpio's
  * writer thread for the duration of the call (dumpio.h, st__dumpio_stage);
  * everything else runs on the caller's thread.
  */
 #include "ops/dump/rows.h"
+#include "ops/dump/rows_internal.h"
 #include "runtime/err.h"
 
 #include <errno.h>
@@ -32,55 +29,19 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-static const char magic[8] = { 'S', 'T', 'R', 'A', 'T', 'A', 'R', 'W' };
-static const char footer_magic[8] = { 'S', 'T', 'R', 'A', 'T', 'A', 'F', 'T' };
-
-static void put32(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-	uint32_t v = 0;
-	for (int i = 0; i < 4; i++)
-		v |= (uint32_t)p[i] << (8 * i);
-	return v;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-	uint64_t v = 0;
-	for (int i = 0; i < 8; i++)
-		v |= (uint64_t)p[i] << (8 * i);
-	return v;
-}
-
-static size_t row_bytes(const st_rows_info_t *i)
-{
-	return 16 + 4 * ((size_t)i->dim + i->state_dim);
-}
-
 static void encode_header(uint8_t h[ST_ROWS_HEADER_SIZE], const st_rows_info_t *i)
 {
 	memset(h, 0, ST_ROWS_HEADER_SIZE);
-	memcpy(h, magic, 8);
-	put32(h + 8, ST_ROWS_VERSION);
-	put32(h + 12, i->flags);
-	put64(h + 16, i->table_id);
-	put32(h + 24, i->dim);
-	put32(h + 28, i->state_dim);
-	put64(h + 32, i->n_rows);
-	put64(h + 40, i->n_deleted);
+	memcpy(h, st__rows_magic, 8);
+	st__rows_put32(h + 8, ST_ROWS_VERSION);
+	st__rows_put32(h + 12, i->flags);
+	st__rows_put64(h + 16, i->table_id);
+	st__rows_put32(h + 24, i->dim);
+	st__rows_put32(h + 28, i->state_dim);
+	st__rows_put64(h + 32, i->n_rows);
+	st__rows_put64(h + 40, i->n_deleted);
 	/* 48..55 reserved, zero */
-	put64(h + 56, XXH3_64bits(h, 56));
+	st__rows_put64(h + 56, XXH3_64bits(h, 56));
 }
 
 /* ---------------------------------------------------------------- sorting */
@@ -149,12 +110,6 @@ static int cmp_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static int check_info(const st_rows_info_t *info)
-{
-	return info->dim >= 1 && (uint64_t)info->dim + info->state_dim <= ST_ROWS_MAX_FLOATS &&
-	       !(info->flags & ~(uint32_t)ST_ROWS_DELTA);
-}
-
 /* Sorts the deleted keys and checks them against the sorted rows: no
  * repeats, and none that is also a row (a merge of two sorted lists). */
 static int check_deleted(const char *path, const item_t *it, size_t n, uint64_t *deleted,
@@ -180,9 +135,6 @@ static int check_deleted(const char *path, const item_t *it, size_t n, uint64_t 
 }
 
 /* ---------------------------------------------------------------- output */
-
-/* The reader's chunk: the file is read (and hashed) in pieces this large. */
-enum { READ_BYTES = 8 << 20 };
 
 /* Rows come either from the caller's array (item.at indexes rows) or from a
  * builder (item.at is the address of a record laid out as in the file). */
@@ -238,23 +190,23 @@ static int write_sorted(const char *path, const st_rows_info_t *info, const item
 		}
 		const st_rows_row_t *r = &src->rows[it[i].at];
 		uint8_t m[16];
-		put64(m, r->key);
-		put32(m + 8, r->last_step);
-		put32(m + 12, r->freq);
+		st__rows_put64(m, r->key);
+		st__rows_put32(m + 8, r->last_step);
+		st__rows_put32(m + 12, r->freq);
 		st__dumpio_stage_put(o, m, 16);
 		rc = st__dumpio_stage_put(o, r->vals, nf4);
 	}
 	for (size_t i = 0; i < n_deleted && rc == ST_OK; i++) {
 		uint8_t k[8];
-		put64(k, deleted[i]);
+		st__rows_put64(k, deleted[i]);
 		rc = st__dumpio_stage_put(o, k, 8);
 	}
 	if (st__dumpio_stage_close(o) == ST_OK) {
 		uint8_t ft[ST_ROWS_FOOTER_SIZE];
-		memcpy(ft, footer_magic, 8);
-		put64(ft + 8, n);
-		put64(ft + 16, n_deleted);
-		put64(ft + 24, st__dumpio_digest(f));
+		memcpy(ft, st__rows_footer_magic, 8);
+		st__rows_put64(ft + 8, n);
+		st__rows_put64(ft + 16, n_deleted);
+		st__rows_put64(ft + 24, st__dumpio_digest(f));
 		st__dumpio_write(f, ft, sizeof ft);
 	}
 	return st__dumpio_close(f, sum, err, errlen);
@@ -265,7 +217,7 @@ static int write_sorted(const char *path, const st_rows_info_t *info, const item
 int st_rows_write(const char *path, const st_rows_info_t *info, st_rows_row_t *rows, size_t n,
 		  uint64_t *deleted, size_t n_deleted, st_dumpio_sum_t *sum, char *err, size_t errlen)
 {
-	if (!check_info(info)) {
+	if (!st__rows_check_info(info)) {
 		st__dumpio_seterr(err, errlen, "%s: bad table shape or flags (dim %u, state_dim %u, "
 				  "flags 0x%x)", path, info->dim, info->state_dim, info->flags);
 		return ST_EINVAL;
@@ -313,7 +265,7 @@ int st_rows_write(const char *path, const st_rows_info_t *info, st_rows_row_t *r
 	if (rc == ST_OK)
 		rc = check_deleted(path, it, n, deleted, n_deleted, err, errlen);
 	if (rc == ST_OK) {
-		source_t src = { rows, row_bytes(info) };
+		source_t src = { rows, st__rows_row_bytes(info) };
 		rc = write_sorted(path, info, it, n, &src, deleted, n_deleted, sum, err, errlen);
 	}
 	free(a);
@@ -351,13 +303,13 @@ struct st_rows_writer {
 int st_rows_writer_create(st_rows_writer_t **out, const st_rows_info_t *info)
 {
 	*out = NULL;
-	if (!check_info(info))
+	if (!st__rows_check_info(info))
 		return ST_EINVAL;
 	st_rows_writer_t *w = calloc(1, sizeof *w);
 	if (!w)
 		return ST_ENOMEM;
 	w->info = *info;
-	w->row_size = row_bytes(info);
+	w->row_size = st__rows_row_bytes(info);
 	w->chunk_rows = CHUNK_BYTES / w->row_size;
 	if (w->chunk_rows == 0)
 		w->chunk_rows = 1;
@@ -451,9 +403,9 @@ int st_rows_writer_add(st_rows_writer_t *w, uint64_t key, uint32_t last_step, ui
 		w->tail = c;
 	}
 	uint8_t *p = w->tail->data + w->tail->used++ * w->row_size;
-	put64(p, key);
-	put32(p + 8, last_step);
-	put32(p + 12, freq);
+	st__rows_put64(p, key);
+	st__rows_put32(p + 8, last_step);
+	st__rows_put32(p + 12, freq);
 	memcpy(p + 16, vals, w->row_size - 16);
 	w->items[w->n++] = (item_t){ key, (uint64_t)(uintptr_t)p };
 	return ST_OK;
@@ -538,391 +490,4 @@ void st_rows_writer_destroy(st_rows_writer_t *w)
 	free(w->scratch);
 	free(w->deleted);
 	free(w);
-}
-
-/* ---------------------------------------------------------------- reader */
-
-struct st_rows_reader {
-	int fd;
-	char *path;
-	st_rows_info_t info;
-	size_t rsize;          /* bytes per row record */
-	uint64_t next_row;     /* rows returned so far */
-	uint64_t last_key;
-	uint64_t footer_sum;
-	XXH3_state_t *xxh;
-	uint8_t *buf;          /* file bytes read ahead; [pos, len) not consumed yet */
-	size_t cap, pos, len;
-	size_t hpos;           /* [hpos, pos) consumed but not hashed yet */
-	uint64_t *deleted;
-	int done;              /* 1 once the checksum is verified */
-	int err;
-	char msg[512];
-};
-
-static int rfail(st_rows_reader_t *r, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static int rfail(st_rows_reader_t *r, int code, const char *fmt, ...)
-{
-	char what[400];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(what, sizeof what, fmt, ap);
-	va_end(ap);
-	snprintf(r->msg, sizeof r->msg, "%s: %s", r->path, what);
-	r->err = code;
-	return code;
-}
-
-/* Reads exactly n bytes at offset off (for header and footer). */
-static int pread_full(int fd, void *buf, size_t n, uint64_t off)
-{
-	size_t got = 0;
-	while (got < n) {
-		ssize_t k = pread(fd, (uint8_t *)buf + got, n - got, (off_t)(off + got));
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0)
-			return -errno;
-		if (k == 0)
-			return 1;   /* short */
-		got += (size_t)k;
-	}
-	return 0;
-}
-
-/* Decodes and checks a header. Returns ST_OK or a code with r->msg set. */
-static int check_header(st_rows_reader_t *r, const uint8_t *h, uint64_t size)
-{
-	st_rows_info_t *i = &r->info;
-	if (memcmp(h, magic, 8))
-		return rfail(r, ST_EFORMAT, "not a strata row file (no \"STRATARW\" magic)");
-	if (get64(h + 56) != XXH3_64bits(h, 56))
-		return rfail(r, ST_ECORRUPT, "header checksum mismatch (the header is damaged)");
-	i->version = get32(h + 8);
-	i->flags = get32(h + 12);
-	i->table_id = get64(h + 16);
-	i->dim = get32(h + 24);
-	i->state_dim = get32(h + 28);
-	i->n_rows = get64(h + 32);
-	i->n_deleted = get64(h + 40);
-	if (i->version != ST_ROWS_VERSION)
-		return rfail(r, ST_EFORMAT, "row file version %u; this strata reads version %d",
-			     i->version, ST_ROWS_VERSION);
-	if (i->flags & ~(uint32_t)ST_ROWS_DELTA)
-		return rfail(r, ST_EFORMAT, "unknown flags 0x%x", i->flags);
-	if (get64(h + 48))
-		return rfail(r, ST_EFORMAT, "reserved header bytes 48..55 are not zero");
-	if (!check_info(i))
-		return rfail(r, ST_EFORMAT, "bad table shape: dim %u, state_dim %u", i->dim, i->state_dim);
-	if (i->n_deleted && !(i->flags & ST_ROWS_DELTA))
-		return rfail(r, ST_EFORMAT, "a full row file with %" PRIu64 " deleted keys", i->n_deleted);
-	r->rsize = row_bytes(i);
-	/* expected size, with every product checked against overflow */
-	uint64_t body = ST_ROWS_HEADER_SIZE + ST_ROWS_FOOTER_SIZE;
-	if (i->n_rows > (UINT64_MAX - body) / r->rsize)
-		return rfail(r, ST_ECORRUPT, "row count %" PRIu64 " cannot fit in a file", i->n_rows);
-	body += i->n_rows * r->rsize;
-	if (i->n_deleted > (UINT64_MAX - body) / 8)
-		return rfail(r, ST_ECORRUPT, "deleted count %" PRIu64 " cannot fit in a file", i->n_deleted);
-	body += i->n_deleted * 8;
-	if (size < body)
-		return rfail(r, ST_ECORRUPT, "truncated: the header promises %" PRIu64 " rows and %" PRIu64
-			     " deleted keys (%" PRIu64 " bytes) but the file has %" PRIu64 " bytes",
-			     i->n_rows, i->n_deleted, body, size);
-	if (size > body)
-		return rfail(r, ST_ECORRUPT, "%" PRIu64 " bytes after the footer (the header promises %"
-			     PRIu64 " bytes)", size - body, body);
-	return ST_OK;
-}
-
-int st_rows_reader_open(const char *path, st_rows_reader_t **out, char *err, size_t errlen)
-{
-	*out = NULL;
-	st_rows_reader_t *r = calloc(1, sizeof *r);
-	if (r)
-		r->fd = -1;
-	if (!r || !(r->path = strdup(path)) || !(r->xxh = XXH3_createState())) {
-		if (r)
-			free(r->path);
-		free(r);
-		st__dumpio_seterr(err, errlen, "%s: out of memory", path);
-		return ST_ENOMEM;
-	}
-	XXH3_64bits_reset(r->xxh);
-	int rc;
-	r->fd = -1;
-	r->fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (r->fd < 0) {
-		int e = errno;
-		rc = rfail(r, st__dumpio_errno(e), "cannot open: %s", strerror(e));
-		goto fail;
-	}
-	struct stat st;
-	if (fstat(r->fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		rc = rfail(r, ST_EIO, "not a regular file");
-		goto fail;
-	}
-	uint64_t size = (uint64_t)st.st_size;
-	uint8_t h[ST_ROWS_HEADER_SIZE];
-	if (size < ST_ROWS_HEADER_SIZE) {
-		/* A prefix of a row file is a truncated row file; anything else is
-		 * some other file. */
-		size_t k = size < 8 ? (size_t)size : 8;
-		if (pread_full(r->fd, h, k, 0) == 0 && !memcmp(h, magic, k))
-			rc = rfail(r, ST_ECORRUPT, "truncated: %" PRIu64 " bytes, shorter than the "
-				   "%d-byte header", size, ST_ROWS_HEADER_SIZE);
-		else
-			rc = rfail(r, ST_EFORMAT, "not a strata row file (no \"STRATARW\" magic)");
-		goto fail;
-	}
-	int k = pread_full(r->fd, h, sizeof h, 0);
-	if (k) {
-		rc = k < 0 ? rfail(r, ST_EIO, "read failed: %s", strerror(-k))
-			   : rfail(r, ST_ECORRUPT, "truncated while reading the header");
-		goto fail;
-	}
-	if ((rc = check_header(r, h, size)) < 0)
-		goto fail;
-	uint8_t ft[ST_ROWS_FOOTER_SIZE];
-	k = pread_full(r->fd, ft, sizeof ft, size - ST_ROWS_FOOTER_SIZE);
-	if (k) {
-		rc = k < 0 ? rfail(r, ST_EIO, "read failed: %s", strerror(-k))
-			   : rfail(r, ST_ECORRUPT, "truncated while reading the footer");
-		goto fail;
-	}
-	if (memcmp(ft, footer_magic, 8) || get64(ft + 8) != r->info.n_rows ||
-	    get64(ft + 16) != r->info.n_deleted) {
-		rc = rfail(r, ST_ECORRUPT, "bad footer: magic or counts (%" PRIu64 " rows, %" PRIu64
-			   " deleted) differ from the header's (%" PRIu64 ", %" PRIu64 ")",
-			   get64(ft + 8), get64(ft + 16), r->info.n_rows, r->info.n_deleted);
-		goto fail;
-	}
-	r->footer_sum = get64(ft + 24);
-	XXH3_64bits_update(r->xxh, h, sizeof h);
-	/* Large reads: the file is read once, front to back (and hashed in the
-	 * same large pieces). A batch is what fits (at least one row), so the
-	 * buffer stays READ_BYTES however wide a row is (a header may ask for
-	 * rows of ST_ROWS_MAX_FLOATS floats: 4 MiB each). */
-	r->cap = r->rsize > READ_BYTES ? r->rsize : READ_BYTES;
-	r->buf = malloc(r->cap);
-	posix_fadvise(r->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-	r->deleted = malloc(r->info.n_deleted ? r->info.n_deleted * 8 : 8);
-	if (!r->buf || !r->deleted) {
-		rc = rfail(r, ST_ENOMEM, "out of memory");
-		goto fail;
-	}
-	if (lseek(r->fd, ST_ROWS_HEADER_SIZE, SEEK_SET) < 0) {
-		rc = rfail(r, ST_EIO, "seek failed: %s", strerror(errno));
-		goto fail;
-	}
-	*out = r;
-	return ST_OK;
-fail:
-	st__dumpio_seterr(err, errlen, "%s", r->msg);
-	st_rows_reader_close(r);
-	return rc;
-}
-
-const st_rows_info_t *st_rows_reader_info(const st_rows_reader_t *r)
-{
-	return &r->info;
-}
-
-const char *st_rows_reader_error(const st_rows_reader_t *r)
-{
-	return r->msg;
-}
-
-/* Hashes the bytes consumed since the last call: the body is hashed in the
- * large pieces it was read in, not a record at a time. */
-static void hash_consumed(st_rows_reader_t *r)
-{
-	if (r->pos > r->hpos)
-		XXH3_64bits_update(r->xxh, r->buf + r->hpos, r->pos - r->hpos);
-	r->hpos = r->pos;
-}
-
-/* Makes n bytes available at buf + pos (n <= cap). The buffer only compacts
- * to offsets that keep records 4-aligned: every record starts at a multiple
- * of 4 in the file, and the buffer's start maps to such an offset. */
-static int need(st_rows_reader_t *r, size_t n)
-{
-	if (r->len - r->pos >= n)
-		return ST_OK;
-	hash_consumed(r);
-	memmove(r->buf, r->buf + r->pos, r->len - r->pos);
-	r->len -= r->pos;
-	r->pos = 0;
-	r->hpos = 0;
-	while (r->len < n) {
-		ssize_t k = read(r->fd, r->buf + r->len, r->cap - r->len);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k < 0)
-			return rfail(r, ST_EIO, "read failed: %s", strerror(errno));
-		if (k == 0)
-			return rfail(r, ST_ECORRUPT, "truncated while reading (the file shrank)");
-		r->len += (size_t)k;
-	}
-	return ST_OK;
-}
-
-/* After the last row: the deleted keys and the footer's checksum. */
-static int finish_read(st_rows_reader_t *r)
-{
-	for (uint64_t i = 0; i < r->info.n_deleted; i++) {
-		int rc = need(r, 8);
-		if (rc < 0)
-			return rc;
-		uint64_t k = get64(r->buf + r->pos);
-		r->pos += 8;
-		if (i && k <= r->deleted[i - 1])
-			return rfail(r, ST_ECORRUPT, "deleted key %" PRIu64 " (0x%016" PRIx64 ") is not above "
-				     "the previous one", i, k);
-		r->deleted[i] = k;
-	}
-	hash_consumed(r);
-	uint64_t h = XXH3_64bits_digest(r->xxh);
-	if (h != r->footer_sum)
-		return rfail(r, ST_ECORRUPT, "checksum mismatch: the content hashes to %016" PRIx64
-			     " but the footer says %016" PRIx64, h, r->footer_sum);
-	r->done = 1;
-	return 0;
-}
-
-int st_rows_reader_next_batch(st_rows_reader_t *r, st_rows_row_t *rows, size_t max)
-{
-	if (r->err)
-		return r->err;
-	if (r->done)
-		return 0;
-	uint64_t left = r->info.n_rows - r->next_row;
-	if (left == 0)
-		return finish_read(r);
-	if (max > ST_ROWS_BATCH_MAX)
-		max = ST_ROWS_BATCH_MAX;
-	if (max > r->cap / r->rsize)
-		max = r->cap / r->rsize;
-	if (max == 0)
-		max = 1;
-	size_t k = left < max ? (size_t)left : max;
-	int rc = need(r, k * r->rsize);
-	if (rc < 0)
-		return rc;
-	const uint8_t *p = r->buf + r->pos;
-	for (size_t i = 0; i < k; i++, p += r->rsize) {
-		uint64_t key = get64(p);
-		if (r->next_row && key <= r->last_key)
-			return rfail(r, ST_ECORRUPT, "row %" PRIu64 ": key 0x%016" PRIx64 " is not above the "
-				     "previous key 0x%016" PRIx64, r->next_row, key, r->last_key);
-		r->last_key = key;
-		r->next_row++;
-		rows[i].key = key;
-		rows[i].last_step = get32(p + 8);
-		rows[i].freq = get32(p + 12);
-		rows[i].vals = (const float *)(const void *)(p + 16);
-	}
-	r->pos += k * r->rsize;
-	return (int)k;
-}
-
-int st_rows_reader_next(st_rows_reader_t *r, st_rows_row_t *row)
-{
-	int rc = st_rows_reader_next_batch(r, row, 1);
-	return rc > 0 ? 1 : rc;
-}
-
-const uint64_t *st_rows_reader_deleted(const st_rows_reader_t *r, size_t *n)
-{
-	*n = r->done ? (size_t)r->info.n_deleted : 0;
-	return r->deleted;
-}
-
-void st_rows_reader_close(st_rows_reader_t *r)
-{
-	if (!r)
-		return;
-	if (r->fd >= 0)
-		close(r->fd);
-	XXH3_freeState(r->xxh);
-	free(r->buf);
-	free(r->deleted);
-	free(r->path);
-	free(r);
-}
-
-/* ---------------------------------------------------------------- whole file */
-
-void st_rows_file_free(st_rows_file_t *f)
-{
-	if (!f)
-		return;
-	free(f->keys);
-	free(f->last_step);
-	free(f->freq);
-	free(f->vals);
-	free(f->deleted);
-	free(f);
-}
-
-int st_rows_read(const char *path, st_rows_file_t **out, char *err, size_t errlen)
-{
-	*out = NULL;
-	st_rows_reader_t *r;
-	int rc = st_rows_reader_open(path, &r, err, errlen);
-	if (rc < 0)
-		return rc;
-	const st_rows_info_t *i = st_rows_reader_info(r);
-	size_t nf = (size_t)i->dim + i->state_dim;
-	size_t n = (size_t)i->n_rows;   /* fits: the file holds n_rows * rsize bytes */
-	st_rows_file_t *f = calloc(1, sizeof *f);
-	if (f) {
-		f->info = *i;
-		f->keys = malloc((n ? n : 1) * 8);
-		f->last_step = malloc((n ? n : 1) * 4);
-		f->freq = malloc((n ? n : 1) * 4);
-		f->vals = malloc((n ? n : 1) * nf * 4);
-		f->deleted = malloc(i->n_deleted ? (size_t)i->n_deleted * 8 : 8);
-	}
-	if (!f || !f->keys || !f->last_step || !f->freq || !f->vals || !f->deleted) {
-		st_rows_file_free(f);
-		st_rows_reader_close(r);
-		st__dumpio_seterr(err, errlen, "%s: out of memory for %zu rows", path, n);
-		return ST_ENOMEM;
-	}
-	st_rows_row_t rows[256];
-	size_t k = 0;
-	while ((rc = st_rows_reader_next_batch(r, rows, 256)) > 0) {
-		for (int j = 0; j < rc; j++, k++) {
-			f->keys[k] = rows[j].key;
-			f->last_step[k] = rows[j].last_step;
-			f->freq[k] = rows[j].freq;
-			memcpy(f->vals + k * nf, rows[j].vals, nf * 4);
-		}
-	}
-	if (rc == 0) {
-		size_t nd;
-		const uint64_t *d = st_rows_reader_deleted(r, &nd);
-		memcpy(f->deleted, d, nd * 8);
-		/* A key both upserted and deleted would make apply order matter. */
-		for (size_t a = 0, b = 0; a < nd && rc == 0; a++) {
-			while (b < n && f->keys[b] < d[a])
-				b++;
-			if (b < n && f->keys[b] == d[a]) {
-				st__dumpio_seterr(err, errlen, "%s: key 0x%016" PRIx64 " is both a row and "
-						  "deleted", path, d[a]);
-				rc = ST_ECORRUPT;
-			}
-		}
-	} else {
-		st__dumpio_seterr(err, errlen, "%s", st_rows_reader_error(r));
-	}
-	st_rows_reader_close(r);
-	if (rc < 0) {
-		st_rows_file_free(f);
-		return rc;
-	}
-	*out = f;
-	return ST_OK;
 }

@@ -132,13 +132,14 @@ static void init_linear(float *p, const layer_t *l, uint64_t *rng)
 	memset(p + l->b, 0, sizeof(float) * (size_t)l->out);
 }
 
+/* The preset's index, or ST_EINVAL for a name that is none. */
 static int parse_type(const char *s)
 {
 	static const char *names[] = { "lr", "dnn", "wdl", "deepfm", "dlrm" };
 	for (int i = 0; i < 5; i++)
 		if (s && !strcmp(s, names[i]))
 			return i;
-	return -1;
+	return ST_EINVAL;
 }
 
 int st_model_create(st_model_t **out, const st_model_cfg_t *cfg, int n_dense,
@@ -331,7 +332,7 @@ int st_model_find_tensor(const st_model_t *m, const char *name)
 	for (int i = 0; i < m->ntensors; i++)
 		if (!strcmp(m->tensors[i].name, name))
 			return i;
-	return -1;
+	return ST_ENOENT;
 }
 
 /* ---- workspace ----------------------------------------------------------- */

@@ -56,7 +56,7 @@ size_t st_model_nparams(const st_model_t *m);
 float *st_model_params(st_model_t *m);
 int st_model_ntensors(const st_model_t *m);
 const st_tensor_info_t *st_model_tensor(const st_model_t *m, int i);
-/* Index of the tensor with this name, or -1. */
+/* Index of the tensor with this name, or ST_ENOENT. */
 int st_model_find_tensor(const st_model_t *m, const char *name);
 
 int st_model_row_dim(const st_model_t *m, int slot);

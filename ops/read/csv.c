@@ -85,7 +85,7 @@ static int bad_number(st_reader_t *r, int c, const char *fp, size_t fl,
 	char q[200];
 	st__read_quote(q, sizeof q, fp, fl);
 	return st__reader_bad(r, c, col_name(r, c), "'%s' %s", q,
-			      prc == -2 ? "is out of range" : what);
+			      prc == ST_ERANGE ? "is out of range" : what);
 }
 
 /* Counts the columns of a line whose first `seen` were already split. */

@@ -83,7 +83,7 @@ int st__libsvm_parse(st_reader_t *r, st_batch_t *b, const char *line, size_t len
 		float val;
 		int prc = st__read_float(vp, (size_t)(te - vp), &val);
 		if (prc < 0)
-			return bad_token(r, f, p, te, prc == -2 ? "has a value out of range" : "has a value that is not a number");
+			return bad_token(r, f, p, te, prc == ST_ERANGE ? "has a value out of range" : "has a value that is not a number");
 		if (k == b->key_cap) {
 			int rc = st_batch_reserve_keys(b, k - k0 + 1);
 			if (rc < 0)

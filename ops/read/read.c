@@ -44,12 +44,12 @@ int st__read_int(const char *p, size_t n, int64_t *out)
 	}
 	/* 18 digits always fit in int64 without overflow checks. */
 	if (p == e || e - p > 18)
-		return -1;
+		return ST_EINVAL;
 	int64_t v = 0;
 	for (; p < e; p++) {
 		unsigned d = (unsigned char)*p - '0';
 		if (d > 9)
-			return -1;
+			return ST_EINVAL;
 		v = v * 10 + d;
 	}
 	*out = neg ? -v : v;
@@ -64,7 +64,8 @@ static const double pow10_tab[] = {
 /* Decimal floats "[-+]digits[.digits][e[-+]digits]" and ".5"-style forms.
  * Results are stored as float, so a mantissa kept to 19 digits and a power
  * of ten applied in double are more than precise enough; no locale, no
- * strtod, no NUL terminator needed. Returns 0, -1 (syntax) or -2 (range). */
+ * strtod, no NUL terminator needed. Returns ST_OK, ST_EINVAL (syntax) or
+ * ST_ERANGE (out of a float's range). */
 int st__read_float(const char *p, size_t n, float *out)
 {
 	const char *e = p + n;
@@ -91,7 +92,7 @@ int st__read_float(const char *p, size_t n, float *out)
 		}
 	}
 	if (nd == 0)
-		return -1;
+		return ST_EINVAL;
 	if (p < e && (*p == 'e' || *p == 'E')) {
 		p++;
 		int eneg = 0;
@@ -100,7 +101,7 @@ int st__read_float(const char *p, size_t n, float *out)
 			p++;
 		}
 		if (p == e)
-			return -1;
+			return ST_EINVAL;
 		long ev = 0;
 		for (; p < e && (unsigned)(*p - '0') <= 9; p++)
 			if (ev < 100000)
@@ -108,12 +109,12 @@ int st__read_float(const char *p, size_t n, float *out)
 		exp10 += eneg ? -ev : ev;
 	}
 	if (p != e)
-		return -1;
+		return ST_EINVAL;
 	double v = (double)m;
 	if (m == 0 || exp10 < -400) {
 		v = 0;
 	} else if (exp10 > 400) {
-		return -2;
+		return ST_ERANGE;
 	} else {
 		while (exp10 > 22) {
 			v *= 1e22;
@@ -126,7 +127,7 @@ int st__read_float(const char *p, size_t n, float *out)
 		v = exp10 >= 0 ? v * pow10_tab[exp10] : v / pow10_tab[-exp10];
 	}
 	if (v > FLT_MAX)
-		return -2;
+		return ST_ERANGE;
 	*out = (float)(neg ? -v : v);
 	return 0;
 }

@@ -69,7 +69,8 @@ int st__reader_bad(st_reader_t *r, int field, const char *name,
 void st__read_quote(char *dst, size_t dstlen, const char *s, size_t n);
 
 /* Number parsing shared by the parsers. Both reject empty input, signs
- * without digits, and trailing junk; they never read past p + n. */
+ * without digits, and trailing junk (ST_EINVAL); they never read past
+ * p + n. st__read_float returns ST_ERANGE for a value past a float's. */
 int st__read_int(const char *p, size_t n, int64_t *out);
 int st__read_float(const char *p, size_t n, float *out);
 

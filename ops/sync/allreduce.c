@@ -7,12 +7,14 @@
  * Per step (every worker calls apply, also with an empty minibatch):
  *   1. worker w publishes its gradients; barrier A.
  *   2. reduce + apply, split among workers:
- *      dense — tensors are assigned to workers once (greedy by size); the
- *        owner of tensor i sums its slice over workers 0..N-1 in that order
- *        into worker 0's buffer and runs one optimizer step on it;
- *      sparse — unique key u belongs to worker u mod N; the owner sums the
- *        row's gradient over the workers that touched it, in worker order,
- *        into the first toucher's buffer, and runs one optimizer step.
+ *      dense — tensors are assigned to workers once (greedy by size,
+ *        st_algo_owner_tensors); the owner of tensor i sums its slice over
+ *        workers 0..N-1 in that order into worker 0's buffer and runs one
+ *        optimizer step on it;
+ *      sparse — unique key u belongs to worker u mod N (st_algo_owner_row);
+ *        the owner sums the row's gradient over the workers that touched
+ *        it, in worker order, into the first toucher's buffer, and runs
+ *        one optimizer step.
  *   3. barrier B publishes the new parameters; worker 0 advances t.
  * Every sum runs in worker order whatever the split, so a run depends only
  * on the seed, the data order and N — never on thread timing.
@@ -25,6 +27,7 @@
  * workers run). No locks.
  */
 #include "ops/sync/sync.h"
+#include "ops/algo/owner.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -62,39 +65,12 @@ static int ar_create(void **self, const st_sync_env_t *env)
 	s->env = *env;
 	s->N = env->n_workers;
 	pthread_barrier_init(&s->bar, NULL, (unsigned)s->N);
-	int nt = st_model_ntensors(env->model);
-	s->owner = calloc((size_t)nt + 1, sizeof(int));
+	s->owner = st_algo_owner_tensors(env->model, s->N);
 	s->g = calloc((size_t)s->N, sizeof *s->g);
-	/* Greedy: each tensor, largest first, to the least-loaded worker. The
-	 * split only balances work; results do not depend on it. */
-	size_t *load = calloc((size_t)s->N, sizeof(size_t));
-	int *order = calloc((size_t)nt + 1, sizeof(int));
-	if (st_sync_dense_init(&s->dense, env) < 0 || !s->owner || !s->g || !load || !order) {
-		free(load);
-		free(order);
+	if (st_sync_dense_init(&s->dense, env) < 0 || !s->owner || !s->g) {
 		ar_destroy(s);
 		return ST_ENOMEM;
 	}
-	for (int i = 0; i < nt; i++)
-		order[i] = i;
-	for (int i = 1; i < nt; i++)
-		for (int j = i; j > 0 && st_sync_tensor_floats(env->model, order[j]) >
-					 st_sync_tensor_floats(env->model, order[j - 1]); j--) {
-			int x = order[j];
-			order[j] = order[j - 1];
-			order[j - 1] = x;
-		}
-	for (int k = 0; k < nt; k++) {
-		size_t sz = st_sync_tensor_floats(env->model, order[k]);
-		int best = 0;
-		for (int w = 1; w < s->N; w++)
-			if (load[w] < load[best])
-				best = w;
-		s->owner[order[k]] = best;
-		load[best] += sz + 64;   /* + a fixed cost per tensor */
-	}
-	free(order);
-	free(load);
 	*self = s;
 	return ST_OK;
 }

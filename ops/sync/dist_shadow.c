@@ -5,7 +5,7 @@
  * dense replica w^(i) Hogwild and never wait; a background thread per rank
  * ("st-shadow-net", the paper's shadow thread, Algorithm 1 lines 10-12)
  * syncs the replicas across the ranks. Rows go to their owners and are
- * applied on arrival, as under async. dist_policies.c has the overview of
+ * applied on arrival, as under async. dist_sync.h has the overview of
  * the multi-process policies; shadow.c is the one-process twin.
  *
  *   ma    (Algorithm 3): each round allreduces the replicas
@@ -28,7 +28,9 @@
  *         between requests it syncs rank 0's own replica the same way,
  *         without a message.
  * with a = alpha (default 0.5) and eta (default 1), and easgd the default
- * algo, as in shadow.c.
+ * algo, as in shadow.c. The updates are the core ops/algo/blend.h, which
+ * the threads transport (shadow.c) runs too; this file is the ranks
+ * transport: the allreduces, rank 0's sync PS, the pacing and the end.
  *
  * Pacing: a shadow thread runs at most one round per replica update while
  * its rank trains (a round with nothing new would only cost network).
@@ -101,6 +103,7 @@
 #include <time.h>
 #include <xxhash.h>
 
+#include "ops/algo/blend.h"
 #include "ops/dist/dist.h"
 #include "runtime/err.h"
 #include "runtime/net/net.h"
@@ -239,18 +242,19 @@ static void note_round(dsh_t *s, uint64_t gap, uint64_t floats)
 static void blend(dsh_t *s, const float *c, float scale, int last)
 {
 	float *p = s->env.params;
-	const float a = s->alpha, b = 1.0f - s->alpha;
+	if (!last) {
+		st_algo_blend_toward(p, c, scale, s->env.nparams, s->alpha);
+		return;
+	}
 	double d2 = 0, c2 = 0;
 	for (size_t j = 0; j < s->env.nparams; j++) {
 		float x = c[j] * scale, w;
 		st_sync_load_relaxed(&w, &p[j], 1);
 		d2 += (double)(w - x) * (w - x);
 		c2 += (double)x * x;
-		w = last ? x : b * w + a * x;
-		st_sync_store_relaxed(&p[j], &w, 1);
+		st_sync_store_relaxed(&p[j], &x, 1);
 	}
-	if (last)
-		s->spread = c2 > 0 ? sqrt(d2 / c2) : sqrt(d2);
+	s->spread = c2 > 0 ? sqrt(d2 / c2) : sqrt(d2);
 }
 
 /* ---- ma and bmuf: rounds are allreduces (Algorithms 3 and 4) ------------- */
@@ -274,8 +278,7 @@ static void *collective_main(dsh_t *s)
 		const int last = s->buf[np] == 0.0f;   /* nobody trains any more */
 		if (s->algo == BMUF && !last) {
 			/* Algorithm 4 lines 7-9: the same bits on every rank. */
-			for (size_t j = 0; j < np; j++)
-				s->glob[j] += s->eta * (s->buf[j] * inv - s->glob[j]);
+			st_algo_blend_bmuf_step(s->glob, s->buf, inv, np, s->eta);
 			blend(s, s->glob, 1.0f, 0);          /* line 10 */
 		} else {
 			blend(s, s->buf, inv, last);         /* Algorithm 3 line 7 */
@@ -307,9 +310,7 @@ static int final_mean(dsh_t *s)
 /* Algorithm 2 line 4 on the PS: w^PS <- (1 - a) w^PS + a x. */
 static void ps_apply(dsh_t *s, const float *x)
 {
-	const float a = s->alpha, b = 1.0f - s->alpha;
-	for (size_t j = 0; j < s->env.nparams; j++)
-		s->ps[j] = b * s->ps[j] + a * x[j];
+	st_algo_blend_ps(s->ps, x, s->env.nparams, s->alpha);
 }
 
 /* Rank 0: one request from rank `from` (takes msg). Applies it to w^PS and

@@ -10,7 +10,8 @@
  * and apply their gradients as they come, Hogwild-style, exactly like
  * async.c (relaxed-atomic reads of the shared parameters into a per-worker
  * snapshot, relaxed-atomic read-modify-write of one tensor / one row at a
- * time). The only difference from async is the clock rule:
+ * time). The only difference from async is the clock rule, the core
+ * ops/algo/hopclock.h that the ranks transport (ops/dist/hop.c) runs too:
  *
  *   clock[w] = gradients worker w has applied in this batch.
  *   begin_step(w) returns only when clock[w] - min(clock[v] : v active) <= b,
@@ -19,11 +20,12 @@
  *   step k + 1 before everyone finished step k); a worker is thus never more
  *   than b steps ahead of the slowest one while that one works on a step.
  *
- * End of batch: a worker that found no more minibatches calls end_batch,
- * which marks it inactive; inactive workers no longer count as the slowest,
- * so the others can always finish the batch. begin_batch (no worker
- * running) makes everyone active with clock 0 again: the trainer's
- * end-of-batch barrier already brings the workers together.
+ * Membership: begin_batch (no worker running) makes every worker active
+ * with clock 0: the trainer's end-of-batch barrier brings the workers
+ * together, so each batch is a common start (across processes there is
+ * none, and a worker joins at its first step instead). A worker that found
+ * no more minibatches calls end_batch, which makes it idle; idle workers no
+ * longer count as the slowest, so the others can always finish the batch.
  * Progress: the slowest active worker never waits (its own gap is 0), so
  * some worker always advances; a waiting worker is woken by each apply and
  * end_batch.
@@ -36,7 +38,7 @@
  * so the policies compare on gradient traffic).
  *
  * Threads: hooks on the N worker threads. One mutex `mu` guards the clocks
- * and `active`; it is never held while touching parameters. Parameters and
+ * (their states too); it is never held while touching parameters. Parameters and
  * optimizer state are relaxed atomics (no C11 data race; concurrent updates
  * of one tensor may overwrite each other, as Hogwild accepts). Statistics
  * are relaxed atomics. One lock only: no lock order.
@@ -47,19 +49,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/algo/hopclock.h"
 #include "runtime/err.h"
 
 typedef struct {
 	st_sync_env_t env;
 	int N;
-	uint64_t b;           /* the staleness bound */
 	st_sync_dense_t dense; /* shared, relaxed atomics (t: step numbers handed out) */
 	uint64_t version;     /* updates applied (atomic) */
 	st_sync_hogwild_t *w; /* [N] */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	uint64_t *clock;      /* [N] under mu */
-	int *active;          /* [N] under mu */
+	st_algo_hopclock_t clk; /* [N] workers, bound b; under mu */
 	int waiting;          /* workers blocked in begin_step, under mu */
 	st_sync_stats_t st;   /* relaxed atomics */
 } hopbs_t;
@@ -74,8 +75,7 @@ static void hb_destroy(void *self)
 	pthread_mutex_destroy(&s->mu);
 	pthread_cond_destroy(&s->cv);
 	free(s->w);
-	free(s->clock);
-	free(s->active);
+	st_algo_hopclock_fini(&s->clk);
 	st_sync_dense_fini(&s->dense);
 	free(s);
 }
@@ -93,17 +93,15 @@ static int hb_create(void **self, const st_sync_env_t *env)
 		return ST_ENOMEM;
 	s->env = *env;
 	s->N = env->n_workers;
-	s->b = (uint64_t)b;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
 	s->w = calloc((size_t)s->N, sizeof *s->w);
-	s->clock = calloc((size_t)s->N, sizeof *s->clock);
-	s->active = calloc((size_t)s->N, sizeof *s->active);
-	int ok = st_sync_dense_init(&s->dense, env) == ST_OK && s->w && s->clock && s->active;
-	for (int i = 0; ok && i < s->N; i++) {
+	int ok = st_sync_dense_init(&s->dense, env) == ST_OK && s->w &&
+		 st_algo_hopclock_init(&s->clk, (size_t)s->N, (uint64_t)b) == ST_OK;
+	if (ok)
+		st_algo_hopclock_reset(&s->clk, 1);
+	for (int i = 0; ok && i < s->N; i++)
 		ok = st_sync_hogwild_init(&s->w[i], env) == ST_OK;
-		s->active[i] = 1;
-	}
 	if (!ok) {
 		hb_destroy(s);
 		return ST_ENOMEM;
@@ -129,23 +127,9 @@ static int hb_begin_batch(void *self, uint32_t n_uniq)
 	hopbs_t *s = self;
 	(void)n_uniq;
 	pthread_mutex_lock(&s->mu);
-	for (int i = 0; i < s->N; i++) {
-		s->clock[i] = 0;
-		s->active[i] = 1;
-	}
+	st_algo_hopclock_reset(&s->clk, 1);   /* a common start (file comment) */
 	pthread_mutex_unlock(&s->mu);
 	return ST_OK;
-}
-
-/* Slowest active clock; under mu. With no active worker (cannot happen for
- * a caller that is itself active) the caller's own clock. */
-static uint64_t min_clock(const hopbs_t *s, uint64_t self_clock)
-{
-	uint64_t m = self_clock;
-	for (int v = 0; v < s->N; v++)
-		if (s->active[v] && s->clock[v] < m)
-			m = s->clock[v];
-	return m;
 }
 
 static const float *hb_begin_step(void *self, int w, uint64_t step)
@@ -153,7 +137,8 @@ static const float *hb_begin_step(void *self, int w, uint64_t step)
 	hopbs_t *s = self;
 	(void)step;
 	pthread_mutex_lock(&s->mu);
-	while (s->clock[w] - min_clock(s, s->clock[w]) > s->b) {
+	st_algo_hopclock_join(&s->clk, (size_t)w);   /* active already within a batch */
+	while (!st_algo_hopclock_ready(&s->clk, (size_t)w)) {
 		s->waiting++;
 		pthread_cond_wait(&s->cv, &s->mu);
 		s->waiting--;
@@ -168,7 +153,7 @@ static int hb_apply(void *self, int w, st_sync_grads_t *g)
 	if (g->n_examples)   /* Hogwild, as async.c */
 		st_sync_apply_hogwild(&s->env, &s->dense, &s->version, &s->w[w], g, &s->st);
 	pthread_mutex_lock(&s->mu);
-	s->clock[w]++;
+	st_algo_hopclock_tick(&s->clk, (size_t)w);
 	pthread_cond_broadcast(&s->cv);
 	pthread_mutex_unlock(&s->mu);
 	return ST_OK;
@@ -178,7 +163,7 @@ static void hb_end_batch(void *self, int w)
 {
 	hopbs_t *s = self;
 	pthread_mutex_lock(&s->mu);
-	s->active[w] = 0;
+	st_algo_hopclock_idle(&s->clk, (size_t)w);
 	pthread_cond_broadcast(&s->cv);
 	pthread_mutex_unlock(&s->mu);
 }

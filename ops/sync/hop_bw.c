@@ -11,7 +11,10 @@
  * collects gradients; the first N - b workers whose gradients arrive for it
  * (the quorum) are reduced and applied as one optimizer step, which closes
  * the step; a gradient that arrives for a step already closed (the b late
- * workers) is dropped and counted in `dropped`. Late workers do not wait:
+ * workers) is dropped and counted in `dropped`. The quorum rule is the core
+ * ops/algo/hopclock.h (Hop-BW), which the ranks transport (ops/dist/hop.c)
+ * runs too with ranks as the units; here the units are the N workers of a
+ * lockstep step, all of them active. Late workers do not wait:
  * apply returns at once, and their next begin_step copies the parameters
  * of the closed steps — they start the next step from the new parameters.
  * A worker can be late for several steps in a row (a persistent straggler
@@ -25,9 +28,13 @@
  * minibatch in this step, so the update is the mean of the kept workers'
  * gradients at the scale of a full step (for mean-loss models: the mean
  * loss over the kept examples, exactly when the minibatches are equal, as
- * in Chen et al.). An empty minibatch (the end of a batch) never counts
- * toward the quorum; a step also closes when all N workers have arrived, so
- * a step where fewer than N - b workers have data still closes.
+ * in Chen et al.; across processes each rank's gradient is already its own
+ * examples' mean, so the ranks take 1 / K). An empty minibatch (the end of a
+ * batch) never counts toward the quorum; a step also closes when all N
+ * workers have arrived, so a step where fewer than N - b workers have data
+ * still closes. (Whether a worker has data is known only when it arrives,
+ * so all N count as active; docs/design-notes.md, "One core per
+ * algorithm".)
  *
  * Staleness of a kept gradient = steps closed between its read and its
  * step (always 0 here: a kept worker read the parameters of its own step).
@@ -52,18 +59,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/algo/hopclock.h"
 #include "runtime/err.h"
 
 typedef struct {
 	st_sync_env_t env;
 	int N;
-	int quorum;            /* N - b */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	/* ---- under mu ---- */
 	st_sync_dense_t dense; /* t: optimizer steps applied (Adam's step number) */
-	uint64_t cur;          /* the step collecting gradients = steps closed */
-	int arrived, kept, empty;  /* of step cur */
+	st_algo_hopbw_t q;     /* q.k: the step collecting gradients = steps closed */
+	int empty;             /* workers of step q.k without a minibatch */
 	st_sync_gradbuf_t buf; /* the kept gradients of the open step */
 	uint64_t *wstep;       /* [N] step of worker w's next apply */
 	uint64_t *v0;          /* [N] cur at worker w's begin_step */
@@ -100,7 +107,7 @@ static int bw_create(void **self, const st_sync_env_t *env)
 		return ST_ENOMEM;
 	s->env = *env;
 	s->N = env->n_workers;
-	s->quorum = s->N - (int)b;
+	s->q.b = (uint32_t)b;
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
 	s->snap = st_sync_snaps_create(env);
@@ -129,24 +136,25 @@ static const float *bw_begin_step(void *self, int w, uint64_t step)
 	hopbw_t *s = self;
 	(void)step;
 	pthread_mutex_lock(&s->mu);
-	s->v0[w] = s->cur;
+	s->v0[w] = s->q.k;
 	memcpy(s->snap[w], s->env.params, sizeof(float) * s->env.nparams);
 	pthread_mutex_unlock(&s->mu);
 	return s->snap[w];
 }
 
-/* Closes step cur: applies the kept gradients (if any) and wakes the
+/* Closes step q.k: applies the kept gradients (if any) and wakes the
  * waiters. Under mu. */
 static void close_step(hopbw_t *s)
 {
 	const st_sync_env_t *env = &s->env;
-	if (s->kept) {
-		const float f = (float)(s->N - s->empty) / (float)s->kept;
+	const uint32_t K = st_algo_hopbw_close(&s->q);
+	if (K) {
+		/* The kept gradients' mean at a full step's scale (file comment). */
+		const float f = (float)(s->N - s->empty) / (float)K;
 		st_sync_gradbuf_apply(&s->buf, env, s->dense.state, f, ++*s->dense.t);
 		st_sync_stat_add(&s->st.steps, 1);
 	}
-	s->cur++;
-	s->arrived = s->kept = s->empty = 0;
+	s->empty = 0;
 	pthread_cond_broadcast(&s->cv);
 }
 
@@ -155,8 +163,10 @@ static int bw_apply(void *self, int w, st_sync_grads_t *g)
 	hopbw_t *s = self;
 	pthread_mutex_lock(&s->mu);
 	const uint64_t sw = s->wstep[w]++;
-	assert(sw <= s->cur);   /* a worker leaves apply(s) only once s closed */
-	if (sw < s->cur) {
+	const uint64_t cur = s->q.k;
+	const int in = st_algo_hopbw_arrive(&s->q, sw, g->n_examples > 0);
+	assert(in >= 0);   /* a worker leaves apply(s) only once s closed */
+	if (in == ST_ALGO_BW_LATE) {
 		/* Late: the step closed without us. */
 		pthread_mutex_unlock(&s->mu);
 		if (g->n_examples) {
@@ -165,19 +175,17 @@ static int bw_apply(void *self, int w, st_sync_grads_t *g)
 		}
 		return ST_OK;
 	}
-	s->arrived++;
-	if (g->n_examples) {
+	if (in == ST_ALGO_BW_KEPT) {
 		st_sync_gradbuf_add(&s->buf, &s->env, g);
-		s->kept++;
 		st_sync_stat_add(&s->st.updates, 1);
 		st_sync_stat_add(&s->st.bytes, st_sync_grad_bytes(&s->env, g));
-		st_sync_stat_add(&s->st.staleness[st_sync_hist_bucket(s->cur - s->v0[w])], 1);
+		st_sync_stat_add(&s->st.staleness[st_sync_hist_bucket(cur - s->v0[w])], 1);
 	} else {
 		s->empty++;
 	}
-	if (s->kept >= s->quorum || s->arrived == s->N)
+	if (st_algo_hopbw_closes(&s->q, (uint32_t)s->N))
 		close_step(s);
-	while (s->cur == sw)
+	while (s->q.k == sw)
 		pthread_cond_wait(&s->cv, &s->mu);
 	pthread_mutex_unlock(&s->mu);
 	return ST_OK;

@@ -51,6 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/algo/owner.h"
 #include "runtime/err.h"
 
 typedef struct {
@@ -191,7 +192,7 @@ static int hy_create(void **self, const st_sync_env_t *env)
 	size_t rowf = (size_t)rd + st_optim_state_floats(env->sparse_opt, (size_t)rd) + 1;
 	s->qcap = (uint32_t)((uint64_t)s->N * (s->tau + 1));
 	s->q = calloc(s->qcap, sizeof *s->q);
-	s->owner = st_sync_tensor_owners(env);
+	s->owner = st_algo_owner_tensors(env->model, env->n_workers);
 	s->g = calloc((size_t)s->N, sizeof *s->g);
 	s->w = calloc((size_t)s->N, sizeof *s->w);
 	int ok = st_sync_dense_init(&s->dense, env) == ST_OK && s->q && s->owner && s->g &&

@@ -68,6 +68,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/algo/owner.h"
 #include "ops/dist/dist.h"
 #include "runtime/err.h"
 #include "runtime/net/net.h"
@@ -97,13 +98,10 @@ typedef struct {
 	uint64_t merges;           /* relaxed atomic */
 } kstep_t;
 
-/* A numeric parameter of the job's policy, or def (lang/job.c has the
- * same, but ops does not link the job language). */
+/* The slice of the flat parameter array worker w merges. */
 static void range(const kstep_t *s, int w, size_t *lo, size_t *hi)
 {
-	size_t n = s->env.nparams;
-	*lo = n * (size_t)w / (size_t)s->N;
-	*hi = n * (size_t)(w + 1) / (size_t)s->N;
+	st_algo_owner_range(s->env.nparams, w, s->N, lo, hi);
 }
 
 static void ks_destroy(void *self)

@@ -20,7 +20,11 @@
  *         w^global_i <- w^global_i + eta (w^copy - w^global_i) (plain block
  *         step, no momentum: line 8's momentum is optional);
  *         w^(i) <- (1-a) w^(i) + a w^global_i
- * with a = alpha (default 0.5) and eta ("eta", default 1).
+ * with a = alpha (default 0.5) and eta ("eta", default 1). The updates are
+ * the core ops/algo/blend.h, which the ranks transport
+ * (ops/sync/dist_shadow.c: one replica per rank) runs too; this file is
+ * the threads transport (one replica per worker, the mean read from the
+ * other replicas instead of allreduced).
  *
  * Never blocking a worker: workers never wait on the shadow thread. They
  * read their replica into a private snapshot with relaxed atomic loads
@@ -67,6 +71,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/algo/blend.h"
 #include "runtime/err.h"
 
 enum { EASGD = ST_SHADOW_EASGD, MA = ST_SHADOW_MA, BMUF = ST_SHADOW_BMUF };
@@ -89,6 +94,7 @@ typedef struct {
 	float alpha, eta;
 	uint64_t every;
 	sworker_t *w;
+	float **reps;         /* [N] w[i].rep, for the mean */
 	float *ps;            /* easgd w^PS */
 	float *avg;           /* ma/bmuf mean scratch */
 	pthread_mutex_t mu;   /* fixed-rate only */
@@ -136,45 +142,30 @@ static void note_sync(shadow_t *s, int i)
 				 (uint64_t)s->N);
 }
 
+/* Algorithm 2 for replica i: the PS takes the replica in (line 4), the
+ * replica moves toward the new w^PS (line 5). */
 static void easgd(shadow_t *s, int i)
 {
-	const float a = s->alpha, b = 1.0f - s->alpha;
-	float *r = s->w[i].rep, *ps = s->ps;
-	for (size_t j = 0; j < s->env.nparams; j++) {
-		float x = ld(&r[j]);
-		float p = b * ps[j] + a * x;
-		ps[j] = p;
-		sto(&r[j], b * x + a * p);
-	}
+	st_algo_blend_ps(s->ps, s->w[i].rep, s->env.nparams, s->alpha);
+	st_algo_blend_toward(s->w[i].rep, s->ps, 1.0f, s->env.nparams, s->alpha);
 	note_sync(s, i);
 }
 
 /* w^global (ma) / w^copy (bmuf): the mean of the replicas as they are. */
 static void mean(shadow_t *s)
 {
-	const float inv = 1.0f / (float)s->N;
-	for (size_t j = 0; j < s->env.nparams; j++) {
-		float sum = 0.0f;
-		for (int i = 0; i < s->N; i++)
-			sum += ld(&s->w[i].rep[j]);
-		s->avg[j] = sum * inv;
-	}
+	st_algo_blend_mean(s->avg, s->reps, s->N, s->env.nparams);
 }
 
-/* The blend of Algorithms 3-4 (line 7 / line 10) for replica i. */
+/* The blend of Algorithms 3-4 (line 7 / lines 7-10) for replica i. */
 static void blend(shadow_t *s, int i)
 {
-	const float a = s->alpha, b = 1.0f - s->alpha;
-	float *r = s->w[i].rep;
 	const float *c = s->avg;
 	if (s->algo == BMUF) {
-		float *g = s->w[i].glob;
-		for (size_t j = 0; j < s->env.nparams; j++)
-			g[j] += s->eta * (s->avg[j] - g[j]);
-		c = g;
+		st_algo_blend_bmuf_step(s->w[i].glob, s->avg, 1.0f, s->env.nparams, s->eta);
+		c = s->w[i].glob;
 	}
-	for (size_t j = 0; j < s->env.nparams; j++)
-		sto(&r[j], b * ld(&r[j]) + a * c[j]);
+	st_algo_blend_toward(s->w[i].rep, c, 1.0f, s->env.nparams, s->alpha);
 	note_sync(s, i);
 }
 
@@ -234,6 +225,7 @@ static void sh_destroy(void *self)
 	sem_destroy(&s->kick);
 	pthread_mutex_destroy(&s->mu);
 	free(s->w);
+	free(s->reps);
 	free(s->ps);
 	free(s->avg);
 	free(s);
@@ -280,9 +272,10 @@ static int sh_create(void **self, const st_sync_env_t *env)
 	int rd = st_model_max_row_dim(env->model);
 	size_t rowf = (size_t)rd + st_optim_state_floats(env->sparse_opt, (size_t)rd) + 1;
 	s->w = calloc((size_t)s->N, sizeof *s->w);
+	s->reps = calloc((size_t)s->N, sizeof *s->reps);
 	s->ps = c.algo == EASGD ? malloc(sizeof(float) * n) : NULL;
 	s->avg = c.algo != EASGD ? malloc(sizeof(float) * n) : NULL;
-	int ok = s->w && (s->ps || s->avg);
+	int ok = s->w && s->reps && (s->ps || s->avg);
 	for (int i = 0; ok && i < s->N; i++) {
 		sworker_t *a = &s->w[i];
 		a->rep = malloc(sizeof(float) * n);
@@ -295,6 +288,7 @@ static int sh_create(void **self, const st_sync_env_t *env)
 		     (c.algo != BMUF || a->glob);
 		if (!ok)
 			break;
+		s->reps[i] = a->rep;
 		/* Algorithm 1 line 5 (and 4 line 2): every copy starts at w_0. */
 		memcpy(a->rep, env->params, sizeof(float) * env->nparams);
 		if (a->glob)

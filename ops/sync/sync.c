@@ -11,6 +11,8 @@
  */
 #include "ops/sync/sync.h"
 #include "ops/sync/registry.h"
+#include "ops/algo/owner.h"
+#include "ops/algo/params.h"
 #include "runtime/err.h"
 
 #include <stdio.h>
@@ -33,72 +35,51 @@ const st_sync_ops_t *st_sync_find_dist(const char *name)
 	return p ? p->dist : NULL;
 }
 
-static void tensor_shape(const st_tensor_info_t *ti, size_t *rows, size_t *cols)
+/* The parameters an ops/algo core steps, as this env holds them. */
+static st_algo_params_t env_params(const st_sync_env_t *env)
 {
-	/* A 1-D tensor (a bias) is one row. */
-	*rows = ti->ndim == 2 ? (size_t)ti->shape[0] : 1;
-	*cols = ti->ndim == 2 ? (size_t)ti->shape[1] : (size_t)ti->shape[0];
+	return (st_algo_params_t){ .model = env->model, .params = env->params,
+				   .nparams = env->nparams, .dense_opt = env->dense_opt,
+				   .sparse_opt = env->sparse_opt };
 }
 
 size_t st_sync_dense_state_offset(const st_sync_env_t *env, int i)
 {
-	size_t off = 0;
-	for (int k = 0; k < i; k++) {
-		size_t r, c;
-		tensor_shape(st_model_tensor(env->model, k), &r, &c);
-		off += r * st_optim_state_floats(env->dense_opt, c);
-	}
-	return off;
+	const st_algo_params_t p = env_params(env);
+	return st_algo_dense_state_offset(&p, i);
 }
 
 size_t st_sync_dense_state_floats(const st_sync_env_t *env)
 {
-	return st_sync_dense_state_offset(env, st_model_ntensors(env->model));
+	const st_algo_params_t p = env_params(env);
+	return st_algo_dense_state_floats(&p);
 }
 
 void st_sync_dense_state_init(const st_sync_env_t *env, float *state)
 {
-	/* Every state float starts at the same value, so one call covers all
-	 * tensors whatever their layout. */
-	size_t n = st_sync_dense_state_floats(env);
-	float v = (env->dense_opt->kind == ST_OPT_ADAGRAD ||
-		   env->dense_opt->kind == ST_OPT_ADAGRAD_ROW) ? env->dense_opt->init_accum
-							       : 0.0f;
-	for (size_t i = 0; i < n; i++)
-		state[i] = v;
+	const st_algo_params_t p = env_params(env);
+	st_algo_dense_state_init(&p, state);
 }
 
 void st_sync_dense_update_tensor(const st_sync_env_t *env, float *w, float *state,
 				 const float *g, int i, uint64_t t)
 {
-	const st_tensor_info_t *ti = st_model_tensor(env->model, i);
-	size_t r, c;
-	tensor_shape(ti, &r, &c);
-	if (!r || !c)
-		return;
-	st_optim_update_rows(env->dense_opt, w + ti->offset,
-			     state + st_sync_dense_state_offset(env, i), g + ti->offset, r, c, t);
+	const st_algo_params_t p = env_params(env);
+	st_algo_dense_update_tensor(&p, w, state, g, i, t);
 }
 
 void st_sync_dense_update(const st_sync_env_t *env, float *w, float *state,
 			  const float *g, uint64_t t)
 {
-	size_t off = 0;
-	for (int i = 0; i < st_model_ntensors(env->model); i++) {
-		const st_tensor_info_t *ti = st_model_tensor(env->model, i);
-		size_t r, c;
-		tensor_shape(ti, &r, &c);
-		if (r && c)
-			st_optim_update_rows(env->dense_opt, w + ti->offset, state + off,
-					     g + ti->offset, r, c, t);
-		off += r * st_optim_state_floats(env->dense_opt, c);
-	}
+	const st_algo_params_t p = env_params(env);
+	st_algo_dense_update(&p, w, state, g, t);
 }
 
 void st_sync_row_update(const st_sync_env_t *env, float *row, const float *g, int dim,
 			uint64_t t)
 {
-	st_optim_update(env->sparse_opt, row, row + dim, g, (size_t)dim, t);
+	const st_algo_params_t p = env_params(env);
+	st_algo_row_update(&p, row, g, dim, t);
 }
 
 /*
@@ -152,8 +133,7 @@ void st_sync_row_update_relaxed(const st_sync_env_t *env, float *row, const floa
 
 size_t st_sync_tensor_floats(const st_model_t *m, int i)
 {
-	const st_tensor_info_t *ti = st_model_tensor(m, i);
-	return (size_t)ti->shape[0] * (size_t)(ti->ndim == 2 ? ti->shape[1] : 1);
+	return st_algo_tensor_floats(m, i);
 }
 
 int st_sync_dense_init(st_sync_dense_t *d, const st_sync_env_t *env)
@@ -299,28 +279,6 @@ void st_sync_reduce_dense(const st_sync_env_t *env, st_sync_grads_t *const *g,
 	}
 }
 
-int *st_sync_tensor_owners(const st_sync_env_t *env)
-{
-	const int nt = st_model_ntensors(env->model), N = env->n_workers;
-	int *owner = calloc((size_t)nt + 1, sizeof(int));
-	size_t *load = calloc((size_t)N, sizeof(size_t));
-	if (!owner || !load) {
-		free(owner);
-		free(load);
-		return NULL;
-	}
-	for (int i = 0; i < nt; i++) {
-		int best = 0;
-		for (int w = 1; w < N; w++)
-			if (load[w] < load[best])
-				best = w;
-		owner[i] = best;
-		load[best] += st_sync_tensor_floats(env->model, i) + 64;  /* + a cost per tensor */
-	}
-	free(load);
-	return owner;
-}
-
 /* Whether worker gradients g touched unique key u this step. */
 static inline int touched(const st_sync_grads_t *g, uint32_t u)
 {
@@ -337,7 +295,7 @@ int st_sync_sum_rows(const st_sync_env_t *env, st_sync_grads_t *const *g, int w,
 			continue;
 		for (uint32_t k = 0; k < gv->n_rows; k++) {
 			uint32_t u = gv->uidx[k];
-			if ((int)(u % (uint32_t)N) != w)
+			if (st_algo_owner_row(u, N) != w)
 				continue;
 			int first = 1;
 			for (int p = 0; p < v && first; p++)

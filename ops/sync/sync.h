@@ -181,7 +181,7 @@ typedef struct st_sync_ops {
  * meta policy such as auto, or a name the registry does not know). */
 const st_sync_ops_t *st_sync_find(const char *name);
 
-/* Multi-process lockstep policies (dist_policies.c): a step's row sums to
+/* Multi-process lockstep policies (dist_rows.c): a step's row sums to
  * the rows' owners, synchronously (ops/dist/dist.h). Between two barriers
  * every worker w calls st_sync_rowpush_sum (st_sync_sum_rows, remembering
  * the sums); after the next barrier worker 0 alone calls
@@ -197,7 +197,7 @@ int st_sync_rowpush_sum(st_sync_rowpush_t *r, const st_sync_env_t *env,
 int st_sync_rowpush_send(st_sync_rowpush_t *r, const st_sync_env_t *env, uint64_t step,
 			 uint64_t t, uint64_t *bytes);
 
-/* The multi-process twin of policy `name` (ops/sync/dist_policies.c), or
+/* The multi-process twin of policy `name` (ops/sync/dist_*.c), or
  * NULL when that policy does not run across processes yet. */
 const st_sync_ops_t *st_sync_find_dist(const char *name);
 
@@ -290,20 +290,18 @@ size_t st_sync_tensor_floats(const st_model_t *m, int i);
  * sum runs in worker order whatever the split, so a run depends only on the
  * seed, the data order and N, never on thread timing.
  *
- * Dense: for every tensor i with owner[i] == w, sums tensor i's slice of
- * the workers' dense gradients into g[0]->dense and applies one optimizer
- * step t to it (state: dense optimizer state; NULL: only the sum). */
+ * Dense: for every tensor i with owner[i] == w (st_algo_owner_tensors,
+ * ops/algo/owner.h), sums tensor i's slice of the workers' dense gradients
+ * into g[0]->dense and applies one optimizer step t to it (state: dense
+ * optimizer state; NULL: only the sum). */
 void st_sync_reduce_dense(const st_sync_env_t *env, st_sync_grads_t *const *g,
 			  const int *owner, int w, float *state, uint64_t t);
-/* Sparse: for every unique key u with u mod N == w, sums u's row gradient
- * over the workers that touched it into the first (lowest-index) toucher's
- * buffer and applies one optimizer step t to the row. */
+/* Sparse: for every unique key u that worker w owns (st_algo_owner_row),
+ * sums u's row gradient over the workers that touched it into the first
+ * (lowest-index) toucher's buffer and applies one optimizer step t to the
+ * row. */
 void st_sync_reduce_rows(const st_sync_env_t *env, st_sync_grads_t *const *g, int w,
 			 uint64_t t);
-/* Tensor owners for st_sync_reduce_dense: each tensor, in order, to the
- * least-loaded of env's workers (the split only shares work; every sum
- * runs in worker order). A malloc'd [ntensors] array, or NULL. */
-int *st_sync_tensor_owners(const st_sync_env_t *env);
 /* The sums alone: for every such key u, sums as above into gv, the first
  * toucher's gradients, then calls fn(arg, gv, u) (gv->grad + u * gstride
  * holds the sum). Stops at fn's first error and returns it; else ST_OK. */

@@ -39,8 +39,11 @@ int st_trainer_attach_dist(st_trainer_t *tr, st_net_t *net, const st_job_t *job)
 		return ST_EJOB;
 	st_dist_cfg_t c = {
 		.net = net, .owners = job->dist_owners, .compress = job->dist_compress,
-		.n_tables = tr->rows.n_tables, .env = &tr->pol.env, .dense_state = tr->pol.dstate,
-		.dense_t = &tr->pol.dt,
+		.n_tables = tr->rows.n_tables, .dense_state = tr->pol.dstate, .dense_t = &tr->pol.dt,
+		.n_workers = tr->pol.env.n_workers,
+		.params = { .model = tr->pol.env.model, .params = tr->pol.env.params,
+			    .nparams = tr->pol.env.nparams, .dense_opt = tr->pol.env.dense_opt,
+			    .sparse_opt = tr->pol.env.sparse_opt },
 	};
 	for (int k = 0; k < tr->rows.n_tables; k++) {
 		c.tables[k] = st__trainer_table(tr, k);

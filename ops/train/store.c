@@ -18,9 +18,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ops/dump/export.h"
 #include "ops/rowsrc/local.h"
 #include "ops/train/trainer_internal.h"
+#include "ops/train/view.h"
+#include "ops/view/export.h"
 #include "runtime/err.h"
 
 static void on_evict(void *arg, int k, uint64_t key);
@@ -317,8 +318,13 @@ int st_trainer_export(st_trainer_t *tr, const st_job_t *job, const char *root, u
 	pthread_mutex_unlock(&tr->track.mu);
 	if (rc >= 0) {
 		st_export_delta_t d = { .n_tables = tr->rows.n_tables, .tables = keys };
-		rc = st_export_write(tr, job, root, seq, (int64_t)tr->batches,
-				     as_delta ? &d : NULL, keep, err, errlen);
+		st_view_t v;
+		if ((rc = st_trainer_view(tr, job, &v)) < 0)
+			snprintf(err, errlen, "export %llu: the job's shape is not the trainer's",
+				 (unsigned long long)seq);
+		else
+			rc = st_export_write(&v, root, seq, (int64_t)tr->batches,
+					     as_delta ? &d : NULL, keep, err, errlen);
 	}
 	/* Written: the next delta starts from here (after a full export, also
 	 * when keys were lost before it). Not written: the changes still belong

@@ -41,6 +41,7 @@
 #include <time.h>
 
 #include "ops/dist/dist.h"
+#include "ops/metrics/catalog.h"
 #include "ops/sync/auto.h"
 #include "ops/sync/registry.h"
 #include "ops/train/trainer_internal.h"
@@ -163,6 +164,11 @@ int st_trainer_create(st_trainer_t **out, const st_job_t *job, st_metrics_t *met
 	if (!tr)
 		return ST_ENOMEM;
 	tr->metrics = metrics;
+	/* The progress line shows the trainer's metrics as it declares them;
+	 * metrics never stop training. */
+	if (metrics && st_catalog_declare_train(metrics) < 0)
+		st_warn("trainer: its metrics could not be declared (the progress line shows "
+			"them unformatted)");
 	tr->N = N;
 	st_auto_transport_threads(&tr->pol.auto_tp);
 	tr->minibatch = (uint32_t)job->minibatch;

@@ -78,7 +78,8 @@ typedef struct rec {
 
 /* ---- sockets ---------------------------------------------------------------------- */
 
-/* Waits until fd is ready for events or the deadline passes: 1, 0, -1. */
+/* Waits until fd is ready for events or the deadline passes: 1, 0, or
+ * poll's error as -errno. */
 static int wait_fd(int fd, short events, double deadline)
 {
 	for (;;) {
@@ -90,11 +91,12 @@ static int wait_fd(int fd, short events, double deadline)
 		if (n > 0)
 			return 1;
 		if (n < 0 && errno != EINTR)
-			return -1;
+			return -errno;
 	}
 }
 
-/* Reads exactly n bytes: 1 done, 0 EOF or deadline, -1 error. */
+/* Reads exactly n bytes: 1 done, 0 EOF or deadline, or the error as
+ * -errno. */
 static int read_full(int fd, void *buf, size_t n, double deadline)
 {
 	char *p = buf;
@@ -108,7 +110,7 @@ static int read_full(int fd, void *buf, size_t n, double deadline)
 		if (got < 0) {
 			if (errno == EINTR || errno == EAGAIN)
 				continue;
-			return -1;
+			return -errno;
 		}
 		p += got;
 		n -= (size_t)got;
@@ -116,18 +118,22 @@ static int read_full(int fd, void *buf, size_t n, double deadline)
 	return 1;
 }
 
+/* Writes n bytes: 0, ST_EPEER past the deadline, or the error as -errno. */
 static int write_full(int fd, const void *buf, size_t n, double deadline)
 {
 	const char *p = buf;
 	while (n) {
 		ssize_t put = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (put < 0 && (errno == EAGAIN || errno == EINTR)) {
-			if (wait_fd(fd, POLLOUT, deadline) <= 0)
-				return -1;
+			int w = wait_fd(fd, POLLOUT, deadline);
+			if (w <= 0)
+				return w < 0 ? w : ST_EPEER;
 			continue;
 		}
-		if (put <= 0)
-			return -1;
+		if (put < 0)
+			return -errno;
+		if (put == 0)
+			return ST_EPEER;
 		p += put;
 		n -= (size_t)put;
 	}
@@ -157,7 +163,7 @@ static void peer_name(int fd, char *out, size_t n)
 
 /* Listens on the coordinator's port: on the coordinator address itself when
  * it is a loopback one (a one-machine job stays private), else on every
- * interface of its family. */
+ * interface of its family. The socket, or ST_EIO (logged). */
 static int listen_on(const char *host, int port)
 {
 	char ps[16];
@@ -166,7 +172,7 @@ static int listen_on(const char *host, int port)
 	int e = getaddrinfo(host, ps, &hints, &res);
 	if (e) {
 		st_error("net: cannot resolve the coordinator host '%s': %s", host, gai_strerror(e));
-		return -1;
+		return ST_EIO;
 	}
 	int fd = -1, err = 0;
 	for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
@@ -191,13 +197,16 @@ static int listen_on(const char *host, int port)
 		}
 	}
 	freeaddrinfo(res);
-	if (fd < 0)
+	if (fd < 0) {
 		st_error("net: rank 0 cannot listen on port %d of %s: %s (is another job using "
 			 "it? choose another port in STRATA_COORDINATOR)", port, host, strerror(err));
+		return ST_EIO;
+	}
 	return fd;
 }
 
-/* One attempt to connect; -1 with *err set when it did not work. */
+/* One attempt to connect: the socket, or ST_EPEER with *err set when it
+ * did not work. */
 static int connect_once(const char *host, int port, char *err, size_t errlen)
 {
 	char ps[16];
@@ -206,7 +215,7 @@ static int connect_once(const char *host, int port, char *err, size_t errlen)
 	int e = getaddrinfo(host, ps, &hints, &res);
 	if (e) {
 		snprintf(err, errlen, "cannot resolve '%.100s': %s", host, gai_strerror(e));
-		return -1;
+		return ST_EPEER;
 	}
 	int fd = -1;
 	for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
@@ -218,7 +227,7 @@ static int connect_once(const char *host, int port, char *err, size_t errlen)
 		}
 	}
 	freeaddrinfo(res);
-	return fd;
+	return fd >= 0 ? fd : ST_EPEER;
 }
 
 /* ---- rank 0 ------------------------------------------------------------------------ */
@@ -297,7 +306,8 @@ static void check_hello(st_net_t *net, const pending_t *q, const int *fds, char 
 }
 
 /* Reads what pending connection q has sent. Returns the rank it joined as,
- * 0 while its hello is incomplete, -1 once it was refused or dropped. */
+ * 0 while its hello is incomplete, ST_EPEER once it was refused or dropped
+ * (said in a warning; q is closed). */
 static int pend_read(st_net_t *net, pending_t *q, int *fds, void **addrs, size_t *lens)
 {
 	char why[160];
@@ -313,7 +323,7 @@ static int pend_read(st_net_t *net, pending_t *q, int *fds, void **addrs, size_t
 				st_warn("net: dropped a connection from %s: it closed before its "
 					"hello was complete", q->who);
 				pend_close(q);
-				return -1;
+				return ST_EPEER;
 			}
 			q->got += (size_t)got;
 			continue;
@@ -322,7 +332,7 @@ static int pend_read(st_net_t *net, pending_t *q, int *fds, void **addrs, size_t
 			if (q->h.magic != HELLO_MAGIC || q->h.version != BOOT_VERSION ||
 			    q->h.token_len > 127 || q->h.addr_len == 0 || q->h.addr_len > MAX_ADDR) {
 				pend_refuse(q, "not a strata process of this version (bad hello)");
-				return -1;
+				return ST_EPEER;
 			}
 		} else if (q->part == 1) {
 			check_hello(net, q, fds, why, sizeof why);
@@ -330,14 +340,14 @@ static int pend_read(st_net_t *net, pending_t *q, int *fds, void **addrs, size_t
 				snprintf(why, sizeof why, "out of memory");
 			if (why[0]) {
 				pend_refuse(q, why);
-				return -1;
+				return ST_EPEER;
 			}
 		} else {
 			const int r = (int)q->h.rank;
 			check_hello(net, q, fds, why, sizeof why);   /* another may have joined as r */
 			if (why[0]) {
 				pend_refuse(q, why);
-				return -1;
+				return ST_EPEER;
 			}
 			int fl = fcntl(q->fd, F_GETFL);   /* the monitor reads it blocking */
 			fcntl(q->fd, F_SETFL, fl & ~O_NONBLOCK);
@@ -503,7 +513,7 @@ static int boot_root(st_net_t *net, const char *host, int port, void **addrs, si
 {
 	int lfd = listen_on(host, port);
 	if (lfd < 0)
-		return ST_EIO;
+		return lfd;
 	int *fds = net->socks;
 	double deadline = st__net_now() + net->cfg.timeout_s;
 	int rc = gather(net, lfd, fds, addrs, lens, deadline);
@@ -521,16 +531,16 @@ static int parse_table(st_net_t *net, const uint8_t *t, size_t len, void **addrs
 	for (int r = 0; r < net->size; r++) {
 		uint32_t l;
 		if (off + 4 > len)
-			return -1;
+			return ST_EPEER;
 		memcpy(&l, t + off, 4);
 		if (l == 0 || l > MAX_ADDR || off + 4 + l > len)
-			return -1;
+			return ST_EPEER;
 		addrs[r] = st_xmalloc(l);
 		memcpy(addrs[r], t + off + 4, l);
 		lens[r] = l;
 		off += 4 + l;
 	}
-	return off == len ? 0 : -1;
+	return off == len ? ST_OK : ST_EPEER;
 }
 
 static int boot_rank(st_net_t *net, const char *host, int port, const void *addr, size_t addr_len,

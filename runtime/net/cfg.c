@@ -35,15 +35,16 @@ static const char *const local_rank_vars[] = {
 	"STRATA_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID",
 };
 
-/* A decimal int in [lo, hi], nothing else in the string. */
+/* A decimal int in [lo, hi], nothing else in the string: ST_OK or
+ * ST_EINVAL. */
 static int parse_int(const char *s, long lo, long hi, int *out)
 {
 	char *end;
 	if (!s || !*s)
-		return -1;
+		return ST_EINVAL;
 	long v = strtol(s, &end, 10);
 	if (*end || v < lo || v > hi)
-		return -1;
+		return ST_EINVAL;
 	*out = (int)v;
 	return 0;
 }
@@ -52,17 +53,17 @@ int st__net_split_hostport(const char *s, char *host, size_t hostsz, int *port)
 {
 	const char *colon = strrchr(s, ':');
 	if (!colon || colon == s)
-		return -1;
+		return ST_EINVAL;
 	const char *h = s;
 	size_t hlen = (size_t)(colon - s);
 	if (*h == '[') {   /* [v6 address]:port */
 		if (hlen < 3 || h[hlen - 1] != ']')
-			return -1;
+			return ST_EINVAL;
 		h++;
 		hlen -= 2;
 	}
 	if (hlen + 1 > hostsz || parse_int(colon + 1, 1, 65535, port) < 0)
-		return -1;
+		return ST_EINVAL;
 	memcpy(host, h, hlen);
 	host[hlen] = 0;
 	return 0;
@@ -219,7 +220,7 @@ int st_net_cluster_self(const st_net_cluster_t *cl)
 	for (int i = 0; i < cl->n_hosts; i++)
 		if (is_me(cl->hosts[i], me))
 			return i;
-	return -1;
+	return ST_ENOENT;
 }
 
 /* ---- the job's interface ------------------------------------------------------------ */
@@ -238,13 +239,14 @@ int st__net_job_iface(const char *coordinator, char *name, size_t n)
 {
 	char host[256];
 	int port;
-	if (st__net_split_hostport(coordinator, host, sizeof host, &port) < 0)
-		return -1;
+	int rc = st__net_split_hostport(coordinator, host, sizeof host, &port);
+	if (rc < 0)
+		return rc;
 	char ps[16];
 	snprintf(ps, sizeof ps, "%d", port);
 	struct addrinfo hints = { .ai_socktype = SOCK_DGRAM }, *res;
 	if (getaddrinfo(host, ps, &hints, &res) != 0)
-		return -1;
+		return ST_ENOENT;
 	/* A connected UDP socket sends nothing: it only asks the kernel for
 	 * the route, whose source address is ours. */
 	struct sockaddr_storage me;
@@ -261,7 +263,7 @@ int st__net_job_iface(const char *coordinator, char *name, size_t n)
 	freeaddrinfo(res);
 	struct ifaddrs *ifs;
 	if (!ml || getifaddrs(&ifs) < 0)
-		return -1;
+		return ST_ENOENT;
 	struct ifaddrs self = { .ifa_addr = (struct sockaddr *)&me };
 	size_t len = 0, l;
 	const void *want = if_addr(&self, me.ss_family, &len);
@@ -274,7 +276,7 @@ int st__net_job_iface(const char *coordinator, char *name, size_t n)
 		}
 	}
 	freeifaddrs(ifs);
-	return -1;
+	return ST_ENOENT;
 }
 
 /* ---- the environment ------------------------------------------------------------- */

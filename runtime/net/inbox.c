@@ -190,6 +190,8 @@ static st__net_msg_t *next_ready(const st_net_t *net, st__net_chan_t *c, int src
 	return NULL;
 }
 
+/* The lowest dead rank, or -1 when every peer is alive: a rank, not an
+ * error (st_net_dead's *first). Called with mu held. */
 static int first_dead_locked(const st_net_t *net)
 {
 	for (int r = 0; r < net->size; r++)

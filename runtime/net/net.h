@@ -84,7 +84,7 @@ typedef struct st_net_cluster {
 int st_net_cluster_load(st_net_cluster_t *cl, const char *path);
 void st_net_cluster_fini(st_net_cluster_t *cl);
 /* The index of this machine in cl->hosts (by host name, short host name
- * or one of its addresses), or -1. */
+ * or one of its addresses), or ST_ENOENT. */
 int st_net_cluster_self(const st_net_cluster_t *cl);
 
 /* Connects this rank to the others (see above); *out is the caller's,

@@ -76,13 +76,14 @@ static inline double st__net_now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* cfg.c: splits "host:port" or "[v6]:port". Returns 0 or -1. */
+/* cfg.c: splits "host:port" or "[v6]:port". Returns ST_OK or ST_EINVAL. */
 int st__net_split_hostport(const char *s, char *host, size_t hostsz, int *port);
 /* cfg.c: the name of the network interface this machine reaches
  * `coordinator` ("host:port") through — the one holding the source address
  * of the route to it, so the coordinator's own interface on rank 0 and the
- * loopback for a loopback coordinator — into name[n]. Returns 0, or -1 when
- * the host does not resolve or no interface holds that address. Sends
+ * loopback for a loopback coordinator — into name[n]. Returns ST_OK;
+ * ST_EINVAL for a coordinator that is not host:port; ST_ENOENT when the
+ * host does not resolve or no interface holds that address. Sends
  * nothing. Thread-safe. */
 int st__net_job_iface(const char *coordinator, char *name, size_t n);
 

@@ -1,8 +1,8 @@
 /*
  * mkexport.c — the fixture of predict.sh: trains a small model on generated
- * Criteo data read through the real reader, writes serving exports through
- * st_export_write (ops/dump/export.h), and records what the trainer's own
- * eval said, so the test can compare `strata predict` / `strata eval` with
+ * Criteo data read through the real reader, writes serving exports of the
+ * trainer's view through st_export_write (ops/view/export.h), and records
+ * what the trainer's own eval said, so the test can compare `strata predict` / `strata eval` with
  * it byte for byte (none of it is checked in).
  *
  *   mkexport DIR  ->  DIR/data/train-00000.tsv, DIR/data/eval.tsv
@@ -22,7 +22,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/dump/export.h"
+#include "ops/train/view.h"
+#include "ops/view/export.h"
 #include "ops/gen/gen.h"
 #include "ops/read/read.h"
 #include "ops/train/trainer.h"
@@ -207,7 +208,9 @@ int main(int argc, char **argv)
 		if ((rc = run_batch(tr, b)) < 0)
 			return fail("train batch", rc);
 		if (seq == 2) {
-			if (st_export_write(tr, &job, exports, 0, 3, NULL, 0, err, sizeof err) < 0) {
+			st_view_t v;
+			if (st_trainer_view(tr, &job, &v) < 0 ||
+			    st_export_write(&v, exports, 0, 3, NULL, 0, err, sizeof err) < 0) {
 				fprintf(stderr, "mkexport: %s\n", err);
 				return 1;
 			}
@@ -232,7 +235,9 @@ int main(int argc, char **argv)
 		dk[k] = (st_export_keys_t){ touched[k].v, touched[k].n, deleted[k].v, deleted[k].n };
 	}
 	st_export_delta_t delta = { nt, dk };
-	if (st_export_write(tr, &job, exports, 1, 6, &delta, 0, err, sizeof err) < 0) {
+	st_view_t v;
+	if (st_trainer_view(tr, &job, &v) < 0 ||
+	    st_export_write(&v, exports, 1, 6, &delta, 0, err, sizeof err) < 0) {
 		fprintf(stderr, "mkexport: %s\n", err);
 		return 1;
 	}

@@ -38,7 +38,6 @@ typedef struct fix {
 	st_dist_t d;
 	st_table_t *t;
 	st_optim_t opt;
-	st_sync_env_t env;
 } fix_t;
 
 static fix_t *fix_new(int P)
@@ -48,15 +47,15 @@ static fix_t *fix_new(int P)
 	assert_int_equal(st_optim_init(&f->opt, &oc), ST_OK);
 	st_table_opts_t to = { .dim = DIM, .state_dim = 0, .seed = 1, .init_scale = 0.1f };
 	assert_int_equal(st_table_create(&f->t, &to), ST_OK);
-	f->env = (st_sync_env_t){ .sparse_opt = &f->opt, .dense_opt = &f->opt };
 	st_dist_t *d = &f->d;
+	d->p = (st_algo_params_t){ .sparse_opt = &f->opt, .dense_opt = &f->opt };
+	d->n_workers = 1;
 	d->rank = 0;
 	d->P = P;
 	d->owners = P;
 	d->n_tables = 1;
 	d->tables[0] = f->t;
 	d->dim[0] = DIM;
-	d->env = &f->env;
 	d->done = calloc((size_t)P, sizeof *d->done);
 	d->trow = malloc(sizeof(float) * DIM);
 	pthread_mutex_init(&d->mu, NULL);
@@ -324,7 +323,7 @@ static void test_gba_rows_buffer_tags_and_averages(void **state)
 	fill(g, 3.0f);
 	fill(g + DIM, 2.0f);
 	assert_int_equal(bpush(f, 0, 2, 0, 1, both, 2, g), ST_OK);
-	assert_int_equal(f->d.buf.k, 1);
+	assert_int_equal(f->d.buf.rows.k, 1);
 	expect_row(f, 11, b11, 0.5f * 2.0f);          /* sgd lr 0.5, (1 + 3) / 2 */
 	expect_row(f, 22, b22, 0.5f * 2.0f);
 	row_of(f, 11, b11);
@@ -344,7 +343,7 @@ static void test_gba_rows_buffer_tags_and_averages(void **state)
 	 * read at step 1 is fresh for it although it is one step old. */
 	fill(g, 4.0f);
 	assert_int_equal(bpush(f, 1, 2, 0, 1, k22, 1, g), ST_OK);
-	assert_int_equal(f->d.buf.k, 3);
+	assert_int_equal(f->d.buf.rows.k, 3);
 	expect_row(f, 22, b22, 0.5f * 4.0f);
 	/* Disagreeing parameters and a token from the future change nothing. */
 	row_of(f, 22, b22);
@@ -352,7 +351,7 @@ static void test_gba_rows_buffer_tags_and_averages(void **state)
 	assert_int_equal(bpush(f, 0, 2, 1, 1, k22, 1, g), ST_EPEER);
 	assert_int_equal(bpush(f, 0, 2, 0, 0, k22, 1, g), ST_EPEER);
 	assert_int_equal(bpush(f, 9, 2, 0, 1, k22, 1, g), ST_EPEER);
-	assert_int_equal(f->d.buf.n, 0);
+	assert_int_equal(f->d.buf.rows.count, 0);
 	/* A partial buffer is applied by a flush (the end of the job). */
 	assert_int_equal(bpush(f, 3, 2, 0, 1, k22, 1, g), ST_OK);
 	expect_row(f, 22, b22, 0);
@@ -398,9 +397,9 @@ static st_model_t *dense_fix(fix_t *f, uint64_t *dt, float *dstate)
 	assert_true(np >= 1 && np <= 8);
 	for (size_t j = 0; j < np; j++)
 		p[j] = 1.0f;
-	f->env.model = model;
-	f->env.params = p;
-	f->env.nparams = np;
+	f->d.p.model = model;
+	f->d.p.params = p;
+	f->d.p.nparams = np;
 	f->d.dense_t = dt;
 	f->d.dense_state = dstate;
 	return model;
@@ -412,8 +411,8 @@ static void test_gba_dense_drops_stale_gradients(void **state)
 	uint64_t dt = 0;
 	float dstate[8] = { 0 };
 	st_model_t *model = dense_fix(f, &dt, dstate);
-	float *p = f->env.params;
-	const size_t np = f->env.nparams;
+	float *p = f->d.p.params;
+	const size_t np = f->d.p.nparams;
 	wire_hdr_t h = { .type = MSG_DENSE, .stamp = 2, .pad = 1,
 			 .flags = WF_BUF | WF_PERID | 1 };
 	float g[8];
@@ -458,7 +457,7 @@ static void test_gba_dense_drops_stale_gradients(void **state)
 	assert_int_equal(st__dist_buf_dense(&f->d, &h, NULL, &tok, &age, &dropped), ST_OK);
 	assert_int_equal(tok, 3);
 	h.step = 7;
-	assert_int_equal(st__dist_buf_dense(&f->d, &h, NULL, &tok, &age, &dropped), -1);
+	assert_int_equal(st__dist_buf_dense(&f->d, &h, NULL, &tok, &age, &dropped), ST_EINVAL);
 	st__dist_buf_free(&f->d);
 	st_model_destroy(model);
 	fix_free(f);
@@ -480,7 +479,7 @@ static void test_hop_bs_clock_rule(void **state)
 {
 	fix_t *f = fix_new(2);
 	st_dist_t *d = &f->d;
-	f->env.n_workers = 2;
+	f->d.n_workers = 2;
 	wire_hdr_t fetch = { .type = MSG_DENSE, .stamp = 1, .flags = WF_HOP }, grad = fetch;
 	grad.flags |= 1;
 	wire_hdr_t r1 = fetch;
@@ -492,7 +491,7 @@ static void test_hop_bs_clock_rule(void **state)
 	}
 	/* Rank 1's worker 0 joins at the slowest active clock (3), not 0. */
 	assert_int_equal(st__dist_hop_step(d, &r1, 1, 0), ST_OK);
-	assert_int_equal(d->hop.clock[2], 3);
+	assert_int_equal(d->hop.clk.clock[2], 3);
 	assert_int_equal(st__dist_hop_step(d, &grad, 0, 1), ST_OK);   /* 4 vs 3 */
 	assert_true(st__dist_hop_ready(d, 0, 0));
 	assert_int_equal(st__dist_hop_step(d, &grad, 0, 1), ST_OK);   /* 5 vs 3 */
@@ -515,7 +514,7 @@ static void test_hop_bs_clock_rule(void **state)
 	assert_true(st__dist_hop_ready(d, 0, 0));
 	/* Back from idling: at the slowest active clock (6). */
 	assert_int_equal(st__dist_hop_step(d, &r1, 1, 1), ST_OK);
-	assert_int_equal(d->hop.clock[2], 7);
+	assert_int_equal(d->hop.clk.clock[2], 7);
 	/* A worker index beyond the job's, or another bound: rejected. */
 	wire_hdr_t bad = grad;
 	bad.worker = 2;
@@ -555,9 +554,9 @@ static void test_hop_bw_quorum(void **state)
 	uint64_t dt = 0;
 	float dstate[8] = { 0 };
 	st_model_t *model = dense_fix(f, &dt, dstate);
-	float *p = f->env.params;
-	const size_t np = f->env.nparams;
-	f->env.n_workers = 1;
+	float *p = f->d.p.params;
+	const size_t np = f->d.p.nparams;
+	f->d.n_workers = 1;
 	wire_hdr_t h = { .type = MSG_DENSE, .stamp = 1, .flags = WF_BW | 1, .step = 0 };
 	float g1[8], g3[8];
 	for (size_t j = 0; j < np; j++) {
@@ -572,11 +571,11 @@ static void test_hop_bw_quorum(void **state)
 	assert_int_equal(late, 0);
 	assert_int_equal(st__dist_hop_hold(d, 1, 0, 5), ST_OK);
 	assert_int_equal(st__dist_bw_close(d, reply_bw), ST_OK);
-	assert_int_equal(d->hop.k, 0);                 /* 1 of the quorum of 2 */
+	assert_int_equal(d->hop.q.k, 0);                 /* 1 of the quorum of 2 */
 	assert_int_equal(st__dist_bw_contrib(d, &h, g3, 2, &late), ST_OK);
 	assert_int_equal(st__dist_hop_hold(d, 2, 0, 5), ST_OK);
 	assert_int_equal(st__dist_bw_close(d, reply_bw), ST_OK);
-	assert_int_equal(d->hop.k, 1);
+	assert_int_equal(d->hop.q.k, 1);
 	assert_int_equal(bw_replies, 2);
 	assert_int_equal(d->hop.lastK[1], 2);
 	for (size_t j = 0; j < np; j++)
@@ -600,7 +599,7 @@ static void test_hop_bw_quorum(void **state)
 	assert_int_equal(st__dist_bw_contrib(d, &h, g1, 1, &late), ST_OK);
 	assert_int_equal(st__dist_hop_hold(d, 1, 0, 5), ST_OK);
 	assert_int_equal(st__dist_bw_close(d, reply_bw), ST_OK);
-	assert_int_equal(d->hop.k, 2);
+	assert_int_equal(d->hop.q.k, 2);
 	assert_int_equal(bw_replies, 1);
 	assert_int_equal(d->hop.lastK[1], 1);
 

@@ -1,4 +1,5 @@
-/* test_metrics.c — metric table under concurrency, progress JSON records. */
+/* test_metrics.c — metric table under concurrency, declarations (the
+ * progress line laid out from what ops declare), progress JSON records. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -99,6 +100,25 @@ static void test_metrics_concurrent_sums_exact(void **state)
 	st_metrics_destroy(NULL);
 }
 
+/* What the trainer declares (ops/metrics/catalog.c): the runtime knows no
+ * metric by name. */
+static void declare_like_trainer(st_metrics_t *m)
+{
+	const st_metric_desc_t d[] = {
+		{ .name = "examples", .kind = ST_METRIC_COUNTER, .flags = ST_METRIC_HEADLINE,
+		  .label = "ex" },
+		{ .name = "loss", .kind = ST_METRIC_GAUGE, .flags = ST_METRIC_FINITE, .order = 10,
+		  .fmt = "%.4f" },
+		{ .name = "auc", .kind = ST_METRIC_GAUGE, .flags = ST_METRIC_FINITE, .order = 20,
+		  .fmt = "%.4f" },
+		{ .name = "hist.", .kind = ST_METRIC_COUNTER,
+		  .flags = ST_METRIC_PREFIX | ST_METRIC_JSON_ONLY },
+		{ .name = "bad_records", .kind = ST_METRIC_COUNTER, .flags = ST_METRIC_JSON_ONLY },
+	};
+	for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
+		assert_int_equal(st_metrics_declare(m, &d[i]), ST_OK);
+}
+
 /* --- a tiny graph for the reporter ------------------------------------ */
 
 struct src {
@@ -159,6 +179,7 @@ static void test_metrics_progress_writes_final_json(void **state)
 	d.queue_cap = 4;
 	assert_int_equal(st_graph_add_stage(g, &d), ST_OK);
 
+	declare_like_trainer(m);
 	/* loss was never computed (NaN), auc is infinite: both must be null */
 	st_metrics_set(m, "loss", NAN);
 	st_metrics_set(m, "auc", INFINITY);
@@ -223,6 +244,7 @@ static void test_metrics_progress_tty_line(void **state)
 	d.ops = &sink_ops;
 	d.queue_cap = 3;
 	assert_int_equal(st_graph_add_stage(g, &d), ST_OK);
+	declare_like_trainer(m);
 	st_metrics_set(m, "loss", 0.5);
 	st_metrics_set(m, "auc", 0.75);
 	st_metrics_set(m, "hit_rate", 0.25);
@@ -316,6 +338,163 @@ static void test_metrics_progress_write_error(void **state)
 	st_metrics_destroy(m);
 }
 
+/* Runs a reporter with tty on over m until stopped (one final line) and
+ * returns what it wrote to stderr (the caller frees it). */
+static char *tty_output(st_metrics_t *m)
+{
+	char path[] = "/tmp/st-test-tty2-XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	int saved = dup(2);
+	assert_true(saved >= 0);
+	dup2(fd, 2);
+	st_progress_t *p;
+	int rc = st_progress_start(&p, NULL, m, 3600.0, NULL, 1);
+	if (rc == ST_OK)
+		st_progress_stop(p);
+	dup2(saved, 2);
+	close(saved);
+	close(fd);
+	assert_int_equal(rc, ST_OK);
+	char *text = read_file(path);
+	unlink(path);
+	return text;
+}
+
+/* The line shows declared metrics by order (labels, formats), hides
+ * JSON-only ones (also by prefix) and non-finite FINITE ones, then the
+ * undeclared ones in registration order; the JSON file has them all. */
+static void test_metrics_declared_layout(void **state)
+{
+	(void)state;
+	st_metrics_t *m;
+	assert_int_equal(st_metrics_create(&m), ST_OK);
+	st_metrics_set(m, "zeta", 2);          /* undeclared, first registered */
+	st_metrics_set(m, "hist.lat.0", 7);
+	st_metrics_set(m, "hist.lat.1-2", 8);
+	st_metrics_set(m, "b_gauge", 0.123456);
+	st_metrics_set(m, "a_gauge", 1.5);
+	st_metrics_set(m, "missing", NAN);
+	st_metrics_set(m, "alpha", 3);         /* undeclared */
+	st_metrics_add(m, "rows_done", 1234);
+	const st_metric_desc_t d[] = {
+		{ .name = "rows_done", .kind = ST_METRIC_COUNTER, .flags = ST_METRIC_HEADLINE,
+		  .label = "rows" },
+		{ .name = "b_gauge", .kind = ST_METRIC_GAUGE, .order = 1, .label = "B",
+		  .fmt = "%.2f" },
+		{ .name = "a_gauge", .kind = ST_METRIC_GAUGE, .order = 2, .fmt = "%.1f%%" },
+		{ .name = "missing", .kind = ST_METRIC_GAUGE, .flags = ST_METRIC_FINITE },
+		{ .name = "hist.", .kind = ST_METRIC_COUNTER,
+		  .flags = ST_METRIC_PREFIX | ST_METRIC_JSON_ONLY },
+	};
+	for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
+		assert_int_equal(st_metrics_declare(m, &d[i]), ST_OK);
+	char *text = tty_output(m);
+	char *head = strstr(text, "1.2k rows  ");
+	assert_non_null(head);
+	assert_non_null(strstr(head, " rows/s  B 0.12  a_gauge 1.5%  zeta 2  alpha 3\033[K\n"));
+	assert_null(strstr(text, "hist"));
+	assert_null(strstr(text, "missing"));
+	assert_null(strstr(text, "rows_done"));
+	free(text);
+
+	/* Declaring again replaces: b_gauge after a_gauge, default format. */
+	const st_metric_desc_t again = { .name = "b_gauge", .kind = ST_METRIC_GAUGE, .order = 3 };
+	assert_int_equal(st_metrics_declare(m, &again), ST_OK);
+	text = tty_output(m);
+	assert_non_null(strstr(text, "  a_gauge 1.5%  b_gauge 0.1235  zeta 2"));
+	free(text);
+
+	/* JSON: the headline by its name and unit, every metric in "metrics". */
+	char path[] = "/tmp/st-test-decl-XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	close(fd);
+	st_progress_t *p;
+	assert_int_equal(st_progress_start(&p, NULL, m, 3600.0, path, 0), ST_OK);
+	assert_int_equal(st_progress_stop(p), ST_OK);
+	text = read_file(path);
+	unlink(path);
+	assert_non_null(strstr(text, "{\"t\":"));
+	assert_non_null(strstr(text, ",\"rows_done\":1234,\"rows_per_s\":"));
+	assert_non_null(strstr(text, "\"metrics\":{\"zeta\":2,\"hist.lat.0\":7,"
+				     "\"hist.lat.1-2\":8,\"b_gauge\":0.123456,"));
+	free(text);
+	st_metrics_destroy(m);
+}
+
+/* Without declarations nothing is special: no headline, every metric shown
+ * as "name value"; the JSON record has no headline fields. */
+static void test_metrics_undeclared_plain(void **state)
+{
+	(void)state;
+	st_metrics_t *m;
+	assert_int_equal(st_metrics_create(&m), ST_OK);
+	st_metrics_set(m, "examples", 40);
+	st_metrics_set(m, "loss", 0.5);
+	char *text = tty_output(m);
+	assert_true(text[0] == '\r');
+	assert_non_null(strstr(text, "s  examples 40  loss 0.5\033[K\n"));
+	assert_null(strstr(text, "ex/s"));
+	free(text);
+	char path[] = "/tmp/st-test-undecl-XXXXXX";
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	close(fd);
+	st_progress_t *p;
+	assert_int_equal(st_progress_start(&p, NULL, m, 3600.0, path, 0), ST_OK);
+	assert_int_equal(st_progress_stop(p), ST_OK);
+	text = read_file(path);
+	unlink(path);
+	assert_null(strstr(text, "ex_per_s"));
+	assert_non_null(strstr(text, ",\"metrics\":{\"examples\":40,\"loss\":0.5}"));
+	free(text);
+	st_metrics_destroy(m);
+}
+
+static void test_metrics_declare_refuses_bad(void **state)
+{
+	(void)state;
+	st_metrics_t *m;
+	assert_int_equal(st_metrics_create(&m), ST_OK);
+	char longname[80];
+	memset(longname, 'x', sizeof longname - 1);
+	longname[sizeof longname - 1] = 0;
+	const st_metric_desc_t bad[] = {
+		{ .name = "" },
+		{ .name = longname },
+		{ .name = "a", .fmt = "%d" },
+		{ .name = "a", .fmt = "%.4f %g" },
+		{ .name = "a", .fmt = "no conversion" },
+		{ .name = "a", .flags = 1u << 9 },
+		{ .name = "a", .kind = (st_metric_kind_t)7 },
+		{ .name = "a", .kind = ST_METRIC_GAUGE, .flags = ST_METRIC_HEADLINE },
+		{ .name = "a", .kind = ST_METRIC_COUNTER,
+		  .flags = ST_METRIC_HEADLINE | ST_METRIC_JSON_ONLY },
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		if (st_metrics_declare(m, &bad[i]) != ST_EINVAL)
+			fail_msg("description %zu was accepted", i);
+	/* One headline: a second one is refused, the same one replaced. */
+	st_metric_desc_t h = { .name = "examples", .kind = ST_METRIC_COUNTER,
+			       .flags = ST_METRIC_HEADLINE, .label = "ex" };
+	assert_int_equal(st_metrics_declare(m, &h), ST_OK);
+	assert_int_equal(st_metrics_declare(m, &h), ST_OK);
+	h.name = "rows";
+	assert_int_equal(st_metrics_declare(m, &h), ST_EINVAL);
+	/* At most ST_METRICS_MAX_DECL declarations. */
+	int rc = ST_OK, i;
+	for (i = 0; i < ST_METRICS_MAX_DECL + 1 && rc == ST_OK; i++) {
+		char name[32];
+		snprintf(name, sizeof name, "m%d", i);
+		const st_metric_desc_t d = { .name = name };
+		rc = st_metrics_declare(m, &d);
+	}
+	assert_int_equal(rc, ST_ENOSPC);
+	assert_int_equal(i, ST_METRICS_MAX_DECL);   /* 1 headline + 31 more fit */
+	st_metrics_destroy(m);
+}
+
 /* JSON string literals: the characters JSON needs escaped, control
  * characters, UTF-8 kept, invalid bytes replaced, snprintf-style sizing. */
 static void test_metrics_json_quote(void **state)
@@ -347,6 +526,9 @@ int main(void)
 		cmocka_unit_test(test_metrics_progress_tty_line),
 		cmocka_unit_test(test_metrics_progress_bad_path),
 		cmocka_unit_test(test_metrics_progress_write_error),
+		cmocka_unit_test(test_metrics_declared_layout),
+		cmocka_unit_test(test_metrics_undeclared_plain),
+		cmocka_unit_test(test_metrics_declare_refuses_bad),
 		cmocka_unit_test(test_metrics_json_quote),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -81,7 +81,7 @@ static void check_names(const char *type, const char *const *want, int nwant)
 		off += (size_t)t->shape[0] * (t->ndim == 2 ? (size_t)t->shape[1] : 1);
 	}
 	assert_int_equal(off, st_model_nparams(m));
-	assert_int_equal(st_model_find_tensor(m, "nope"), -1);
+	assert_int_equal(st_model_find_tensor(m, "nope"), ST_ENOENT);
 	st_model_destroy(m);
 }
 

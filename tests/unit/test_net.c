@@ -302,7 +302,7 @@ static void test_net_job_iface(void **state)
 		loop |= !strcmp(i->ifa_name, name) && (i->ifa_flags & IFF_LOOPBACK);
 	freeifaddrs(ifs);
 	assert_true(loop);
-	assert_int_equal(st__net_job_iface("no port", name, sizeof name), -1);
+	assert_int_equal(st__net_job_iface("no port", name, sizeof name), ST_EINVAL);
 }
 
 /* ---- jobs of forked processes ----------------------------------------------------- */

@@ -1,5 +1,6 @@
-/* test_predict.c — serving exports (ops/dump/export.h) and the predictor
- * over them (ops/dump/predict.h): a trained wdl with two tables is exported
+/* test_predict.c — serving exports (ops/view/export.h, written from a
+ * trainer's model view, ops/train/view.h) and the predictor over them
+ * (ops/view/predict.h): a trained wdl with two tables is exported
  * in full, trained further, rows are removed (TTL eviction) and a delta is
  * exported; a predictor opened on the exports scores held-out batches
  * bit for bit as the trainer's own eval did at the time of each export
@@ -21,10 +22,11 @@
 #include <unistd.h>
 
 #include "ops/dump/ckpt.h"
-#include "ops/dump/export.h"
-#include "ops/dump/predict.h"
 #include "ops/gen/gen.h"
 #include "ops/train/trainer.h"
+#include "ops/train/view.h"
+#include "ops/view/export.h"
+#include "ops/view/predict.h"
 #include "runtime/err.h"
 #include "runtime/graph.h"
 #include "runtime/store/table.h"
@@ -138,11 +140,20 @@ static void open_ok(st_predictor_t **p, const char *root, int threads)
 		fail_msg("open %s: %s (%s)", root, err, st_strerror(rc));
 }
 
+/* st_export_write of the trainer's view. */
+static int export_tr(st_trainer_t *tr, const st_job_t *job, const char *root, uint64_t seq,
+		     int64_t step, const st_export_delta_t *d, char *err, size_t errlen)
+{
+	st_view_t v;
+	assert_int_equal(st_trainer_view(tr, job, &v), ST_OK);
+	return st_export_write(&v, root, seq, step, d, 0, err, errlen);
+}
+
 static void export_ok(st_trainer_t *tr, const st_job_t *job, const char *root, uint64_t seq,
 		      int64_t step, const st_export_delta_t *d)
 {
 	char err[1024] = "";
-	int rc = st_export_write(tr, job, root, seq, step, d, 0, err, sizeof err);
+	int rc = export_tr(tr, job, root, seq, step, d, err, sizeof err);
 	if (rc != ST_OK)
 		fail_msg("export %s seq %" PRIu64 ": %s", root, seq, err);
 }
@@ -576,10 +587,10 @@ static void test_predict_refuses_damage(void **state)
 
 	/* The writer's own refusals. */
 	const st_export_delta_t short_delta = { 1, dk };
-	assert_int_equal(st_export_write(tr, &job, root, 9, 1, &short_delta, 0, err, sizeof err),
+	assert_int_equal(export_tr(tr, &job, root, 9, 1, &short_delta, err, sizeof err),
 			 ST_EINVAL);
 	assert_non_null(strstr(err, "the delta lists 1 tables, the trainer has 2"));
-	assert_int_equal(st_export_write(tr, &job, root, 9, -1, NULL, 0, err, sizeof err),
+	assert_int_equal(export_tr(tr, &job, root, 9, -1, NULL, err, sizeof err),
 			 ST_EINVAL);
 	free(touched[0].v);
 	free(touched[1].v);
@@ -638,7 +649,7 @@ static void test_predict_refuses_foreign_lineage(void **state)
 	export_ok(b, &job, root, 2, 1, NULL);
 	assert_string_not_equal(st_trainer_lineage(a), st_trainer_lineage(b));
 	/* Run a's next delta would follow b's export: refused, nothing written. */
-	assert_int_equal(st_export_write(a, &job, root, 2, 3, &delta, 0, err, sizeof err), ST_EINVAL);
+	assert_int_equal(export_tr(a, &job, root, 2, 3, &delta, err, sizeof err), ST_EINVAL);
 	assert_non_null(strstr(err, "export-000000000002-full was written by another run"));
 	assert_non_null(strstr(err, "give each run its own export.dir"));
 	snprintf(path, sizeof path, "%s/export-000000000002-delta", root);

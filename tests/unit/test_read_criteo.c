@@ -531,18 +531,18 @@ static void test_read_criteo_number_parsers(void **state)
 	assert_true(fabsf(f - 0.3651f) <= 1e-7f);
 	assert_int_equal(st__read_float("+1", 2, &f), 0);
 	assert_true(f == 1.0f);
-	assert_int_equal(st__read_float("1e39", 4, &f), -2);
+	assert_int_equal(st__read_float("1e39", 4, &f), ST_ERANGE);
 	assert_int_equal(st__read_float("1e-500", 6, &f), 0);
 	assert_true(f == 0.0f);
-	assert_int_equal(st__read_float("", 0, &f), -1);
-	assert_int_equal(st__read_float(".", 1, &f), -1);
-	assert_int_equal(st__read_float("1e", 2, &f), -1);
-	assert_int_equal(st__read_float("1x", 2, &f), -1);
-	assert_int_equal(st__read_float("nan", 3, &f), -1);
+	assert_int_equal(st__read_float("", 0, &f), ST_EINVAL);
+	assert_int_equal(st__read_float(".", 1, &f), ST_EINVAL);
+	assert_int_equal(st__read_float("1e", 2, &f), ST_EINVAL);
+	assert_int_equal(st__read_float("1x", 2, &f), ST_EINVAL);
+	assert_int_equal(st__read_float("nan", 3, &f), ST_EINVAL);
 	assert_int_equal(st__read_int("-42", 3, &v), 0);
 	assert_int_equal(v, -42);
-	assert_int_equal(st__read_int("-", 1, &v), -1);
-	assert_int_equal(st__read_int("4 ", 2, &v), -1);
+	assert_int_equal(st__read_int("-", 1, &v), ST_EINVAL);
+	assert_int_equal(st__read_int("4 ", 2, &v), ST_EINVAL);
 }
 
 /* ---- the same behaviours on a synthetic file (read_fixtures.h) ---- */

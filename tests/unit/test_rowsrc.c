@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ops/algo/params.h"
 #include "ops/dist/dist.h"
 #include "ops/optim/optim.h"
 #include "ops/rowsrc/local.h"
@@ -56,7 +57,7 @@ enum { DIM0 = 4, DIM1 = 8, MAXDIM = 8, WORKERS = 2 };
 
 static st_net_t *g_net;        /* one rank, for the remote cases (opened once) */
 static st_optim_t g_opt;
-static st_sync_env_t g_env;
+static st_algo_params_t g_params;  /* what the owners step: sgd, lr 0.5 */
 
 typedef struct fix {
 	int kind;
@@ -122,7 +123,7 @@ static void open_net(void)
 static st_dist_t *dist_over(st_net_t *net, st_rowsrc_t *local)
 {
 	st_dist_cfg_t dc = { .net = net, .n_tables = st_rowsrc_local_ntables(local),
-			     .env = &g_env };
+			     .params = g_params, .n_workers = WORKERS };
 	for (int k = 0; k < dc.n_tables; k++) {
 		dc.tables[k] = st_rowsrc_local_table(local, k);
 		dc.dim[k] = k ? DIM1 : DIM0;
@@ -737,7 +738,7 @@ int main(void)
 	st_optim_cfg_t oc = { .name = "sgd", .lr = 0.5 };
 	if (st_optim_init(&g_opt, &oc) < 0)
 		return 1;
-	g_env = (st_sync_env_t){ .sparse_opt = &g_opt, .dense_opt = &g_opt };
+	g_params = (st_algo_params_t){ .sparse_opt = &g_opt, .dense_opt = &g_opt };
 	const struct CMUnitTest tests[] = {
 		/* First, before this process opens a network of its own: the
 		 * ranks are forks of it. */

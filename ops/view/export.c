@@ -1,5 +1,5 @@
 /*
- * export.c — a live trainer written as a serving export (export.h): dense
+ * export.c — a model view written as a serving export (export.h): dense
  * tensors with the model in their metadata, one row file per table with the
  * embedding part of each row, through the crash-safe directory protocol of
  * ckpt.h.
@@ -9,8 +9,9 @@
  * only copies), then sorted and written. Memory: one copy of the exported
  * rows (dim floats + 24 bytes each) at a time, table by table.
  *
- * Threads: the caller's thread only; no training may run meanwhile (the
- * rows' floats and metadata are read without synchronization).
+ * Threads: the caller's thread only; nothing may change the view's model or
+ * tables meanwhile (the rows' floats and metadata are read without
+ * synchronization).
  *
  * Lineage: before anything is written, the exports already in the root
  * numbered from the one this export follows (seq - 1 for a delta, seq for a
@@ -21,7 +22,7 @@
  * apply one run's delta to the other's model; the export fails instead,
  * naming the other run (loaders refuse such a chain too, ckpt.h).
  */
-#include "ops/dump/export.h"
+#include "ops/view/export.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -179,22 +180,6 @@ static int delta_rows(st_table_t *t, const st_export_keys_t *k, st_rows_writer_t
 
 /* ---- metadata ------------------------------------------------------------ */
 
-/* slot -> table index through the trainer's accessors. */
-static int map_slots(st_trainer_t *tr, int n_slots, int *st)
-{
-	const int nt = st_trainer_ntables(tr);
-	for (int s = 0; s < n_slots; s++) {
-		const st_table_t *t = st_trainer_table_for_slot(tr, s);
-		int k = 0;
-		while (k < nt && st_trainer_table(tr, k) != t)
-			k++;
-		if (!t || k == nt)
-			return ST_EINVAL;
-		st[s] = k;
-	}
-	return ST_OK;
-}
-
 static char *join_ints(const int *v, int n)
 {
 	size_t cap = (size_t)n * 12 + 1, o = 0;
@@ -267,36 +252,34 @@ static int check_root(const char *root, uint64_t seq, int delta, const char *job
 	return rc;
 }
 
-int st_export_write(st_trainer_t *tr, const st_job_t *job, const char *root, uint64_t seq,
-		    int64_t step, const st_export_delta_t *delta, int keep,
-		    char *err, size_t errlen)
+int st_export_write(const st_view_t *v, const char *root, uint64_t seq, int64_t step,
+		    const st_export_delta_t *delta, int keep, char *err, size_t errlen)
 {
-	const int n_slots = job->train.n_slots, n_dense = job->train.n_dense;
-	const int nt = st_trainer_ntables(tr);
-	st_model_t *m = st_trainer_model(tr);
-	if (seq > (uint64_t)INT64_MAX || step < 0 || n_slots < 1 || !root || !job->model.type) {
+	if (seq > (uint64_t)INT64_MAX || step < 0 || !root) {
 		st__dumpio_seterr(err, errlen, "export: bad arguments (seq %" PRIu64 ", step %" PRId64 ")", seq,
 		       step);
 		return ST_EINVAL;
 	}
+	char why[256];
+	if (st_view_check(v, why, sizeof why) < 0) {
+		st__dumpio_seterr(err, errlen, "export %" PRIu64 ": %s", seq, why);
+		return ST_EINVAL;
+	}
+	const int n_slots = v->n_slots, n_dense = v->n_dense, nt = v->n_tables;
+	st_model_t *m = v->model;
 	if (delta && (delta->n_tables != nt || (nt && !delta->tables))) {
 		st__dumpio_seterr(err, errlen, "export %" PRIu64 ": the delta lists %d tables, the trainer has %d",
 		       seq, delta->n_tables, nt);
 		return ST_EINVAL;
 	}
 	char *model = NULL, *slot_tables = NULL;
-	int *st = malloc(sizeof(int) * (size_t)n_slots);
-	int rc = st ? map_slots(tr, n_slots, st) : ST_ENOMEM;
-	if (rc == ST_EINVAL)
-		st__dumpio_seterr(err, errlen, "export %" PRIu64 ": the trainer does not have the job's %d slots",
-		       seq, n_slots);
-	if (rc >= 0 && (rc = st_modelcfg_encode(&job->model, &model, err, errlen)) >= 0 &&
-	    !(slot_tables = join_ints(st, n_slots)))
+	const int *st = v->slot_table;
+	int rc = st_modelcfg_encode(v->cfg, &model, err, errlen);
+	if (rc >= 0 && !(slot_tables = join_ints(st, n_slots)))
 		rc = ST_ENOMEM;
 	if (rc < 0) {
 		if (rc == ST_ENOMEM)
 			st__dumpio_seterr(err, errlen, "export %" PRIu64 ": out of memory", seq);
-		free(st);
 		free(model);
 		return rc;
 	}
@@ -306,10 +289,8 @@ int st_export_write(st_trainer_t *tr, const st_job_t *job, const char *root, uin
 	int have_msg = 0;   /* err already says what failed */
 	/* The run's lineage: made by its first full export, carried by the
 	 * rest, so a chain can refuse a delta of another run (ckpt.h). */
-	if (!delta && !*st_trainer_lineage(tr))
-		st_trainer_new_lineage(tr);
-	const char *lineage = st_trainer_lineage(tr);
-	const char *job_name = job->name ? job->name : "strata";
+	const char *lineage = !delta ? st_view_lineage_new(v) : v->lineage ? v->lineage : "";
+	const char *job_name = v->name ? v->name : "strata";
 	if (*lineage && (rc = check_root(root, seq, delta != NULL, job_name, lineage, err,
 					 errlen)) < 0) {
 		have_msg = 1;
@@ -338,8 +319,8 @@ int st_export_write(st_trainer_t *tr, const st_job_t *job, const char *root, uin
 	char nd[16], ns[16], seed[24], mb[16];
 	snprintf(nd, sizeof nd, "%d", n_dense);
 	snprintf(ns, sizeof ns, "%d", n_slots);
-	snprintf(seed, sizeof seed, "%" PRIu64, job->seed);
-	snprintf(mb, sizeof mb, "%d", job->minibatch);
+	snprintf(seed, sizeof seed, "%" PRIu64, v->seed);
+	snprintf(mb, sizeof mb, "%d", v->minibatch);
 	const st_kv_t meta[] = {
 		{ "strata.format", ST_EXPORT_FORMAT }, { "strata.model", model },
 		{ "strata.n_dense", nd }, { "strata.n_slots", ns },
@@ -352,13 +333,10 @@ int st_export_write(st_trainer_t *tr, const st_job_t *job, const char *root, uin
 
 	/* table-<k>.rows */
 	for (int k = 0; k < nt && rc >= 0; k++) {
-		st_table_t *t = st_trainer_table(tr, k);
-		int s0 = 0;
-		while (s0 < n_slots && st[s0] != k)
-			s0++;
+		st_table_t *t = v->tables[k];
 		st_rows_info_t info = {
 			.table_id = (uint64_t)k,
-			.dim = s0 < n_slots ? (uint32_t)st_model_row_dim(m, s0) : 0,
+			.dim = (uint32_t)st_view_row_dim(v, k),
 			.state_dim = 0,
 			.flags = delta ? ST_ROWS_DELTA : 0,
 		};
@@ -411,7 +389,7 @@ int st_export_write(st_trainer_t *tr, const st_job_t *job, const char *root, uin
 	XXH3_64bits_update(hs, shape, (size_t)sl);
 	snprintf(hash, sizeof hash, "%016" PRIx64, (uint64_t)XXH3_64bits_digest(hs));
 	XXH3_freeState(hs);
-	describe(&job->model, n_dense, n_slots, desc, sizeof desc);
+	describe(v->cfg, n_dense, n_slots, desc, sizeof desc);
 	st_manifest_t man = {
 		.job_name = (char *)job_name,
 		.job_hash = hash,
@@ -429,7 +407,6 @@ out:
 	}
 	st_ckpt_writer_destroy(w);
 	free(ten);
-	free(st);
 	free(model);
 	free(slot_tables);
 	return rc;

@@ -1,6 +1,6 @@
 /*
- * predict.c — a serving export loaded into an eval-only trainer
- * (predict.h).
+ * predict.c — a serving export loaded into a model and tables of the
+ * predictor's own, scored through a model view (predict.h).
  *
  * Loading: the export chain is listed without verification
  * (st_ckpt_list_exports, verify = 0) and then every member is verified
@@ -9,21 +9,22 @@
  * fails it too. The rows of each table are merged in memory, in key order:
  * the full export's sorted rows, then each delta's sorted rows replacing or
  * adding, then its sorted deleted keys removing — three-way merges, no hash
- * table. Only then is the trainer built from the metadata and filled
- * (st_trainer_set_row), with the dense tensors of the newest export.
- * Memory at the peak: the trainer's tables plus two copies of one table's
- * embedding rows.
+ * table. Only then are the model (ops/nn, from the metadata: the same
+ * preset, shape and seed the trainer built) and its tables (one per
+ * distinct row width in slot order, as the trainer groups them, RAM only,
+ * without optimizer state) built and filled, with the dense tensors of the
+ * newest export. Memory at the peak: the tables plus two copies of one
+ * table's embedding rows.
  *
- * Scoring reuses the trainer's pull and train ops on eval batches: pull
- * looks rows up without creating any (an absent key reads as zeros), train
- * runs the forward pass in minibatches. The predictor's trainer uses SGD
- * for both optimizers, so its tables carry no optimizer state; nothing is
- * ever trained.
+ * Scoring is the scorer of the predictor's view (score.h): the shared
+ * lookup never creates a row (an absent key reads as zeros) and the forward
+ * pass runs in minibatches of the export's minibatch, which is what the
+ * trainer's eval does; nothing is ever trained.
  *
  * Threads: open and close on the caller's thread; score on one thread at a
- * time (plus the trainer's workers when opts.threads > 1).
+ * time (plus the scorer's workers when opts.threads > 1).
  */
-#include "ops/dump/predict.h"
+#include "ops/view/predict.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -32,17 +33,24 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "ops/dump/export.h"
+#include <cblas.h>
+
+#include "ops/dump/dumpio.h"
 #include "ops/dump/modelcfg.h"
 #include "ops/nn/model.h"
-#include "ops/train/trainer.h"
-#include "ops/dump/dumpio.h"
+#include "ops/view/export.h"
+#include "ops/view/score.h"
+#include "runtime/graph.h"
 #include "runtime/err.h"
 
 #define DEFAULT_MINIBATCH 1024
 
 struct st_predictor {
-	st_trainer_t *tr;
+	st_model_t *model;
+	st_table_t *tables[ST_VIEW_MAX_TABLES];
+	int *slot_table;              /* [n_slots] */
+	st_view_t view;
+	st_scorer_t *scorer;
 	st_model_cfg_t cfg;
 	st_predictor_info_t info;
 	char *full, *last;
@@ -72,21 +80,21 @@ static char *path_join(const char *dir, const char *name)
 	return p;
 }
 
-/* A whole decimal number in [lo, hi]. */
+/* A whole decimal number in [lo, hi]: ST_OK and *out, or ST_EINVAL. */
 static int parse_num(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
 {
 	if (!s || !(*s >= '0' && *s <= '9'))
-		return -1;
+		return ST_EINVAL;
 	uint64_t v = 0;
 	for (; *s; s++) {
 		if (*s < '0' || *s > '9' || v > (UINT64_MAX - 9) / 10)
-			return -1;
+			return ST_EINVAL;
 		v = v * 10 + (uint64_t)(*s - '0');
 	}
 	if (v < lo || v > hi)
-		return -1;
+		return ST_EINVAL;
 	*out = v;
-	return 0;
+	return ST_OK;
 }
 
 static void read_meta(const st_safetensors_t *f, meta_t *m)
@@ -272,48 +280,45 @@ static int parse_meta(st_predictor_t *p, const meta_t *m, const char *where, int
 	return ST_OK;
 }
 
-/* The eval-only trainer of the decoded model. */
-static int build_trainer(st_predictor_t *p, const int *slot_tables, const char *where,
-			 char *err, size_t errlen)
+/* The model and tables of the decoded metadata, and the view of them. */
+static int build_model(st_predictor_t *p, const int *slot_tables, const char *where,
+		       char *err, size_t errlen)
 {
-	if (p->cfg.slot_dims && p->cfg.n_slot_dims != p->info.n_slots) {
+	const int ns = p->info.n_slots;
+	if (p->cfg.slot_dims && p->cfg.n_slot_dims != ns) {
 		st__dumpio_seterr(err, errlen, "%s: strata.model has %d slot dims for %d slots", where,
-		       p->cfg.n_slot_dims, p->info.n_slots);
+		       p->cfg.n_slot_dims, ns);
 		return ST_EFORMAT;
 	}
-	st_job_t job;
-	memset(&job, 0, sizeof job);
-	job.name = (char *)"predict";
-	job.seed = p->info.seed;
-	job.epochs = 1;
-	job.train.n_dense = p->info.n_dense;
-	job.train.n_slots = p->info.n_slots;
-	job.batch_size = p->info.minibatch;
-	job.minibatch = p->info.minibatch;
-	job.train_stage.threads = p->info.threads;
-	job.sync.name = (char *)"async";
-	job.model = p->cfg;
-	/* Nothing is trained: optimizers without state, every row admitted,
-	 * no TTL, no random init (every row is set from the export). */
-	const st_optim_cfg_t sgd = { .name = (char *)"sgd", .lr = 1.0 };
-	job.model.sparse_opt = sgd;
-	job.model.dense_opt = sgd;
-	job.model.admit_min_count = 0;
-	job.model.admit_prob = 1.0;
-	job.model.ttl_steps = 0;
-	job.model.init_scale = 0;
-	int rc = st_trainer_create(&p->tr, &job, NULL);
+	/* The model exactly as the trainer built it: its preset, shape and
+	 * seed (the dense parameters are then replaced by the export's). */
+	int rc = st_model_create(&p->model, &p->cfg, p->info.n_dense, ns, p->info.seed);
 	if (rc < 0) {
 		st__dumpio_seterr(err, errlen, "%s: %s", where, rc == ST_ENOMEM ? "out of memory" :
 		       "the model in its metadata cannot be built (see the message above)");
 		return rc == ST_ENOMEM ? rc : ST_EFORMAT;
 	}
-	/* The export's slot -> table map must be this trainer's. */
-	const int nt = st_trainer_ntables(p->tr);
-	int mt = 0;
-	for (int s = 0; s < p->info.n_slots; s++) {
+	/* One table per distinct row width, in slot order (the trainer's
+	 * grouping); the export's slot -> table map must be that one. */
+	int tdim[ST_VIEW_MAX_TABLES], nt = 0, mt = 0;
+	if (!(p->slot_table = malloc(sizeof(int) * (size_t)ns)))
+		return ST_ENOMEM;
+	for (int s = 0; s < ns; s++) {
+		const int rd = st_model_row_dim(p->model, s);
+		int t = 0;
+		while (t < nt && tdim[t] != rd)
+			t++;
+		if (t == nt) {
+			if (nt == ST_VIEW_MAX_TABLES) {
+				st__dumpio_seterr(err, errlen, "%s: the model has more than %d distinct "
+				       "slot dims", where, ST_VIEW_MAX_TABLES);
+				return ST_EFORMAT;
+			}
+			tdim[nt++] = rd;
+		}
+		p->slot_table[s] = t;
 		mt = slot_tables[s] + 1 > mt ? slot_tables[s] + 1 : mt;
-		if (st_trainer_table(p->tr, slot_tables[s]) != st_trainer_table_for_slot(p->tr, s)) {
+		if (slot_tables[s] != t) {
 			st__dumpio_seterr(err, errlen, "%s: strata.slot_tables puts slot %d in table %d, the "
 			       "model's dims put it elsewhere", where, s, slot_tables[s]);
 			return ST_EFORMAT;
@@ -324,7 +329,33 @@ static int build_trainer(st_predictor_t *p, const int *slot_tables, const char *
 		       mt, nt);
 		return ST_EFORMAT;
 	}
+	/* Every row is set from the export: no initialization, no admission,
+	 * no optimizer state. */
+	for (int t = 0; t < nt; t++) {
+		const st_table_opts_t to = { .dim = (uint32_t)tdim[t], .n_shards = 64 };
+		if ((rc = st_table_create(&p->tables[t], &to)) < 0)
+			return rc;
+	}
 	p->info.n_tables = nt;
+	p->view = (st_view_t){
+		.model = p->model, .cfg = &p->cfg, .n_dense = p->info.n_dense, .n_slots = ns,
+		.seed = p->info.seed, .minibatch = p->info.minibatch, .n_tables = nt,
+		.slot_table = p->slot_table, .name = "predict",
+	};
+	memcpy(p->view.tables, p->tables, sizeof p->tables);
+	return ST_OK;
+}
+
+/* Creates (absent) the row of key in table t and sets its dim floats. */
+static int set_row(st_table_t *t, uint64_t key, const float *row, uint32_t dim)
+{
+	float *r;
+	int rc = st_table_get_or_create(t, key, 0, &r);
+	if (rc < 0)
+		return rc;
+	if (!r)
+		return ST_EINVAL;   /* not admitted: cannot happen, every key is */
+	memcpy(r, row, sizeof(float) * dim);
 	return ST_OK;
 }
 
@@ -332,7 +363,7 @@ static int build_trainer(st_predictor_t *p, const int *slot_tables, const char *
 static int load_dense(st_predictor_t *p, const st_safetensors_t *f, const char *where,
 		      char *err, size_t errlen)
 {
-	st_model_t *m = st_trainer_model(p->tr);
+	st_model_t *m = p->model;
 	float *params = st_model_params(m);
 	const int n = st_model_ntensors(m);
 	for (int i = 0; i < n; i++) {
@@ -453,9 +484,8 @@ int st_predictor_open(st_predictor_t **out, const char *root, const st_predictor
 		p->info.minibatch = opts->minibatch;
 	else if (!p->info.minibatch)
 		p->info.minibatch = DEFAULT_MINIBATCH;
-	if ((rc = build_trainer(p, slot_tables, where, err, errlen)) < 0)
+	if ((rc = build_model(p, slot_tables, where, err, errlen)) < 0)
 		goto out;
-	st_model_t *model = st_trainer_model(p->tr);
 
 	/* Rows: the full export's, then each delta applied. */
 	const int nt = p->info.n_tables;
@@ -463,12 +493,8 @@ int st_predictor_open(st_predictor_t **out, const char *root, const st_predictor
 		rc = ST_ENOMEM;
 		goto out;
 	}
-	for (int k = 0; k < nt; k++) {
-		int s0 = 0;
-		while (slot_tables[s0] != k)
-			s0++;
-		tabs[k].dim = (uint32_t)st_model_row_dim(model, s0);
-	}
+	for (int k = 0; k < nt; k++)
+		tabs[k].dim = (uint32_t)st_view_row_dim(&p->view, k);
 	for (size_t i = 0; i < ne; i++) {
 		const int delta = e[i].kind == ST_MANIFEST_EXPORT_DELTA;
 		if (i > 0) {
@@ -523,12 +549,9 @@ int st_predictor_open(st_predictor_t **out, const char *root, const st_predictor
 	if ((rc = load_dense(p, dense ? dense : base, where, err, errlen)) < 0)
 		goto out;
 	for (int k = 0; k < nt; k++) {
-		int s0 = 0;
-		while (slot_tables[s0] != k)
-			s0++;
 		for (size_t i = 0; i < tabs[k].n && rc >= 0; i++)
-			if ((rc = st_trainer_set_row(p->tr, s0, tabs[k].keys[i],
-						     tabs[k].vals + i * tabs[k].dim)) < 0 &&
+			if ((rc = set_row(p->tables[k], tabs[k].keys[i],
+					  tabs[k].vals + i * tabs[k].dim, tabs[k].dim)) < 0 &&
 			    rc != ST_ENOMEM)
 				st__dumpio_seterr(err, errlen, "%s: table %d: cannot load the row of key %016" PRIx64
 				       ": %s", root, k, tabs[k].keys[i], st_strerror(rc));
@@ -536,6 +559,21 @@ int st_predictor_open(st_predictor_t **out, const char *root, const st_predictor
 		tab_free(&tabs[k]);
 		if (rc < 0)
 			goto out;
+	}
+	/* strata runs its own scoring workers; OpenBLAS's pool on top of
+	 * them oversubscribes the cores, as in training (ops/train), and the
+	 * trainer's eval ran on one BLAS thread. An explicit
+	 * OPENBLAS_NUM_THREADS from the user wins. */
+	if (!getenv("OPENBLAS_NUM_THREADS"))
+		openblas_set_num_threads(1);
+	if ((rc = st_scorer_create(&p->scorer, &p->view, p->info.threads, p->info.minibatch)) < 0) {
+		if (rc == ST_EINVAL)
+			st__dumpio_seterr(err, errlen, "%s: %d scoring threads (1..%d)", root,
+					  p->info.threads, ST_MAX_STAGE_THREADS);
+		else if (rc != ST_ENOMEM)
+			st__dumpio_seterr(err, errlen, "%s: cannot start the scoring threads: %s",
+					  root, st_strerror(rc));
+		goto out;
 	}
 	p->info.model = &p->cfg;
 	p->info.full = p->full;
@@ -568,15 +606,8 @@ int st_predictor_score(st_predictor_t *p, st_batch_t *b, float *out)
 {
 	if ((int)b->n_dense != p->info.n_dense || (int)b->n_slots > p->info.n_slots)
 		return ST_EINVAL;
-	st_stage_ctx_t ctx = { .stage = "predict", .thread_idx = 0, .n_threads = 1 };
-	st_batch_t *o;
 	b->eval = 1;
-	int rc = st_trainer_pull_ops.process(p->tr, &ctx, b, &o);
-	if (rc >= 0)
-		rc = st_trainer_train_ops.process(p->tr, &ctx, b, &o);
-	/* The trainer keeps eval scores for its metrics; a predictor has no
-	 * use for them, so they do not pile up. */
-	st_trainer_reset_eval(p->tr);
+	int rc = st_scorer_run(p->scorer, b);
 	if (rc < 0)
 		return rc;
 	if (out && b->n)
@@ -589,11 +620,20 @@ void st_predictor_info(const st_predictor_t *p, st_predictor_info_t *info)
 	*info = p->info;
 }
 
+const st_view_t *st_predictor_view(const st_predictor_t *p)
+{
+	return &p->view;
+}
+
 void st_predictor_close(st_predictor_t *p)
 {
 	if (!p)
 		return;
-	st_trainer_destroy(p->tr);
+	st_scorer_destroy(p->scorer);
+	for (int k = 0; k < ST_VIEW_MAX_TABLES; k++)
+		st_table_destroy(p->tables[k]);
+	st_model_destroy(p->model);
+	free(p->slot_table);
 	st_modelcfg_fini(&p->cfg);
 	free(p->full);
 	free(p->last);

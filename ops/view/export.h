@@ -1,44 +1,43 @@
 /*
- * export.h — writing a serving export of a live trainer: the dense tensors
- * and every table's embedding rows (no optimizer state), full or as a delta,
- * in the layout of docs/formats.md ("Exports"), which ops/dump/predict.h
- * reads back.
+ * export.h — writing a serving export of a model view (view.h; a live
+ * trainer's through st_trainer_view): the dense tensors and every table's
+ * embedding rows (no optimizer state), full or as a delta, in the layout of
+ * docs/formats.md ("Exports"), which ops/view/predict.h reads back.
  *
  * An export directory <root>/export-<seq, 12 digits>-full|delta/ holds
  *   dense.safetensors  every tensor of st_model_params, named and shaped as
  *                      st_model_tensor(m, i), F32; its __metadata__ carries
  *                      the model (below);
- *   table-<k>.rows     table k of the trainer (k = 0 .. st_trainer_ntables-1,
- *                      st_trainer_table's order), dim = the table's row width
- *                      (embedding, plus the wide weight of lr/wdl/deepfm),
- *                      state_dim 0;
+ *   table-<k>.rows     table k of the view (k = 0 .. n_tables-1, view.h's
+ *                      order), dim = the table's row width (embedding, plus
+ *                      the wide weight of lr/wdl/deepfm), state_dim 0;
  *   manifest.yaml      kind export-full / export-delta, seq, step, job name,
- *                      hash and lineage (st_trainer_lineage: the first full
- *                      export of a trainer without one creates it), every
- *                      file with its size and XXH3-64.
+ *                      hash and lineage (the view's: the first full export
+ *                      of a run without one creates it), every file with its
+ *                      size and XXH3-64.
  *
  * __metadata__ of dense.safetensors:
  *   strata.format       "1"
- *   strata.model        st_modelcfg_encode(&job->model) (ops/dump/modelcfg.h)
- *   strata.n_dense      dense features per example (job->train.n_dense)
- *   strata.n_slots      slots per example (job->train.n_slots)
+ *   strata.model        st_modelcfg_encode(v->cfg) (ops/dump/modelcfg.h)
+ *   strata.n_dense      dense features per example (v->n_dense)
+ *   strata.n_slots      slots per example (v->n_slots)
  *   strata.slot_tables  comma-separated table index of each slot
- *   strata.seed         job->seed
- *   strata.minibatch    job->minibatch: a predictor scores in minibatches of
+ *   strata.seed         v->seed
+ *   strata.minibatch    v->minibatch: a predictor scores in minibatches of
  *                       this size by default, so that its scores equal the
  *                       trainer's eval scores bit for bit
  *
- * Thread-safety: the caller guarantees that no training (no pull, train or
- * push op) runs on tr during the call; one writer per root at a time (ckpt.h).
+ * Thread-safety: the caller guarantees that nothing changes the view's model
+ * or tables during the call (for a trainer: no pull, train or push op runs);
+ * one writer per root at a time (ckpt.h).
  */
-#ifndef ST_DUMP_EXPORT_H
-#define ST_DUMP_EXPORT_H
+#ifndef ST_VIEW_EXPORT_H
+#define ST_VIEW_EXPORT_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "lang/job.h"
-#include "ops/train/trainer.h"
+#include "ops/view/view.h"
 
 /* The keys of one table a delta export covers. */
 typedef struct st_export_keys {
@@ -48,22 +47,22 @@ typedef struct st_export_keys {
 	size_t n_deleted;
 } st_export_keys_t;
 
-/* A delta: tables[k] for each table k of the trainer (n_tables must equal
- * st_trainer_ntables). Keys may repeat and may be in both lists. */
+/* A delta: tables[k] for each table k of the view (n_tables must equal the
+ * view's). Keys may repeat and may be in both lists. */
 typedef struct st_export_delta {
 	int n_tables;
 	const st_export_keys_t *tables;
 } st_export_delta_t;
 
 /*
- * Writes export `seq` of tr under root: full when delta is NULL (every row
+ * Writes export `seq` of view v under root: full when delta is NULL (every row
  * of every table, RAM and SSD tiers, st_table_foreach_all), else a delta.
  *
  * A delta writes, per table, the CURRENT state of every key in touched ∪
  * deleted: a key that has a row now is written as a row (even when listed as
  * deleted: it came back), a key that has none is written as deleted (even
  * when listed as touched: it went away since). So applying the delta to the
- * previous export's rows gives exactly the trainer's rows, provided the lists
+ * previous export's rows gives exactly the view's rows, provided the lists
  * hold every key that changed. Rows are looked up in RAM first
  * (st_table_find); keys not there are looked for in one pass over the
  * table's SSD tier (a table without one has no other rows).
@@ -71,28 +70,26 @@ typedef struct st_export_delta {
  * The dense tensors are written whole in full and delta exports alike (a
  * predictor takes them from the newest export it applies).
  *
- * job is the job tr was created from (its model, shape, seed, minibatch and
- * name; its train source's n_dense / n_slots). step (>= 0) is recorded in
- * the manifest. keep > 0 applies retention after the commit (ckpt.h: the
+ * v describes the model (st_view_check must accept it). step (>= 0) is
+ * recorded in the manifest. keep > 0 applies retention after the commit (ckpt.h: the
  * newest `keep` full exports and every export after the oldest of them);
  * 0 keeps everything; retention failures are logged as warnings.
  *
- * Lineage: a full export of a trainer without a lineage creates one
- * (st_trainer_new_lineage); the manifest records it. Exports already under
+ * Lineage: a full export of a view whose source has no lineage yet creates
+ * one (st_view_lineage_new); the manifest records it. Exports already under
  * root numbered from the one this export follows (seq - 1 for a delta, seq
  * for a full export) must be of the same job and lineage, else nothing is
  * written (ST_EINVAL, the other run named in err): two runs writing into
  * one root would interleave their chains.
  *
  * Returns ST_OK once the directory is published; ST_EINVAL for bad
- * arguments (seq > INT64_MAX, step < 0, a delta with the wrong number of
- * tables, a model the codec refuses) and for another run's exports (above); ST_ENOSPC, ST_EIO, ST_ENOMEM, or the
+ * arguments (seq > INT64_MAX, step < 0, a view st_view_check refuses, a
+ * delta with the wrong number of tables, a model the codec refuses) and for another run's exports (above); ST_ENOSPC, ST_EIO, ST_ENOMEM, or the
  * SSD tier's read error. On failure err holds the reason and nothing was
  * published (older exports are untouched). Nothing of the arguments is kept.
  */
-int st_export_write(st_trainer_t *tr, const st_job_t *job, const char *root, uint64_t seq,
-		    int64_t step, const st_export_delta_t *delta, int keep,
-		    char *err, size_t errlen);
+int st_export_write(const st_view_t *v, const char *root, uint64_t seq, int64_t step,
+		    const st_export_delta_t *delta, int keep, char *err, size_t errlen);
 
 /* Keys of metadata and the format version (shared with predict.c). */
 #define ST_EXPORT_FORMAT "1"

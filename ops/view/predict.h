@@ -1,9 +1,11 @@
 /*
  * predict.h — scoring with a serving export (export.h): load the newest
  * full export under a root, apply the deltas after it, rebuild the model
- * from the export's metadata, and score batches with the trainer's own eval
- * path (pull without creating rows, forward in minibatches), so a key the
- * export has no row for reads as zeros exactly as in training eval.
+ * and its tables from the export's metadata as a model view of the
+ * predictor's own (view.h; no trainer), and score batches the way the
+ * trainer's eval does (score.h: lookup without creating rows, forward in
+ * minibatches), so a key the export has no row for reads as zeros exactly
+ * as in training eval, and the scores equal the trainer's bit for bit.
  *
  * Which exports: st_ckpt_list_exports's apply order (the newest full export,
  * then the deltas numbered right after it up to the first gap), every one of
@@ -14,17 +16,18 @@
  * serving. Delete the damaged directory to serve the exports before it.
  *
  * Thread-safety: open/close on any thread; st_predictor_score by one thread
- * at a time per predictor (it uses the trainer's pull scratch of thread 0 and
- * its train thread; with opts.threads > 1 it runs that many workers).
+ * at a time per predictor (the caller's thread is its first scoring worker;
+ * with opts.threads > 1 it runs that many workers, score.h).
  */
-#ifndef ST_DUMP_PREDICT_H
-#define ST_DUMP_PREDICT_H
+#ifndef ST_VIEW_PREDICT_H
+#define ST_VIEW_PREDICT_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "lang/job.h"
 #include "ops/dump/ckpt.h"
+#include "ops/view/view.h"
 #include "runtime/batch.h"
 
 typedef struct st_predictor st_predictor_t;
@@ -73,12 +76,17 @@ int st_predictor_open(st_predictor_t **out, const char *root, const st_predictor
  * b must have the model's n_dense and at most its n_slots slots (else
  * ST_EINVAL, nothing done). Sets b->eval = 1 and fills the batch's derived
  * columns (uniq, key_idx, rows, aux, pred); b stays the caller's. out may be
- * NULL (the scores are in b->pred then). ST_OK, ST_EINVAL, ST_ENOMEM (logged).
+ * NULL (the scores are in b->pred then). ST_OK, ST_EINVAL, ST_ENOMEM.
  */
 int st_predictor_score(st_predictor_t *p, st_batch_t *b, float *out);
 
 /* What was loaded; valid until close. */
 void st_predictor_info(const st_predictor_t *p, st_predictor_info_t *info);
+
+/* The loaded model and tables as a view (no lineage), owned by p and valid
+ * until close. Read only: an export of it (export.h) writes the model the
+ * predictor serves. */
+const st_view_t *st_predictor_view(const st_predictor_t *p);
 
 /* Frees everything (NULL-safe). */
 void st_predictor_close(st_predictor_t *p);

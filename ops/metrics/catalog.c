@@ -1,0 +1,46 @@
+/*
+ * catalog.c — the tables of catalog.h. The order numbers place a metric on
+ * the progress line among the declared ones; undeclared metrics follow in
+ * the order they were first set.
+ */
+#include "ops/metrics/catalog.h"
+
+#include <stddef.h>
+
+#include "runtime/err.h"
+
+static const st_metric_desc_t train_metrics[] = {
+	{ .name = "examples", .kind = ST_METRIC_COUNTER, .flags = ST_METRIC_HEADLINE,
+	  .label = "ex" },
+	{ .name = "loss", .kind = ST_METRIC_GAUGE, .flags = ST_METRIC_FINITE, .order = 10,
+	  .fmt = "%.4f" },
+	{ .name = "auc", .kind = ST_METRIC_GAUGE, .flags = ST_METRIC_FINITE, .order = 20,
+	  .fmt = "%.4f" },
+	/* ops/sync/sync.c, st_sync_stats_publish: "hist.sync_staleness.<range>". */
+	{ .name = "hist.", .kind = ST_METRIC_COUNTER,
+	  .flags = ST_METRIC_PREFIX | ST_METRIC_JSON_ONLY },
+};
+
+static const st_metric_desc_t read_metrics[] = {
+	{ .name = "bad_records", .kind = ST_METRIC_COUNTER, .flags = ST_METRIC_JSON_ONLY },
+};
+
+static int declare(st_metrics_t *m, const st_metric_desc_t *d, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		int rc = st_metrics_declare(m, &d[i]);
+		if (rc < 0)
+			return rc;
+	}
+	return ST_OK;
+}
+
+int st_catalog_declare_train(st_metrics_t *m)
+{
+	return declare(m, train_metrics, sizeof train_metrics / sizeof train_metrics[0]);
+}
+
+int st_catalog_declare_read(st_metrics_t *m)
+{
+	return declare(m, read_metrics, sizeof read_metrics / sizeof read_metrics[0]);
+}

@@ -1,0 +1,241 @@
+/*
+ * view.c — the model view's checks and the shared lookup of scoring
+ * (view.h).
+ *
+ * The lookup is the trainer's pull of an eval batch (ops/pull) without the
+ * trainer: the batch's keys deduplicated into b->uniq in first-occurrence
+ * order (PERSIA's layout, persia-hybrid-training.md Section 4.2.3) and
+ * resolved table by table with create = 0, so a key without a row gets NULL
+ * and the forward pass reads zeros for it, exactly as in training eval.
+ *
+ * Threads: any; a lookup uses only its own scratch and batch, and the
+ * tables do their own locking.
+ */
+#include "ops/view/view.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/err.h"
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+{
+	if (errlen) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(err, errlen, fmt, ap);
+		va_end(ap);
+	}
+	return ST_EINVAL;
+}
+
+int st_view_check(const st_view_t *v, char *err, size_t errlen)
+{
+	if (!v->model || !v->cfg || !v->cfg->type)
+		return fail(err, errlen, "model view: no model or no model type");
+	if (v->n_slots < 1 || v->n_dense < 0 || v->minibatch < 1 || !v->slot_table)
+		return fail(err, errlen, "model view: %d slots, %d dense features, minibatch %d",
+			    v->n_slots, v->n_dense, v->minibatch);
+	if (v->n_tables < 1 || v->n_tables > ST_VIEW_MAX_TABLES)
+		return fail(err, errlen, "model view: %d tables (1..%d)", v->n_tables,
+			    ST_VIEW_MAX_TABLES);
+	int next = 0;   /* tables are numbered in slot order */
+	int width[ST_VIEW_MAX_TABLES];
+	for (int s = 0; s < v->n_slots; s++) {
+		const int k = v->slot_table[s], rd = st_model_row_dim(v->model, s);
+		if (k < 0 || k > next || k >= v->n_tables || !v->tables[k])
+			return fail(err, errlen, "model view: slot %d is in table %d of %d "
+				    "(tables are numbered in slot order)", s, k, v->n_tables);
+		if (k == next)
+			width[next++] = rd;
+		else if (width[k] != rd)
+			return fail(err, errlen, "model view: table %d holds rows of width %d and "
+				    "%d (slot %d)", k, width[k], rd, s);
+	}
+	if (next != v->n_tables)
+		return fail(err, errlen, "model view: %d tables, its slots use %d", v->n_tables,
+			    next);
+	/* One table per row width: st_view_release finds a row's table by its
+	 * width. */
+	for (int a = 0; a < next; a++)
+		for (int b = a + 1; b < next; b++)
+			if (width[a] == width[b])
+				return fail(err, errlen, "model view: tables %d and %d have the same "
+					    "row width %d", a, b, width[a]);
+	return ST_OK;
+}
+
+st_table_t *st_view_table_for_slot(const st_view_t *v, int s)
+{
+	return s >= 0 && s < v->n_slots ? v->tables[v->slot_table[s]] : NULL;
+}
+
+int st_view_row_dim(const st_view_t *v, int k)
+{
+	for (int s = 0; s < v->n_slots; s++)
+		if (v->slot_table[s] == k)
+			return st_model_row_dim(v->model, s);
+	return 0;
+}
+
+const char *st_view_lineage_new(const st_view_t *v)
+{
+	if (!v->lineage)
+		return "";
+	if (!*v->lineage && v->lineage_new)
+		v->lineage_new(v->src);
+	return v->lineage;
+}
+
+/* ---- lookup --------------------------------------------------------------- */
+
+/* splitmix64's finalizer, the hash of the dedup set. */
+static inline uint64_t mix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+	return z ^ (z >> 31);
+}
+
+/* Fills b->uniq, b->key_idx, b->n_uniq and *slot_out[u] = the slot of unique
+ * key u's first occurrence (malloc'd, the caller's). */
+static int dedup(st_view_lookup_t *t, st_batch_t *b, uint16_t **slot_out)
+{
+	const uint32_t nk = st_batch_nkeys(b);
+	uint32_t cap = 16;
+	while (cap < 2 * (uint64_t)nk)
+		cap *= 2;
+	if (cap > t->hcap) {
+		free(t->hkeys);
+		free(t->hidx);
+		t->hkeys = malloc(sizeof(uint64_t) * cap);
+		t->hidx = malloc(sizeof(uint32_t) * cap);
+		if (!t->hkeys || !t->hidx) {
+			t->hcap = 0;
+			return ST_ENOMEM;
+		}
+		t->hcap = cap;
+	}
+	memset(t->hidx, 0xff, sizeof(uint32_t) * cap);
+	uint64_t *uniq = realloc(b->uniq, sizeof(uint64_t) * (nk ? nk : 1));
+	if (!uniq)
+		return ST_ENOMEM;
+	b->uniq = uniq;
+	uint32_t *kidx = realloc(b->key_idx, sizeof(uint32_t) * (nk ? nk : 1));
+	if (!kidx)
+		return ST_ENOMEM;
+	b->key_idx = kidx;
+	uint16_t *uslot = malloc(sizeof(uint16_t) * (nk ? nk : 1));
+	if (!uslot)
+		return ST_ENOMEM;
+	const uint32_t mask = cap - 1;
+	uint32_t nu = 0;
+	for (uint32_t k = 0; k < nk; k++) {
+		const uint64_t key = b->keys[k];
+		uint32_t i = (uint32_t)mix64(key) & mask;
+		for (;;) {
+			const uint32_t u = t->hidx[i];
+			if (u == UINT32_MAX) {
+				t->hidx[i] = nu;
+				t->hkeys[i] = key;
+				uniq[nu] = key;
+				uslot[nu] = b->key_slot[k];
+				kidx[k] = nu++;
+				break;
+			}
+			if (t->hkeys[i] == key) {
+				kidx[k] = u;
+				break;
+			}
+			i = (i + 1) & mask;
+		}
+	}
+	b->n_uniq = nu;
+	*slot_out = uslot;
+	return ST_OK;
+}
+
+int st_view_lookup(const st_view_t *v, st_view_lookup_t *t, st_batch_t *b)
+{
+	if ((int)b->n_slots > v->n_slots)
+		return ST_EINVAL;
+	uint16_t *uslot = NULL;
+	int rc = dedup(t, b, &uslot);
+	if (rc < 0)
+		return rc;
+	const uint32_t nu = b->n_uniq;
+	float **rows = realloc(b->rows, sizeof(float *) * (nu ? nu : 1));
+	if (!rows) {
+		free(uslot);
+		return ST_ENOMEM;
+	}
+	b->rows = rows;
+	const uint32_t step = (uint32_t)b->seq;   /* not recorded: create = 0 */
+	if (v->n_tables == 1) {
+		rc = st_table_resolve(v->tables[0], b->uniq, nu, step, 0, rows);
+	} else {
+		if (nu > t->tcap) {
+			free(t->tkeys);
+			free(t->tpos);
+			free(t->trows);
+			t->tkeys = malloc(sizeof(uint64_t) * nu);
+			t->tpos = malloc(sizeof(uint32_t) * nu);
+			t->trows = malloc(sizeof(float *) * nu);
+			t->tcap = (t->tkeys && t->tpos && t->trows) ? nu : 0;
+		}
+		rc = t->tcap >= nu ? ST_OK : ST_ENOMEM;
+		for (int k = 0; k < v->n_tables && rc >= 0; k++) {
+			uint32_t m = 0;
+			for (uint32_t u = 0; u < nu; u++)
+				if (v->slot_table[uslot[u]] == k) {
+					t->tkeys[m] = b->uniq[u];
+					t->tpos[m++] = u;
+				}
+			rc = st_table_resolve(v->tables[k], t->tkeys, m, step, 0, t->trows);
+			for (uint32_t i = 0; i < m && rc >= 0; i++)
+				rows[t->tpos[i]] = t->trows[i];
+		}
+	}
+	if (rc < 0) {
+		free(uslot);
+		return rc;
+	}
+	/* The row width of every unique key (b->aux, freed with the batch);
+	 * the slot array is reused in place. */
+	for (uint32_t u = 0; u < nu; u++)
+		uslot[u] = (uint16_t)st_model_row_dim(v->model, uslot[u]);
+	free(b->aux);
+	b->aux = uslot;
+	return ST_OK;
+}
+
+void st_view_release(const st_view_t *v, const st_batch_t *b)
+{
+	const uint16_t *width = b->aux;
+	float **rows = b->rows;
+	if (!width || !rows)
+		return;
+	for (int k = 0; k < v->n_tables; k++) {
+		if (!st_table_ssd(v->tables[k]))
+			continue;
+		/* A row's table is the one of its width (st_view_check). */
+		const int w = st_view_row_dim(v, k);
+		for (uint32_t u = 0; u < b->n_uniq; u++)
+			if (width[u] == w && rows[u])
+				st_table_unpin(v->tables[k], &rows[u], 1);
+	}
+}
+
+void st_view_lookup_fini(st_view_lookup_t *s)
+{
+	free(s->hkeys);
+	free(s->hidx);
+	free(s->tkeys);
+	free(s->tpos);
+	free(s->trows);
+	memset(s, 0, sizeof *s);
+}
