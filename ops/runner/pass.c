@@ -120,6 +120,7 @@ int st__runner_score(st_runner_t *r, st_runner_pass_kind_t kind, int phase,
 		if ((rc = st_trainer_eval_result(r->model, &e->auc, &e->logloss, &e->calibration,
 						 &e->examples)) < 0)
 			return rc;
+		e->nonfinite = st_trainer_eval_nonfinite(r->model);
 		e->has_result = 1;
 	}
 	if (r->obs && r->obs->eval)

@@ -113,6 +113,8 @@ typedef struct st_runner_eval {
 	int has_result;             /* 0 on ranks other than 0: the numbers are NaN */
 	double auc, logloss, calibration;
 	uint64_t examples;
+	uint64_t nonfinite;         /* scores that are NaN or infinite (a diverged
+				     * model): the AUC ranks the others only */
 	double secs;
 } st_runner_eval_t;
 

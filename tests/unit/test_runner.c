@@ -5,8 +5,9 @@
  * same seed gives the same model digest; phases run in order with a result
  * each; a run cancelled at a batch and then resumed ends with the same
  * model as an uninterrupted one (the bit-identical resume check, without a
- * subprocess); a failed final checkpoint still exports and evaluates; a
- * cancel makes the run INTERRUPTED; a job error is a JOB_ERROR.
+ * subprocess); a failed final checkpoint still exports and evaluates; the
+ * non-finite scores of a diverged model are counted; a cancel makes the run
+ * INTERRUPTED; a job error is a JOB_ERROR.
  *
  * Data: 6000 train rows in 2 files and 1000 eval rows from ops/gen, in a
  * temporary folder made once (the setup); jobs are loaded with lang/ from a
@@ -266,6 +267,7 @@ static void test_runner_plain_run_returns_result(void **state)
 	assert_int_equal(res.eval.examples, 1000);
 	assert_true(res.eval.auc > 0.5 && res.eval.auc < 1);
 	assert_true(isfinite(res.eval.logloss) && isfinite(res.eval.calibration));
+	assert_int_equal(res.eval.nonfinite, 0);
 	/* One training pass (its batches on the dump thread, in order), the
 	 * totals, then the eval pass and its scores; no checkpoint or export
 	 * without their folders. */
@@ -483,6 +485,25 @@ static void test_runner_final_checkpoint_failure_still_exports_and_evals(void **
 				"written"));
 }
 
+/* A model that diverged (weights overflow at once; "warn" trains on): every
+ * eval score is NaN and the result says how many. */
+static void test_runner_eval_counts_nonfinite_scores(void **state)
+{
+	(void)state;
+	const char *sets[] = {
+		"model=st.model.lr{optimizer=st.optim.adagrad{lr=1e38,lr_dense=1e38}}",
+		"stages.train.on_nonfinite=\"warn\"", NULL,
+	};
+	rec_t r = { 0 };
+	st_runner_result_t res;
+	st_runner_opts_t o = { 0 };
+	assert_int_equal(run(sets, &o, &r, &res), ST_OK);
+	assert_true(res.has_eval);
+	assert_int_equal(res.eval.examples, 1000);
+	assert_int_equal(res.eval.nonfinite, 1000);
+	assert_true(isnan(res.eval.auc));
+}
+
 static void test_runner_cancel_before_run_is_interrupted(void **state)
 {
 	(void)state;
@@ -524,6 +545,7 @@ int main(void)
 		cmocka_unit_test(test_runner_phases_in_order),
 		cmocka_unit_test(test_runner_cancel_then_resume_same_model),
 		cmocka_unit_test(test_runner_final_checkpoint_failure_still_exports_and_evals),
+		cmocka_unit_test(test_runner_eval_counts_nonfinite_scores),
 		cmocka_unit_test(test_runner_cancel_before_run_is_interrupted),
 		cmocka_unit_test(test_runner_job_error),
 	};
