@@ -17,6 +17,8 @@
  *
  * Threads: everything runs on the caller's thread but st_runner_cancel
  * (any thread) and the observer's batch_end (the dump stage's thread).
+ * Lock order: st_runner.lock, then the graph's and the trainer's locks
+ * inside st_graph_cancel / st_trainer_cancel; never the other way round.
  */
 #include "ops/runner/runner_internal.h"
 #include "ops/sync/registry.h"

@@ -13,8 +13,11 @@
  *   ranks.c     a multi-process job: what it refuses, joining, the summary
  *   metrics_file.c  the metrics file's phase records
  *
- * Lock: st_runner.lock guards graph and trainer for st_runner_cancel only;
- * it is never held while calling the observer or waiting on anything.
+ * Lock: st_runner.lock guards graph and cancel_trainer for st_runner_cancel
+ * only; it is never held while calling the observer or waiting on anything.
+ * Lock order: st_runner.lock, then the graph's and the trainer's own locks
+ * (st_graph_cancel, st_trainer_cancel take them); neither calls back into
+ * the runner.
  */
 #ifndef ST_RUNNER_INTERNAL_H
 #define ST_RUNNER_INTERNAL_H
