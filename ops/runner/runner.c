@@ -20,6 +20,7 @@
  * Lock order: st_runner.lock, then the graph's and the trainer's locks
  * inside st_graph_cancel / st_trainer_cancel; never the other way round.
  */
+#include "ops/metrics/catalog.h"
 #include "ops/runner/runner_internal.h"
 #include "ops/sync/registry.h"
 #include "runtime/err.h"
@@ -301,7 +302,8 @@ static int prepare(st_runner_t *r)
 	if ((rc = st__runner_folders(r)) < 0)
 		return rc;
 	st__runner_placement(r);
-	if ((rc = st_metrics_create(&r->metrics)) < 0) {
+	if ((rc = st_metrics_create(&r->metrics)) < 0 ||
+	    (rc = st_catalog_declare_read(r->metrics)) < 0) {
 		st__runner_say(r, ST_LOG_ERROR, "cannot create the metrics: out of memory");
 		return rc;
 	}

@@ -37,30 +37,30 @@ const st_stage_cfg_t *st_runner_stage_cfg(const st_job_t *job, int i)
 }
 
 /* Name of the block device (whole disk, e.g. "nvme0n1") holding `path`,
- * from /sys/dev/block/MAJ:MIN; 0 on success, -1 if unknown (tmpfs, overlay). */
+ * from /sys/dev/block/MAJ:MIN; ST_OK, or ST_ENOENT if unknown (tmpfs, overlay). */
 static int disk_of(const char *path, char *name, size_t size)
 {
 	struct stat sb;
 	char link[128], real[PATH_MAX];
 	if (stat(path, &sb) < 0)
-		return -1;
+		return ST_ENOENT;
 	snprintf(link, sizeof link, "/sys/dev/block/%u:%u", major(sb.st_dev), minor(sb.st_dev));
 	if (!realpath(link, real))
-		return -1;
+		return ST_ENOENT;
 	char part[PATH_MAX + 16];
 	snprintf(part, sizeof part, "%s/partition", real);
 	if (access(part, F_OK) == 0) {  /* a partition: its parent is the disk */
 		char *slash = strrchr(real, '/');
 		if (!slash)
-			return -1;
+			return ST_ENOENT;
 		*slash = 0;
 	}
 	const char *base = strrchr(real, '/');
 	base = base ? base + 1 : real;
 	if (!*base || strlen(base) >= size)
-		return -1;
+		return ST_ENOENT;
 	snprintf(name, size, "%s", base);
-	return 0;
+	return ST_OK;
 }
 
 int st_runner_place(const st_topo_t *topo, const st_job_t *job, st_place_req_t *reqs,
