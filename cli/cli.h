@@ -1,5 +1,6 @@
 /*
- * cli.h — shared pieces of the `strata` command's subcommands.
+ * cli.h — shared pieces of the `strata` command's subcommands. Running a
+ * job is the job runner's (ops/runner/runner.h); cli/ parses, calls, prints.
  *
  * Exit codes of every subcommand: 0 ok, 1 the job failed while running,
  * 2 usage error or invalid job file (nothing was started); `run` stopped
@@ -12,7 +13,6 @@
 #include <stdio.h>
 
 #include "lang/job.h"
-#include "runtime/topo.h"
 
 enum { ST_EXIT_OK = 0, ST_EXIT_FAILED = 1, ST_EXIT_USAGE = 2 };
 
@@ -41,55 +41,6 @@ int st_cli_parse(int argc, char **argv, const char *cmd, const char *allowed,
 /* Loads the job and prints every diagnostic. Returns ST_EXIT_OK and *job, or
  * ST_EXIT_USAGE, or ST_EXIT_FAILED when SIGINT or SIGTERM stopped it. */
 int st_cli_load_job(const st_cli_opts_t *o, int check_paths, st_job_t **job);
-
-/* The five stages in pipeline order with their settings from the job. */
-#define ST_CLI_NSTAGES 5
-extern const char *const st_cli_stage_names[ST_CLI_NSTAGES];
-const st_stage_cfg_t *st_cli_stage_cfg(const st_job_t *job, int i);
-
-/* Places every stage on the topology; reqs has ST_CLI_NSTAGES entries
- * (st_place_req_t). With detect_data_disk, a read stage on "auto" is placed
- * near the disk holding the first train file when the topology has it.
- * Returns ST_OK or an error (message logged). */
-int st_cli_place(const st_topo_t *topo, const st_job_t *job, void *reqs,
-		 int detect_data_disk);
-
-/* Multi-process runs (run_dist.c). check: ST_EXIT_OK or ST_EXIT_USAGE
- * (message printed) for what such a job does not support yet, and sets
- * one read and one pull thread per rank; join: opens
- * the network with cfg and attaches the trainer (message logged);
- * summary: rank 0 prints totals over the ranks (digest: the model digest
- * too, STRATA_DIGEST=1). */
-struct st_net;
-struct st_net_cfg;
-struct st_trainer;
-int st_cli_dist_check(st_job_t *job);
-int st_cli_dist_join(struct st_net **net, const struct st_net_cfg *cfg, const st_job_t *job,
-		     struct st_trainer *tr);
-int st_cli_dist_summary(struct st_net *net, struct st_trainer *tr, const st_job_t *job,
-			double secs, int lost, int digest);
-
-/* The metrics file of `strata run` beyond the progress records
- * (run_metrics.c). Each returns ST_OK or the error (logged with the path):
- * truncate creates or empties path; append copies the file `from` to the
- * end of `to` and removes `from` (also on failure); phase appends one JSON
- * line {"phase": ...} with r's fields (strings escaped, NaN as null). */
-typedef struct st_cli_phase_rec {
-	const char *phase;          /* the phase's name, any bytes */
-	int index;                  /* 1-based */
-	const char *sync;           /* the policy it ended with */
-	uint64_t examples;
-	double secs, auc, logloss;
-	uint64_t switches;
-	int has_eval;               /* eval_auc, eval_logloss are written */
-	double eval_auc, eval_logloss;
-	int has_slice;              /* slice_* are written */
-	double slice_auc, slice_logloss;
-	uint64_t slice_examples;
-} st_cli_phase_rec_t;
-int st_cli_metrics_truncate(const char *path);
-int st_cli_metrics_append(const char *to, const char *from);
-int st_cli_metrics_phase(const char *path, const st_cli_phase_rec_t *r);
 
 int st_cmd_run(int argc, char **argv);
 int st_cmd_launch(int argc, char **argv);

@@ -71,6 +71,14 @@ int st_trainer_eval_result(st_trainer_t *tr, double *auc, double *logloss,
 	return ST_OK;
 }
 
+uint64_t st_trainer_eval_nonfinite(const st_trainer_t *tr)
+{
+	uint64_t nf = 0;
+	for (size_t i = 0; i < tr->eval.n; i++)
+		nf += !isfinite(tr->eval.pred[i]);
+	return nf;
+}
+
 int st_trainer_dist_eval_gather(st_trainer_t *tr)
 {
 	enum { CH_EVAL = 5 };

@@ -99,6 +99,11 @@ void st_trainer_reset_eval(st_trainer_t *tr);
 int st_trainer_eval_result(st_trainer_t *tr, double *auc, double *logloss,
 			   double *calib, uint64_t *n);
 
+/* How many of the eval scores since the last reset are not finite (NaN or
+ * infinite: the model diverged); st_trainer_eval_result ranks the others
+ * only. No train stage running. */
+uint64_t st_trainer_eval_nonfinite(const st_trainer_t *tr);
+
 /* Progressive train metrics so far. Thread-safe (slightly stale while
  * training). Any out pointer may be NULL. */
 void st_trainer_progress(const st_trainer_t *tr, double *auc, double *logloss,

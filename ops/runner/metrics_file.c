@@ -1,5 +1,5 @@
 /*
- * run_metrics.c — what `strata run` writes to the metrics file besides the
+ * metrics_file.c — what a run writes to the metrics file besides the
  * progress reporter's records (runtime/metrics.h): the truncation at the
  * start of a job with phases, each phase's records appended from their
  * temporary file, and the {"phase": ...} line after each phase.
@@ -10,9 +10,9 @@
  * file and exit 0). Strings go through st_json_quote, so a phase named
  * with quotes, backslashes or newlines still gives one valid JSON line.
  *
- * Called on the main thread only, between passes.
+ * Called on the thread running the job only, between passes.
  */
-#include "cli.h"
+#include "ops/runner/runner_internal.h"
 #include "runtime/err.h"
 #include "runtime/metrics.h"
 
@@ -39,7 +39,7 @@ static int close_checked(FILE *f, const char *path)
 	return e ? fail("write", path, e) : ST_OK;
 }
 
-int st_cli_metrics_truncate(const char *path)
+int st__runner_metrics_truncate(const char *path)
 {
 	FILE *f = fopen(path, "w");
 	if (!f)
@@ -47,7 +47,7 @@ int st_cli_metrics_truncate(const char *path)
 	return close_checked(f, path);
 }
 
-int st_cli_metrics_append(const char *to, const char *from)
+int st__runner_metrics_append(const char *to, const char *from)
 {
 	FILE *in = fopen(from, "rb");
 	if (!in) {
@@ -101,21 +101,22 @@ static void str(FILE *f, const char *key, const char *s)
 		free(q);
 }
 
-int st_cli_metrics_phase(const char *path, const st_cli_phase_rec_t *r)
+int st__runner_metrics_phase(const char *path, const st_runner_phase_result_t *r)
 {
 	FILE *f = fopen(path, "a");
 	if (!f)
 		return fail("append to", path, errno);
 	errno = 0;
 	fputc('{', f);
-	str(f, "phase", r->phase);
-	fprintf(f, ",\"index\":%d", r->index);
+	str(f, "phase", r->name);
+	fprintf(f, ",\"index\":%d", r->index + 1);
 	str(f, "sync", r->sync);
 	fprintf(f, ",\"examples\":%llu,\"secs\":%.3f", (unsigned long long)r->examples, r->secs);
 	num(f, "auc", r->auc);
 	num(f, "logloss", r->logloss);
 	fprintf(f, ",\"sync_switches\":%llu", (unsigned long long)r->switches);
-	if (r->has_eval) {
+	/* Ranks other than 0 have no eval numbers (NaN): no eval fields. */
+	if (r->has_eval && isfinite(r->eval_auc)) {
 		num(f, "eval_auc", r->eval_auc);
 		num(f, "eval_logloss", r->eval_logloss);
 	}
