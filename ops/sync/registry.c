@@ -42,6 +42,18 @@ const st_policy_t *st_policy_find(const char *name)
 	return NULL;
 }
 
+const st_sync_ops_t *st_sync_find(const char *name)
+{
+	const st_policy_t *p = name ? st_policy_find(name) : NULL;
+	return p ? p->local : NULL;
+}
+
+const st_sync_ops_t *st_sync_find_dist(const char *name)
+{
+	const st_policy_t *p = name ? st_policy_find(name) : NULL;
+	return p ? p->dist : NULL;
+}
+
 int st_policy_dist(const st_policy_t *p)
 {
 	return p && (p->dist || (p->caps & ST_POL_META));

@@ -57,6 +57,14 @@ int st_policy_dist(const st_policy_t *p);
  * "a, b and c" into buf; returns buf. */
 const char *st_policy_names(char *buf, size_t len, unsigned all, int dist);
 
+/* The one-process ops of the policy named `name` (registry.h), or NULL (a
+ * meta policy such as auto, or a name the registry does not know). */
+const st_sync_ops_t *st_sync_find(const char *name);
+
+/* The multi-process twin of policy `name` (ops/sync/dist_*.c), or
+ * NULL when that policy does not run across processes yet. */
+const st_sync_ops_t *st_sync_find_dist(const char *name);
+
 /* Prints the table as Markdown (docs/policies.md, "The policy table", is
  * this output; `strata help policies`). */
 void st_policy_print_table(FILE *f);

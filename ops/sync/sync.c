@@ -1,6 +1,5 @@
 /*
- * sync.c — the lookups of the policy registry (registry.c) and the helpers
- * every policy shares: dense
+ * sync.c — the helpers every policy shares: dense
  * and sparse optimizer steps laid out per tensor / per row, the dense state
  * a policy updates (the trainer's or its own), relaxed-atomic copies and
  * the worker buffers of Hogwild policies, the lockstep reductions in
@@ -10,7 +9,6 @@
  * passes (the relaxed variants exist precisely for memory others write).
  */
 #include "ops/sync/sync.h"
-#include "ops/sync/registry.h"
 #include "ops/algo/owner.h"
 #include "ops/algo/params.h"
 #include "runtime/err.h"
@@ -20,20 +18,6 @@
 
 #include <math.h>
 #include <string.h>
-
-/* The registry (ops/sync/registry.c, policies.def) knows the policies;
- * these two look them up there. */
-const st_sync_ops_t *st_sync_find(const char *name)
-{
-	const st_policy_t *p = name ? st_policy_find(name) : NULL;
-	return p ? p->local : NULL;
-}
-
-const st_sync_ops_t *st_sync_find_dist(const char *name)
-{
-	const st_policy_t *p = name ? st_policy_find(name) : NULL;
-	return p ? p->dist : NULL;
-}
 
 /* The parameters an ops/algo core steps, as this env holds them. */
 static st_algo_params_t env_params(const st_sync_env_t *env)

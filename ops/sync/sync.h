@@ -105,7 +105,7 @@ typedef struct st_sync_env {
 	 * n_examples. */
 	uint32_t minibatch;
 	/* Multi-process jobs: the sharded store (ops/dist/dist.h); NULL in one
-	 * process. Only the policies of st_sync_find_dist are given one. */
+	 * process. Only multi-process policies (registry.h) are given one. */
 	struct st_dist *dist;
 	/* Multi-process synchronous steps (allreduce, hybrid) the ranks made
 	 * before this policy was created (st.sync.auto switches back and forth):
@@ -177,9 +177,6 @@ typedef struct st_sync_ops {
 	int (*finish)(void *self);
 } st_sync_ops_t;
 
-/* The one-process ops of the policy named `name` (registry.h), or NULL (a
- * meta policy such as auto, or a name the registry does not know). */
-const st_sync_ops_t *st_sync_find(const char *name);
 
 /* Multi-process lockstep policies (dist_rows.c): a step's row sums to
  * the rows' owners, synchronously (ops/dist/dist.h). Between two barriers
@@ -197,9 +194,6 @@ int st_sync_rowpush_sum(st_sync_rowpush_t *r, const st_sync_env_t *env,
 int st_sync_rowpush_send(st_sync_rowpush_t *r, const st_sync_env_t *env, uint64_t step,
 			 uint64_t t, uint64_t *bytes);
 
-/* The multi-process twin of policy `name` (ops/sync/dist_*.c), or
- * NULL when that policy does not run across processes yet. */
-const st_sync_ops_t *st_sync_find_dist(const char *name);
 
 /* ---- helpers shared by policies (sync.c) -------------------------------- */
 

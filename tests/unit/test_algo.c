@@ -51,6 +51,7 @@
 #include "ops/algo/params.h"
 #include "ops/dist/dist_internal.h"
 #include "ops/sync/sync.h"
+#include "ops/sync/registry.h"
 #include "runtime/err.h"
 
 /* ---- a small dnn model and its optimizers --------------------------------- */

@@ -25,6 +25,7 @@
 
 #include "ops/gen/gen.h"
 #include "ops/sync/sync.h"
+#include "ops/sync/registry.h"
 #include "ops/train/trainer.h"
 #include "runtime/err.h"
 #include "runtime/graph.h"

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "ops/gen/gen.h"
+#include "ops/sync/registry.h"
 #include "ops/train/trainer.h"
 #include "runtime/err.h"
 #include "runtime/graph.h"
