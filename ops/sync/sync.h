@@ -3,10 +3,12 @@
  * become parameter updates (DESIGN.md "Sync policies").
  *
  * A policy is a table of hooks (st_sync_ops_t) plus its own state. The
- * trainer (ops/train/trainer.c) owns the workers and calls the hooks; it
+ * trainer (ops/train/: pool.c owns the workers, step.c calls the hooks)
  * knows nothing of any particular policy. Adding a policy = one new file
  * here defining a `const st_sync_ops_t`, plus one line in the registry
- * (policies.def; registry.h has the capabilities callers ask about). Per worker and per batch the trainer does:
+ * (policies.def; registry.h has the capabilities callers ask about;
+ * docs/architecture.md has a worked example). Per worker and per batch the
+ * trainer does:
  *
  *   schedule LOCKSTEP: for step s = 0 .. ceil(M / N) - 1 (M minibatches):
  *       params = begin_step(w, s); compute minibatch s*N + w (if < M) with
