@@ -89,3 +89,74 @@ int st_batch_reserve_keys(st_batch_t *b, uint32_t extra)
 	b->key_cap = (uint32_t)nc;
 	return ST_OK;
 }
+
+/* splitmix64's finalizer: the dedup set's hash. */
+static inline uint64_t mix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+	return z ^ (z >> 31);
+}
+
+int st_batch_dedup(st_dedup_t *t, st_batch_t *b, size_t extra, uint16_t **slot_out)
+{
+	const uint32_t nk = st_batch_nkeys(b);
+	uint32_t cap = 16;
+	while (cap < 2 * (uint64_t)nk)
+		cap *= 2;
+	if (cap > t->hcap) {
+		free(t->hkeys);
+		free(t->hidx);
+		t->hkeys = malloc(sizeof(uint64_t) * cap);
+		t->hidx = malloc(sizeof(uint32_t) * cap);
+		if (!t->hkeys || !t->hidx) {
+			t->hcap = 0;
+			return ST_ENOMEM;
+		}
+		t->hcap = cap;
+	}
+	memset(t->hidx, 0xff, sizeof(uint32_t) * cap);
+	uint64_t *uniq = realloc(b->uniq, sizeof(uint64_t) * (nk ? nk : 1));
+	if (!uniq)
+		return ST_ENOMEM;
+	b->uniq = uniq;
+	uint32_t *kidx = realloc(b->key_idx, sizeof(uint32_t) * (nk ? nk : 1));
+	if (!kidx)
+		return ST_ENOMEM;
+	b->key_idx = kidx;
+	uint16_t *uslot = malloc((sizeof(uint16_t) + extra) * (nk ? nk : 1));
+	if (!uslot)
+		return ST_ENOMEM;
+	const uint32_t mask = cap - 1;
+	uint32_t nu = 0;
+	for (uint32_t k = 0; k < nk; k++) {
+		const uint64_t key = b->keys[k];
+		uint32_t i = (uint32_t)mix64(key) & mask;
+		for (;;) {
+			const uint32_t u = t->hidx[i];
+			if (u == UINT32_MAX) {
+				t->hidx[i] = nu;
+				t->hkeys[i] = key;
+				uniq[nu] = key;
+				uslot[nu] = b->key_slot[k];
+				kidx[k] = nu++;
+				break;
+			}
+			if (t->hkeys[i] == key) {
+				kidx[k] = u;
+				break;
+			}
+			i = (i + 1) & mask;
+		}
+	}
+	b->n_uniq = nu;
+	*slot_out = uslot;
+	return ST_OK;
+}
+
+void st_dedup_fini(st_dedup_t *t)
+{
+	free(t->hkeys);
+	free(t->hidx);
+	memset(t, 0, sizeof *t);
+}

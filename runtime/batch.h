@@ -79,6 +79,29 @@ void st_batch_clear(st_batch_t *b);
 /* Ensures room for `extra` more keys after row_off[n]. ST_OK or ST_ENOMEM. */
 int st_batch_reserve_keys(st_batch_t *b, uint32_t extra);
 
+/* One thread's scratch for st_batch_dedup: an open-addressing set, kept
+ * between batches so it is allocated once. Zero it before first use; free
+ * with st_dedup_fini. */
+typedef struct st_dedup {
+	uint64_t *hkeys;
+	uint32_t *hidx;
+	uint32_t hcap;
+} st_dedup_t;
+
+/*
+ * The batch's unique keys (PERSIA's unique-ID layout,
+ * persia-hybrid-training.md Section 4.2.3): fills b->uniq (first-occurrence
+ * order), b->key_idx (occurrence k -> its unique index) and b->n_uniq, and
+ * *slot_out (malloc'd, the caller's) with the slot of each unique key's
+ * first occurrence. *slot_out holds nk (key occurrences) uint16_t's and
+ * then `extra` bytes per occurrence (callers lay out a second array
+ * there). ST_OK or
+ * ST_ENOMEM (b's derived columns may then be half done; the batch is still
+ * freed normally). One thread per scratch.
+ */
+int st_batch_dedup(st_dedup_t *t, st_batch_t *b, size_t extra, uint16_t **slot_out);
+void st_dedup_fini(st_dedup_t *t);
+
 /* Total key occurrences in the batch. */
 static inline uint32_t st_batch_nkeys(const st_batch_t *b)
 {

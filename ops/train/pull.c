@@ -21,67 +21,7 @@
 
 void st__trainer_pull_free(pull_thread_t *p)
 {
-	free(p->hkeys);
-	free(p->hidx);
-}
-
-/* Fills b->uniq (first-occurrence order), b->key_idx, b->n_uniq, and
- * (*slot_out)[u] = the slot of u's first occurrence (turned into a width
- * later). *slot_out has room behind its nk slots for the batch's table
- * array (b->aux's layout, trainer_internal.h). */
-static int dedup(pull_thread_t *t, st_batch_t *b, uint16_t **slot_out)
-{
-	uint32_t nk = st_batch_nkeys(b);
-	uint32_t cap = 16;
-	while (cap < 2 * (uint64_t)nk)
-		cap *= 2;
-	if (cap > t->hcap) {
-		free(t->hkeys);
-		free(t->hidx);
-		t->hkeys = malloc(sizeof(uint64_t) * cap);
-		t->hidx = malloc(sizeof(uint32_t) * cap);
-		if (!t->hkeys || !t->hidx) {
-			t->hcap = 0;
-			return ST_ENOMEM;
-		}
-		t->hcap = cap;
-	}
-	memset(t->hidx, 0xff, sizeof(uint32_t) * cap);
-	uint64_t *uniq = realloc(b->uniq, sizeof(uint64_t) * (nk ? nk : 1));
-	if (!uniq)
-		return ST_ENOMEM;
-	b->uniq = uniq;
-	uint32_t *kidx = realloc(b->key_idx, sizeof(uint32_t) * (nk ? nk : 1));
-	if (!kidx)
-		return ST_ENOMEM;
-	b->key_idx = kidx;
-	uint16_t *uslot = malloc((sizeof(uint16_t) + 1) * (nk ? nk : 1));
-	if (!uslot)
-		return ST_ENOMEM;
-	uint32_t mask = cap - 1, nu = 0;
-	for (uint32_t k = 0; k < nk; k++) {
-		uint64_t key = b->keys[k];
-		uint32_t i = (uint32_t)mix64(key) & mask;
-		for (;;) {
-			uint32_t u = t->hidx[i];
-			if (u == UINT32_MAX) {
-				t->hidx[i] = nu;
-				t->hkeys[i] = key;
-				uniq[nu] = key;
-				uslot[nu] = b->key_slot[k];
-				kidx[k] = nu++;
-				break;
-			}
-			if (t->hkeys[i] == key) {
-				kidx[k] = u;
-				break;
-			}
-			i = (i + 1) & mask;
-		}
-	}
-	b->n_uniq = nu;
-	*slot_out = uslot;
-	return ST_OK;
+	st_dedup_fini(&p->dd);
 }
 
 static int graph_stopped(void *g)
@@ -100,7 +40,9 @@ static int pull_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 		return op_fail(ctx, ST_EINVAL, "batch %llu has %u slots, the model has %d",
 			       (unsigned long long)b->seq, b->n_slots, tr->n_slots);
 	uint16_t *uslot = NULL;
-	int rc = dedup(t, b, &uslot);
+	/* Behind the slots, room for the table of each key (b->aux's layout,
+	 * trainer_internal.h). */
+	int rc = st_batch_dedup(&t->dd, b, 1, &uslot);
 	if (rc < 0)
 		return op_fail(ctx, rc, "batch %llu: out of memory deduplicating %u keys",
 			       (unsigned long long)b->seq, st_batch_nkeys(b));

@@ -74,9 +74,7 @@ typedef struct st_keyset {
 
 /* One pull thread's dedup scratch (pull.c). */
 typedef struct pull_thread {
-	uint64_t *hkeys;
-	uint32_t *hidx;
-	uint32_t hcap;
+	st_dedup_t dd;
 } pull_thread_t;
 
 /* The embedding rows: where they come from (the row source, ops/rowsrc:
@@ -240,7 +238,7 @@ static inline const uint8_t *st__batch_table(const st_batch_t *b)
 	return (const uint8_t *)((const uint16_t *)b->aux + b->n_uniq);
 }
 
-/* splitmix64's finalizer: hashes for the pull dedup set and the straggler
+/* splitmix64's finalizer: hashes for the straggler
  * schedule. */
 static inline uint64_t mix64(uint64_t z)
 {

@@ -93,78 +93,12 @@ const char *st_view_lineage_new(const st_view_t *v)
 
 /* ---- lookup --------------------------------------------------------------- */
 
-/* splitmix64's finalizer, the hash of the dedup set. */
-static inline uint64_t mix64(uint64_t z)
-{
-	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
-	return z ^ (z >> 31);
-}
-
-/* Fills b->uniq, b->key_idx, b->n_uniq and *slot_out[u] = the slot of unique
- * key u's first occurrence (malloc'd, the caller's). */
-static int dedup(st_view_lookup_t *t, st_batch_t *b, uint16_t **slot_out)
-{
-	const uint32_t nk = st_batch_nkeys(b);
-	uint32_t cap = 16;
-	while (cap < 2 * (uint64_t)nk)
-		cap *= 2;
-	if (cap > t->hcap) {
-		free(t->hkeys);
-		free(t->hidx);
-		t->hkeys = malloc(sizeof(uint64_t) * cap);
-		t->hidx = malloc(sizeof(uint32_t) * cap);
-		if (!t->hkeys || !t->hidx) {
-			t->hcap = 0;
-			return ST_ENOMEM;
-		}
-		t->hcap = cap;
-	}
-	memset(t->hidx, 0xff, sizeof(uint32_t) * cap);
-	uint64_t *uniq = realloc(b->uniq, sizeof(uint64_t) * (nk ? nk : 1));
-	if (!uniq)
-		return ST_ENOMEM;
-	b->uniq = uniq;
-	uint32_t *kidx = realloc(b->key_idx, sizeof(uint32_t) * (nk ? nk : 1));
-	if (!kidx)
-		return ST_ENOMEM;
-	b->key_idx = kidx;
-	uint16_t *uslot = malloc(sizeof(uint16_t) * (nk ? nk : 1));
-	if (!uslot)
-		return ST_ENOMEM;
-	const uint32_t mask = cap - 1;
-	uint32_t nu = 0;
-	for (uint32_t k = 0; k < nk; k++) {
-		const uint64_t key = b->keys[k];
-		uint32_t i = (uint32_t)mix64(key) & mask;
-		for (;;) {
-			const uint32_t u = t->hidx[i];
-			if (u == UINT32_MAX) {
-				t->hidx[i] = nu;
-				t->hkeys[i] = key;
-				uniq[nu] = key;
-				uslot[nu] = b->key_slot[k];
-				kidx[k] = nu++;
-				break;
-			}
-			if (t->hkeys[i] == key) {
-				kidx[k] = u;
-				break;
-			}
-			i = (i + 1) & mask;
-		}
-	}
-	b->n_uniq = nu;
-	*slot_out = uslot;
-	return ST_OK;
-}
-
 int st_view_lookup(const st_view_t *v, st_view_lookup_t *t, st_batch_t *b)
 {
 	if ((int)b->n_slots > v->n_slots)
 		return ST_EINVAL;
 	uint16_t *uslot = NULL;
-	int rc = dedup(t, b, &uslot);
+	int rc = st_batch_dedup(&t->dd, b, 0, &uslot);
 	if (rc < 0)
 		return rc;
 	const uint32_t nu = b->n_uniq;
@@ -232,8 +166,7 @@ void st_view_release(const st_view_t *v, const st_batch_t *b)
 
 void st_view_lookup_fini(st_view_lookup_t *s)
 {
-	free(s->hkeys);
-	free(s->hidx);
+	st_dedup_fini(&s->dd);
 	free(s->tkeys);
 	free(s->tpos);
 	free(s->trows);

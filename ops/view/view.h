@@ -80,9 +80,7 @@ const char *st_view_lineage_new(const st_view_t *v);
 /* One scoring thread's scratch for st_view_lookup (zeroed before first use,
  * freed by st_view_lookup_fini). */
 typedef struct st_view_lookup {
-	uint64_t *hkeys;
-	uint32_t *hidx;
-	uint32_t hcap;
+	st_dedup_t dd;
 	uint64_t *tkeys;
 	uint32_t *tpos;
 	float **trows;
