@@ -3,6 +3,7 @@
 # interleaved (A B A B ...) so drift of the machine hits both alike.
 #
 #   bench/ab.sh REV_A REV_B [ROWS] [REPS]      (defaults: 1000000 rows, 3 reps)
+#   CASES="ssd dist2" bench/ab.sh ...           (only those cases)
 #
 # Builds each revision (git worktree in $TMPDIR/strata-ab-<rev>, meson
 # buildtype=release, -Dcuda=disabled) and times, per repetition:
@@ -96,6 +97,7 @@ run_case() {
 
 cases="e2e mem async2 gba2 ssd"
 [ "$ucx" = 1 ] && cases="$cases dist2"
+cases=${CASES:-$cases}   # CASES="ssd dist2" reruns some
 echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 echo "== A = $sa, B = $sb, $rows rows, $reps reps, interleaved"
 printf "%-8s %12s %12s %7s  %-15s %-15s\n" case "A ex/s" "B ex/s" "B/A" "A auc" "B auc"
@@ -107,6 +109,7 @@ for c in $cases; do
 	done
 	med() { printf '%s\n' "$@" | grep -v failed | sort -g | awk '{v[NR]=$1} END{if(NR==0)print "nan"; else print v[int((NR+1)/2)]}'; }
 	ma=$(med "${ra[@]}"); mb=$(med "${rb[@]}")
+	echo "   $c reps: A ${ra[*]} | B ${rb[*]}" >&2
 	ratio=$(awk -v a="$ma" -v b="$mb" 'BEGIN{ if (a+0 > 0) printf "%.3f", b/a; else print "-" }')
 	printf "%-8s %12.0f %12.0f %7s  %-15s %-15s\n" "$c" "$ma" "$mb" "$ratio" \
 		"$(echo $aa | tr ' ' '\n' | sort -u | tr '\n' ' ')" "$(echo $ab | tr ' ' '\n' | sort -u | tr '\n' ' ')"
