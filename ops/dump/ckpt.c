@@ -44,6 +44,7 @@ struct st_ckpt_writer {
 	size_t n_files, cap_files;
 	int err;
 	int committed;
+	int joined;           /* st_ckpt_join: another process owns the .tmp */
 	char msg[1024];
 };
 
@@ -172,6 +173,45 @@ int st_ckpt_export_begin(const char *root, int64_t seq, int delta, st_ckpt_write
 		     err, errlen);
 }
 
+int st_ckpt_join(const char *root, int64_t step, st_ckpt_writer_t **out, char *err,
+		 size_t errlen)
+{
+	*out = NULL;
+	if (!root || !*root || step < 0) {
+		st__dumpio_seterr(err, errlen, "checkpoint: bad root or step number");
+		return ST_EINVAL;
+	}
+	char name[64], tname[80];
+	snprintf(name, sizeof name, "ckpt-%012" PRId64, step);
+	snprintf(tname, sizeof tname, "%s.tmp", name);
+	st_ckpt_writer_t *w = calloc(1, sizeof *w);
+	if (!w || !(w->root = strdup(root)) || !(w->final = st__ckpt_path_join(root, name)) ||
+	    !(w->tmp = st__ckpt_path_join(root, tname))) {
+		st_ckpt_writer_destroy(w);
+		return ST_ENOMEM;
+	}
+	w->kind = ST_MANIFEST_CHECKPOINT;
+	w->num = step;
+	w->joined = 1;
+	struct stat sb;
+	if (stat(w->tmp, &sb) < 0 || !S_ISDIR(sb.st_mode)) {
+		int e = errno;
+		st__dumpio_seterr(err, errlen, "%s: %s", w->tmp,
+				  e == ENOENT || !e ? "no such directory (rank 0 did not create "
+				  "it)" : strerror(e));
+		st_ckpt_writer_destroy(w);
+		return e == ENOENT || !e ? ST_ENOENT : st__dumpio_errno(e);
+	}
+	*out = w;
+	return ST_OK;
+}
+
+const st_manifest_file_t *st_ckpt_writer_files(const st_ckpt_writer_t *w, size_t *n)
+{
+	*n = w->n_files;
+	return w->files;
+}
+
 const char *st_ckpt_writer_tmpdir(const st_ckpt_writer_t *w)
 {
 	return w->tmp;
@@ -201,7 +241,8 @@ static int wfail(st_ckpt_writer_t *w, int rc, const char *fmt, ...)
 		w->err = rc;
 	}
 	if (!w->committed) {
-		st__dumpio_rmtree(w->tmp);
+		if (!w->joined)
+			st__dumpio_rmtree(w->tmp);
 		w->committed = 1;   /* nothing left to publish or clean */
 	}
 	return w->err;
@@ -248,6 +289,30 @@ static int check_flags(st_ckpt_writer_t *w, const char *file, const st_rows_info
 	return wfail(w, ST_EINVAL, "%s: a %s holds %s row files (flags %s ST_ROWS_DELTA)", file,
 		     w->kind == ST_MANIFEST_CHECKPOINT ? "checkpoint" : want ? "delta export" : "full export",
 		     want ? "delta" : "full", want ? "with" : "without");
+}
+
+int st_ckpt_add_entry(st_ckpt_writer_t *w, const char *file, uint64_t bytes, uint64_t xxh3)
+{
+	int rc = check_file(w, file);
+	if (rc < 0)
+		return rc;
+	char *path = st__ckpt_path_join(w->tmp, file);
+	if (!path)
+		return wfail(w, ST_ENOMEM, "out of memory");
+	struct stat sb;
+	if (stat(path, &sb) < 0) {
+		int e = errno;
+		rc = wfail(w, e == ENOENT ? ST_ENOENT : st__dumpio_errno(e), "%s: %s", path,
+			   strerror(e));
+		free(path);
+		return rc;
+	}
+	free(path);
+	if ((uint64_t)sb.st_size != bytes)
+		return wfail(w, ST_ECORRUPT, "%s/%s: %lld bytes, its writer reported %" PRIu64,
+			     w->tmp, file, (long long)sb.st_size, bytes);
+	st_dumpio_sum_t sum = { .bytes = bytes, .xxh3 = xxh3 };
+	return add_entry(w, file, &sum);
 }
 
 int st_ckpt_write_dense(st_ckpt_writer_t *w, const char *file, const st_safetensors_tensor_t *t,
@@ -402,8 +467,9 @@ int st_ckpt_commit(st_ckpt_writer_t *w, const st_manifest_t *m, int keep,
 {
 	if (w->err)
 		return w->err;
-	if (w->committed)
-		return wfail(w, ST_EINVAL, "%s: already committed", w->final);
+	if (w->committed || w->joined)
+		return wfail(w, ST_EINVAL, "%s: %s", w->final, w->joined ? "only rank 0 commits "
+			     "a multi-process checkpoint" : "already committed");
 	st_manifest_t mm = *m;
 	mm.kind = w->kind;
 	if (w->kind == ST_MANIFEST_CHECKPOINT) {
@@ -446,7 +512,7 @@ void st_ckpt_writer_destroy(st_ckpt_writer_t *w)
 {
 	if (!w)
 		return;
-	if (!w->committed && w->tmp)
+	if (!w->committed && !w->joined && w->tmp)
 		st__dumpio_rmtree(w->tmp);
 	for (size_t i = 0; i < w->n_files; i++)
 		free(w->files[i].name);

@@ -73,10 +73,37 @@ int st_ckpt_write_rows_from(st_ckpt_writer_t *w, const char *file, st_rows_write
 int st_ckpt_add_file(st_ckpt_writer_t *w, const char *file);
 
 /*
+ * Multi-process checkpoints (docs/distributed.md, "Checkpoints of
+ * multi-process jobs"): rank 0 begins the checkpoint (st_ckpt_begin: it
+ * cleans stale .tmp directories and creates this one); every other rank,
+ * once told the directory exists, joins it and writes its own files into
+ * it. A joined writer never commits, never cleans and never removes the
+ * directory, not even after a failed write: rank 0, told of the failure,
+ * destroys its own writer, which removes the whole .tmp. The files each
+ * rank wrote (and fsynced) go to rank 0, which adds them with
+ * st_ckpt_add_entry and commits once every rank reported.
+ *
+ * st_ckpt_join: ST_OK and *out (destroy it; it never commits); ST_ENOENT
+ * when <root>/ckpt-<step>.tmp does not exist. */
+int st_ckpt_join(const char *root, int64_t step, st_ckpt_writer_t **out, char *err,
+		 size_t errlen);
+
+/* The files written so far (owned by w, valid until its next call). */
+const st_manifest_file_t *st_ckpt_writer_files(const st_ckpt_writer_t *w, size_t *n);
+
+/* Records a file another process wrote and fsynced into this writer's .tmp
+ * directory, with the size and XXH3 it reported. The size is checked
+ * against the file (ST_ENOENT, ST_ECORRUPT); the checksum is the
+ * writer's word (every reader verifies it). ST_OK or the error (the writer
+ * is then poisoned as by a failed write). */
+int st_ckpt_add_entry(st_ckpt_writer_t *w, const char *file, uint64_t bytes, uint64_t xxh3);
+
+/*
  * Writes manifest.yaml from m and publishes the directory. From m the
  * writer takes job_name, job_hash, model, step (exports only; a checkpoint's
  * step is the one given to begin), created (0 = now), shards, sync and rng;
- * it sets kind, seq and files itself. m is only read.
+ * it sets kind, seq and files itself (world_size, owners, owner_salt and
+ * parts are taken as given: a multi-process checkpoint). m is only read.
  *
  * Then retention: with keep > 0, checkpoints keep the newest `keep`
  * complete ones; exports keep the newest `keep` full exports and everything

@@ -74,6 +74,8 @@ int st_ckpt_verify(const char *dir, st_manifest_t **out, char *err, size_t errle
 	free(path);
 	if (rc < 0)
 		return rc;
+	/* A multi-process checkpoint is whole only with every rank's shard. */
+	rc = st_manifest_check_world(m, err, errlen);
 	for (size_t i = 0; i < m->n_files && rc == ST_OK; i++)
 		rc = st_ckpt_verify_file(dir, &m->files[i], err, errlen);
 	if (rc == ST_OK && out)

@@ -6,6 +6,10 @@
  * are double-quoted so no YAML reader mistakes a hash like "1e10" for a
  * number. Parsing loads the one document with yaml_parser_load and walks a
  * fixed schema; every field is checked for type, repetition and presence.
+ *
+ * The file is long because the schema is one: emitting and parsing each
+ * field sit side by side, so that a field added to one is seen missing
+ * from the other (the optional "world" of multi-process checkpoints too).
  */
 #include "ops/dump/manifest.h"
 #include "runtime/err.h"
@@ -180,6 +184,20 @@ static int check_emit(const st_manifest_t *m, char *err, size_t errlen)
 			st__dumpio_seterr(err, errlen, "manifest: sync state %zu lacks key or value", i);
 			return ST_EINVAL;
 		}
+	if (m->world_size < 0 || (m->world_size > 0 && m->owners < 1)) {
+		st__dumpio_seterr(err, errlen, "manifest: bad world size or owners");
+		return ST_EINVAL;
+	}
+	for (size_t i = 0; i < m->n_parts; i++)
+		for (size_t j = 0; j < m->parts[i].n_files; j++) {
+			const char *n = m->parts[i].files[j];
+			if (!n || !*n || strchr(n, '/')) {
+				st__dumpio_seterr(err, errlen, "manifest: rank %" PRId64 "'s file '%s' "
+						  "must be a plain name", m->parts[i].rank,
+						  n ? n : "(null)");
+				return ST_EINVAL;
+			}
+		}
 	return ST_OK;
 }
 
@@ -264,6 +282,31 @@ int st_manifest_emit(const st_manifest_t *m, char **out, size_t *len, char *err,
 		map_end(&e);
 	}
 	seq_end(&e);
+	if (m->world_size > 0) {
+		/* Only multi-process checkpoints have it, so older readers still
+		 * read every one-process manifest. */
+		key(&e, "world");
+		map_start(&e, 0);
+		num(&e, "size", "%" PRId64, m->world_size);
+		num(&e, "owners", "%" PRId64, m->owners);
+		char salt[24];
+		snprintf(salt, sizeof salt, "%016" PRIx64, m->owner_salt);
+		str(&e, "owner_salt", salt);
+		key(&e, "parts");
+		seq_start(&e, 0);
+		for (size_t i = 0; i < m->n_parts; i++) {
+			map_start(&e, 0);
+			num(&e, "rank", "%" PRId64, m->parts[i].rank);
+			key(&e, "files");
+			seq_start(&e, 1);
+			for (size_t j = 0; j < m->parts[i].n_files; j++)
+				scalar(&e, m->parts[i].files[j], 1);
+			seq_end(&e);
+			map_end(&e);
+		}
+		seq_end(&e);
+		map_end(&e);
+	}
 	map_end(&e);
 	if (yaml_document_end_event_initialize(&event, 1))
 		ev(&e, &event);
@@ -449,17 +492,108 @@ static size_t seq_len(const yaml_node_t *n)
 	return (size_t)(n->data.sequence.items.top - n->data.sequence.items.start);
 }
 
+/* The optional "world" of a multi-process checkpoint (manifest.h). Its
+ * completeness is st_manifest_check_world's: a parsed manifest may lack a
+ * part, and the checkpoint is then reported incomplete, not unreadable. */
+static int parse_world(ps_t *p, yaml_node_t *w, st_manifest_t *m)
+{
+	field_t wf[] = { { "size", 1, 0, 0 }, { "owners", 1, 0, 0 }, { "owner_salt", 1, 0, 0 },
+			 { "parts", 1, 0, 0 }, { NULL, 0, 0, 0 } };
+	uint64_t size, owners;
+	if (fields_of(p, w, "world", wf) < 0 ||
+	    get_u64(p, wf[0].val, "world", "size", ST_MANIFEST_MAX_WORLD, &size) < 0 ||
+	    get_u64(p, wf[1].val, "world", "owners", ST_MANIFEST_MAX_WORLD, &owners) < 0)
+		return p->rc;
+	if (size < 1 || owners < 1 || owners > size)
+		return perr(p, w, "world: size and owners must be at least 1, owners at most size");
+	m->world_size = (int64_t)size;
+	m->owners = (int64_t)owners;
+	const char *h = wf[2].val->type == YAML_SCALAR_NODE ? sval(wf[2].val) : "";
+	if (strlen(h) != 16 || strspn(h, "0123456789abcdef") != 16)
+		return perr(p, wf[2].val, "world: owner_salt must be 16 lowercase hex digits");
+	m->owner_salt = strtoull(h, NULL, 16);
+	yaml_node_t *pl = wf[3].val;
+	if (seq_of(p, pl, "world.parts") < 0)
+		return p->rc;
+	size_t n = seq_len(pl);
+	m->parts = calloc(n ? n : 1, sizeof *m->parts);
+	if (!m->parts)
+		return p->rc = ST_ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		field_t pf[] = { { "rank", 1, 0, 0 }, { "files", 1, 0, 0 }, { NULL, 0, 0, 0 } };
+		st_manifest_part_t *pt = &m->parts[i];
+		m->n_parts = i + 1;
+		if (fields_of(p, node(p, pl->data.sequence.items.start[i]), "world.parts entry", pf) < 0 ||
+		    get_i64(p, &pf[0], "world.parts", &pt->rank) < 0 ||
+		    seq_of(p, pf[1].val, "world.parts files") < 0)
+			return p->rc;
+		size_t nf = seq_len(pf[1].val);
+		pt->files = calloc(nf ? nf : 1, sizeof *pt->files);
+		if (!pt->files)
+			return p->rc = ST_ENOMEM;
+		for (size_t j = 0; j < nf; j++) {
+			yaml_node_t *fn = node(p, pf[1].val->data.sequence.items.start[j]);
+			if (!fn || fn->type != YAML_SCALAR_NODE)
+				return perr(p, fn, "world.parts: file names must be strings");
+			pt->n_files = j + 1;
+			if (!(pt->files[j] = strdup(sval(fn))))
+				return p->rc = ST_ENOMEM;
+			if (!*pt->files[j] || strchr(pt->files[j], '/'))
+				return perr(p, fn, "world.parts: '%s' is not a plain file name",
+					    pt->files[j]);
+		}
+	}
+	return ST_OK;
+}
+
+int st_manifest_check_world(const st_manifest_t *m, char *err, size_t errlen)
+{
+	if (m->world_size <= 0)
+		return ST_OK;
+	for (int64_t r = 0; r < m->world_size; r++) {
+		const st_manifest_part_t *pt = NULL;
+		for (size_t i = 0; i < m->n_parts; i++) {
+			if (m->parts[i].rank != r)
+				continue;
+			if (pt) {
+				st__dumpio_seterr(err, errlen, "incomplete: rank %" PRId64 "'s shard "
+						  "is listed twice", r);
+				return ST_ECORRUPT;
+			}
+			pt = &m->parts[i];
+		}
+		if (!pt) {
+			st__dumpio_seterr(err, errlen, "incomplete: rank %" PRId64 " of %" PRId64
+					  " wrote no shard", r, m->world_size);
+			return ST_ECORRUPT;
+		}
+		for (size_t j = 0; j < pt->n_files; j++)
+			if (!st_manifest_find_file(m, pt->files[j])) {
+				st__dumpio_seterr(err, errlen, "incomplete: rank %" PRId64 "'s file "
+						  "'%s' is not among the files", r, pt->files[j]);
+				return ST_ECORRUPT;
+			}
+	}
+	if (m->n_parts != (size_t)m->world_size) {
+		st__dumpio_seterr(err, errlen, "incomplete: %zu shards for a world of %" PRId64,
+				  m->n_parts, m->world_size);
+		return ST_ECORRUPT;
+	}
+	return ST_OK;
+}
+
 static int parse_doc(ps_t *p, st_manifest_t *m)
 {
 	yaml_node_t *root = yaml_document_get_root_node(p->doc);
 	if (!root)
 		return perr(p, NULL, "empty manifest");
-	enum { F_VER, F_KIND, F_JOB, F_STEP, F_SEQ, F_CREATED, F_DATA, F_SYNC, F_RNG, F_FILES };
+	enum { F_VER, F_KIND, F_JOB, F_STEP, F_SEQ, F_CREATED, F_DATA, F_SYNC, F_RNG, F_FILES,
+	       F_WORLD };
 	field_t top[] = {
 		{ "format_version", 1, 0, 0 }, { "kind", 1, 0, 0 }, { "job", 1, 0, 0 },
 		{ "step", 1, 0, 0 }, { "seq", 0, 0, 0 }, { "created", 1, 0, 0 },
 		{ "data_position", 0, 0, 0 }, { "sync", 0, 0, 0 }, { "rng", 0, 0, 0 },
-		{ "files", 1, 0, 0 }, { NULL, 0, 0, 0 },
+		{ "files", 1, 0, 0 }, { "world", 0, 0, 0 }, { NULL, 0, 0, 0 },
 	};
 	/* The version comes first: a newer manifest may have fields this
 	 * version does not know, and "unsupported version" is the message that
@@ -605,6 +739,8 @@ static int parse_doc(ps_t *p, st_manifest_t *m)
 				    f->name);
 		f->xxh3 = strtoull(h, &end, 16);
 	}
+	if (top[F_WORLD].val)
+		return parse_world(p, top[F_WORLD].val, m);
 	return ST_OK;
 }
 
@@ -629,6 +765,12 @@ void st_manifest_free(st_manifest_t *m)
 	for (size_t i = 0; i < m->n_files; i++)
 		free(m->files[i].name);
 	free(m->files);
+	for (size_t i = 0; i < m->n_parts; i++) {
+		for (size_t j = 0; j < m->parts[i].n_files; j++)
+			free(m->parts[i].files[j]);
+		free(m->parts[i].files);
+	}
+	free(m->parts);
 	free(m);
 }
 

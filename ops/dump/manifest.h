@@ -25,6 +25,7 @@
 
 #define ST_MANIFEST_VERSION 1
 #define ST_MANIFEST_NAME "manifest.yaml"
+#define ST_MANIFEST_MAX_WORLD 4096   /* ranks of a job (ST_NET_MAX_RANKS) */
 
 typedef enum st_manifest_kind {
 	ST_MANIFEST_CHECKPOINT = 0,
@@ -47,6 +48,14 @@ typedef struct st_manifest_kv {
 	char *key;
 	char *value;
 } st_manifest_kv_t;
+
+/* One rank's part of a multi-process checkpoint: the files it wrote (its
+ * shard of every table). */
+typedef struct st_manifest_part {
+	int64_t rank;
+	char **files;         /* plain names, each also listed in `files` */
+	size_t n_files;
+} st_manifest_part_t;
 
 typedef struct st_manifest_file {
 	char *name;           /* a plain file name inside the directory */
@@ -81,6 +90,16 @@ typedef struct st_manifest {
 	size_t n_rng;
 	st_manifest_file_t *files;
 	size_t n_files;
+	/* Multi-process checkpoints (optional "world" mapping; world_size 0:
+	 * absent, a one-process checkpoint with table-<k>.rows). world_size
+	 * ranks wrote it; rows are sharded by the owner function
+	 * mix64(key ^ owner_salt) mod owners (ops/algo/owner.h); parts[r] lists
+	 * rank r's files (n_parts == world_size once complete). */
+	int64_t world_size;
+	int64_t owners;
+	uint64_t owner_salt;
+	st_manifest_part_t *parts;
+	size_t n_parts;
 } st_manifest_t;
 
 /* Emits m as YAML with the trailing checksum line. ST_OK and *out (a
@@ -106,6 +125,12 @@ void st_manifest_free(st_manifest_t *m);
 
 /* The file entry named name, or NULL. */
 const st_manifest_file_t *st_manifest_find_file(const st_manifest_t *m, const char *name);
+
+/* Whether a manifest's world (if any) is complete: one part per rank
+ * 0..world_size-1, each listed once, each part's files listed in `files`.
+ * ST_OK (also for a manifest without a world); ST_ECORRUPT with a message
+ * naming what is missing. Pure. */
+int st_manifest_check_world(const st_manifest_t *m, char *err, size_t errlen);
 
 /* Value of a sync-state key, or NULL. */
 const char *st_manifest_sync_get(const st_manifest_t *m, const char *key);

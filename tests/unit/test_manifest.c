@@ -421,6 +421,80 @@ static void test_manifest_lineage(void **state)
 	free(text);
 }
 
+/* world: a multi-process checkpoint's world size, owner function and
+ * per-rank parts round-trip; a manifest without it reads as world size 0
+ * (one process) and is complete; a missing part, a part listed twice or a
+ * part file that is not among the files makes it incomplete. */
+static void test_manifest_world(void **state)
+{
+	(void)state;
+	st_manifest_file_t wf[] = { { "dense.safetensors", 10, 1 },
+				    { "table-0.rank-0-of-2.rows", 20, 2 },
+				    { "table-0.rank-1-of-2.rows", 30, 3 } };
+	char *f0[] = { "table-0.rank-0-of-2.rows" }, *f1[] = { "table-0.rank-1-of-2.rows" };
+	st_manifest_part_t parts[] = { { 0, f0, 1 }, { 1, f1, 1 } };
+	st_manifest_t m = { .kind = ST_MANIFEST_CHECKPOINT, .job_name = "j", .job_hash = "h",
+			    .step = 8, .seq = -1, .created = 0, .files = wf, .n_files = 3,
+			    .world_size = 2, .owners = 2, .owner_salt = 0x6a09e667f3bcc909ULL,
+			    .parts = parts, .n_parts = 2 };
+	char *text;
+	size_t len = 0;
+	char err[512] = "";
+	assert_int_equal(st_manifest_emit(&m, &text, &len, err, sizeof err), ST_OK);
+	assert_non_null(strstr(text, "owner_salt: \"6a09e667f3bcc909\""));
+	st_manifest_t *p;
+	assert_int_equal(st_manifest_parse(text, len, "w.yaml", &p, err, sizeof err), ST_OK);
+	assert_same(&m, p);
+	assert_int_equal(p->world_size, 2);
+	assert_int_equal(p->owners, 2);
+	assert_true(p->owner_salt == 0x6a09e667f3bcc909ULL);
+	assert_int_equal(p->n_parts, 2);
+	assert_int_equal(p->parts[1].rank, 1);
+	assert_int_equal(p->parts[1].n_files, 1);
+	assert_string_equal(p->parts[1].files[0], "table-0.rank-1-of-2.rows");
+	assert_int_equal(st_manifest_check_world(p, err, sizeof err), ST_OK);
+	st_manifest_free(p);
+	free(text);
+
+	/* rank 1 never reported: incomplete */
+	m.n_parts = 1;
+	assert_int_equal(st_manifest_check_world(&m, err, sizeof err), ST_ECORRUPT);
+	assert_non_null(strstr(err, "rank 1 of 2 wrote no shard"));
+	/* rank 0 twice */
+	st_manifest_part_t twice[] = { { 0, f0, 1 }, { 0, f0, 1 } };
+	m.parts = twice;
+	m.n_parts = 2;
+	assert_int_equal(st_manifest_check_world(&m, err, sizeof err), ST_ECORRUPT);
+	assert_non_null(strstr(err, "listed twice"));
+	/* a part's file that the manifest does not list */
+	m.parts = parts;
+	m.n_files = 2;
+	assert_int_equal(st_manifest_check_world(&m, err, sizeof err), ST_ECORRUPT);
+	assert_non_null(strstr(err, "table-0.rank-1-of-2.rows"));
+
+	/* no world: a one-process manifest, complete, read as world size 0 */
+	st_manifest_t o = { .kind = ST_MANIFEST_CHECKPOINT, .job_name = "j", .job_hash = "h",
+			    .step = 1, .seq = -1, .created = 0 };
+	assert_int_equal(st_manifest_emit(&o, &text, &len, err, sizeof err), ST_OK);
+	assert_null(strstr(text, "world"));
+	assert_int_equal(st_manifest_parse(text, len, "o.yaml", &p, err, sizeof err), ST_OK);
+	assert_int_equal(p->world_size, 0);
+	assert_int_equal(st_manifest_check_world(p, err, sizeof err), ST_OK);
+	st_manifest_free(p);
+	free(text);
+
+	/* owners above the world size: refused */
+	const char *bad = "format_version: 1\nkind: checkpoint\njob: {name: j, hash: h}\n"
+			  "step: 1\ncreated: 2024-01-01T00:00:00Z\nfiles: []\n"
+			  "world: {size: 2, owners: 3, owner_salt: \"0000000000000000\", parts: []}\n";
+	char doc[1024];
+	int n = snprintf(doc, sizeof doc, "%s# manifest xxh3: %016" PRIx64 "\n", bad,
+			 (uint64_t)XXH3_64bits(bad, strlen(bad)));
+	assert_int_equal(st_manifest_parse(doc, (size_t)n, "b.yaml", &p, err, sizeof err),
+			 ST_EFORMAT);
+	assert_non_null(strstr(err, "owners at most size"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -431,6 +505,7 @@ int main(void)
 		cmocka_unit_test(test_manifest_checksum_line),
 		cmocka_unit_test(test_manifest_python_yaml_reads_it),
 		cmocka_unit_test(test_manifest_lineage),
+		cmocka_unit_test(test_manifest_world),
 	};
 	return tu_exit(cmocka_run_group_tests(tests, setup, teardown),
 		       sizeof tests / sizeof tests[0]);
