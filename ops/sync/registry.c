@@ -65,6 +65,7 @@ void st_policy_print_table(FILE *f)
 		{ ST_POL_PHASE, "phase" }, { ST_POL_THREAD, "thread" },
 		{ ST_POL_AUTO_SYNC, "auto-sync" }, { ST_POL_AUTO_ASYNC, "auto-async" },
 		{ ST_POL_STEP_PER_BATCH, "step-per-batch" }, { ST_POL_META, "meta" },
+		{ ST_POL_DIST_CKPT, "dist-checkpoint" },
 	};
 	fprintf(f, "| policy | one process | across processes | capabilities | a checkpoint holds "
 		"| what it does |\n|---|---|---|---|---|---|\n");

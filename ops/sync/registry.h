@@ -29,6 +29,10 @@ enum {
 	ST_POL_STEP_PER_BATCH = 1 << 4,
 	/* No ops of its own: switches between two policies (ops/sync/auto.c). */
 	ST_POL_META = 1 << 5,
+	/* Across processes, its checkpoints have a consistent cut and resume on
+	 * any world size (docs/distributed.md, "Checkpoints of multi-process
+	 * jobs"): every rank at the same step, nothing in flight. */
+	ST_POL_DIST_CKPT = 1 << 6,
 };
 
 typedef struct st_policy {
