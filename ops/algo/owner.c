@@ -20,6 +20,11 @@ static inline uint64_t mix64(uint64_t z)
 	return z ^ (z >> 31);
 }
 
+uint64_t st_algo_owner_salt(void)
+{
+	return OWNER_SALT;
+}
+
 int st_algo_owner_key(uint64_t key, int owners)
 {
 	return (int)(mix64(key ^ OWNER_SALT) % (uint64_t)owners);

@@ -26,6 +26,9 @@
 
 /* The owner rank of `key` among ranks 0 .. owners-1 (owners >= 1). */
 int st_algo_owner_key(uint64_t key, int owners);
+/* The salt st_algo_owner_key mixes into every key (a constant), recorded in
+ * multi-process checkpoints so that a loader knows how the shards were cut. */
+uint64_t st_algo_owner_salt(void);
 
 /* The worker of n that reduces unique key u of a lockstep step. */
 static inline int st_algo_owner_row(uint32_t u, int n)

@@ -29,6 +29,11 @@ int st_dist_owner(const st_dist_t *d, uint64_t key)
 	return st_algo_owner_key(key, d->owners);
 }
 
+int st_dist_owners(const st_dist_t *d)
+{
+	return d->owners;
+}
+
 int st_dist_rank(const st_dist_t *d) { return d->rank; }
 int st_dist_size(const st_dist_t *d) { return d->P; }
 st_net_t *st_dist_net(const st_dist_t *d) { return d->net; }
@@ -98,6 +103,19 @@ static int check_peer(st_dist_t *d, int need_all)
 		return ST_EPEER;
 	}
 	return ST_OK;
+}
+
+int st_dist_wait_applied(st_dist_t *d, uint64_t steps)
+{
+	int rc = ST_OK;
+	pthread_mutex_lock(&d->mu);
+	while (rc >= 0 && d->applied < steps) {
+		cv_wait(d);
+		if (d->applied < steps)
+			rc = check_peer(d, 1);
+	}
+	pthread_mutex_unlock(&d->mu);
+	return rc;
 }
 
 int st_dist_pull(st_dist_t *d, const uint64_t *keys, const uint8_t *table, uint32_t n,
