@@ -156,15 +156,49 @@ static int inspect_dir(const char *dir)
 		       m->shards[i].shard, m->shards[i].file, m->shards[i].offset, m->shards[i].records);
 	if (m->n_rng)
 		printf("  rng      %zu words\n", m->n_rng);
+	if (m->world_size > 0) {
+		printf("  world    %" PRId64 " rank%s; rows owned by mix64(key ^ %016" PRIx64 ") mod %"
+		       PRId64 "\n", m->world_size, m->world_size == 1 ? "" : "s", m->owner_salt,
+		       m->owners);
+		for (size_t i = 0; i < m->n_parts; i++) {
+			printf("  shard    rank %" PRId64 ":", m->parts[i].rank);
+			for (size_t j = 0; j < m->parts[i].n_files; j++)
+				printf("%s %s", j ? "," : "", m->parts[i].files[j]);
+			printf("\n");
+		}
+	}
 
 	int bad = 0;
 	printf("files:\n");
+	char first_bad[1100] = "";
 	for (size_t i = 0; i < m->n_files; i++) {
 		const st_manifest_file_t *f = &m->files[i];
 		rc = st_ckpt_verify_file(dir, f, err, sizeof err);
 		printf("  %-24s %12" PRIu64 " bytes  xxh3 %016" PRIx64 "  %s\n", f->name, f->bytes,
 		       f->xxh3, rc == ST_OK ? "ok" : err);
+		if (rc != ST_OK && !first_bad[0]) {
+			int64_t owner = -1;   /* the rank whose shard holds it */
+			for (size_t p = 0; p < m->n_parts && owner < 0; p++)
+				for (size_t j = 0; j < m->parts[p].n_files; j++)
+					if (!strcmp(m->parts[p].files[j], f->name))
+						owner = m->parts[p].rank;
+			if (owner >= 0)
+				snprintf(first_bad, sizeof first_bad, "rank %" PRId64 "'s shard: %s",
+					 owner, err);
+			else
+				snprintf(first_bad, sizeof first_bad, "%s", err);
+		}
 		bad += rc != ST_OK;
+	}
+	if (m->world_size > 0) {
+		/* A multi-process checkpoint is whole when every rank's shard is
+		 * listed and every file is intact; loaders take no other. */
+		int w = st_manifest_check_world(m, err, sizeof err);
+		if (w < 0 || first_bad[0])
+			printf("complete: no (%s)\n", w < 0 ? err : first_bad);
+		else
+			printf("complete: yes (the shards of all %" PRId64 " ranks)\n", m->world_size);
+		bad += w < 0;
 	}
 	uint64_t params = 0;
 	int n_dense = 0, n_rows = 0;

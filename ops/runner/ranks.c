@@ -12,6 +12,7 @@
 #include "runtime/err.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* A feature a multi-process job does not have yet: refused with the reason. */
 static int refuse(st_runner_t *r, const char *what, const char *why)
@@ -21,12 +22,43 @@ static int refuse(st_runner_t *r, const char *what, const char *why)
 	return ST_EJOB;
 }
 
+/* Checkpoints and resume across processes: under the policies whose cut
+ * is implemented (registry capability dist-checkpoint), the job's and
+ * every phase's; interval checkpoints by batches only (every rank must
+ * choose the same step, and clocks differ between ranks). */
+static int check_ckpt(st_runner_t *r)
+{
+	const st_job_t *job = r->job;
+	for (int i = -1; i < job->n_phases; i++) {
+		const char *pol = i < 0 ? job->sync.name : job->phases[i].sync.name;
+		pol = pol ? pol : "async";
+		const st_policy_t *p = st_policy_find(pol);
+		if (p && (p->caps & ST_POL_DIST_CKPT))
+			continue;
+		char names[256];
+		st_policy_names(names, sizeof names, ST_POL_DIST_CKPT, 1);
+		st__runner_say(r, ST_RUNNER_LINE, "strata: %s: checkpoint/resume of a multi-process "
+			       "job under policy '%s'%s%s is not supported yet; %s %s", job->file, pol,
+			       i < 0 ? "" : " (phase ", i < 0 ? "" : job->phases[i].name, names,
+			       strchr(names, ' ') ? "are" : "is");
+		return ST_EJOB;
+	}
+	if (job->ckpt_dir && job->ckpt_secs > 0) {
+		st__runner_say(r, ST_RUNNER_LINE, "strata: %s: checkpoint.every_secs is not "
+			       "supported in a multi-process job (each rank's clock would choose "
+			       "another step); use checkpoint.every (batches of each rank)",
+			       job->file);
+		return ST_EJOB;
+	}
+	return ST_OK;
+}
+
 int st__runner_dist_check(st_runner_t *r)
 {
 	st_job_t *job = r->job;
 	job->dist_run = 1;
-	if (job->ckpt_dir || job->resume)
-		return refuse(r, "checkpoint/resume", "each rank would need its shard's part");
+	if ((job->ckpt_dir || job->resume) && check_ckpt(r) < 0)
+		return ST_EJOB;
 	if (job->export_dir)
 		return refuse(r, "export", "each rank would need its shard's part");
 	/* The job's policy and every phase's, before anything trains. */

@@ -268,6 +268,7 @@ static int run_plain(st_runner_t *r)
 		if ((rc = st__runner_dist_totals(r, &t)) < 0)
 			return rc;
 		train_end(r, &t);
+		st__runner_final_checkpoint(r, -1);   /* a collective: every rank */
 	} else {
 		digest(r, &t);
 		train_end(r, &t);

@@ -103,7 +103,7 @@ int st__runner_outputs(st_runner_t *r)
 		.dir = job->ckpt_dir, .keep = job->ckpt_keep, .job_name = job->name,
 		.job_hash = r->job_hash, .model = r->model_desc,
 		.paths = (const char *const *)job->train.paths, .n_paths = job->train.n_paths,
-		.seed = job->seed,
+		.seed = job->seed, .batch_size = job->batch_size,
 	};
 	if (job->export_dir) {
 		if ((rc = usable_dir(r, "export.dir", job->export_dir)) < 0)
@@ -156,7 +156,10 @@ int st__runner_resume(st_runner_t *r)
 		/* Asked for: the damaged ones go aside (kept, and out of the
 		 * way of retention, which prefers higher step numbers). */
 		st__runner_say(r, ST_LOG_WARN, "cannot resume: %s", err);
-		if ((rc = st_trainer_set_aside_damaged(&r->ckpt, err, sizeof err)) < 0) {
+		/* Across processes rank 0 alone moves them (the ranks share the
+		 * folder); the others saw the same verdict. */
+		if ((!r->net || st_net_rank(r->net) == 0) &&
+		    (rc = st_trainer_set_aside_damaged(&r->ckpt, err, sizeof err)) < 0) {
 			st__runner_say(r, ST_LOG_ERROR, "%s", err);
 			return rc;
 		}
@@ -193,21 +196,44 @@ static void artifact(st_runner_t *r, const st_runner_artifact_t *a)
 		r->obs->artifact(r->ud, a);
 }
 
+/* Whether the final checkpoint is due; across processes rank 0's answer,
+ * so that every rank takes part or none (the ranks' step counts differ
+ * when some ran out of data first). */
+static int final_due(st_runner_t *r)
+{
+	int due = r->job->ckpt_dir && !st__runner_cancelled(r) &&
+		  !st_trainer_checkpoint_current(r->model);
+	if (r->net && !r->lost) {
+		int32_t d = due;
+		if (st_net_bcast(r->net, 0, &d, sizeof d) < 0)
+			return 0;   /* a rank is gone: the run fails on its own */
+		due = d;
+	}
+	return due;
+}
+
 void st__runner_final_checkpoint(st_runner_t *r, int phase)
 {
-	if (!r->job->ckpt_dir || st__runner_cancelled(r) ||
-	    st_trainer_checkpoint_current(r->model))
+	if (!r->job->ckpt_dir || !final_due(r))
 		return;
 	st_trainer_snap_t *s = NULL;
-	int rc = st_trainer_snapshot(r->model, NULL, &s);
 	char err[1024] = "";
-	if (rc >= 0)
-		rc = st_trainer_snap_write(r->model, s, &r->ckpt, err, sizeof err);
-	else
-		snprintf(err, sizeof err, "%s", st_strerror(rc));
+	int64_t step = -1;
+	int rc;
+	if (r->net) {
+		/* Every rank its shard, rank 0 the rest (ops/train/dist_ckpt.c). */
+		rc = st_trainer_dist_checkpoint(r->model, &step, err, sizeof err);
+	} else {
+		rc = st_trainer_snapshot(r->model, NULL, &s);
+		if (rc >= 0)
+			rc = st_trainer_snap_write(r->model, s, &r->ckpt, err, sizeof err);
+		else
+			snprintf(err, sizeof err, "%s", st_strerror(rc));
+		step = s ? st_trainer_snap_step(s) : -1;
+	}
 	st_runner_artifact_t a = {
 		.kind = ST_RUNNER_CHECKPOINT, .phase = phase, .rc = rc, .dir = r->ckpt.dir,
-		.num = s ? st_trainer_snap_step(s) : -1, .error = rc < 0 ? err : NULL,
+		.num = step, .error = rc < 0 ? err : NULL,
 	};
 	if (rc >= 0) {
 		st__runner_say(r, ST_LOG_INFO, "checkpoint %s/ckpt-%012lld written", r->ckpt.dir,

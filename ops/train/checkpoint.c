@@ -50,29 +50,12 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "ops/dist/dist.h"
 #include "ops/dump/ckpt.h"
 #include "ops/rowsrc/local.h"
 #include "ops/train/checkpoint.h"
 #include "ops/train/trainer_internal.h"
 #include "runtime/err.h"
-
-struct st_trainer_snap {
-	int64_t step;
-	uint64_t src_file, src_rec, examples;
-	int64_t phase;               /* -1: the job has no phases */
-	uint64_t pass_batches, pass_examples; /* of the current pass (phase) */
-	int pass_done;
-	float *params;
-	size_t nparams;
-	float *dstate;
-	size_t ndstate;
-	uint64_t dt, gstep;
-	int n_tables;
-	st_rows_writer_t *rows[MAX_TABLES];
-	/* Rows of each table in the copy this snapshot's memory held before
-	 * (NO_PREV: none), to guess how much the next copy grows. */
-	size_t prev_rows[MAX_TABLES];
-};
 
 #define NO_PREV SIZE_MAX
 
@@ -176,8 +159,14 @@ void st__trainer_ckpt_gate(st_trainer_t *tr, st_batch_t *b, st_graph_t *g)
 		st_metrics_add(tr->metrics, "ckpt.gate_wait_s", now - t0);
 	if (tr->ckpt.last == 0)
 		tr->ckpt.last = now;
-	int due = (tr->ckpt.every && (b->seq + 1) % tr->ckpt.every == 0) ||
-		  (tr->ckpt.secs > 0 && now - tr->ckpt.last >= tr->ckpt.secs);
+	/* One process counts read batches. A rank of a multi-process job
+	 * counts the job's steps (its k-th batch is the job's step k, on every
+	 * rank), so that all ranks choose the same step whatever the batch
+	 * numbers a resume started them at; seconds would differ per rank (the
+	 * runner refuses them across processes). */
+	const uint64_t n = tr->dist.d ? tr->ckpt.pulled++ : b->seq;
+	int due = (tr->ckpt.every && (n + 1) % tr->ckpt.every == 0) ||
+		  (!tr->dist.d && tr->ckpt.secs > 0 && now - tr->ckpt.last >= tr->ckpt.secs);
 	if (due && !tr->ckpt.gate_cancel) {
 		b->ckpt = 1;
 		tr->ckpt.gate = (int64_t)b->seq;
@@ -223,6 +212,12 @@ void st_trainer_begin_pass(st_trainer_t *tr, int64_t phase, uint64_t batches_bef
 			   uint64_t examples_before)
 {
 	tr->ckpt.phase = phase;
+	tr->ckpt.pass_seq = batches_before;
+	/* Across processes rank 0 carries the job's examples from before a
+	 * resume; the others count their own from 0 (st_trainer_resume), and a
+	 * checkpoint sums them. */
+	if (tr->dist.d && st_dist_rank(tr->dist.d) != 0)
+		examples_before = 0;
 	tr->ckpt.pass_batches0 = tr->batches - batches_before;
 	tr->ckpt.pass_examples0 = tr->examples_done - examples_before;
 	tr->ckpt.pass_done = 0;
@@ -261,6 +256,8 @@ int st__trainer_snap_copying(st_trainer_t *tr)
 
 int st__trainer_checkpoint_after(st_trainer_t *tr, const st_batch_t *b)
 {
+	if (tr->dist.d)
+		return st__trainer_dist_checkpoint_after(tr, b);
 	double t0 = mono();
 	st_trainer_snap_t *s = NULL;
 	pthread_mutex_lock(&tr->ckpt.gate_mu);
@@ -441,6 +438,7 @@ int st_trainer_snapshot(st_trainer_t *tr, const st_batch_t *last, st_trainer_sna
 	s->pass_batches = tr->batches - tr->ckpt.pass_batches0;
 	s->pass_examples = tr->examples_done - tr->ckpt.pass_examples0;
 	s->pass_done = last ? 0 : tr->ckpt.pass_done;
+	s->pass_seq = last ? last->seq + 1 : tr->ckpt.pass_seq;
 	s->src_file = last ? last->src_file : tr->ckpt.pos_file;
 	s->src_rec = last ? last->src_rec : tr->ckpt.pos_rec;
 	s->examples = tr->examples_done;
@@ -481,20 +479,12 @@ int64_t st_trainer_snap_step(const st_trainer_snap_t *s)
 	return s->step;
 }
 
-int st_trainer_snap_write(st_trainer_t *tr, const st_trainer_snap_t *s,
-			  const st_trainer_ckpt_cfg_t *cfg, char *err, size_t errlen)
+int st__trainer_snap_dense(st_trainer_t *tr, const st_trainer_snap_t *s, st_ckpt_writer_t *w)
 {
-	st_ckpt_writer_t *w = NULL;
-	int rc = st_ckpt_begin(cfg->dir, s->step, &w, err, errlen);
-	if (rc < 0)
-		return rc;
 	int nt = st_model_ntensors(tr->model);
 	st_safetensors_tensor_t *t = calloc((size_t)nt + 1, sizeof *t);
-	if (!t) {
-		st_ckpt_writer_destroy(w);
-		snprintf(err, errlen, "out of memory");
+	if (!t)
 		return ST_ENOMEM;
-	}
 	for (int i = 0; i < nt; i++) {
 		const st_tensor_info_t *ti = st_model_tensor(tr->model, i);
 		t[i].name = ti->name;
@@ -508,46 +498,92 @@ int st_trainer_snap_write(st_trainer_t *tr, const st_trainer_snap_t *s,
 	t[nt].shape[0] = (int64_t)s->ndstate;
 	t[nt].f32 = s->dstate;
 	st_kv_t meta[] = { { "strata.format", "1" }, { "strata.kind", "checkpoint" } };
-	rc = st_ckpt_write_dense(w, "dense.safetensors", t, nt + 1, meta, 2);
+	int rc = st_ckpt_write_dense(w, "dense.safetensors", t, nt + 1, meta, 2);
 	free(t);
+	return rc;
+}
+
+void st__trainer_rows_name(char *buf, size_t len, int table, int rank, int world)
+{
+	if (world > 0)
+		snprintf(buf, len, "table-%d.rank-%d-of-%d.rows", table, rank, world);
+	else
+		snprintf(buf, len, "table-%d.rows", table);
+}
+
+int st__trainer_snap_rows(const st_trainer_snap_t *s, st_ckpt_writer_t *w, int rank, int world)
+{
+	int rc = ST_OK;
 	for (int k = 0; k < s->n_tables && rc >= 0; k++) {
-		char name[32];
-		snprintf(name, sizeof name, "table-%d.rows", k);
+		char name[64];
+		st__trainer_rows_name(name, sizeof name, k, rank, world);
 		rc = st_ckpt_write_rows_from(w, name, s->rows[k]);
 	}
-	if (rc >= 0) {
-		char dt[32], gs[32], ex[32], ph[32], pb[32], pe[32], pd[8];
-		snprintf(dt, sizeof dt, "%" PRIu64, s->dt);
-		snprintf(gs, sizeof gs, "%" PRIu64, s->gstep);
-		snprintf(ex, sizeof ex, "%" PRIu64, s->examples);
-		snprintf(ph, sizeof ph, "%" PRId64, s->phase);
-		snprintf(pb, sizeof pb, "%" PRIu64, s->pass_batches);
-		snprintf(pe, sizeof pe, "%" PRIu64, s->pass_examples);
-		snprintf(pd, sizeof pd, "%d", s->pass_done);
-		st_manifest_kv_t kv[] = { { (char *)"dense_steps", dt }, { (char *)"global_steps", gs },
-					  { (char *)"examples", ex }, { (char *)"phase", ph },
-					  { (char *)"pass_batches", pb }, { (char *)"pass_examples", pe },
-					  { (char *)"pass_done", pd } };
-		const char *file = cfg->n_paths ? cfg->paths[s->src_file % (uint64_t)cfg->n_paths] : "-";
-		st_manifest_shard_t sh = { .shard = 0, .file = (char *)file,
-					   .offset = s->src_file, .records = s->src_rec };
-		uint64_t rng[1] = { cfg->seed };
-		/* The lineage of the run's exports, so that --resume carries it
-		 * (set only by exports and resume, never while training runs). */
-		st_manifest_t m = {
-			.job_name = (char *)cfg->job_name, .job_hash = (char *)cfg->job_hash,
-			.model = (char *)cfg->model,
-			.lineage = tr->track.lineage[0] ? tr->track.lineage : NULL,
-			.step = s->step, .shards = &sh, .n_shards = 1,
-			.sync_policy = (char *)st_trainer_policy_name(tr), .sync_state = kv,
-			.n_sync_state = sizeof kv / sizeof kv[0], .rng = rng, .n_rng = 1,
-		};
-		rc = st_ckpt_commit(w, &m, cfg->keep, NULL, NULL);
-		if (rc >= 0)
-			tr->ckpt.step = s->step;
+	return rc;
+}
+
+int st__trainer_snap_commit(st_trainer_t *tr, const st_trainer_snap_t *s,
+			    const st_trainer_ckpt_cfg_t *cfg, st_ckpt_writer_t *w,
+			    const st_manifest_t *world)
+{
+	char dt[32], gs[32], ex[32], ph[32], pb[32], pe[32], pd[8], bs[32];
+	snprintf(dt, sizeof dt, "%" PRIu64, s->dt);
+	snprintf(gs, sizeof gs, "%" PRIu64, s->gstep);
+	snprintf(ex, sizeof ex, "%" PRIu64, s->examples);
+	snprintf(ph, sizeof ph, "%" PRId64, s->phase);
+	snprintf(pb, sizeof pb, "%" PRIu64, s->pass_batches);
+	snprintf(pe, sizeof pe, "%" PRIu64, s->pass_examples);
+	snprintf(pd, sizeof pd, "%d", s->pass_done);
+	snprintf(bs, sizeof bs, "%d", cfg->batch_size);
+	/* batch_size: pass_batches counts batches of that size; a loader with
+	 * another batch size converts (resume.c). */
+	st_manifest_kv_t kv[] = { { (char *)"dense_steps", dt }, { (char *)"global_steps", gs },
+				  { (char *)"examples", ex }, { (char *)"phase", ph },
+				  { (char *)"pass_batches", pb }, { (char *)"pass_examples", pe },
+				  { (char *)"pass_done", pd }, { (char *)"batch_size", bs } };
+	const char *file = cfg->n_paths ? cfg->paths[s->src_file % (uint64_t)cfg->n_paths] : "-";
+	st_manifest_shard_t sh = { .shard = 0, .file = (char *)file,
+				   .offset = s->src_file, .records = s->src_rec };
+	uint64_t rng[1] = { cfg->seed };
+	/* The lineage of the run's exports, so that --resume carries it
+	 * (set only by exports and resume, never while training runs). */
+	st_manifest_t m = {
+		.job_name = (char *)cfg->job_name, .job_hash = (char *)cfg->job_hash,
+		.model = (char *)cfg->model,
+		.lineage = tr->track.lineage[0] ? tr->track.lineage : NULL,
+		.step = s->step, .shards = &sh, .n_shards = 1,
+		.sync_policy = (char *)st_trainer_policy_name(tr), .sync_state = kv,
+		.n_sync_state = sizeof kv / sizeof kv[0] - (cfg->batch_size > 0 ? 0 : 1),
+		.rng = rng, .n_rng = 1,
+	};
+	if (world) {
+		m.world_size = world->world_size;
+		m.owners = world->owners;
+		m.owner_salt = world->owner_salt;
+		m.parts = world->parts;
+		m.n_parts = world->n_parts;
 	}
+	int rc = st_ckpt_commit(w, &m, cfg->keep, NULL, NULL);
+	if (rc >= 0)
+		tr->ckpt.step = s->step;
+	return rc;
+}
+
+int st_trainer_snap_write(st_trainer_t *tr, const st_trainer_snap_t *s,
+			  const st_trainer_ckpt_cfg_t *cfg, char *err, size_t errlen)
+{
+	st_ckpt_writer_t *w = NULL;
+	int rc = st_ckpt_begin(cfg->dir, s->step, &w, err, errlen);
 	if (rc < 0)
-		snprintf(err, errlen, "%s", st_ckpt_error(w));
+		return rc;
+	rc = st__trainer_snap_dense(tr, s, w);
+	if (rc >= 0)
+		rc = st__trainer_snap_rows(s, w, 0, 0);
+	if (rc >= 0)
+		rc = st__trainer_snap_commit(tr, s, cfg, w, NULL);
+	if (rc < 0)
+		snprintf(err, errlen, "%s", rc == ST_ENOMEM && !st_ckpt_error(w)[0] ? "out of memory"
+						: st_ckpt_error(w));
 	st_ckpt_writer_destroy(w);
 	return rc;
 }

@@ -21,6 +21,7 @@ typedef struct st_trainer_ckpt_cfg {
 	const char *const *paths; /* the training files, by cursor % n_paths */
 	int n_paths;
 	uint64_t seed;
+	int batch_size;         /* stages.read.batch_size (0: not recorded) */
 } st_trainer_ckpt_cfg_t;
 
 /* The model description compared on resume (malloc'ed, the caller frees)
@@ -63,6 +64,15 @@ void st_trainer_snap_destroy(st_trainer_snap_t *s);
  * the message in err; then older checkpoints are untouched. */
 int st_trainer_snap_write(st_trainer_t *tr, const st_trainer_snap_t *s,
 			  const st_trainer_ckpt_cfg_t *cfg, char *err, size_t errlen);
+
+/* The checkpoint at the end of training of a multi-process job (policies
+ * with the dist-checkpoint capability): every rank calls it, with no stage
+ * running, after st_trainer_dist_finish. Each rank writes its shard, rank 0
+ * the dense state and the manifest, published only when every rank's part
+ * is complete (ops/train/dist_ckpt.c). *step: the checkpoint's. ST_OK on
+ * every rank when it was published; else ST_EIO (a rank failed: err says
+ * so, the rank that failed logged why) or a network error. */
+int st_trainer_dist_checkpoint(st_trainer_t *tr, int64_t *step, char *err, size_t errlen);
 
 /* The data position of the end of training (for the final checkpoint). */
 void st_trainer_set_position(st_trainer_t *tr, uint64_t file, uint64_t records);

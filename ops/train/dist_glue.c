@@ -132,8 +132,9 @@ void st_trainer_dist_stats(const st_trainer_t *tr, st_dist_stats_t *out)
 /* ---- steps across ranks ------------------------------------------------- */
 
 /* Multi-process lockstep: every rank's examples for the next step; *tot is
- * their sum (0: every rank is out of data). */
-static int dist_gather(st_trainer_t *tr, uint32_t n, uint32_t *tot)
+ * their sum (0: every rank is out of data), *all_in whether every rank has
+ * some (may be NULL). */
+static int dist_gather(st_trainer_t *tr, uint32_t n, uint32_t *tot, int *all_in)
 {
 	st_net_t *net = st_dist_net(tr->dist.d);
 	const int P = st_net_size(net);
@@ -142,8 +143,13 @@ static int dist_gather(st_trainer_t *tr, uint32_t n, uint32_t *tot)
 		return ST_ENOMEM;
 	int rc = st_net_allgather(net, &n, sizeof n, all);
 	uint64_t sum = 0;
-	for (int r = 0; rc >= 0 && r < P; r++)
+	int in = 1;
+	for (int r = 0; rc >= 0 && r < P; r++) {
 		sum += all[r];
+		in &= all[r] > 0;
+	}
+	if (all_in)
+		*all_in = in;
 	free(all);
 	*tot = sum > UINT32_MAX ? UINT32_MAX : (uint32_t)sum;
 	return rc;
@@ -167,7 +173,7 @@ int st__trainer_dist_drain(st_trainer_t *tr)
 			continue;
 		}
 		uint32_t tot = 0;
-		if ((rc = dist_gather(tr, 0, &tot)) < 0)
+		if ((rc = dist_gather(tr, 0, &tot, NULL)) < 0)
 			return rc;
 		if (tot == 0)
 			break;
@@ -187,7 +193,7 @@ int st__trainer_dist_drain(st_trainer_t *tr)
 	return ST_OK;
 }
 
-int st__trainer_dist_before(st_trainer_t *tr, st_stage_ctx_t *ctx, const st_batch_t *b)
+int st__trainer_dist_before(st_trainer_t *tr, st_stage_ctx_t *ctx, st_batch_t *b)
 {
 	if (!tr->dist.d || !tr->dist.lockstep || b->eval)
 		return ST_OK;
@@ -196,10 +202,15 @@ int st__trainer_dist_before(st_trainer_t *tr, st_stage_ctx_t *ctx, const st_batc
 		return st__trainer_fail(ctx, ST_EINVAL, "a multi-process %s trains one step per "
 					"batch: batch_size (%u) must be at most workers x minibatch "
 					"(%d x %u)", tr->pol.ops->name, b->n, tr->N, tr->minibatch);
-	int rc = dist_gather(tr, b->n, &tr->dist.tot);
+	int all_in = 1;
+	int rc = dist_gather(tr, b->n, &tr->dist.tot, &all_in);
 	if (rc < 0)
 		return st__trainer_fail(ctx, rc, "batch %llu: the other ranks: %s",
 					(unsigned long long)b->seq, st_strerror(rc));
+	/* A rank without data for this step never reaches its dump: no rank
+	 * checkpoints after it (every rank saw the same counts). */
+	if (b->ckpt && !all_in)
+		b->ckpt = ST__CKPT_SKIP;
 	return ST_OK;
 }
 

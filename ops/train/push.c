@@ -55,6 +55,7 @@ static int dump_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 	if (!b->eval) {
 		tr->ckpt.pos_file = b->src_file;
 		tr->ckpt.pos_rec = b->src_rec;
+		tr->ckpt.pass_seq = b->seq + 1;
 	}
 	if (b->ckpt && tr->ckpt.cfg)
 		st__trainer_checkpoint_after(tr, b);

@@ -16,6 +16,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "ops/algo/owner.h"
+#include "ops/dist/dist.h"
 #include "ops/dump/ckpt.h"
 #include "ops/train/checkpoint.h"
 #include "ops/train/trainer_internal.h"
@@ -51,6 +53,8 @@ enum { LOAD_THREADS = 2, LOAD_BATCH_BYTES = 4 << 20 };
 typedef struct loader {
 	st_table_t *t;
 	st_rows_reader_t *r;
+	const st_dist_t *d;        /* resharding: keep the keys this rank owns; NULL: all */
+	int me;
 	const char *path;
 	size_t nf;                 /* floats a row */
 	size_t max;                /* rows a batch */
@@ -84,19 +88,27 @@ static void load_fail(loader_t *L, int rc, const char *msg)
 static int load_take(loader_t *L, load_buf_t *b)
 {
 	pthread_mutex_lock(&L->mu);
-	int n = L->rc < 0 ? L->rc : st_rows_reader_next_batch(L->r, b->rows, L->max);
-	if (n < 0 && L->rc == 0) {
-		L->rc = n;
-		snprintf(L->err, L->errlen, "%s", st_rows_reader_error(L->r));
-	}
-	for (int i = 0; i < n; i++) {
-		b->keys[i] = b->rows[i].key;
-		b->last_step[i] = b->rows[i].last_step;
-		b->freq[i] = b->rows[i].freq;
-		memcpy(b->vals + (size_t)i * L->nf, b->rows[i].vals, sizeof(float) * L->nf);
-	}
+	int kept = 0, n;
+	/* With a filter, batches whose rows all belong to other ranks are
+	 * skipped: 0 means the end of the file. */
+	do {
+		n = L->rc < 0 ? L->rc : st_rows_reader_next_batch(L->r, b->rows, L->max);
+		if (n < 0 && L->rc == 0) {
+			L->rc = n;
+			snprintf(L->err, L->errlen, "%s", st_rows_reader_error(L->r));
+		}
+		for (int i = 0; i < n; i++) {
+			if (L->d && st_dist_owner(L->d, b->rows[i].key) != L->me)
+				continue;   /* another rank's row under the new world */
+			b->keys[kept] = b->rows[i].key;
+			b->last_step[kept] = b->rows[i].last_step;
+			b->freq[kept] = b->rows[i].freq;
+			memcpy(b->vals + (size_t)kept * L->nf, b->rows[i].vals, sizeof(float) * L->nf);
+			kept++;
+		}
+	} while (n > 0 && kept == 0);
 	pthread_mutex_unlock(&L->mu);
-	return n;
+	return n < 0 ? n : kept;
 }
 
 static void load_run(loader_t *L)
@@ -161,7 +173,8 @@ static void *load_main(void *arg)
 	return NULL;
 }
 
-static int load_rows(st_trainer_t *tr, int k, const char *path, char *err, size_t errlen)
+static int load_rows(st_trainer_t *tr, int k, const char *path, const st_dist_t *filter,
+		     char *err, size_t errlen)
 {
 	st_rows_reader_t *r;
 	int rc = st_rows_reader_open(path, &r, err, errlen);
@@ -181,7 +194,8 @@ static int load_rows(st_trainer_t *tr, int k, const char *path, char *err, size_
 	size_t max = LOAD_BATCH_BYTES / (sizeof(float) * nf);
 	max = max < 1 ? 1 : max > ST_ROWS_BATCH_MAX ? ST_ROWS_BATCH_MAX : max;
 	loader_t L = { .t = st__trainer_table(tr, k), .r = r, .path = path, .nf = nf,
-		       .max = ram ? max : 1, .err = err, .errlen = errlen };
+		       .max = ram ? max : 1, .err = err, .errlen = errlen, .d = filter,
+		       .me = filter ? st_dist_rank(filter) : 0 };
 	pthread_mutex_init(&L.mu, NULL);
 	pthread_t tid[LOAD_THREADS];
 	int started = 0;
@@ -339,19 +353,44 @@ int st_trainer_set_aside_damaged(const st_trainer_ckpt_cfg_t *cfg, char *err, si
 	return rc < 0 ? rc : moved;
 }
 
-int st_trainer_resume(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg,
-		      st_trainer_resume_t *out, char *err, size_t errlen)
+/* Across processes: whether every rank loaded its part (a collective), so
+ * that all go on or none does. A rank that failed said why; the others
+ * name it. Also the barrier after which ranks may pull from each other:
+ * every shard is loaded. */
+static int agree(st_trainer_t *tr, int rc, char *err, size_t errlen)
 {
-	char *dir = NULL;
-	st_manifest_t *m = NULL;
-	err[0] = 0;
-	out->none_verifies = 0;
+	st_net_t *net = st_dist_net(tr->dist.d);
+	const int P = st_net_size(net);
+	int32_t mine = rc, *all = calloc((size_t)P, sizeof *all);
+	if (!all)
+		return ST_ENOMEM;
+	int g = st_net_allgather(net, &mine, sizeof mine, all);
+	for (int r = 0; g >= 0 && r < P && rc >= 0; r++)
+		if (all[r] < 0) {
+			snprintf(err, errlen, "rank %d could not load its part of the checkpoint (see "
+				 "its messages)", r);
+			rc = all[r] == ST_EINVAL ? ST_EINVAL : ST_EIO;
+		}
+	free(all);
+	if (g < 0 && rc >= 0) {
+		snprintf(err, errlen, "the other ranks: %s", st_strerror(g));
+		rc = g;
+	}
+	return rc;
+}
+
+/* The newest complete checkpoint that verifies: *dir and *m (the caller's).
+ * ST_ENOENT: none at all; ST_ECORRUPT with out->none_verifies: some, none
+ * usable. */
+static int choose(const st_trainer_ckpt_cfg_t *cfg, char **dir, st_manifest_t **m,
+		  st_trainer_resume_t *out, char *err, size_t errlen)
+{
 	damage_t *dmg = calloc(1, sizeof *dmg);
 	if (!dmg) {
 		snprintf(err, errlen, "out of memory");
 		return ST_ENOMEM;
 	}
-	int rc = st_ckpt_find_latest(cfg->dir, &dir, &m, note_damage, dmg, err, errlen);
+	int rc = st_ckpt_find_latest(cfg->dir, dir, m, note_damage, dmg, err, errlen);
 	if (rc == ST_ENOENT) {
 		note_bare(cfg->dir, dmg);
 		if (dmg->n) {
@@ -362,6 +401,92 @@ int st_trainer_resume(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg,
 		}
 	}
 	free(dmg);
+	return rc;
+}
+
+/* What rank 0 chose, for the other ranks of a multi-process job. */
+typedef struct chosen {
+	int32_t rc, none_verifies;
+	char dir[4096];
+	char err[2048];
+} chosen_t;
+
+/* Across processes rank 0 chooses (the ranks would otherwise race a
+ * writer or a damage differently) and tells the others, which verify the
+ * same checkpoint themselves before they read it. A collective: every
+ * rank calls it. */
+static int choose_dist(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg, char **dir,
+		       st_manifest_t **m, st_trainer_resume_t *out, char *err, size_t errlen)
+{
+	st_net_t *net = st_dist_net(tr->dist.d);
+	chosen_t *c = calloc(1, sizeof *c);
+	if (!c) {
+		snprintf(err, errlen, "out of memory");
+		return ST_ENOMEM;
+	}
+	if (st_net_rank(net) == 0) {
+		c->rc = choose(cfg, dir, m, out, err, errlen);
+		c->none_verifies = out->none_verifies;
+		snprintf(c->dir, sizeof c->dir, "%s", *dir ? *dir : "");
+		snprintf(c->err, sizeof c->err, "%s", err);
+	}
+	int rc = st_net_bcast(net, 0, c, sizeof *c);
+	if (rc < 0) {
+		snprintf(err, errlen, "cannot learn rank 0's checkpoint: %s", st_strerror(rc));
+	} else if (st_net_rank(net) == 0) {
+		rc = c->rc;
+	} else {
+		rc = c->rc;
+		out->none_verifies = c->none_verifies;
+		snprintf(err, errlen, "%s", c->err);
+		if (rc >= 0 && (rc = st_ckpt_verify(c->dir, m, err, errlen)) < 0) {
+			char why[1024];
+			snprintf(why, sizeof why, "%s", err);
+			snprintf(err, errlen, "%s: %s", c->dir, why);
+		} else if (rc >= 0 && !(*dir = strdup(c->dir))) {
+			rc = ST_ENOMEM;
+		}
+	}
+	free(c);
+	return rc < 0 ? rc : ST_OK;
+}
+
+/* Reads every table's rows of checkpoint dir into this rank's tables:
+ * from the one file of a one-process checkpoint, or from each rank's shard
+ * of a multi-process one; in a multi-process job only the rows this rank
+ * owns under the current world (their optimizer state and counters move
+ * with them). The same world as the writer's (size, owners, owner
+ * function) reads only this rank's own shard. */
+static int load_tables(st_trainer_t *tr, const char *dir, const st_manifest_t *m, char *err,
+		       size_t errlen)
+{
+	st_dist_t *d = tr->dist.d;
+	const int W = (int)m->world_size, me = d ? st_dist_rank(d) : 0;
+	const int same = d && W == st_dist_size(d) && m->owners == st_dist_owners(d) &&
+			 m->owner_salt == st_algo_owner_salt();
+	char name[64], path[4200];
+	int rc = ST_OK;
+	for (int k = 0; k < tr->rows.n_tables && rc >= 0; k++) {
+		for (int r = 0; r < (W > 0 ? W : 1) && rc >= 0; r++) {
+			if (same && r != me)
+				continue;
+			st__trainer_rows_name(name, sizeof name, k, r, W);
+			snprintf(path, sizeof path, "%s/%s", dir, name);
+			rc = load_rows(tr, k, path, same ? NULL : d, err, errlen);
+		}
+	}
+	return rc;
+}
+
+int st_trainer_resume(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg,
+		      st_trainer_resume_t *out, char *err, size_t errlen)
+{
+	char *dir = NULL;
+	st_manifest_t *m = NULL;
+	err[0] = 0;
+	out->none_verifies = 0;
+	int rc = tr->dist.d ? choose_dist(tr, cfg, &dir, &m, out, err, errlen)
+			    : choose(cfg, &dir, &m, out, err, errlen);
 	if (rc < 0)
 		return rc;
 	rc = st_ckpt_check_compat(m, cfg->job_hash, cfg->model, err, errlen);
@@ -401,7 +526,7 @@ int st_trainer_resume(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg,
 			memcpy(tr->pol.dstate, f->tensors[j].f32, sizeof(float) * nds);
 		}
 	}
-	uint64_t dt = 0, gs = 0, ex = 0, pb = 0, pe = 0, pd = 0;
+	uint64_t dt = 0, gs = 0, ex = 0, pb = 0, pe = 0, pd = 0, bs = 0;
 	const char *phs = st_manifest_sync_get(m, "phase");
 	if (rc >= 0 && (parse_u64(m, "dense_steps", &dt) < 0 || parse_u64(m, "global_steps", &gs) < 0 ||
 			parse_u64(m, "examples", &ex) < 0 || parse_u64(m, "pass_batches", &pb) < 0 ||
@@ -410,16 +535,24 @@ int st_trainer_resume(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg,
 		snprintf(err, errlen, "%s: manifest lacks the trainer's counters or data position", dir);
 		rc = ST_EFORMAT;
 	}
-	for (int k = 0; k < tr->rows.n_tables && rc >= 0; k++) {
-		snprintf(path, sizeof path, "%s/table-%d.rows", dir, k);
-		rc = load_rows(tr, k, path, err, errlen);
-	}
+	if (rc >= 0)
+		rc = load_tables(tr, dir, m, err, errlen);
+	/* pass_batches counts read batches of the writer's size; the read stage
+	 * numbers this job's batches (which rank takes which, the interval).
+	 * Checkpoints before batch_size was recorded were read as they are. */
+	if (rc >= 0 && st_manifest_sync_get(m, "batch_size") && parse_u64(m, "batch_size", &bs) >= 0 &&
+	    bs > 0 && cfg->batch_size > 0 && bs != (uint64_t)cfg->batch_size)
+		pb = (pb * bs + (uint64_t)cfg->batch_size - 1) / (uint64_t)cfg->batch_size;
 	if (rc >= 0) {
+		/* Across processes rank 0 carries the job's examples; each other
+		 * rank counts its own from here (a checkpoint sums them). */
+		const int rank0 = !tr->dist.d || st_dist_rank(tr->dist.d) == 0;
 		tr->pol.dt = dt;
 		tr->step.gstep = gs;
 		tr->batches = (uint64_t)m->step;
-		tr->examples_done = ex;
+		tr->examples_done = rank0 ? ex : 0;
 		tr->ckpt.step = m->step;
+		tr->ckpt.pulled = (uint64_t)m->step;
 		if (m->lineage)
 			st_trainer_set_lineage(tr, m->lineage);
 		tr->ckpt.pos_file = m->shards[0].offset;
@@ -434,6 +567,8 @@ int st_trainer_resume(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg,
 		out->pass_done = (int)pd;
 		snprintf(out->dir, sizeof out->dir, "%s", dir);
 	}
+	if (tr->dist.d)
+		rc = agree(tr, rc, err, errlen);
 	st_safetensors_free(f);
 	st_manifest_free(m);
 	free(dir);

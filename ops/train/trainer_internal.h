@@ -158,6 +158,10 @@ struct tr_dist {
 	st_batch_t empty;          /* the batch of a step this rank has no data for */
 };
 
+/* b->ckpt of a multi-process batch whose step some rank had no data for
+ * (dist_glue.c): the checkpoint is skipped (dist_ckpt.c). */
+enum { ST__CKPT_SKIP = 2 };
+
 /* Checkpoints (checkpoint.c). The gate holds the pull of batches after
  * `gate` until the dump stage has copied the state after it. */
 struct tr_ckpt {
@@ -178,10 +182,39 @@ struct tr_ckpt {
 	int64_t step;              /* step of the newest checkpoint written or loaded; -1 */
 	uint64_t pass_batches0, pass_examples0;
 	int pass_done;
+	/* Multi-process: the job's steps whose batches passed the gate (the
+	 * interval counts steps, the same on every rank), and the global
+	 * batches of the pass up to the last one this rank trained
+	 * (b->seq + 1, what a loader seeks to). */
+	uint64_t pulled;
+	uint64_t pass_seq;
 	/* The last written snapshot, kept so that the next checkpoint copies
 	 * into memory that is already mapped (st_trainer_snap_release); NULL
 	 * when none is kept. Under gate_mu. */
 	struct st_trainer_snap *snap_spare;
+};
+
+/* A copy of the trainer's state for a checkpoint (checkpoint.c makes and
+ * writes it; dist_ckpt.c writes a rank's part of a multi-process one). In
+ * a multi-process job the counters are this rank's until rank 0 replaces
+ * them with the job's (examples and positions of every rank). */
+struct st_trainer_snap {
+	uint64_t pass_seq;           /* global batches of the pass read up to the cut */
+	int64_t step;
+	uint64_t src_file, src_rec, examples;
+	int64_t phase;               /* -1: the job has no phases */
+	uint64_t pass_batches, pass_examples; /* of the current pass (phase) */
+	int pass_done;
+	float *params;
+	size_t nparams;
+	float *dstate;
+	size_t ndstate;
+	uint64_t dt, gstep;
+	int n_tables;
+	struct st_rows_writer *rows[MAX_TABLES];
+	/* Rows of each table in the copy this snapshot's memory held before
+	 * (NO_PREV: none), to guess how much the next copy grows. */
+	size_t prev_rows[MAX_TABLES];
 };
 
 /* Delta exports (store.c): keys pulled for training and keys evicted
@@ -284,7 +317,7 @@ int st__trainer_auto_vote(st_trainer_t *tr, int done, int *all_done);
 /* Before a multi-process train batch b runs: a lockstep policy's step
  * count check and every rank's examples of the step (a collective).
  * ST_OK at once in one process; else the op's failure (reported). */
-int st__trainer_dist_before(st_trainer_t *tr, st_stage_ctx_t *ctx, const st_batch_t *b);
+int st__trainer_dist_before(st_trainer_t *tr, st_stage_ctx_t *ctx, st_batch_t *b);
 /* After it ran (or was empty): the step counters the pulls wait on. */
 void st__trainer_dist_after(st_trainer_t *tr, const st_batch_t *b);
 /* End of a training pass, out of data: takes part in the steps (and
@@ -324,6 +357,25 @@ void st__trainer_track_free(st_trainer_t *tr);
  * marked batch; open_gate(cancel = 1) releases a waiting pull for good
  * (shutdown). */
 void st__trainer_ckpt_gate(st_trainer_t *tr, st_batch_t *b, st_graph_t *g);
+/* checkpoint.c, shared with dist_ckpt.c: a snapshot's dense file, its row
+ * files (rank r of world ranks; world 0: one process, table-<k>.rows), the
+ * row file name of table k, and the manifest and publication (world:
+ * NULL for one process, else the world fields of a manifest). Each ST_OK
+ * or the writer's error. */
+struct st_ckpt_writer;
+struct st_manifest;
+int st__trainer_snap_dense(st_trainer_t *tr, const struct st_trainer_snap *s,
+			   struct st_ckpt_writer *w);
+int st__trainer_snap_rows(const struct st_trainer_snap *s, struct st_ckpt_writer *w, int rank,
+			  int world);
+void st__trainer_rows_name(char *buf, size_t len, int table, int rank, int world);
+int st__trainer_snap_commit(st_trainer_t *tr, const struct st_trainer_snap *s,
+			    const struct st_trainer_ckpt_cfg *cfg, struct st_ckpt_writer *w,
+			    const struct st_manifest *world);
+/* dist_ckpt.c: the dump stage's checkpoint after b in a multi-process job
+ * (the gate is closed; opens it). ST_OK (a failed checkpoint is reported,
+ * training goes on) or a network error. */
+int st__trainer_dist_checkpoint_after(st_trainer_t *tr, const st_batch_t *b);
 void st__trainer_ckpt_open_gate(st_trainer_t *tr, int cancel);
 int st__trainer_checkpoint_after(st_trainer_t *tr, const st_batch_t *b);
 
