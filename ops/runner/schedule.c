@@ -203,7 +203,15 @@ static int final_due(st_runner_t *r)
 {
 	int due = r->job->ckpt_dir && !st__runner_cancelled(r) &&
 		  !st_trainer_checkpoint_current(r->model);
-	if (r->net && !r->lost) {
+	if (r->net && r->lost) {
+		/* A lost rank's shard is gone with it: no checkpoint is whole. */
+		if (due)
+			st__runner_say(r, ST_LOG_WARN, "no final checkpoint: %d rank%s lost, and "
+				       "with %s its shard of the rows", r->lost, r->lost == 1 ? "" : "s",
+				       r->lost == 1 ? "it" : "them");
+		return 0;
+	}
+	if (r->net) {
 		int32_t d = due;
 		if (st_net_bcast(r->net, 0, &d, sizeof d) < 0)
 			return 0;   /* a rank is gone: the run fails on its own */

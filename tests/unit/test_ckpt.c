@@ -2,7 +2,7 @@
  * trip, retention, fallback past missing, damaged and truncated files, a full
  * disk at every stage (also in a row file large enough for dumpio's writer
  * thread), crash leftovers, rewriting a step, the compatibility check, and
- * export chains. */
+ * export chains, and the two-phase commit of a multi-process checkpoint. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -667,6 +667,87 @@ static void test_ckpt_export_retention(void **state)
 	assert_string_equal(chain(), "export-000000000004-full export-000000000005-delta ");
 }
 
+/* A multi-process checkpoint's two phases, in one process: rank 0 begins,
+ * "rank 1" joins the .tmp and writes its shard, rank 0 adds rank 1's file
+ * by its reported size and checksum and commits with the world; the result
+ * verifies and is complete. A joined writer cannot commit, and its failure
+ * leaves the .tmp to rank 0; a wrong reported size is refused; with a
+ * part missing from the world, verify says incomplete and find_latest
+ * falls back. */
+static void test_ckpt_two_phase_commit(void **state)
+{
+	(void)state;
+	char err[512] = "";
+	assert_int_equal(write_ckpt(5, 0), ST_OK);   /* the older one to fall back to */
+	st_ckpt_writer_t *w0, *w1;
+	assert_int_equal(st_ckpt_join(root, 9, &w1, err, sizeof err), ST_ENOENT);
+	assert_int_equal(st_ckpt_begin(root, 9, &w0, err, sizeof err), ST_OK);
+	assert_int_equal(st_ckpt_join(root, 9, &w1, err, sizeof err), ST_OK);
+	st_rows_row_t rows[1] = { { 10, 2, 2, row_vals[0] } };
+	st_rows_info_t info = { .table_id = 0, .dim = 2, .state_dim = 2 };
+	assert_int_equal(st_ckpt_write_rows(w1, "table-0.rank-1-of-2.rows", &info, rows, 1, NULL, 0),
+			 ST_OK);
+	size_t n;
+	const st_manifest_file_t *f1 = st_ckpt_writer_files(w1, &n);
+	assert_int_equal(n, 1);
+	st_manifest_file_t rep = { strdup(f1[0].name), f1[0].bytes, f1[0].xxh3 };
+	st_manifest_t m = job_manifest();
+	assert_int_equal(st_ckpt_commit(w1, &m, 0, collect, NULL), ST_EINVAL);   /* joined */
+	st_ckpt_writer_destroy(w1);   /* leaves the .tmp and its file */
+	rows[0].key = 11;
+	assert_int_equal(st_ckpt_write_rows(w0, "table-0.rank-0-of-2.rows", &info, rows, 1, NULL, 0),
+			 ST_OK);
+	assert_int_equal(st_ckpt_add_entry(w0, rep.name, rep.bytes, rep.xxh3), ST_OK);
+	char *f0[] = { "table-0.rank-0-of-2.rows" }, *f1n[] = { rep.name };
+	st_manifest_part_t parts[2] = { { 0, f0, 1 }, { 1, f1n, 1 } };
+	m.world_size = 2;
+	m.owners = 2;
+	m.owner_salt = 7;
+	m.parts = parts;
+	m.n_parts = 2;
+	assert_int_equal(st_ckpt_commit(w0, &m, 0, collect, NULL), ST_OK);
+	st_ckpt_writer_destroy(w0);
+	char *d9 = ckpt_dir(9);
+	st_manifest_t *got;
+	assert_int_equal(st_ckpt_verify(d9, &got, err, sizeof err), ST_OK);
+	assert_int_equal(got->world_size, 2);
+	assert_int_equal(got->n_files, 2);
+	st_manifest_free(got);
+
+	/* A wrong reported size poisons rank 0's writer: nothing published. */
+	assert_int_equal(st_ckpt_begin(root, 12, &w0, err, sizeof err), ST_OK);
+	assert_int_equal(st_ckpt_join(root, 12, &w1, err, sizeof err), ST_OK);
+	assert_int_equal(st_ckpt_write_rows(w1, "table-0.rank-1-of-2.rows", &info, rows, 1, NULL, 0),
+			 ST_OK);
+	f1 = st_ckpt_writer_files(w1, &n);
+	assert_int_equal(st_ckpt_add_entry(w0, f1[0].name, f1[0].bytes + 1, f1[0].xxh3), ST_ECORRUPT);
+	st_ckpt_writer_destroy(w1);
+	assert_int_equal(st_ckpt_commit(w0, &m, 0, collect, NULL), ST_ECORRUPT);
+	st_ckpt_writer_destroy(w0);
+	assert_null(strstr(listing(), "ckpt-000000000012"));
+
+	/* Rank 1's part missing from the world: incomplete, skipped. */
+	assert_int_equal(st_ckpt_begin(root, 14, &w0, err, sizeof err), ST_OK);
+	assert_int_equal(st_ckpt_write_rows(w0, "table-0.rank-0-of-2.rows", &info, rows, 1, NULL, 0),
+			 ST_OK);
+	m.n_parts = 1;
+	assert_int_equal(st_ckpt_commit(w0, &m, 0, collect, NULL), ST_OK);
+	st_ckpt_writer_destroy(w0);
+	char *d14 = ckpt_dir(14);
+	assert_int_equal(st_ckpt_verify(d14, NULL, err, sizeof err), ST_ECORRUPT);
+	assert_non_null(strstr(err, "rank 1 of 2 wrote no shard"));
+	char *dir;
+	msgs[0] = 0;
+	assert_int_equal(st_ckpt_find_latest(root, &dir, &got, collect, NULL, err, sizeof err), ST_OK);
+	assert_string_equal(dir, d9);
+	assert_non_null(strstr(msgs, "incomplete"));
+	free(dir);
+	st_manifest_free(got);
+	free(d9);
+	free(d14);
+	free(rep.name);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -683,6 +764,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_ckpt_compat_check, setup_one, teardown_one),
 		cmocka_unit_test_setup_teardown(test_ckpt_export_chains, setup_one, teardown_one),
 		cmocka_unit_test_setup_teardown(test_ckpt_export_retention, setup_one, teardown_one),
+		cmocka_unit_test_setup_teardown(test_ckpt_two_phase_commit, setup_one, teardown_one),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
