@@ -14,6 +14,9 @@
 #    within 0.001 eval AUC of the uninterrupted run;
 #  - a checkpoint missing a rank's shard is incomplete (inspect) and skipped
 #    by --resume with a message;
+#  - with the SSD tier on, shards hold both tiers' rows and resume into them;
+#  - rank 1 killed mid-training: only complete checkpoints are listed, and
+#    --resume ends with the uninterrupted run's model;
 #  - other policies and seconds-based intervals are refused with a message.
 # Usage: dist_ckpt.sh PATH/TO/strata HAVE_UCX(0|1)
 . "$(dirname "$0")/dist_lib.sh"
@@ -110,6 +113,68 @@ if [ $irc = 1 ] && grep -q "complete: no (rank 1's shard: file 'table-0.rank-1-o
   ok "a checkpoint missing a rank's shard is incomplete and skipped by --resume"
 else
   bad "missing shard (inspect exit $irc)"
+fi
+
+# The SSD tier on (each rank its own storage.ssd.path, so ranks started by
+# hand): the shards hold the rows of both tiers, and a resume into tables
+# with an SSD tier ends with the same model.
+ssd_run() { # tag, args...
+  local tag=$1 r; shift
+  local p; p=$(port)
+  pids=()
+  for r in 0 1; do
+    mkdir -p "$tmp/ssd-$tag-$r"
+    STRATA_DIGEST=1 STRATA_RANK=$r STRATA_WORLD_SIZE=2 STRATA_COORDINATOR=127.0.0.1:$p \
+      STRATA_TOKEN=ssd timeout 120 "$strata" run "${base[@]}" "${ar[@]}" "${two[@]}" \
+      --set "storage={mem=\"1MiB\",ssd={path=\"$tmp/ssd-$tag-$r\",file_size=\"256KiB\"}}" \
+      "$@" >"$tmp/out_ssd$tag$r" 2>&1 &
+    pids+=($!)
+  done
+  for r in 0 1; do wait "${pids[$r]}" || return 1; done
+  pids=()
+}
+rm -rf "$tmp/j"; mkdir -p "$tmp/j"; cp -r "$tmp/a/$ckpt30" "$tmp/j/"
+if ssd_run 1 --set "$(ck "$tmp/j")" --resume --metrics "$tmp/m.json" &&
+   grep -q "resuming from .*$ckpt30" "$tmp/out_ssd10" && [ "$(digest "$tmp/out_ssd10")" = "$da" ] &&
+   tail -n 1 "$tmp/m.json" | grep -Eq '"ssd.rows_read":[1-9]'; then
+  ok "SSD tier: resume 2 -> 2 into RAM + SSD tables, the uninterrupted run's model"
+else
+  bad "SSD tier resume: '$(digest "$tmp/out_ssd10")' vs '$da'"
+fi
+rm -rf "$tmp/k"
+if ssd_run 2 --set "$(ck "$tmp/k")" && [ "$(digest "$tmp/out_ssd20")" = "$da" ] &&
+   resume r2 "$tmp/k" "$strata" run "${base[@]}" "${ar[@]}" "${one[@]}" &&
+   [ "$(digest "$tmp/out_r2")" = "$da" ]; then
+  ok "SSD tier: checkpoints of RAM + SSD shards resume on 1 process, the same model"
+else
+  bad "SSD tier checkpoints: '$(digest "$tmp/out_ssd20")', '$(digest "$tmp/out_r2")' vs '$da'"
+fi
+
+# SIGKILL of rank 1 mid-training (checkpoints every 2 steps, a straggler
+# slowing it down): the survivor stops, nothing half-written is ever
+# listed, and --resume goes on from the newest complete checkpoint to the
+# uninterrupted run's model.
+rm -rf "$tmp/l" "$tmp"/out[0-9]*
+start_ranks 2 kill "${ar[@]}" "${slow[@]}" --set "checkpoint={dir=\"$tmp/l\",every=2,keep=2}"
+if wait_started 2; then
+  sleep 1
+  kill -9 "${pids[1]}"
+  wait_for "${pids[0]}" 30; s0=$ws
+  pids=()
+  n=$(ls "$tmp/l" 2>/dev/null | grep -c '^ckpt-[0-9]*$')
+  complete=1
+  for c in "$tmp"/l/ckpt-*; do
+    case $c in *.tmp) continue ;; esac
+    "$strata" inspect "$c" 2>&1 | grep -q "complete: yes" || complete=0
+  done
+  STRATA_DIGEST=1 timeout 120 "$strata" launch -n 2 "${base[@]}" "${ar[@]}" "${two[@]}" \
+    --set "checkpoint={dir=\"$tmp/l\",every=2,keep=2}" --resume >"$tmp/out_l" 2>&1
+  if [ "$s0" != hang ] && [ "$s0" != 0 ] && [ "$n" -ge 1 ] && [ $complete = 1 ] &&
+     grep -q "resuming from" "$tmp/out_l" && [ "$(digest "$tmp/out_l")" = "$da" ]; then
+    ok "rank 1 killed mid-training: $n complete checkpoint(s) kept, --resume ends with the uninterrupted model"
+  else
+    bad "kill and resume: rank 0 $s0, $n checkpoints, complete $complete, '$(digest "$tmp/out_l")' vs '$da'"
+  fi
 fi
 
 # Refusals, before anything trains.
