@@ -29,18 +29,20 @@ static int refuse(st_runner_t *r, const char *what, const char *why)
 static int check_ckpt(st_runner_t *r)
 {
 	const st_job_t *job = r->job;
-	for (int i = -1; i < job->n_phases; i++) {
+	/* With phases, the phases' policies are the ones that train. */
+	for (int i = job->n_phases ? 0 : -1; i < job->n_phases; i++) {
 		const char *pol = i < 0 ? job->sync.name : job->phases[i].sync.name;
 		pol = pol ? pol : "async";
 		const st_policy_t *p = st_policy_find(pol);
 		if (p && (p->caps & ST_POL_DIST_CKPT))
 			continue;
-		char names[256];
+		char names[256], where[160] = "";
 		st_policy_names(names, sizeof names, ST_POL_DIST_CKPT, 1);
+		if (i >= 0)
+			snprintf(where, sizeof where, " (phase '%s')", job->phases[i].name);
 		st__runner_say(r, ST_RUNNER_LINE, "strata: %s: checkpoint/resume of a multi-process "
-			       "job under policy '%s'%s%s is not supported yet; %s %s", job->file, pol,
-			       i < 0 ? "" : " (phase ", i < 0 ? "" : job->phases[i].name, names,
-			       strchr(names, ' ') ? "are" : "is");
+			       "job under policy '%s'%s is not supported yet; %s %s", job->file, pol,
+			       where, names, strchr(names, ' ') ? "are" : "is");
 		return ST_EJOB;
 	}
 	if (job->ckpt_dir && job->ckpt_secs > 0) {

@@ -244,8 +244,9 @@ void st__runner_final_checkpoint(st_runner_t *r, int phase)
 		.num = step, .error = rc < 0 ? err : NULL,
 	};
 	if (rc >= 0) {
-		st__runner_say(r, ST_LOG_INFO, "checkpoint %s/ckpt-%012lld written", r->ckpt.dir,
-			       (long long)a.num);
+		if (r->talk)   /* rank 0 published it: one line for the job */
+			st__runner_say(r, ST_LOG_INFO, "checkpoint %s/ckpt-%012lld written",
+				       r->ckpt.dir, (long long)a.num);
 		r->res.ckpts_written++;
 	} else {
 		st__runner_say(r, ST_LOG_ERROR, "final checkpoint not written: %s", err);

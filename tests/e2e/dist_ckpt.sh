@@ -14,6 +14,7 @@
 #    within 0.001 eval AUC of the uninterrupted run;
 #  - a checkpoint missing a rank's shard is incomplete (inspect) and skipped
 #    by --resume with a message;
+#  - a job of allreduce phases resumes at and between phases, bit for bit;
 #  - with the SSD tier on, shards hold both tiers' rows and resume into them;
 #  - rank 1 killed mid-training: only complete checkpoints are listed, and
 #    --resume ends with the uninterrupted run's model;
@@ -114,6 +115,26 @@ if [ $irc = 1 ] && grep -q "complete: no (rank 1's shard: file 'table-0.rank-1-o
 else
   bad "missing shard (inspect exit $irc)"
 fi
+
+# Phases (allreduce, then allreduce on the rest): resumed at the phase
+# boundary and in the middle of the second phase, the same model.
+ph=("${base[@]}")
+ph[0]=tests/e2e/jobs/gen_phases.lua
+ph+=(--set 'stragglers=nil' "${two[@]}" --set stages.train.minibatch=256
+  --set 'phases={ {name="warm", rows=6000, sync=st.sync.allreduce{}}, {name="rest", sync=st.sync.allreduce{}} }')
+STRATA_DIGEST=1 timeout 120 "$strata" launch -n 2 "${ph[@]}" --set "$(ck "$tmp/m")" >"$tmp/out_m" 2>&1
+dm=$(digest "$tmp/out_m")
+for c in ckpt-000000000012 ckpt-000000000020; do
+  rm -rf "$tmp/m2"; mkdir -p "$tmp/m2"; cp -r "$tmp/m/$c" "$tmp/m2/" 2>/dev/null
+  STRATA_DIGEST=1 timeout 120 "$strata" launch -n 2 "${ph[@]}" --set "$(ck "$tmp/m2")" --resume \
+    >"$tmp/out_m2" 2>&1
+  if [ -n "$dm" ] && grep -q "resuming from .*$c" "$tmp/out_m2" && grep -q "resuming at phase 2/2" "$tmp/out_m2" &&
+     [ "$(digest "$tmp/out_m2")" = "$dm" ]; then
+    ok "phases on 2 processes resumed from $c: the uninterrupted run's model"
+  else
+    bad "phases resumed from $c: '$(digest "$tmp/out_m2")' vs '$dm'"
+  fi
+done
 
 # The SSD tier on (each rank its own storage.ssd.path, so ranks started by
 # hand): the shards hold the rows of both tiers, and a resume into tables
