@@ -372,9 +372,9 @@ int st__trainer_dist_checkpoint_after(st_trainer_t *tr, const st_batch_t *b)
 		return ST_OK;
 	}
 	double t0 = mono();
-	st_trainer_snap_t *s;
-	st_ckpt_writer_t *w;
-	int64_t step;
+	st_trainer_snap_t *s = NULL;
+	st_ckpt_writer_t *w = NULL;
+	int64_t step = (int64_t)tr->batches;   /* cut() names it */
 	int ok = 0, published = 0;
 	int rc = cut(tr, b, &s, &w, &step, &ok);
 	double t1 = mono();
@@ -403,8 +403,8 @@ int st__trainer_dist_checkpoint_after(st_trainer_t *tr, const st_batch_t *b)
 
 int st_trainer_dist_checkpoint(st_trainer_t *tr, int64_t *step, char *err, size_t errlen)
 {
-	st_trainer_snap_t *s;
-	st_ckpt_writer_t *w;
+	st_trainer_snap_t *s = NULL;
+	st_ckpt_writer_t *w = NULL;
 	int ok = 0, published = 0;
 	*step = (int64_t)tr->batches;
 	int rc = cut(tr, NULL, &s, &w, step, &ok);
