@@ -59,7 +59,7 @@
 
 enum { CH_UP = 0x4000, CH_DOWN = 0x4001 };
 enum { M_COPIED = 1, M_GO, M_REPORT, M_RESULT };
-enum { NAME_MAX_ = 64 };
+enum { CK_NAME_MAX = 64 };
 
 typedef struct ck_msg {
 	uint32_t type;
@@ -73,7 +73,7 @@ typedef struct ck_msg {
 } ck_msg_t;
 
 typedef struct ck_file {
-	char name[NAME_MAX_];
+	char name[CK_NAME_MAX];
 	uint64_t bytes, xxh3;
 } ck_file_t;
 
@@ -185,10 +185,8 @@ static ck_msg_t report_of(const st_trainer_snap_t *s, int ok, int64_t step, size
 			   .pass_examples = s->pass_examples, .n_files = (uint32_t)nf };
 }
 
-/* Rank 0: the job's counters from every rank's report into s (examples
- * summed; the data position of the rank whose batch came last in the
- * stream, which is where the job stands), each rank's files into w and the
- * world. */
+/* Rank 0's view of the world it records: each rank's files (a part per
+ * rank, in rank order) and the names they point to. */
 typedef struct world {
 	st_manifest_t m;
 	char **names;          /* every part's file names (one allocation each) */
@@ -215,7 +213,7 @@ static int world_add(world_t *wd, int rank, const ck_file_t *f, size_t nf)
 		return ST_ENOMEM;
 	wd->names = nn;
 	for (size_t i = 0; i < nf; i++) {
-		char *n = strndup(f[i].name, NAME_MAX_ - 1);
+		char *n = strndup(f[i].name, CK_NAME_MAX - 1);
 		if (!n)
 			return ST_ENOMEM;
 		wd->names[wd->n_names++] = n;
@@ -224,6 +222,10 @@ static int world_add(world_t *wd, int rank, const ck_file_t *f, size_t nf)
 	return ST_OK;
 }
 
+/* Rank 0: the job's counters from a rank's report into s (first: its
+ * own, which starts the sums): examples summed; the data position of the
+ * rank whose batch came last in the stream, which is where the job
+ * stands, and the job's read batches up to it. */
 static void fold(st_trainer_snap_t *s, const ck_msg_t *r, int first)
 {
 	if (first) {
