@@ -197,8 +197,9 @@ int st_ckpt_join(const char *root, int64_t step, st_ckpt_writer_t **out, char *e
 	if (stat(w->tmp, &sb) < 0 || !S_ISDIR(sb.st_mode)) {
 		int e = errno;
 		st__dumpio_seterr(err, errlen, "%s: %s", w->tmp,
-				  e == ENOENT || !e ? "no such directory (rank 0 did not create "
-				  "it)" : strerror(e));
+				  e == ENOENT || !e ? "no such directory: rank 0 did not create it, "
+				  "or this process does not see rank 0's folder (the ranks of a job "
+				  "must share the checkpoint folder)" : strerror(e));
 		st_ckpt_writer_destroy(w);
 		return e == ENOENT || !e ? ST_ENOENT : st__dumpio_errno(e);
 	}

@@ -16,6 +16,7 @@
 #    by --resume with a message;
 #  - a job of allreduce phases resumes at and between phases, bit for bit;
 #  - with the SSD tier on, shards hold both tiers' rows and resume into them;
+#  - a rank that cannot write its shard (no shared folder): nothing published;
 #  - rank 1 killed mid-training: only complete checkpoints are listed, and
 #    --resume ends with the uninterrupted run's model;
 #  - other policies and seconds-based intervals are refused with a message.
@@ -169,6 +170,29 @@ if ssd_run 2 --set "$(ck "$tmp/k")" && [ "$(digest "$tmp/out_ssd20")" = "$da" ] 
   ok "SSD tier: checkpoints of RAM + SSD shards resume on 1 process, the same model"
 else
   bad "SSD tier checkpoints: '$(digest "$tmp/out_ssd20")', '$(digest "$tmp/out_r2")' vs '$da'"
+fi
+
+# Ranks that do not share the checkpoint folder (rank 1 is given another
+# one, as on hosts without a shared file system): rank 1 cannot write its
+# shard, so no checkpoint is ever published; each attempt says why, and
+# the run fails at its end for the missing final checkpoint.
+p=$(port)
+pids=()
+for r in 0 1; do
+  STRATA_RANK=$r STRATA_WORLD_SIZE=2 STRATA_COORDINATOR=127.0.0.1:$p STRATA_TOKEN=apart \
+    timeout 120 "$strata" run "${base[@]}" "${ar[@]}" "${two[@]}" \
+    --set "$(ck "$tmp/n$r")" >"$tmp/out_n$r" 2>&1 &
+  pids+=($!)
+done
+wait "${pids[0]}"; n0=$?
+wait "${pids[1]}"
+pids=()
+if [ $n0 != 0 ] && [ -d "$tmp/n0" ] && [ -z "$(ls "$tmp/n0")" ] &&
+   grep -q "the ranks of a job must share the checkpoint folder" "$tmp/out_n1" &&
+   grep -q "rank 1 could not write its shard; the checkpoint is not published" "$tmp/out_n0"; then
+  ok "a rank that cannot write its shard: nothing is published (and it says why)"
+else
+  bad "unshared checkpoint folder: rank 0 exit $n0, $(ls "$tmp/n0" 2>&1 | tr '\n' ' ')"
 fi
 
 # SIGKILL of rank 1 mid-training (checkpoints every 2 steps, a straggler
