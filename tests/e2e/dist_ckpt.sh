@@ -17,8 +17,8 @@
 #  - a job of allreduce phases resumes at and between phases, bit for bit;
 #  - with the SSD tier on, shards hold both tiers' rows and resume into them;
 #  - a rank that cannot write its shard (no shared folder): nothing published;
-#  - rank 1 killed mid-training: only complete checkpoints are listed, and
-#    --resume ends with the uninterrupted run's model;
+#  - rank 1, then rank 0 killed mid-training: only complete checkpoints are
+#    listed, and --resume ends with the uninterrupted run's model;
 #  - other policies and seconds-based intervals are refused with a message.
 # Usage: dist_ckpt.sh PATH/TO/strata HAVE_UCX(0|1)
 . "$(dirname "$0")/dist_lib.sh"
@@ -195,16 +195,16 @@ else
   bad "unshared checkpoint folder: rank 0 exit $n0, $(ls "$tmp/n0" 2>&1 | tr '\n' ' ')"
 fi
 
-# SIGKILL of rank 1 mid-training (checkpoints every 2 steps, a straggler
-# slowing it down): the survivor stops, nothing half-written is ever
-# listed, and --resume goes on from the newest complete checkpoint to the
-# uninterrupted run's model.
-rm -rf "$tmp/l" "$tmp"/out[0-9]*
-start_ranks 2 kill "${ar[@]}" "${slow[@]}" --set "checkpoint={dir=\"$tmp/l\",every=2,keep=2}"
-if wait_started 2; then
-  sleep 1
-  kill -9 "${pids[1]}"
-  wait_for "${pids[0]}" 30; s0=$ws
+# SIGKILL of a rank mid-training (rank 1, then rank 0; checkpoints every 2
+# steps, a straggler slowing it down): the survivor stops, nothing
+# half-written is ever listed, and --resume goes on from the newest
+# complete checkpoint to the uninterrupted run's model.
+for victim in 1 0; do
+  rm -rf "$tmp/l" "$tmp"/out[0-9]*
+  start_ranks 2 "kill$victim" "${ar[@]}" "${slow[@]}" --set "checkpoint={dir=\"$tmp/l\",every=2,keep=2}"
+  wait_started 2 || continue
+  kill -9 "${pids[$victim]}"
+  wait_for "${pids[$((1 - victim))]}" 30; sv=$ws
   pids=()
   n=$(ls "$tmp/l" 2>/dev/null | grep -c '^ckpt-[0-9]*$')
   complete=1
@@ -214,13 +214,13 @@ if wait_started 2; then
   done
   STRATA_DIGEST=1 timeout 120 "$strata" launch -n 2 "${base[@]}" "${ar[@]}" "${two[@]}" \
     --set "checkpoint={dir=\"$tmp/l\",every=2,keep=2}" --resume >"$tmp/out_l" 2>&1
-  if [ "$s0" != hang ] && [ "$s0" != 0 ] && [ "$n" -ge 1 ] && [ $complete = 1 ] &&
+  if [ "$sv" != hang ] && [ "$sv" != 0 ] && [ "$n" -ge 1 ] && [ $complete = 1 ] &&
      grep -q "resuming from" "$tmp/out_l" && [ "$(digest "$tmp/out_l")" = "$da" ]; then
-    ok "rank 1 killed mid-training: $n complete checkpoint(s) kept, --resume ends with the uninterrupted model"
+    ok "rank $victim killed mid-training: $n complete checkpoint(s) listed, --resume ends with the uninterrupted model"
   else
-    bad "kill and resume: rank 0 $s0, $n checkpoints, complete $complete, '$(digest "$tmp/out_l")' vs '$da'"
+    bad "rank $victim killed, resumed: survivor $sv, $n checkpoints, complete $complete, '$(digest "$tmp/out_l")' vs '$da'"
   fi
-fi
+done
 
 # Refusals, before anything trains.
 timeout 60 "$strata" launch -n 2 "${base[@]}" --set 'sync=st.sync.async{}' \
