@@ -33,6 +33,10 @@
  * the policy and its counters (dense optimizer steps, global steps,
  * examples), and the seed.
  *
+ * Multi-process jobs: ops/train/dist_ckpt.c (every rank its shard of the
+ * rows, table-<k>.rank-<r>-of-<P>.rows; rank 0 the rest), with the helpers
+ * of this file (st__trainer_snap_dense, _rows, _commit).
+ *
  * Not in a checkpoint: admission candidates (keys counted towards
  * min_count but not admitted yet; they start counting again), the
  * progressive AUC, and the private replicas of kstep and shadow (they

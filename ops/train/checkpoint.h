@@ -101,6 +101,12 @@ typedef struct st_trainer_resume {
 /* Loads the newest complete checkpoint under cfg->dir into a fresh trainer
  * (parameters, optimizer state, rows of every table, counters); older ones
  * are tried when the newest fails its checksums (each said on stderr).
+ * The checkpoint may come from any number of processes. In a
+ * multi-process job (after st_trainer_attach_dist) every rank calls it (it
+ * is a collective): rank 0 chooses, every rank loads the rows it owns
+ * under the job's world from every shard, and all return the same status
+ * once every rank has loaded its part; out->pass_batches is in batches of
+ * cfg->batch_size.
  * ST_OK and *out. ST_ENOENT when cfg->dir holds no checkpoint at all.
  * ST_ECORRUPT with out->none_verifies = 1 when it holds checkpoints and
  * every one fails verification (or has no manifest): err names each and
