@@ -27,12 +27,21 @@
  * Stage metrics are relaxed atomics; the wait time of a stage is the time its
  * threads were blocked popping its input queue plus pushing into its output
  * queue, as measured by the queues themselves.
+ *
+ * Trace (runtime/trace.h, when recording is on at st_graph_add_stage): each
+ * op call is a span of cat "stage" with the batch's seq; a pop or push that
+ * took longer than TRACE_WAIT_NS is a span of cat "wait" ("wait input":
+ * the stage idles on an empty input queue; "wait output": it is blocked by
+ * a full output queue), so that `strata trace summarize` can split each
+ * stage's time into busy, idle and blocked; after each pop the consumer
+ * records its input queue's depth as the counter "queue <stage>".
  */
 #include "graph.h"
 #include "graph_internal.h"
 
 #include "err.h"
 #include "queue.h"
+#include "trace.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -59,8 +68,16 @@ struct stage {
 	struct stage *next;      /* NULL for the last stage */
 	atomic_int live;         /* threads of this stage still running */
 	atomic_uint_least64_t items, busy_ns;
+	const char *tr_stage;    /* interned names; NULL when not tracing */
+	const char *tr_queue;
 	struct worker w[ST_MAX_STAGE_THREADS];
 };
+
+/* A pop or push that takes less than this did not block (an uncontended
+ * lock costs ~100 ns; a wake-up from a condition variable several us), so it
+ * is not recorded as a wait: the trace stays small on a pipeline that never
+ * stalls. */
+#define TRACE_WAIT_NS 2000
 
 struct st_graph {
 	struct stage **stages;
@@ -126,6 +143,12 @@ int st_graph_add_stage(st_graph_t *g, const st_stage_desc_t *desc)
 	}
 	s->d.name = s->name;
 	s->idx = g->n;
+	if (st_trace_enabled()) {
+		char q[64];
+		snprintf(q, sizeof q, "queue %s", s->name);
+		s->tr_stage = st_trace_intern(s->name);
+		s->tr_queue = st_trace_intern(q);
+	}
 	if (g->n > 0) {
 		/* Queues exist from here on, so st_graph_cancel is safe at any
 		 * time, even before st_graph_run. */
@@ -155,11 +178,14 @@ static void record_error(st_graph_t *g, int code, const char *msg)
 	if (code >= 0)
 		code = ST_ESTAGE;
 	pthread_mutex_lock(&g->mu);
-	if (g->err == 0) {
+	int first = g->err == 0;
+	if (first) {
 		g->err = code;
 		snprintf(g->msg, sizeof g->msg, "%s", msg);
 	}
 	pthread_mutex_unlock(&g->mu);
+	if (first)
+		st_trace_instant(code == ST_ECANCELED ? "cancel" : "error", "%s", msg);
 	cancel_queues(g);
 }
 
@@ -223,7 +249,15 @@ static int deliver(st_graph_t *g, struct stage *s, st_batch_t *b)
 		g->free_fn(b);
 		return 1;
 	}
+	/* After a successful push b belongs to the next stage: read it first. */
+	const int64_t seq = (int64_t)b->seq;
+	const uint64_t t0 = s->tr_stage ? now_ns() : 0;
 	int rc = st_queue_push(s->next->in, b);
+	if (s->tr_stage) {
+		uint64_t t1 = now_ns();
+		if (t1 - t0 >= TRACE_WAIT_NS)
+			st_trace_span("wait", "wait output", s->tr_stage, t0, t1, seq);
+	}
 	if (rc == ST_OK)
 		return 1;
 	/* Not taken by the queue: still ours. EPIPE cannot happen (the next
@@ -240,7 +274,10 @@ static void run_source(struct worker *w)
 		st_batch_t *b = NULL;
 		uint64_t t0 = now_ns();
 		int rc = s->d.ops->produce(s->d.state, &w->ctx, &b);
-		atomic_fetch_add_explicit(&s->busy_ns, now_ns() - t0, memory_order_relaxed);
+		uint64_t t1 = now_ns();
+		atomic_fetch_add_explicit(&s->busy_ns, t1 - t0, memory_order_relaxed);
+		if (s->tr_stage && rc > 0 && b)
+			st_trace_span("stage", s->tr_stage, s->tr_stage, t0, t1, (int64_t)b->seq);
 		if (rc < 0) {
 			stage_errorf(g, s->name, rc, "produce failed: %s", st_strerror(rc));
 			if (b)
@@ -266,13 +303,25 @@ static void run_stage(struct worker *w)
 	st_graph_t *g = w->ctx.graph;
 	for (;;) {
 		void *p;
+		const uint64_t tw = s->tr_stage ? now_ns() : 0;
 		/* EPIPE: upstream finished and we drained; ECANCELED: stop. */
-		if (st_queue_pop(s->in, &p) != ST_OK)
+		int prc = st_queue_pop(s->in, &p);
+		uint64_t t0 = now_ns();
+		int64_t seq = prc == ST_OK ? (int64_t)((st_batch_t *)p)->seq : -1;
+		if (s->tr_stage) {
+			if (t0 - tw >= TRACE_WAIT_NS)
+				st_trace_span("wait", "wait input", s->tr_stage, tw, t0, seq);
+			if (prc == ST_OK)
+				st_trace_counter(s->tr_queue, (double)st_queue_len(s->in));
+		}
+		if (prc != ST_OK)
 			return;
 		st_batch_t *out = NULL;
-		uint64_t t0 = now_ns();
 		int rc = s->d.ops->process(s->d.state, &w->ctx, p, &out);
-		atomic_fetch_add_explicit(&s->busy_ns, now_ns() - t0, memory_order_relaxed);
+		uint64_t t1 = now_ns();
+		atomic_fetch_add_explicit(&s->busy_ns, t1 - t0, memory_order_relaxed);
+		if (s->tr_stage)
+			st_trace_span("stage", s->tr_stage, s->tr_stage, t0, t1, seq);
 		atomic_fetch_add_explicit(&s->items, 1, memory_order_relaxed);
 		if (rc < 0) {
 			stage_errorf(g, s->name, rc, "process failed: %s", st_strerror(rc));
