@@ -29,6 +29,8 @@ typedef struct st_cli_opts {
 	int dot;                  /* plan --dot */
 	int resume;               /* run --resume */
 	int resume_fresh;         /* run --resume=fresh-if-damaged */
+	const char *trace_path;   /* run --trace FILE */
+	long trace_events;        /* run --trace-events N (0: the default) */
 } st_cli_opts_t;
 
 /* Parses the arguments after the subcommand name. Returns 0, or prints a
@@ -51,6 +53,7 @@ int st_cmd_inspect(int argc, char **argv);
 int st_cmd_predict(int argc, char **argv);
 int st_cmd_eval(int argc, char **argv);
 int st_cmd_help(int argc, char **argv);
+int st_cmd_trace(int argc, char **argv);
 
 /* Prints the help of one command to f; returns ST_OK, or ST_ENOENT if
  * unknown. */

@@ -19,6 +19,7 @@
 #include "runtime/err.h"
 #include "runtime/metrics.h"
 #include "runtime/net/net.h"
+#include "runtime/trace.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -342,12 +343,46 @@ static const st_runner_observer_t observer = {
 	.phases_end = on_phases_end,
 };
 
+/* ---- the trace ------------------------------------------------------------ */
+
+/* Writes the trace of this process: path itself in one process; rank r of
+ * several writes PATH.rank<r>.json (PATH's .json suffix, if any, goes after
+ * the rank), so that the ranks never write one file. The process is named
+ * "strata rank <r>" and has the OS pid, so that several ranks' files can be
+ * loaded side by side. ST_OK or the error (reported). */
+static int trace_write(const char *path, int rank)
+{
+	char file[4096], name[64];
+	if (rank < 0) {
+		snprintf(file, sizeof file, "%s", path);
+		snprintf(name, sizeof name, "strata");
+	} else {
+		size_t len = strlen(path);
+		int json = len > 5 && !strcmp(path + len - 5, ".json");
+		snprintf(file, sizeof file, "%.*s.rank%d.json", (int)(json ? len - 5 : len), path,
+			 rank);
+		snprintf(name, sizeof name, "strata rank %d", rank);
+	}
+	int rc = st_trace_write(file, (int)getpid(), name);
+	if (rc < 0) {
+		st_error("cannot write the trace %s: %s", file, st_strerror(rc));
+		return rc;
+	}
+	st_trace_stats_t ts;
+	st_trace_stats(&ts);
+	st_info("trace written to %s (%llu events on %d threads%s)", file,
+		(unsigned long long)ts.kept, ts.threads,
+		ts.dropped ? ", older ones dropped: see --trace-events" : "");
+	return ST_OK;
+}
+
 /* ---- the command --------------------------------------------------------- */
 
 int st_cmd_run(int argc, char **argv)
 {
 	st_cli_opts_t o;
-	int ec = st_cli_parse(argc, argv, "run", "job,set,metrics,verbose,quiet,no-pin,resume", &o);
+	int ec = st_cli_parse(argc, argv, "run",
+			      "job,set,metrics,verbose,quiet,no-pin,resume,trace,trace-events", &o);
 	if (ec) {
 		free(o.sets);
 		return ec;
@@ -374,6 +409,14 @@ int st_cmd_run(int argc, char **argv)
 		.net = dist ? &ncfg : NULL,
 		.net_timeout_fixed = getenv("STRATA_NET_TIMEOUT") != NULL,
 	};
+	if (o.trace_path) {
+		/* Before the runner makes any thread, so that every thread records
+		 * (runtime/trace.h); written after st_runner_destroy joined them. */
+		if (st_trace_open((size_t)o.trace_events) < 0)
+			st_die("cannot start the trace recorder");
+		st_trace_thread_name("main");
+		st_trace_instant("start", "%s", job->name);
+	}
 	view_t v = { .job = job, .tty = !o.quiet && isatty(2) && (!dist || ncfg.rank == 0) };
 	int rc = st_runner_create(&r, job, &ro, &observer, &v);
 	if (rc < 0) {
@@ -408,6 +451,12 @@ int st_cmd_run(int argc, char **argv)
 	}
 done:
 	st_runner_destroy(r);
+	if (o.trace_path && st_trace_enabled()) {
+		int wrc = trace_write(o.trace_path, dist ? ncfg.rank : -1);
+		if (wrc < 0 && ec == ST_EXIT_OK)
+			ec = ST_EXIT_FAILED;
+		st_trace_close();
+	}
 	st_job_free(job);
 	free(o.sets);
 	return ec;

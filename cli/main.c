@@ -9,6 +9,7 @@
  *   strata inspect PATH     summarize a checkpoint or export directory
  *   strata predict DIR DATA...  score data with an export
  *   strata eval DIR DATA...     AUC and logloss of an export on data
+ *   strata trace summarize FILE  busy / idle / blocked time per stage of a trace
  *   strata help [COMMAND]
  *
  * Exit codes: 0 ok, 1 the job failed, 2 usage or job-file error; `run`
@@ -29,6 +30,7 @@ static const char *const help_run =
 	"usage: strata run JOB.lua [--set key.path=value]... [--metrics FILE]\n"
 	"                          [--quiet] [--no-pin] [--verbose]\n"
 	"                          [--resume[=fresh-if-damaged]]\n"
+	"                          [--trace FILE [--trace-events N]]\n"
 	"\n"
 	"Compiles the job into a pipeline of stages (read -> pull -> train -> push ->\n"
 	"dump) joined by bounded queues, pins the stage threads, and runs it. If the\n"
@@ -52,6 +54,15 @@ static const char *const help_run =
 	"                        the same, but when every checkpoint is damaged, move\n"
 	"                        them aside (ckpt-<step>.damaged) and start from the\n"
 	"                        beginning\n"
+	"  --trace FILE          record a timeline of the run (stage spans with batch ids,\n"
+	"                        queue depths, phase / policy switches, checkpoints,\n"
+	"                        errors) and write it at the end as Chrome trace-event\n"
+	"                        JSON: open it at ui.perfetto.dev or chrome://tracing,\n"
+	"                        or run `strata trace summarize FILE`. In a multi-process\n"
+	"                        job rank r writes FILE.rank<r>.json (a .json suffix of\n"
+	"                        FILE is put after the rank). See docs/observability.md\n"
+	"  --trace-events N      keep the newest N events of each thread (default 65536,\n"
+	"                        96 bytes each): the bound on the trace's size\n"
 	"\n"
 	"^C (SIGINT) or SIGTERM stops the run cleanly: a checkpoint being written is\n"
 	"finished, no partial one is left, and --resume continues from the newest; a\n"
@@ -159,6 +170,18 @@ static const char *const help_eval =
 	"(exact AUC; mean logloss with probabilities clamped to [1e-7, 1 - 1e-7]).\n"
 	"Exit status: 0 ok, 1 damaged export or I/O failure, 2 usage error or bad input.\n";
 
+static const char *const help_trace =
+	"usage: strata trace summarize FILE\n"
+	"\n"
+	"Reads a trace written by `strata run --trace FILE` and prints, per pipeline\n"
+	"stage, its threads, the batches it handled and the time its threads were\n"
+	"busy (in the stage's work), idle (waiting for input: an empty input queue)\n"
+	"and blocked (waiting on a full output queue), then names the bottleneck: the\n"
+	"stage busy the largest share of its time. A pipeline runs at the pace of its\n"
+	"slowest stage: the stages before it are blocked, the ones after it idle.\n"
+	"See docs/observability.md.\n"
+	"Exit status: 0 ok, 1 the file cannot be read or holds no trace, 2 usage error.\n";
+
 static const char *const help_help =
 	"usage: strata help [COMMAND | policies]\n"
 	"\n"
@@ -181,6 +204,7 @@ void st_cli_usage(FILE *f)
 		"  inspect PATH    summarize a checkpoint or export directory\n"
 		"  predict DIR DATA...  score data with an export\n"
 		"  eval DIR DATA...     AUC and logloss of an export on data\n"
+		"  trace summarize FILE  where the time of a traced run went, per stage\n"
 		"  help [COMMAND]  help on a command\n"
 		"\n"
 		"options: --help, --version\n"
@@ -194,7 +218,7 @@ int st_cli_help_for(const char *cmd, FILE *f)
 		{ "run", help_run }, { "launch", help_launch }, { "check", help_check },
 		{ "plan", help_plan },
 		{ "gen", help_gen }, { "help", help_help }, { "inspect", help_inspect },
-		{ "predict", help_predict }, { "eval", help_eval },
+		{ "predict", help_predict }, { "eval", help_eval }, { "trace", help_trace },
 	};
 	for (size_t i = 0; i < sizeof h / sizeof h[0]; i++) {
 		if (!strcmp(cmd, h[i].name)) {
@@ -239,7 +263,8 @@ static int has_opt(const char *allowed, const char *name)
 int st_cli_parse(int argc, char **argv, const char *cmd, const char *allowed,
 		 st_cli_opts_t *o)
 {
-	enum { O_SET = 1, O_METRICS, O_TOPO, O_VERBOSE, O_QUIET, O_NOPIN, O_DOT, O_HELP, O_RESUME };
+	enum { O_SET = 1, O_METRICS, O_TOPO, O_VERBOSE, O_QUIET, O_NOPIN, O_DOT, O_HELP, O_RESUME,
+	       O_TRACE, O_TRACE_EVENTS };
 	static const struct option longopts[] = {
 		{ "set", required_argument, NULL, O_SET },
 		{ "metrics", required_argument, NULL, O_METRICS },
@@ -249,6 +274,8 @@ int st_cli_parse(int argc, char **argv, const char *cmd, const char *allowed,
 		{ "no-pin", no_argument, NULL, O_NOPIN },
 		{ "dot", no_argument, NULL, O_DOT },
 		{ "resume", optional_argument, NULL, O_RESUME },
+		{ "trace", required_argument, NULL, O_TRACE },
+		{ "trace-events", required_argument, NULL, O_TRACE_EVENTS },
 		{ "help", no_argument, NULL, O_HELP },
 		{ 0, 0, 0, 0 },
 	};
@@ -285,6 +312,19 @@ int st_cli_parse(int argc, char **argv, const char *cmd, const char *allowed,
 		case O_QUIET: o->quiet = 1; break;
 		case O_NOPIN: o->no_pin = 1; break;
 		case O_DOT: o->dot = 1; break;
+		case O_TRACE: o->trace_path = optarg; break;
+		case O_TRACE_EVENTS: {
+			char *end;
+			o->trace_events = strtol(optarg, &end, 10);
+			if (*end || end == optarg || o->trace_events < 16 ||
+			    o->trace_events > 100000000) {
+				fprintf(stderr, "strata %s: --trace-events takes a number of events "
+					"from 16 to 100000000, got '%s'\n", cmd, optarg);
+				fprintf(stderr, "Run 'strata help %s' for usage.\n", cmd);
+				return ST_EXIT_USAGE;
+			}
+			break;
+		}
 		case O_RESUME:
 			if (optarg && strcmp(optarg, "fresh-if-damaged")) {
 				fprintf(stderr, "strata %s: --resume takes no value or "
@@ -377,6 +417,7 @@ int main(int argc, char **argv)
 		{ "help", st_cmd_help },
 		{ "inspect", st_cmd_inspect },
 		{ "predict", st_cmd_predict }, { "eval", st_cmd_eval },
+		{ "trace", st_cmd_trace },
 	};
 	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
 		if (!strcmp(cmd, cmds[i].name))

@@ -19,6 +19,7 @@
  */
 #include "ops/runner/runner_internal.h"
 #include "runtime/err.h"
+#include "runtime/trace.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -55,6 +56,7 @@ static int run_one(st_runner_t *r, int i, int partial, const char *tmp, double *
 	st__runner_say(r, ST_LOG_INFO, "phase %d/%d '%s': sync %s, %s rows of %s", i + 1,
 		       job->n_phases, ph->name, ph->sync.name, rows,
 		       ph->has_data ? "its own data" : "data.train");
+	st_trace_instant("phase", "%d '%s': sync %s", i + 1, ph->name, ph->sync.name);
 	p->ran = 1;
 	st_trainer_begin_pass(r->model, i, i == partial ? r->pos.pass_batches : 0,
 			      i == partial ? r->pos.pass_examples : 0);

@@ -17,6 +17,7 @@
  */
 #include "ops/runner/runner_internal.h"
 #include "ops/dump/ckpt.h"
+#include "runtime/trace.h"
 #include "runtime/err.h"
 
 #include <errno.h>
@@ -192,6 +193,9 @@ int st__runner_resume(st_runner_t *r)
 
 static void artifact(st_runner_t *r, const st_runner_artifact_t *a)
 {
+	st_trace_instant(a->kind == ST_RUNNER_CHECKPOINT ? "checkpoint" : "export",
+			 "%s %lld%s", a->rc < 0 ? "failed" : "written", (long long)a->num,
+			 a->phase >= 0 ? " (end of phase)" : " (end of training)");
 	if (r->obs && r->obs->artifact)
 		r->obs->artifact(r->ud, a);
 }

@@ -41,6 +41,7 @@
 #include <string.h>
 
 #include "runtime/err.h"
+#include "runtime/trace.h"
 
 /* The round's work that tells a worker thread to return. */
 static void pool_exit(void *arg, int w)
@@ -81,6 +82,19 @@ void st_pool_pin(st_pool_t *p, const int *cpus, int ncpus)
 		p->t[i].cpu = i < ncpus ? cpus[i] : -1;
 }
 
+/* One worker's share of a round; a "train worker" span with the batch id
+ * on the worker's trace track when recording (runtime/trace.h). */
+static void run_traced(st_pool_t *p, int w)
+{
+	if (!st_trace_enabled()) {
+		p->fn(p->arg, w);
+		return;
+	}
+	uint64_t t0 = st_trace_now();
+	p->fn(p->arg, w);
+	st_trace_span("work", "train worker", NULL, t0, st_trace_now(), p->trace_id);
+}
+
 static void *worker_main(void *arg)
 {
 	st_pool_thread_t *t = arg;
@@ -100,7 +114,7 @@ static void *worker_main(void *arg)
 		pthread_barrier_wait(&p->bar);         /* start */
 		if (p->fn == pool_exit)
 			return NULL;
-		p->fn(p->arg, t->idx);
+		run_traced(p, t->idx);
 		pthread_barrier_wait(&p->bar);         /* end */
 	}
 }
@@ -140,7 +154,7 @@ void st_pool_run(st_pool_t *p, st_pool_fn fn, void *arg)
 	p->arg = arg;
 	if (p->n > 1)
 		pthread_barrier_wait(&p->bar);         /* start */
-	fn(arg, 0);
+	run_traced(p, 0);
 	if (p->n > 1)
 		pthread_barrier_wait(&p->bar);         /* end */
 }

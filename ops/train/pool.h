@@ -18,6 +18,7 @@
 #define ST_TRAIN_POOL_H
 
 #include <pthread.h>
+#include <stdint.h>
 #include <semaphore.h>
 
 typedef void (*st_pool_fn)(void *arg, int w);
@@ -39,6 +40,8 @@ typedef struct st_pool {
 	sem_t ready;               /* start handshake */
 	st_pool_fn fn;             /* this round's work (the exit sentinel to stop) */
 	void *arg;
+	int64_t trace_id;           /* this round's batch id, for the trace's
+				     * worker spans (written between rounds) */
 	st_pool_thread_t *t;       /* [n]; t[0] is the caller's */
 } st_pool_t;
 

@@ -16,6 +16,7 @@
 
 #include "ops/train/trainer_internal.h"
 #include "runtime/err.h"
+#include "runtime/trace.h"
 
 static int push_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 			st_batch_t **out)
@@ -57,8 +58,18 @@ static int dump_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 		tr->ckpt.pos_rec = b->src_rec;
 		tr->ckpt.pass_seq = b->seq + 1;
 	}
-	if (b->ckpt && tr->ckpt.cfg)
+	if (b->ckpt && tr->ckpt.cfg) {
+		/* The copy runs here, on the dump thread; the files are written
+		 * in the background (ops/dump/dumpio.c). */
+		uint64_t t0 = st_trace_enabled() ? st_trace_now() : 0;
 		st__trainer_checkpoint_after(tr, b);
+		if (t0) {
+			st_trace_span("work", "checkpoint", NULL, t0, st_trace_now(),
+				      (int64_t)b->seq);
+			st_trace_instant("checkpoint", "after batch %llu",
+					 (unsigned long long)b->seq);
+		}
+	}
 	st_batch_destroy(b);
 	*out = NULL;
 	return ST_OK;

@@ -405,5 +405,6 @@ void st__trainer_run(st_trainer_t *tr, st_batch_t *b)
 	tr->step.nmb = (b->n + tr->minibatch - 1) / tr->minibatch;
 	tr->step.next_mb = 0;
 	tr->step.err = 0;
+	tr->step.pool.trace_id = (int64_t)b->seq;
 	st_pool_run(&tr->step.pool, batch_work, tr);
 }

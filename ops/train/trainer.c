@@ -46,6 +46,7 @@
 #include "ops/sync/registry.h"
 #include "ops/train/trainer_internal.h"
 #include "runtime/err.h"
+#include "runtime/trace.h"
 
 #define op_fail st__trainer_fail
 
@@ -377,6 +378,7 @@ static int swap_policy(st_trainer_t *tr, const st_sync_cfg_t *cfg, int mid_pass)
 	/* st.sync.auto decides on step times of the policy running now. */
 	if (tr->pol.autoc)
 		st_auto_restart(tr->pol.autoc);
+	st_trace_instant("policy", "%s%s", pname, mid_pass ? " (auto switch)" : "");
 	return ST_OK;
 }
 
