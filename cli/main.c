@@ -62,7 +62,7 @@ static const char *const help_run =
 	"                        job rank r writes FILE.rank<r>.json (a .json suffix of\n"
 	"                        FILE is put after the rank). See docs/observability.md\n"
 	"  --trace-events N      keep the newest N events of each thread (default 65536,\n"
-	"                        96 bytes each): the bound on the trace's size\n"
+	"                        64 bytes each): the bound on the trace's size\n"
 	"\n"
 	"^C (SIGINT) or SIGTERM stops the run cleanly: a checkpoint being written is\n"
 	"finished, no partial one is left, and --resume continues from the newest; a\n"

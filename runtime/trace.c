@@ -225,7 +225,6 @@ void st_trace_span(const char *cat, const char *name, const char *stage,
 	e->name = name;
 	e->stage = stage;
 	e->id = id;
-	e->text[0] = '\0';
 }
 
 void st_trace_counter(const char *name, double value)
@@ -241,15 +240,32 @@ void st_trace_counter(const char *name, double value)
 	e->name = name;
 	e->stage = NULL;
 	e->id = -1;
-	e->value = value;
-	e->text[0] = '\0';
+	e->u.value = value;
 }
 
 void st_trace_instant(const char *name, const char *fmt, ...)
 {
+	if (!st_trace_enabled())
+		return;
+	char text[ST_TRACE_TEXT];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof text, fmt, ap);
+	va_end(ap);
+	/* A copy, not interned: each checkpoint's text differs, and a list
+	 * search per instant would grow with the run. */
+	size_t len = strlen(text);
+	struct str *c = malloc(sizeof *c + len + 1);
+	if (!c)
+		return;
+	memcpy(c->s, text, len + 1);
+	pthread_mutex_lock(&T.mu);
+	c->next = T.strs;
+	T.strs = c;
+	pthread_mutex_unlock(&T.mu);
 	st_trace_ev_t *e = slot();
 	if (!e)
-		return;
+		return;   /* c is freed by st_trace_close */
 	uint64_t now = st_trace_now();
 	e->ph = 'i';
 	e->ts = now > T.t0 ? now - T.t0 : 0;
@@ -258,10 +274,7 @@ void st_trace_instant(const char *name, const char *fmt, ...)
 	e->name = name;
 	e->stage = NULL;
 	e->id = -1;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(e->text, sizeof e->text, fmt, ap);
-	va_end(ap);
+	e->u.text = c->s;
 }
 
 void st_trace_stats(st_trace_stats_t *out)
@@ -328,7 +341,7 @@ static void put_event(FILE *f, int pid, int tid, const st_trace_ev_t *e)
 	case 'C': {
 		/* %.17g round-trips a double; integers print without a point. */
 		char v[40];
-		snprintf(v, sizeof v, "%.17g", e->value);
+		snprintf(v, sizeof v, "%.17g", e->u.value);
 		if (strchr(v, 'n') || strchr(v, 'i'))   /* nan, inf: not JSON */
 			snprintf(v, sizeof v, "0");
 		fprintf(f, ",\"args\":{\"value\":%s}}", v);
@@ -336,7 +349,7 @@ static void put_event(FILE *f, int pid, int tid, const st_trace_ev_t *e)
 	}
 	default:
 		fputs(",\"s\":\"p\",\"args\":{\"detail\":\"", f);
-		put_str(f, e->text);
+		put_str(f, e->u.text);
 		fputs("\"}}", f);
 		break;
 	}

@@ -23,7 +23,9 @@
  *
  * Names: `cat` and `name` of spans and counters are stored as pointers, so
  * they must live until st_trace_write: string literals, or strings from
- * st_trace_intern. Instant texts are copied (cut to ST_TRACE_TEXT - 1 bytes).
+ * st_trace_intern. Instant texts are copied (cut to ST_TRACE_TEXT - 1 bytes)
+ * under the recorder's mutex: instants are rare (phases, policy switches,
+ * checkpoints, errors), never one per batch.
  *
  * Library-grade: includes no runtime-wide header; errors are negative errno
  * values (== ST_E* codes).
@@ -34,11 +36,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Default ring size per thread (events); about 6 MiB per thread. */
+/* Default ring size per thread (events); 4 MiB per thread. */
 #define ST_TRACE_DEFAULT_EVENTS 65536
-#define ST_TRACE_TEXT 40
+#define ST_TRACE_TEXT 512       /* longest instant text kept, with its NUL */
 
-/* One recorded event (fixed size: 96 bytes). */
+/* One recorded event (fixed size: 64 bytes). */
 typedef struct st_trace_ev {
 	uint64_t ts;          /* ns since st_trace_open (CLOCK_MONOTONIC) */
 	uint64_t dur;         /* 'X': ns */
@@ -46,9 +48,11 @@ typedef struct st_trace_ev {
 	const char *name;
 	const char *stage;    /* optional: the pipeline stage it belongs to */
 	int64_t id;           /* 'X': batch id, -1 none */
-	double value;         /* 'C': the counter's value */
+	union {
+		double value;     /* 'C': the counter's value */
+		const char *text; /* 'i': detail (a copy the recorder owns) */
+	} u;
 	char ph;              /* 'X' span, 'C' counter, 'i' instant */
-	char text[ST_TRACE_TEXT - 1]; /* 'i': detail */
 } st_trace_ev_t;
 
 /* Turns recording on for this process with rings of events_per_thread
@@ -79,7 +83,8 @@ void st_trace_span(const char *cat, const char *name, const char *stage,
 void st_trace_counter(const char *name, double value);
 
 /* An instant event (phase or policy switch, checkpoint, error) with a
- * detail text (printf format; copied and cut). */
+ * detail text (printf format; copied and cut). Takes the recorder's mutex
+ * to copy the text: not for per-batch events. */
 void st_trace_instant(const char *name, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 

@@ -18,6 +18,25 @@
 #include "runtime/err.h"
 #include "runtime/trace.h"
 
+/* The store's counters on the trace (runtime/trace.h), read back from the
+ * metrics the row source just published: one lookup each per batch, only
+ * when recording. A counter the source does not have is left out. */
+static void trace_store(const st_metrics_t *m)
+{
+	static const struct { const char *metric, *track; } c[] = {
+		{ "rows", "store rows" },
+		{ "cache.hit", "store hit rate" },
+		{ "cache.ssd_load", "store ssd load rate" },
+		{ "ssd.rows_read", "ssd rows read" },
+		{ "net_bytes_sent", "net bytes sent" },
+	};
+	for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+		double v = st_metrics_get(m, c[i].metric, -1);
+		if (v >= 0)
+			st_trace_counter(c[i].track, v);
+	}
+}
+
 static int push_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 			st_batch_t **out)
 {
@@ -43,8 +62,11 @@ static int push_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 						"export would silently keep their rows)",
 						(unsigned long long)b->seq, st_strerror(rc));
 	}
-	if (tr->metrics)
+	if (tr->metrics) {
 		st_rowsrc_metrics(tr->rows.src, tr->metrics);
+		if (st_trace_enabled())
+			trace_store(tr->metrics);
+	}
 	*out = b;
 	return ST_OK;
 }

@@ -273,6 +273,7 @@ static char *tmp_path(const char *tag)
 static void test_trace_off_records_nothing(void **state)
 {
 	(void)state;
+	assert_int_equal(sizeof(st_trace_ev_t), 64);   /* the documented bound */
 	assert_false(st_trace_enabled());
 	st_trace_span("stage", "x", NULL, 1, 2, 0);   /* no-op, no crash */
 	st_trace_counter("c", 1);
@@ -387,8 +388,10 @@ static void test_trace_counters_and_instants(void **state)
 	st_trace_counter("queue pull", 3);
 	st_trace_counter("hit rate", 0.25);
 	st_trace_counter("bad", 0.0 / 0.0);   /* NaN is no JSON number: written 0 */
-	st_trace_instant("policy", "async -> \"sync\"\n\\ and a tail far longer than "
-			 "the record keeps: cut, never overrun");
+	char big[2 * ST_TRACE_TEXT];
+	memset(big, 'x', sizeof big - 1);
+	big[sizeof big - 1] = '\0';
+	st_trace_instant("policy", "async -> \"sync\"\n\\ and a tail: %s", big);
 	const char *path = tmp_path("counters");
 	assert_int_equal(st_trace_write(path, 7, "p"), ST_OK);
 	st_trace_close();
@@ -398,6 +401,10 @@ static void test_trace_counters_and_instants(void **state)
 	assert_non_null(strstr(text, "\"name\":\"hit rate\",\"args\":{\"value\":0.25}"));
 	assert_non_null(strstr(text, "\"name\":\"bad\",\"args\":{\"value\":0}"));
 	assert_non_null(strstr(text, "async -> \\\"sync\\\"\\u000a\\\\ and"));
+	/* The text is cut to ST_TRACE_TEXT - 1 bytes, never overruns. */
+	const char *x = strstr(text, "xxx");
+	assert_non_null(x);
+	assert_int_equal(strspn(x, "x"), ST_TRACE_TEXT - 1 - strlen("async -> \"sync\"\n\\ and a tail: "));
 	assert_non_null(strstr(text, "\"name\":\"main \\\"thread\\\"\""));
 	free(text);
 	unlink(path);

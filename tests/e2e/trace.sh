@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# `strata run --trace` and `strata trace summarize` end to end (issue 22):
+# the file is valid JSON in the Chrome trace-event format; every stage has
+# a track and spans with batch ids; train workers have tracks; queue
+# counters; the ring bound (--trace-events) holds; a failing run still
+# writes its trace with the error; a job built to be train-bound (a big
+# DNN on a fast reader) is named so by summarize; a multi-process run
+# writes one file per rank. No timing assertion beyond that deliberate
+# bottleneck. Usage: trace.sh PATH/TO/strata HAVE_UCX(0|1)
+# Prints "N passed, N failed" and exits non-zero if anything failed.
+set -u
+strata=$1
+ucx=${2:-0}
+root=${ST_SOURCE_ROOT:?}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$root"
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; [ -f "$tmp/out" ] && sed 's/^/     | /' "$tmp/out" | tail -n 20; }
+
+# check.py FILE [--stages a,b,..] [--workers N] [--max-x N] [--instant NAME]:
+# parses the file with Python's json module and checks the trace's shape.
+cat >"$tmp/check.py" <<'EOF'
+import json, sys
+args = sys.argv[2:]
+opt = {args[i]: args[i + 1] for i in range(0, len(args), 2)}
+d = json.load(open(sys.argv[1]))
+ev = d["traceEvents"]
+def die(msg):
+    print("check: " + msg); sys.exit(1)
+names = {e["tid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
+if not any(e["ph"] == "M" and e["name"] == "process_name" for e in ev):
+    die("no process_name")
+for e in ev:
+    for k in ("ph", "pid", "name"):
+        if k not in e: die("event without %s: %r" % (k, e))
+    if e["ph"] in "XCi" and e["tid"] not in names:
+        die("event on a track with no thread_name: %r" % e)
+    if e["ph"] == "X" and (e["dur"] < 0 or e["ts"] < 0): die("bad span %r" % e)
+for st in filter(None, opt.get("--stages", "").split(",")):
+    tids = [t for t, n in names.items() if n.startswith("st-%s-" % st)]
+    if not tids: die("no track for stage " + st)
+    spans = [e for e in ev if e["ph"] == "X" and e.get("cat") == "stage" and e["name"] == st]
+    if not spans: die("no spans of stage " + st)
+    if any(not isinstance(e["args"].get("batch"), int) for e in spans):
+        die("a span of %s without a batch id" % st)
+    if any(names[e["tid"]] not in [names[t] for t in tids] for e in spans):
+        die("a span of %s on another stage's track" % st)
+    if st != "read" and not any(e["ph"] == "C" and e["name"] == "queue " + st for e in ev):
+        die("no queue counter for " + st)
+w = int(opt.get("--workers", "0"))
+for i in range(w):
+    n = "st-train-%d" % i
+    tid = [t for t, x in names.items() if x == n]
+    if not tid: die("no track " + n)
+    if not any(e["ph"] == "X" and e["name"] == "train worker" and e["tid"] == tid[0]
+               and e["args"]["batch"] >= 0 for e in ev):
+        die("no train worker spans on " + n)
+if "--max-x" in opt:
+    per = {}
+    for e in ev:
+        per[e["tid"]] = per.get(e["tid"], 0) + 1 if e["ph"] != "M" else per.get(e["tid"], 0)
+    if max(per.values()) > int(opt["--max-x"]): die("a track has %d events" % max(per.values()))
+    if d["otherData"]["dropped"] <= 0: die("nothing dropped")
+if "--instant" in opt and not any(e["ph"] == "i" and e["name"] == opt["--instant"] for e in ev):
+    die("no instant " + opt["--instant"])
+# Spans of a track nest (Chrome's rule for complete events).
+for tid in names:
+    xs = sorted(((e["ts"], -e["dur"]) for e in ev if e["ph"] == "X" and e["tid"] == tid))
+    stack = []
+    for ts, nd in xs:
+        end = ts - nd
+        while stack and ts >= stack[-1] - 1e-4: stack.pop()
+        if stack and end > stack[-1] + 1e-3: die("spans overlap on " + names[tid])
+        stack.append(end)
+print("check: ok (%d events)" % len(ev))
+EOF
+check() { python3 "$tmp/check.py" "$@" >"$tmp/out" 2>&1; }
+
+"$strata" gen --rows 40000 --eval-rows 4000 --vocab 20000 --seed 4 --out "$tmp/d" >/dev/null 2>&1 ||
+  { echo "FAIL gen"; exit 1; }
+base=(--quiet --no-pin --set 'data.generate=nil' --set "data.train.path=\"$tmp/d/train-*.tsv\""
+  --set "data.eval.path=\"$tmp/d/eval.tsv\"")
+all=read,pull,train,push,dump
+
+# A small LR job with two train workers.
+if "$strata" run tests/e2e/jobs/gen_small.lua "${base[@]}" --set stages.train.workers=2 \
+     --metrics "$tmp/m.jsonl" --trace "$tmp/t.json" >"$tmp/out" 2>&1 &&
+   grep -q "trace written to $tmp/t.json" "$tmp/out"; then
+  ok "run --trace writes the file"
+else
+  bad "run --trace writes the file"
+fi
+if check "$tmp/t.json" --stages $all --workers 2 --instant policy; then
+  ok "valid JSON: every stage has a track and spans with batch ids; workers; queues"
+else
+  bad "trace shape"
+fi
+if "$strata" trace summarize "$tmp/t.json" >"$tmp/out" 2>&1 &&
+   grep -Eq "^bottleneck: (read|pull|train|push|dump) \(busy" "$tmp/out" &&
+   [ "$(grep -Ec '^(read|pull|train|push|dump) ' "$tmp/out")" = 5 ]; then
+  ok "summarize names a bottleneck and lists the five stages"
+else
+  bad "summarize names a bottleneck"
+fi
+
+# The ring bound: at most N events per thread, the rest dropped and said so.
+if "$strata" run tests/e2e/jobs/gen_small.lua "${base[@]}" --trace "$tmp/r.json" \
+     --trace-events 20 >"$tmp/out" 2>&1 && grep -q "older ones dropped" "$tmp/out" &&
+   check "$tmp/r.json" --max-x 20 &&
+   "$strata" trace summarize "$tmp/r.json" >"$tmp/out" 2>&1 && grep -q "dropped" "$tmp/out"; then
+  ok "--trace-events bounds every track; summarize says events were dropped"
+else
+  bad "--trace-events bound"
+fi
+
+# A deliberate bottleneck: a big DNN on a fast reader is train-bound.
+if "$strata" run tests/e2e/jobs/gen_dnn.lua "${base[@]}" \
+     --set 'model=st.model.dnn{emb_dim=16, hidden={512, 512, 256}}' \
+     --set stages.read.threads=2 --trace "$tmp/b.json" >"$tmp/out" 2>&1 &&
+   "$strata" trace summarize "$tmp/b.json" >"$tmp/out" 2>&1 &&
+   grep -q "^bottleneck: train " "$tmp/out"; then
+  ok "summarize names train in a train-bound job"
+else
+  bad "train-bound job"
+fi
+
+# A failing run still writes its trace, with the error.
+head -n 50 "$tmp/d/train-00000.tsv" >"$tmp/broken.tsv"
+printf '1\tnot-a-number\n' >>"$tmp/broken.tsv"
+"$strata" run tests/e2e/jobs/gen_small.lua "${base[@]}" --trace "$tmp/e.json" \
+  --set "data.train={format=\"criteo\", path=\"$tmp/broken.tsv\", on_bad_record=\"fail\"}" \
+  >"$tmp/out" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && check "$tmp/e.json" --instant error && grep -q 'broken.tsv:51' "$tmp/e.json"; then
+  ok "a failed run's trace has the error"
+else
+  bad "failed run's trace (exit $rc)"
+fi
+
+# Errors of the commands.
+"$strata" run tests/e2e/jobs/gen_small.lua "${base[@]}" --trace "$tmp/nodir/t.json" >"$tmp/out" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -q "cannot write the trace $tmp/nodir/t.json" "$tmp/out"; then
+  ok "an unwritable trace path fails the run (exit 1)"
+else
+  bad "unwritable trace (exit $rc)"
+fi
+"$strata" run tests/e2e/jobs/gen_small.lua --trace-events x >"$tmp/out" 2>&1
+[ $? -eq 2 ] && grep -q "trace-events takes a number" "$tmp/out" && ok "bad --trace-events" || bad "bad --trace-events"
+echo '{"a":1}' >"$tmp/no.json"
+"$strata" trace summarize "$tmp/no.json" >"$tmp/out" 2>&1
+[ $? -eq 1 ] && grep -q "holds no trace events" "$tmp/out" && ok "summarize of a non-trace" || bad "summarize of a non-trace"
+"$strata" trace frob >"$tmp/out" 2>&1
+[ $? -eq 2 ] && grep -q "unknown subcommand" "$tmp/out" && ok "trace usage" || bad "trace usage"
+
+# Multi-process: rank r writes FILE.rank<r>.json, each a whole trace.
+if [ "$ucx" = 1 ]; then
+  if timeout 300 "$strata" launch -n 2 tests/e2e/jobs/gen_dnn.lua "${base[@]}" \
+       --set stages.read.threads=1 --trace "$tmp/dist.json" >"$tmp/out" 2>&1 &&
+     check "$tmp/dist.rank0.json" --stages $all && check "$tmp/dist.rank1.json" --stages $all &&
+     [ ! -e "$tmp/dist.json" ] && grep -q '"strata rank 1"' "$tmp/dist.rank1.json"; then
+    ok "launch -n 2 --trace: one file per rank"
+  else
+    bad "launch -n 2 --trace"
+  fi
+else
+  echo "skip multi-process trace: strata was built without UCX"
+fi
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]
