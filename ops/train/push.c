@@ -28,7 +28,6 @@ static void trace_store(const st_metrics_t *m)
 		{ "cache.hit", "store hit rate" },
 		{ "cache.ssd_load", "store ssd load rate" },
 		{ "ssd.rows_read", "ssd rows read" },
-		{ "net_bytes_sent", "net bytes sent" },
 	};
 	for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
 		double v = st_metrics_get(m, c[i].metric, -1);

@@ -48,6 +48,7 @@
 #include <unistd.h>
 
 #include "runtime/err.h"
+#include "runtime/trace.h"
 #include "runtime/net/net_internal.h"
 
 #define CLOSE_WAIT_S 5.0   /* st_net_close waits at most this for its last messages */
@@ -216,11 +217,23 @@ static void *progress_main(void *arg)
 {
 	st_net_t *net = arg;
 	pthread_setname_np(pthread_self(), "st-net-io-0");
+	uint64_t sent = 0;
 	while (!atomic_load(&net->stop)) {
 		pthread_mutex_lock(&net->wmu);
+		/* The trace (runtime/trace.h): a span per wake-up that took
+		 * long enough to have done work (an empty progress call takes
+		 * well under 2 us), and the bytes this rank sent so far. */
+		uint64_t t0 = st_trace_enabled() ? st_trace_now() : 0;
 		progress_locked(net);
 		ucs_status_t s = ucp_worker_arm(net->worker);
 		pthread_mutex_unlock(&net->wmu);
+		if (t0) {
+			uint64_t t1 = st_trace_now(), b = atomic_load(&net->bytes_sent);
+			if (t1 - t0 >= 2000)
+				st_trace_span("work", "net progress", NULL, t0, t1, -1);
+			if (b != sent)
+				st_trace_counter("net bytes sent", (double)(sent = b));
+		}
 		if (s == UCS_ERR_BUSY)
 			continue;
 		struct epoll_event ev[2];
