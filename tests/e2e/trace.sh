@@ -4,7 +4,8 @@
 # a track and spans with batch ids; train workers have tracks; queue
 # counters; the ring bound (--trace-events) holds; a failing run still
 # writes its trace with the error; a job built to be train-bound (a big
-# DNN on a fast reader) is named so by summarize; a multi-process run
+# DNN on a fast reader) and one built to be read-bound (a reader skipping
+# 20 bad records per good one, an LR model) are named so by summarize; a multi-process run
 # writes one file per rank. No timing assertion beyond that deliberate
 # bottleneck. Usage: trace.sh PATH/TO/strata HAVE_UCX(0|1)
 # Prints "N passed, N failed" and exits non-zero if anything failed.
@@ -124,6 +125,20 @@ if "$strata" run tests/e2e/jobs/gen_dnn.lua "${base[@]}" \
   ok "summarize names train in a train-bound job"
 else
   bad "train-bound job"
+fi
+
+# And the other way round: a reader that skips 20 bad records for every good
+# one does 21 lines of parsing per example the LR model trains on: read-bound.
+awk -F'\t' 'BEGIN { OFS = "\t" } NR <= 20000 { print; $14 = "x"; for (k = 0; k < 20; k++) print }' \
+  "$tmp/d/train-00000.tsv" >"$tmp/mostlybad.tsv"
+if "$strata" run tests/e2e/jobs/gen_small.lua "${base[@]}" --set stages.read.threads=1 \
+     --set "data.train={format=\"criteo\", path=\"$tmp/mostlybad.tsv\", on_bad_record=\"skip\", max_bad_fraction=0.99}" \
+     --trace "$tmp/rb.json" >"$tmp/out" 2>&1 &&
+   "$strata" trace summarize "$tmp/rb.json" >"$tmp/out" 2>&1 &&
+   grep -q "^bottleneck: read " "$tmp/out"; then
+  ok "summarize names read in a read-bound job"
+else
+  bad "read-bound job"
 fi
 
 # A failing run still writes its trace, with the error.
