@@ -329,8 +329,10 @@ static void put_event(FILE *f, int pid, int tid, const st_trace_ev_t *e)
 		fputs(",\"cat\":\"", f);
 		put_str(f, e->cat ? e->cat : "span");
 		fputs("\",\"args\":{", f);
+		/* A pass's span carries its phase, every other span its batch. */
 		if (e->id >= 0)
-			fprintf(f, "\"batch\":%lld%s", (long long)e->id, e->stage ? "," : "");
+			fprintf(f, "\"%s\":%lld%s", e->cat && !strcmp(e->cat, "pass") ? "phase"
+				: "batch", (long long)e->id, e->stage ? "," : "");
 		if (e->stage) {
 			fputs("\"stage\":\"", f);
 			put_str(f, e->stage);

@@ -13,6 +13,7 @@
  */
 #include "ops/runner/runner_internal.h"
 #include "runtime/err.h"
+#include "runtime/trace.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -82,8 +83,13 @@ int st__runner_pass(st_runner_t *r, st_runner_pass_kind_t kind, int phase,
 		r->obs->pass_begin(r->ud, &p);
 	st__runner_set_graph(r, g);
 	double t0 = now_s();
+	uint64_t tt0 = st_trace_now();
 	rc = st_graph_run(g);
 	*secs = now_s() - t0;
+	/* The pass on the trace's main track (batch ids count per pass). */
+	st_trace_span("pass", kind == ST_RUNNER_PASS_TRAIN ? "train pass"
+		      : kind == ST_RUNNER_PASS_EVAL ? "eval pass" : "slice pass", NULL, tt0,
+		      st_trace_now(), phase);
 	st__runner_set_graph(r, NULL);
 	st_read_stage_totals(rs, rstats);
 	p.rc = rc;

@@ -106,6 +106,20 @@ else
   bad "summarize names a bottleneck"
 fi
 
+# Phases: a phase instant per phase, the policy set by each, pass spans on
+# the main track with the phase, interval checkpoints on the dump track.
+if "$strata" run tests/e2e/jobs/gen_phases.lua "${base[@]}" --trace "$tmp/ph.json" \
+     --set "checkpoint={dir=\"$tmp/ck\", every=5}" >"$tmp/out" 2>&1 &&
+   check "$tmp/ph.json" --stages $all --workers 2 --instant phase &&
+   [ "$(grep -c '"name":"phase"' "$tmp/ph.json")" = 2 ] &&
+   grep -q '"name":"policy".*"detail":"async"' "$tmp/ph.json" &&
+   grep -q '"name":"train pass".*"args":{"phase":1}' "$tmp/ph.json" &&
+   grep -q '"name":"checkpoint".*"after batch' "$tmp/ph.json"; then
+  ok "phases: phase and policy instants, pass spans, checkpoints"
+else
+  bad "phases trace"
+fi
+
 # The ring bound: at most N events per thread, the rest dropped and said so.
 if "$strata" run tests/e2e/jobs/gen_small.lua "${base[@]}" --trace "$tmp/r.json" \
      --trace-events 20 >"$tmp/out" 2>&1 && grep -q "older ones dropped" "$tmp/out" &&
