@@ -201,7 +201,9 @@ static struct buf *take_buffer(uint64_t gen)
 /* The caller's next event slot, or NULL when not recording. */
 static st_trace_ev_t *slot(void)
 {
-	if (!atomic_load_explicit(&T.on, memory_order_relaxed))
+	/* Acquire pairs with st_trace_open's store: a thread that existed
+	 * before the open sees its cap and t0 (free on x86). */
+	if (!atomic_load_explicit(&T.on, memory_order_acquire))
 		return NULL;
 	uint64_t gen = atomic_load_explicit(&T.gen, memory_order_relaxed);
 	struct buf *b = tls.gen == gen ? tls.b : take_buffer(gen);
