@@ -14,6 +14,7 @@
 
 #include "ops/dist/dist_internal.h"
 #include "runtime/err.h"
+#include "runtime/trace.h"
 
 /* ---- fp16 rows (Section 4.2.3) -------------------------------------------- */
 
@@ -645,6 +646,19 @@ int st__dist_retry_deferred(st_dist_t *d)
 	return rc;
 }
 
+/* A request's name on the trace's service track (a literal: the trace
+ * keeps the pointer). */
+static const char *msg_name(uint32_t type)
+{
+	switch (type) {
+	case MSG_PULL: return "serve pull";
+	case MSG_PUSH: return "serve push";
+	case MSG_DENSE: return "serve dense";
+	case MSG_IDLE: return "serve idle";
+	default: return "serve";
+	}
+}
+
 void *st__dist_service(void *arg)
 {
 	st_dist_t *d = arg;
@@ -669,9 +683,21 @@ void *st__dist_service(void *arg)
 			nanosleep(&ts, NULL);
 			continue;
 		}
+		/* The trace (docs/observability.md): a span per request on the
+		 * service's track, its wait for the shard's lock apart. */
+		const int tr = st_trace_enabled();
+		const uint32_t type = len >= sizeof(wire_hdr_t) ? ((const wire_hdr_t *)buf)->type : 0;
+		uint64_t t0 = tr ? st_trace_now() : 0, t1 = 0;
 		pthread_mutex_lock(&d->mu);
+		if (tr)
+			t1 = st_trace_now();
 		rc = st__dist_handle(d, buf, len, from);
 		pthread_mutex_unlock(&d->mu);
+		if (tr) {
+			if (t1 - t0 >= 2000)
+				st_trace_span("wait", "wait shard lock", NULL, t0, t1, -1);
+			st_trace_span("work", msg_name(type), NULL, t1, st_trace_now(), from);
+		}
 		if (rc < 0 && rc != ST_EPEER) {
 			/* The shard can no longer follow the protocol (out of
 			 * memory, the SSD tier failed): stop this process so the

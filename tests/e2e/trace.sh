@@ -190,7 +190,8 @@ if [ "$ucx" = 1 ]; then
        --set stages.read.threads=1 --trace "$tmp/dist.json" >"$tmp/out" 2>&1 &&
      check "$tmp/dist.rank0.json" --stages $all && check "$tmp/dist.rank1.json" --stages $all &&
      [ ! -e "$tmp/dist.json" ] && grep -q '"strata rank 1"' "$tmp/dist.rank1.json" &&
-     grep -q '"name":"st-net-io-0"' "$tmp/dist.rank0.json" && grep -q '"net bytes sent"' "$tmp/dist.rank0.json"; then
+     grep -q '"name":"st-net-io-0"' "$tmp/dist.rank0.json" && grep -q '"net bytes sent"' "$tmp/dist.rank0.json" &&
+     grep -q '"name":"st-dist-svc"' "$tmp/dist.rank1.json" && grep -q '"name":"serve pull"' "$tmp/dist.rank1.json"; then
     ok "launch -n 2 --trace: one file per rank"
   else
     bad "launch -n 2 --trace"
