@@ -173,8 +173,8 @@ int st_ckpt_export_begin(const char *root, int64_t seq, int delta, st_ckpt_write
 		     err, errlen);
 }
 
-int st_ckpt_join(const char *root, int64_t step, st_ckpt_writer_t **out, char *err,
-		 size_t errlen)
+static int join(const char *root, st_manifest_kind_t kind, int64_t step,
+		st_ckpt_writer_t **out, char *err, size_t errlen)
 {
 	*out = NULL;
 	if (!root || !*root || step < 0) {
@@ -182,7 +182,11 @@ int st_ckpt_join(const char *root, int64_t step, st_ckpt_writer_t **out, char *e
 		return ST_EINVAL;
 	}
 	char name[64], tname[80];
-	snprintf(name, sizeof name, "ckpt-%012" PRId64, step);
+	if (kind == ST_MANIFEST_CHECKPOINT)
+		snprintf(name, sizeof name, "ckpt-%012" PRId64, step);
+	else
+		snprintf(name, sizeof name, "export-%012" PRId64 "-%s", step,
+			 kind == ST_MANIFEST_EXPORT_FULL ? "full" : "delta");
 	snprintf(tname, sizeof tname, "%s.tmp", name);
 	st_ckpt_writer_t *w = calloc(1, sizeof *w);
 	if (!w || !(w->root = strdup(root)) || !(w->final = st__ckpt_path_join(root, name)) ||
@@ -190,21 +194,37 @@ int st_ckpt_join(const char *root, int64_t step, st_ckpt_writer_t **out, char *e
 		st_ckpt_writer_destroy(w);
 		return ST_ENOMEM;
 	}
-	w->kind = ST_MANIFEST_CHECKPOINT;
+	w->kind = kind;
 	w->num = step;
 	w->joined = 1;
 	struct stat sb;
 	if (stat(w->tmp, &sb) < 0 || !S_ISDIR(sb.st_mode)) {
 		int e = errno;
-		st__dumpio_seterr(err, errlen, "%s: %s", w->tmp,
-				  e == ENOENT || !e ? "no such directory: rank 0 did not create it, "
-				  "or this process does not see rank 0's folder (the ranks of a job "
-				  "must share the checkpoint folder)" : strerror(e));
+		if (e == ENOENT || !e)
+			st__dumpio_seterr(err, errlen, "%s: no such directory: rank 0 did not create "
+					  "it, or this process does not see rank 0's folder (the ranks "
+					  "of a job must share the %s folder)", w->tmp,
+					  kind == ST_MANIFEST_CHECKPOINT ? "checkpoint" : "export");
+		else
+			st__dumpio_seterr(err, errlen, "%s: %s", w->tmp, strerror(e));
 		st_ckpt_writer_destroy(w);
 		return e == ENOENT || !e ? ST_ENOENT : st__dumpio_errno(e);
 	}
 	*out = w;
 	return ST_OK;
+}
+
+int st_ckpt_join(const char *root, int64_t step, st_ckpt_writer_t **out, char *err,
+		 size_t errlen)
+{
+	return join(root, ST_MANIFEST_CHECKPOINT, step, out, err, errlen);
+}
+
+int st_ckpt_export_join(const char *root, int64_t seq, int delta, st_ckpt_writer_t **out,
+			char *err, size_t errlen)
+{
+	return join(root, delta ? ST_MANIFEST_EXPORT_DELTA : ST_MANIFEST_EXPORT_FULL, seq, out,
+		    err, errlen);
 }
 
 const st_manifest_file_t *st_ckpt_writer_files(const st_ckpt_writer_t *w, size_t *n)

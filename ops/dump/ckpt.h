@@ -88,6 +88,11 @@ int st_ckpt_add_file(st_ckpt_writer_t *w, const char *file);
 int st_ckpt_join(const char *root, int64_t step, st_ckpt_writer_t **out, char *err,
 		 size_t errlen);
 
+/* The same for export `seq` begun by st_ckpt_export_begin (multi-process
+ * exports, docs/distributed.md): joins <root>/export-<seq>-full|delta.tmp. */
+int st_ckpt_export_join(const char *root, int64_t seq, int delta, st_ckpt_writer_t **out,
+			char *err, size_t errlen);
+
 /* The files written so far (owned by w, valid until its next call). */
 const st_manifest_file_t *st_ckpt_writer_files(const st_ckpt_writer_t *w, size_t *n);
 

@@ -252,12 +252,46 @@ static int check_root(const char *root, uint64_t seq, int delta, const char *job
 	return rc;
 }
 
-int st_export_write(const st_view_t *v, const char *root, uint64_t seq, int64_t step,
-		    const st_export_delta_t *delta, int keep, char *err, size_t errlen)
+/* The model's codec string and the manifest's job hash of it. */
+static int model_hash(const st_view_t *v, char **model, char hash[17], char *err, size_t errlen)
 {
-	if (seq > (uint64_t)INT64_MAX || step < 0 || !root) {
-		st__dumpio_seterr(err, errlen, "export: bad arguments (seq %" PRIu64 ", step %" PRId64 ")", seq,
-		       step);
+	int rc = st_modelcfg_encode(v->cfg, model, err, errlen);
+	if (rc < 0)
+		return rc;
+	XXH3_state_t *hs = XXH3_createState();
+	if (!hs) {
+		free(*model);
+		*model = NULL;
+		return ST_ENOMEM;
+	}
+	XXH3_64bits_reset(hs);
+	XXH3_64bits_update(hs, *model, strlen(*model));
+	char shape[64];
+	int sl = snprintf(shape, sizeof shape, "n_dense=%d\nn_slots=%d\n", v->n_dense, v->n_slots);
+	XXH3_64bits_update(hs, shape, (size_t)sl);
+	snprintf(hash, 17, "%016" PRIx64, (uint64_t)XXH3_64bits_digest(hs));
+	XXH3_freeState(hs);
+	return ST_OK;
+}
+
+/* err from the writer's own message when it has one. */
+static int wr_err(st_ckpt_writer_t *w, int rc, uint64_t seq, char *err, size_t errlen)
+{
+	if (rc >= 0)
+		return rc;
+	if (w && *st_ckpt_error(w))
+		st__dumpio_seterr(err, errlen, "%s", st_ckpt_error(w));
+	else
+		st__dumpio_seterr(err, errlen, "export %" PRIu64 ": %s", seq, st_strerror(rc));
+	return rc;
+}
+
+int st_export_begin(const st_view_t *v, const char *root, uint64_t seq, int delta,
+		    st_ckpt_writer_t **out, char *err, size_t errlen)
+{
+	*out = NULL;
+	if (seq > (uint64_t)INT64_MAX || !root) {
+		st__dumpio_seterr(err, errlen, "export: bad arguments (seq %" PRIu64 ")", seq);
 		return ST_EINVAL;
 	}
 	char why[256];
@@ -265,46 +299,31 @@ int st_export_write(const st_view_t *v, const char *root, uint64_t seq, int64_t 
 		st__dumpio_seterr(err, errlen, "export %" PRIu64 ": %s", seq, why);
 		return ST_EINVAL;
 	}
-	const int n_slots = v->n_slots, n_dense = v->n_dense, nt = v->n_tables;
-	st_model_t *m = v->model;
-	if (delta && (delta->n_tables != nt || (nt && !delta->tables))) {
-		st__dumpio_seterr(err, errlen, "export %" PRIu64 ": the delta lists %d tables, the trainer has %d",
-		       seq, delta->n_tables, nt);
-		return ST_EINVAL;
-	}
-	char *model = NULL, *slot_tables = NULL;
-	const int *st = v->slot_table;
-	int rc = st_modelcfg_encode(v->cfg, &model, err, errlen);
-	if (rc >= 0 && !(slot_tables = join_ints(st, n_slots)))
-		rc = ST_ENOMEM;
-	if (rc < 0) {
-		if (rc == ST_ENOMEM)
-			st__dumpio_seterr(err, errlen, "export %" PRIu64 ": out of memory", seq);
-		free(model);
-		return rc;
-	}
-
-	st_ckpt_writer_t *w = NULL;
-	st_safetensors_tensor_t *ten = NULL;
-	int have_msg = 0;   /* err already says what failed */
 	/* The run's lineage: made by its first full export, carried by the
 	 * rest, so a chain can refuse a delta of another run (ckpt.h). */
 	const char *lineage = !delta ? st_view_lineage_new(v) : v->lineage ? v->lineage : "";
 	const char *job_name = v->name ? v->name : "strata";
-	if (*lineage && (rc = check_root(root, seq, delta != NULL, job_name, lineage, err,
-					 errlen)) < 0) {
-		have_msg = 1;
-		goto out;
-	}
-	if ((rc = st_ckpt_export_begin(root, (int64_t)seq, delta != NULL, &w, err, errlen)) < 0) {
-		have_msg = 1;
-		goto out;
-	}
+	int rc;
+	if (*lineage && (rc = check_root(root, seq, delta, job_name, lineage, err, errlen)) < 0)
+		return rc;
+	return st_ckpt_export_begin(root, (int64_t)seq, delta, out, err, errlen);
+}
 
-	/* dense.safetensors */
+int st_export_write_dense(const st_view_t *v, st_ckpt_writer_t *w, uint64_t seq, char *err,
+			  size_t errlen)
+{
+	const int n_slots = v->n_slots, n_dense = v->n_dense;
+	st_model_t *m = v->model;
+	char *model = NULL, *slot_tables = NULL;
+	st_safetensors_tensor_t *ten = NULL;
+	int rc = st_modelcfg_encode(v->cfg, &model, err, errlen);
+	if (rc < 0)
+		return rc;
 	const int n_ten = st_model_ntensors(m);
 	const float *params = st_model_params(m);
-	if (!(ten = calloc((size_t)(n_ten ? n_ten : 1), sizeof *ten))) {
+	if (!(slot_tables = join_ints(v->slot_table, n_slots)) ||
+	    !(ten = calloc((size_t)(n_ten ? n_ten : 1), sizeof *ten))) {
+		st__dumpio_seterr(err, errlen, "export %" PRIu64 ": out of memory", seq);
 		rc = ST_ENOMEM;
 		goto out;
 	}
@@ -327,11 +346,34 @@ int st_export_write(const st_view_t *v, const char *root, uint64_t seq, int64_t 
 		{ "strata.slot_tables", slot_tables }, { "strata.seed", seed },
 		{ "strata.minibatch", mb },
 	};
-	if ((rc = st_ckpt_write_dense(w, ST_EXPORT_DENSE, ten, n_ten, meta,
-				      (int)(sizeof meta / sizeof meta[0]))) < 0)
-		goto out;
+	rc = wr_err(w, st_ckpt_write_dense(w, ST_EXPORT_DENSE, ten, n_ten, meta,
+					   (int)(sizeof meta / sizeof meta[0])), seq, err, errlen);
+out:
+	free(ten);
+	free(model);
+	free(slot_tables);
+	return rc;
+}
 
-	/* table-<k>.rows */
+void st_export_rows_name(char *buf, size_t len, int table, int rank, int world)
+{
+	if (world > 0)
+		snprintf(buf, len, "table-%d.rank-%d-of-%d.rows", table, rank, world);
+	else
+		snprintf(buf, len, "table-%d.rows", table);
+}
+
+int st_export_write_tables(const st_view_t *v, st_ckpt_writer_t *w, uint64_t seq,
+			   const st_export_delta_t *delta, int rank, int world, char *err,
+			   size_t errlen)
+{
+	const int nt = v->n_tables;
+	if (delta && (delta->n_tables != nt || (nt && !delta->tables))) {
+		st__dumpio_seterr(err, errlen, "export %" PRIu64 ": the delta lists %d tables, the "
+				  "trainer has %d", seq, delta->n_tables, nt);
+		return ST_EINVAL;
+	}
+	int rc = ST_OK;
 	for (int k = 0; k < nt && rc >= 0; k++) {
 		st_table_t *t = v->tables[k];
 		st_rows_info_t info = {
@@ -342,11 +384,13 @@ int st_export_write(const st_view_t *v, const char *root, uint64_t seq, int64_t 
 		};
 		st_rows_writer_t *b;
 		if ((rc = st_rows_writer_create(&b, &info)) < 0) {
-			if (rc == ST_EINVAL) {
-				st__dumpio_seterr(err, errlen, "export %" PRIu64 ": table %d has no slot", seq, k);
-				have_msg = 1;
-			}
-			break;
+			if (rc == ST_EINVAL)
+				st__dumpio_seterr(err, errlen, "export %" PRIu64 ": table %d has no "
+						  "slot", seq, k);
+			else
+				st__dumpio_seterr(err, errlen, "export %" PRIu64 ": %s", seq,
+						  st_strerror(rc));
+			return rc;
 		}
 		if (delta) {
 			rc = delta_rows(t, &delta->tables[k], b);
@@ -359,55 +403,87 @@ int st_export_write(const st_view_t *v, const char *root, uint64_t seq, int64_t 
 		if (rc < 0) {
 			/* Before the builder reaches the writer: say it here. */
 			if (rc == ST_EINVAL)
-				st__dumpio_seterr(err, errlen, "export %" PRIu64 ": table %d: a key list is NULL "
-				       "with a nonzero count", seq, k);
+				st__dumpio_seterr(err, errlen, "export %" PRIu64 ": table %d: a key "
+						  "list is NULL with a nonzero count", seq, k);
 			else
-				st__dumpio_seterr(err, errlen, "export %" PRIu64 ": table %d: reading rows: %s",
-				       seq, k, st_strerror(rc));
-			have_msg = 1;
+				st__dumpio_seterr(err, errlen, "export %" PRIu64 ": table %d: reading "
+						  "rows: %s", seq, k, st_strerror(rc));
 		} else {
-			char name[32];
-			snprintf(name, sizeof name, "table-%d.rows", k);
-			rc = st_ckpt_write_rows_from(w, name, b);
+			char name[64];
+			st_export_rows_name(name, sizeof name, k, rank, world);
+			rc = wr_err(w, st_ckpt_write_rows_from(w, name, b), seq, err, errlen);
 		}
 		st_rows_writer_destroy(b);
 	}
-	if (rc < 0)
-		goto out;
+	return rc;
+}
 
-	/* manifest.yaml, publish, retention */
-	char hash[17], desc[256];
-	XXH3_state_t *hs = XXH3_createState();
-	if (!hs) {
-		rc = ST_ENOMEM;
-		goto out;
+int st_export_commit(const st_view_t *v, st_ckpt_writer_t *w, uint64_t seq, int64_t step,
+		     int keep, const st_manifest_t *world, char *err, size_t errlen)
+{
+	if (step < 0) {
+		st__dumpio_seterr(err, errlen, "export %" PRIu64 ": bad step %" PRId64, seq, step);
+		return ST_EINVAL;
 	}
-	XXH3_64bits_reset(hs);
-	XXH3_64bits_update(hs, model, strlen(model));
-	char shape[64];
-	int sl = snprintf(shape, sizeof shape, "n_dense=%d\nn_slots=%d\n", n_dense, n_slots);
-	XXH3_64bits_update(hs, shape, (size_t)sl);
-	snprintf(hash, sizeof hash, "%016" PRIx64, (uint64_t)XXH3_64bits_digest(hs));
-	XXH3_freeState(hs);
-	describe(v->cfg, n_dense, n_slots, desc, sizeof desc);
+	char *model = NULL, hash[17], desc[256];
+	int rc = model_hash(v, &model, hash, err, errlen);
+	if (rc < 0)
+		return rc;
+	describe(v->cfg, v->n_dense, v->n_slots, desc, sizeof desc);
 	st_manifest_t man = {
-		.job_name = (char *)job_name,
+		.job_name = (char *)(v->name ? v->name : "strata"),
 		.job_hash = hash,
 		.model = desc,
-		.lineage = *lineage ? (char *)lineage : NULL,
+		.lineage = v->lineage && *v->lineage ? (char *)v->lineage : NULL,
 		.step = step,
 	};
-	rc = st_ckpt_commit(w, &man, keep, NULL, NULL);
-out:
-	if (rc < 0 && !have_msg) {
-		if (w && *st_ckpt_error(w))
-			st__dumpio_seterr(err, errlen, "%s", st_ckpt_error(w));
-		else
-			st__dumpio_seterr(err, errlen, "export %" PRIu64 ": %s", seq, st_strerror(rc));
+	if (world) {
+		man.world_size = world->world_size;
+		man.owners = world->owners;
+		man.owner_salt = world->owner_salt;
+		man.parts = world->parts;
+		man.n_parts = world->n_parts;
 	}
-	st_ckpt_writer_destroy(w);
-	free(ten);
+	rc = wr_err(w, st_ckpt_commit(w, &man, keep, NULL, NULL), seq, err, errlen);
 	free(model);
-	free(slot_tables);
+	return rc;
+}
+
+int st_export_write(const st_view_t *v, const char *root, uint64_t seq, int64_t step,
+		    const st_export_delta_t *delta, int keep, char *err, size_t errlen)
+{
+	if (seq > (uint64_t)INT64_MAX || step < 0 || !root) {
+		st__dumpio_seterr(err, errlen, "export: bad arguments (seq %" PRIu64 ", step %"
+				  PRId64 ")", seq, step);
+		return ST_EINVAL;
+	}
+	char why[256];
+	if (st_view_check(v, why, sizeof why) < 0) {
+		st__dumpio_seterr(err, errlen, "export %" PRIu64 ": %s", seq, why);
+		return ST_EINVAL;
+	}
+	if (delta && (delta->n_tables != v->n_tables || (v->n_tables && !delta->tables))) {
+		st__dumpio_seterr(err, errlen, "export %" PRIu64 ": the delta lists %d tables, the "
+				  "trainer has %d", seq, delta->n_tables, v->n_tables);
+		return ST_EINVAL;
+	}
+	/* The model must encode before anything is written. */
+	char *model = NULL;
+	int rc = st_modelcfg_encode(v->cfg, &model, err, errlen);
+	free(model);
+	if (rc < 0) {
+		if (rc == ST_ENOMEM)
+			st__dumpio_seterr(err, errlen, "export %" PRIu64 ": out of memory", seq);
+		return rc;
+	}
+	st_ckpt_writer_t *w = NULL;
+	rc = st_export_begin(v, root, seq, delta != NULL, &w, err, errlen);
+	if (rc >= 0)
+		rc = st_export_write_dense(v, w, seq, err, errlen);
+	if (rc >= 0)
+		rc = st_export_write_tables(v, w, seq, delta, 0, 0, err, errlen);
+	if (rc >= 0)
+		rc = st_export_commit(v, w, seq, step, keep, NULL, err, errlen);
+	st_ckpt_writer_destroy(w);
 	return rc;
 }

@@ -91,6 +91,39 @@ typedef struct st_export_delta {
 int st_export_write(const st_view_t *v, const char *root, uint64_t seq, int64_t step,
 		    const st_export_delta_t *delta, int keep, char *err, size_t errlen);
 
+/*
+ * The steps of st_export_write, for an export several processes write
+ * (docs/distributed.md, "Exports of multi-process jobs"): one process begins
+ * the directory, writes the dense file and commits; every process (that one
+ * included) writes its own rows into the same .tmp directory as
+ * table-<k>.rank-<r>-of-<P>.rows, joining it with st_ckpt_export_join.
+ *
+ * st_export_begin: the argument and lineage checks of st_export_write, then
+ * st_ckpt_export_begin; *out is the caller's. st_export_write_dense: dense.safetensors.
+ * st_export_write_tables: a row file per table of v (full when delta is
+ * NULL), named st_export_rows_name(k, rank, world) (world 0: table-<k>.rows).
+ * st_export_commit: the manifest (with world's world_size, owners,
+ * owner_salt and parts when world is non-NULL), publish, retention.
+ * Each returns ST_OK or an error code with err set; on failure the caller
+ * destroys the writer, which removes the .tmp (ckpt.h). Same threading
+ * rules as st_export_write.
+ */
+struct st_ckpt_writer;
+struct st_manifest;
+int st_export_begin(const st_view_t *v, const char *root, uint64_t seq, int delta,
+		    struct st_ckpt_writer **out, char *err, size_t errlen);
+int st_export_write_dense(const st_view_t *v, struct st_ckpt_writer *w, uint64_t seq,
+			  char *err, size_t errlen);
+int st_export_write_tables(const st_view_t *v, struct st_ckpt_writer *w, uint64_t seq,
+			   const st_export_delta_t *delta, int rank, int world, char *err,
+			   size_t errlen);
+int st_export_commit(const st_view_t *v, struct st_ckpt_writer *w, uint64_t seq, int64_t step,
+		     int keep, const struct st_manifest *world, char *err, size_t errlen);
+
+/* The name of table k's row file: "table-<k>.rows" (world 0), or rank's
+ * shard "table-<k>.rank-<rank>-of-<world>.rows". */
+void st_export_rows_name(char *buf, size_t len, int table, int rank, int world);
+
 /* Keys of metadata and the format version (shared with predict.c). */
 #define ST_EXPORT_FORMAT "1"
 #define ST_EXPORT_DENSE "dense.safetensors"

@@ -190,13 +190,12 @@ static int listed(const st_manifest_t *m, const char *name, char *err, size_t er
 	return ST_ECORRUPT;
 }
 
-/* Reads dir/table-<k>.rows and checks it is table k of the right width and
- * kind. */
-static int read_table(const char *dir, const st_manifest_t *m, const char *ename, int k,
-		      uint32_t dim, int delta, st_rows_file_t **out, char *err, size_t errlen)
+/* Reads dir/name (a row file of table k) and checks it is table k of the
+ * right width and kind. */
+static int read_table(const char *dir, const st_manifest_t *m, const char *ename,
+		      const char *name, int k, uint32_t dim, int delta, st_rows_file_t **out,
+		      char *err, size_t errlen)
 {
-	char name[32];
-	snprintf(name, sizeof name, "table-%d.rows", k);
 	if (listed(m, name, err, errlen) < 0)
 		return ST_ECORRUPT;
 	char *path = path_join(dir, name);
@@ -217,6 +216,31 @@ static int read_table(const char *dir, const st_manifest_t *m, const char *ename
 		return ST_EFORMAT;
 	}
 	return ST_OK;
+}
+
+/* Table k of export dir (manifest m) applied to t: loaded (a full export)
+ * or patched (a delta). A table is one file, table-<k>.rows, or, in an
+ * export several processes wrote (m has a world), one file per rank,
+ * table-<k>.rank-<r>-of-<P>.rows, each holding the rows (and, in a delta,
+ * the deleted keys) its rank owns: the owners partition the keys, so the
+ * files are merged in rank order. Every rank's file must be listed: the
+ * verified manifest's world is complete (st_manifest_check_world), and a
+ * file missing from the list is ST_ECORRUPT here too. */
+static int load_table(tab_t *t, const char *dir, const st_manifest_t *m, const char *ename,
+		      int k, int delta, char *err, size_t errlen)
+{
+	const int world = m->world_size > 0 ? (int)m->world_size : 0;
+	int rc = ST_OK;
+	for (int r = 0; r < (world ? world : 1) && rc >= 0; r++) {
+		char name[64];
+		st_export_rows_name(name, sizeof name, k, r, world);
+		st_rows_file_t *rf = NULL;
+		if ((rc = read_table(dir, m, ename, name, k, t->dim, delta, &rf, err, errlen)) < 0)
+			break;
+		rc = delta || r > 0 ? tab_apply(t, rf) : tab_load(t, rf);
+		st_rows_file_free(rf);
+	}
+	return rc;
 }
 
 /* ---- building the model -------------------------------------------------- */
@@ -527,18 +551,13 @@ int st_predictor_open(st_predictor_t **out, const char *root, const st_predictor
 				goto out;
 		}
 		for (int k = 0; k < nt; k++) {
-			rc = read_table(e[i].path, mans[i], e[i].name, k, tabs[k].dim, delta, &rf, why,
+			why[0] = 0;
+			rc = load_table(&tabs[k], e[i].path, mans[i], e[i].name, k, delta, why,
 					sizeof why);
-			if (rc < 0) {
-				if (rc == ST_EFORMAT)
-					st__dumpio_seterr(err, errlen, "%s", why);
-				else
-					st__dumpio_seterr(err, errlen, "export %s: %s", e[i].name, why);
-				goto out;
-			}
-			rc = delta ? tab_apply(&tabs[k], rf) : tab_load(&tabs[k], rf);
-			st_rows_file_free(rf);
-			rf = NULL;
+			if (rc == ST_EFORMAT)
+				st__dumpio_seterr(err, errlen, "%s", why);
+			else if (rc < 0 && rc != ST_ENOMEM)
+				st__dumpio_seterr(err, errlen, "export %s: %s", e[i].name, why);
 			if (rc < 0)
 				goto out;
 		}
