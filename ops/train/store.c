@@ -278,8 +278,8 @@ void st_trainer_new_lineage(st_trainer_t *tr)
 	snprintf(tr->track.lineage, sizeof tr->track.lineage, "%016" PRIx64, r);
 }
 
-int st_trainer_export(st_trainer_t *tr, const st_job_t *job, const char *root, uint64_t seq,
-		      int delta, int keep, char *err, size_t errlen)
+int st__trainer_track_take(st_trainer_t *tr, int delta, int *as_delta, st_export_keys_t *keys,
+			   uint64_t **arr, char *err, size_t errlen)
 {
 	pthread_mutex_lock(&tr->track.mu);
 	const int was = tr->track.on;
@@ -287,18 +287,18 @@ int st_trainer_export(st_trainer_t *tr, const st_job_t *job, const char *root, u
 	/* From the first export on, every change is tracked. */
 	__atomic_store_n(&tr->track.on, 1, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&tr->track.mu);
-	const int as_delta = delta && was;
-	if (as_delta && lost < 0) {
+	*as_delta = delta && was;
+	for (int k = 0; k < 2 * tr->rows.n_tables; k++)
+		arr[k] = NULL;
+	if (*as_delta && lost < 0) {
 		snprintf(err, errlen, "a key changed since the last export could not be recorded "
 			 "(%s): a delta would miss its row; only a full export can follow",
 			 st_strerror(lost));
 		return lost;
 	}
-	st_export_keys_t keys[MAX_TABLES];
-	uint64_t *arr[2 * MAX_TABLES] = { 0 };
 	int rc = ST_OK;
 	pthread_mutex_lock(&tr->track.mu);
-	for (int k = 0; as_delta && k < tr->rows.n_tables; k++) {
+	for (int k = 0; *as_delta && k < tr->rows.n_tables; k++) {
 		keys[k].n_touched = tr->track.touched[k].n;
 		keys[k].n_deleted = tr->track.evicted[k].n;
 		arr[2 * k] = keyset_alloc(keys[k].n_touched + 1, sizeof(uint64_t));
@@ -316,6 +316,27 @@ int st_trainer_export(st_trainer_t *tr, const st_job_t *job, const char *root, u
 		keys[k].deleted = arr[2 * k + 1];
 	}
 	pthread_mutex_unlock(&tr->track.mu);
+	return rc;
+}
+
+void st__trainer_track_reset(st_trainer_t *tr)
+{
+	pthread_mutex_lock(&tr->track.mu);
+	for (int k = 0; k < tr->rows.n_tables; k++) {
+		keyset_clear(&tr->track.touched[k]);
+		keyset_clear(&tr->track.evicted[k]);
+	}
+	tr->track.err = ST_OK;
+	pthread_mutex_unlock(&tr->track.mu);
+}
+
+int st_trainer_export(st_trainer_t *tr, const st_job_t *job, const char *root, uint64_t seq,
+		      int delta, int keep, char *err, size_t errlen)
+{
+	st_export_keys_t keys[MAX_TABLES];
+	uint64_t *arr[2 * MAX_TABLES];
+	int as_delta;
+	int rc = st__trainer_track_take(tr, delta, &as_delta, keys, arr, err, errlen);
 	if (rc >= 0) {
 		st_export_delta_t d = { .n_tables = tr->rows.n_tables, .tables = keys };
 		st_view_t v;
@@ -329,15 +350,8 @@ int st_trainer_export(st_trainer_t *tr, const st_job_t *job, const char *root, u
 	/* Written: the next delta starts from here (after a full export, also
 	 * when keys were lost before it). Not written: the changes still belong
 	 * to the next export. */
-	if (rc >= 0) {
-		pthread_mutex_lock(&tr->track.mu);
-		for (int k = 0; k < tr->rows.n_tables; k++) {
-			keyset_clear(&tr->track.touched[k]);
-			keyset_clear(&tr->track.evicted[k]);
-		}
-		tr->track.err = ST_OK;
-		pthread_mutex_unlock(&tr->track.mu);
-	}
+	if (rc >= 0)
+		st__trainer_track_reset(tr);
 	for (int k = 0; k < 2 * tr->rows.n_tables; k++)
 		free(arr[k]);
 	return rc;

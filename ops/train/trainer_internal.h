@@ -231,6 +231,18 @@ struct tr_track {
 				      export. Under mu */
 };
 
+/* An export begins (store.c): tracking turns on (from the first export on);
+ * *as_delta = delta && tracking was on. When *as_delta, keys[k] (k < the
+ * trainer's tables) lists table k's touched and evicted keys, copied into
+ * arr[2k], arr[2k + 1] (malloc'ed, the caller frees the 2 * n_tables
+ * entries, NULL when not copied). ST_OK, or the tracking error or ST_ENOMEM
+ * with err set (then the sets stay). reset: the export was published, the
+ * next delta starts from here. Both take track.mu. */
+struct st_export_keys;
+int st__trainer_track_take(st_trainer_t *tr, int delta, int *as_delta,
+			   struct st_export_keys *keys, uint64_t **arr, char *err, size_t errlen);
+void st__trainer_track_reset(st_trainer_t *tr);
+
 /* Eval predictions kept since the last reset (eval.c). */
 struct tr_eval {
 	float *pred, *label;
