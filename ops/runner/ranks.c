@@ -14,19 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A feature a multi-process job does not have yet: refused with the reason. */
-static int refuse(st_runner_t *r, const char *what, const char *why)
-{
-	st__runner_say(r, ST_RUNNER_LINE, "strata: %s: %s is not supported in a multi-process "
-		       "job yet (%s)", r->job->file, what, why);
-	return ST_EJOB;
-}
-
 /* Checkpoints and resume across processes: under the policies whose cut
  * is implemented (registry capability dist-checkpoint), the job's and
  * every phase's; interval checkpoints by batches only (every rank must
  * choose the same step, and clocks differ between ranks). */
-static int check_ckpt(st_runner_t *r)
+static int check_ckpt(st_runner_t *r, const char *what)
 {
 	const st_job_t *job = r->job;
 	/* With phases, the phases' policies are the ones that train. */
@@ -40,8 +32,8 @@ static int check_ckpt(st_runner_t *r)
 		st_policy_names(names, sizeof names, ST_POL_DIST_CKPT, 1);
 		if (i >= 0)
 			snprintf(where, sizeof where, " (phase '%s')", job->phases[i].name);
-		st__runner_say(r, ST_RUNNER_LINE, "strata: %s: checkpoint/resume of a multi-process "
-			       "job under policy '%s'%s is not supported yet; %s %s", job->file, pol,
+		st__runner_say(r, ST_RUNNER_LINE, "strata: %s: %s of a multi-process "
+			       "job under policy '%s'%s is not supported yet; %s %s", job->file, what, pol,
 			       where, names, strchr(names, ' ') ? "are" : "is");
 		return ST_EJOB;
 	}
@@ -59,10 +51,12 @@ int st__runner_dist_check(st_runner_t *r)
 {
 	st_job_t *job = r->job;
 	job->dist_run = 1;
-	if ((job->ckpt_dir || job->resume) && check_ckpt(r) < 0)
+	if ((job->ckpt_dir || job->resume) && check_ckpt(r, "checkpoint/resume") < 0)
 		return ST_EJOB;
-	if (job->export_dir)
-		return refuse(r, "export", "each rank would need its shard's part");
+	/* Exports take the cut of checkpoints (between passes, every rank's
+	 * shard): the same policies. */
+	if (job->export_dir && check_ckpt(r, "export") < 0)
+		return ST_EJOB;
 	/* The job's policy and every phase's, before anything trains. */
 	const int workers = job->train_stage.threads > 0 ? job->train_stage.threads : 1;
 	for (int i = -1; i < job->n_phases; i++) {

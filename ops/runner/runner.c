@@ -268,7 +268,8 @@ static int run_plain(st_runner_t *r)
 		if ((rc = st__runner_dist_totals(r, &t)) < 0)
 			return rc;
 		train_end(r, &t);
-		st__runner_final_checkpoint(r, -1);   /* a collective: every rank */
+		st__runner_final_checkpoint(r, -1);   /* collectives: every rank */
+		st__runner_export(r, -1);
 	} else {
 		digest(r, &t);
 		train_end(r, &t);

@@ -260,14 +260,40 @@ void st__runner_final_checkpoint(st_runner_t *r, int phase)
 	st_trainer_snap_destroy(s);
 }
 
+/* Whether the export is due, decided by rank 0 for every rank in a
+ * multi-process job (a collective, like final_due). */
+static int export_due(st_runner_t *r)
+{
+	int due = r->job->export_dir && !st__runner_cancelled(r);
+	if (!r->net)
+		return due;
+	if (r->lost) {
+		/* A lost rank's shard is gone with it: no export is whole. */
+		if (due)
+			st__runner_say(r, ST_LOG_WARN, "no export: %d rank%s lost, and with %s "
+				       "its shard of the rows", r->lost, r->lost == 1 ? "" : "s",
+				       r->lost == 1 ? "it" : "them");
+		return 0;
+	}
+	int32_t d = due;
+	if (st_net_bcast(r->net, 0, &d, sizeof d) < 0)
+		return 0;   /* a rank is gone: the run fails on its own */
+	return d;
+}
+
 void st__runner_export(st_runner_t *r, int phase)
 {
 	const st_job_t *job = r->job;
-	if (!job->export_dir || st__runner_cancelled(r))
+	if (!job->export_dir || !export_due(r))
 		return;
 	char err[1024] = "";
-	int rc = st_trainer_export(r->model, job, job->export_dir, r->export_seq,
-				   job->export_delta, job->export_keep, err, sizeof err);
+	int rc;
+	if (r->net)   /* every rank its shard, rank 0 the rest (ops/train/dist_ckpt.c) */
+		rc = st_trainer_dist_export(r->model, job, job->export_dir, &r->export_seq,
+					    job->export_delta, job->export_keep, err, sizeof err);
+	else
+		rc = st_trainer_export(r->model, job, job->export_dir, r->export_seq,
+				       job->export_delta, job->export_keep, err, sizeof err);
 	st_runner_artifact_t a = {
 		.kind = ST_RUNNER_EXPORT, .phase = phase, .rc = rc, .dir = job->export_dir,
 		.num = (int64_t)r->export_seq, .error = rc < 0 ? err : NULL,
@@ -277,8 +303,9 @@ void st__runner_export(st_runner_t *r, int phase)
 			       (unsigned long long)r->export_seq, err);
 		r->res.export_failed++;
 	} else {
-		st__runner_say(r, ST_LOG_INFO, "export %s/export-%012llu written", job->export_dir,
-			       (unsigned long long)r->export_seq);
+		if (r->talk)   /* rank 0 published it: one line for the job */
+			st__runner_say(r, ST_LOG_INFO, "export %s/export-%012llu written",
+				       job->export_dir, (unsigned long long)r->export_seq);
 		r->res.exports_written++;
 		r->export_seq++;
 	}

@@ -74,6 +74,16 @@ int st_trainer_snap_write(st_trainer_t *tr, const st_trainer_snap_t *s,
  * so, the rank that failed logged why) or a network error. */
 int st_trainer_dist_checkpoint(st_trainer_t *tr, int64_t *step, char *err, size_t errlen);
 
+/* A serving export of a multi-process job, full or (delta, after a first
+ * export) delta as st_trainer_export (every rank calls it, between
+ * passes, with the same root and keep): each rank writes its shard of the
+ * rows, rank 0 the dense file and the manifest with the world, published
+ * once every rank wrote (ops/train/dist_ckpt.c). *seq: rank 0's number wins
+ * (the other ranks learn it). ST_OK on every rank once published; else
+ * ST_EIO with the reason in err, or a network error. */
+int st_trainer_dist_export(st_trainer_t *tr, const st_job_t *job, const char *root,
+			   uint64_t *seq, int delta, int keep, char *err, size_t errlen);
+
 /* The data position of the end of training (for the final checkpoint). */
 void st_trainer_set_position(st_trainer_t *tr, uint64_t file, uint64_t records);
 
