@@ -7,7 +7,10 @@
  * (also with two scoring workers); the same holds for a trainer whose rows
  * are mostly on SSD (the delta finds them there) and for every preset. A damaged delta, a
  * missing full export, a delta of another model and a foreign export fail
- * the open with messages naming the export and the file. */
+ * the open with messages naming the export and the file. Exports written by
+ * several processes (a table in one row file per rank, the manifest's world)
+ * score as the one-file export of the same rows; one missing a rank's file
+ * or a rank's part of the world is refused and left out of the chain. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ops/algo/owner.h"
 #include "ops/dump/ckpt.h"
 #include "ops/gen/gen.h"
 #include "ops/train/trainer.h"
@@ -679,6 +683,147 @@ static void test_predict_refuses_foreign_lineage(void **state)
 	st_trainer_destroy(b);
 }
 
+/* ---- exports of several processes ---------------------------------------- */
+
+/* Rewrites export src (one file per table) into dst_root as the export of
+ * 2 ranks would be: each table split by owner into table-<k>.rank-<r>-of-2
+ * .rows (rows and deleted keys), the dense file, the world in the manifest,
+ * through the steps st_trainer_dist_export uses. */
+static void split_export(st_trainer_t *tr, const st_job_t *job, const char *src,
+			 const char *dst_root, uint64_t seq, int64_t step, int delta)
+{
+	st_view_t v;
+	assert_int_equal(st_trainer_view(tr, job, &v), ST_OK);
+	char err[1024] = "", path[900];
+	st_ckpt_writer_t *w = NULL;
+	if (st_export_begin(&v, dst_root, seq, delta, &w, err, sizeof err) < 0 ||
+	    st_export_write_dense(&v, w, seq, err, sizeof err) < 0)
+		fail_msg("split export %" PRIu64 ": %s", seq, err);
+	char names[2][2][64];
+	char *files[2][3];
+	for (int k = 0; k < v.n_tables; k++) {
+		snprintf(path, sizeof path, "%s/table-%d.rows", src, k);
+		st_rows_file_t *f;
+		assert_int_equal(st_rows_read(path, &f, err, sizeof err), ST_OK);
+		const size_t stride = f->info.dim + f->info.state_dim;
+		for (int r = 0; r < 2; r++) {
+			st_rows_row_t *rows = calloc(f->info.n_rows + 1, sizeof *rows);
+			uint64_t *del = calloc(f->info.n_deleted + 1, sizeof *del);
+			assert_true(rows && del);
+			size_t n = 0, nd = 0;
+			for (size_t i = 0; i < f->info.n_rows; i++)
+				if (st_algo_owner_key(f->keys[i], 2) == r)
+					rows[n++] = (st_rows_row_t){ f->keys[i], f->last_step[i],
+								     f->freq[i], f->vals + i * stride };
+			for (size_t i = 0; i < f->info.n_deleted; i++)
+				if (st_algo_owner_key(f->deleted[i], 2) == r)
+					del[nd++] = f->deleted[i];
+			assert_true(n > 0);
+			st_export_rows_name(names[r][k], sizeof names[r][k], k, r, 2);
+			if (st_ckpt_write_rows(w, names[r][k], &f->info, rows, n, del, nd) < 0)
+				fail_msg("%s", st_ckpt_error(w));
+			files[r][k] = names[r][k];
+			free(rows);
+			free(del);
+		}
+		st_rows_file_free(f);
+	}
+	files[0][v.n_tables] = (char *)ST_EXPORT_DENSE;
+	st_manifest_part_t parts[2] = { { 0, files[0], (size_t)v.n_tables + 1 },
+					{ 1, files[1], (size_t)v.n_tables } };
+	st_manifest_t world = { .world_size = 2, .owners = 2, .owner_salt = st_algo_owner_salt(),
+				.parts = parts, .n_parts = 2 };
+	if (st_export_commit(&v, w, seq, step, 0, &world, err, sizeof err) < 0)
+		fail_msg("split export %" PRIu64 ": %s", seq, err);
+	st_ckpt_writer_destroy(w);
+}
+
+/* Exports written by 2 ranks (a shard file per table and rank) load as the
+ * one-process export of the same rows: the same scores bit for bit, full
+ * and with a delta applied. A rank's missing file or part of the world
+ * makes the export incomplete: the predictor refuses it, the verified
+ * chain leaves it out. Files with one file per table still load (above). */
+static void test_predict_world_shards(void **state)
+{
+	(void)state;
+	char ref[600], world[600], src[900], path[900], err[1024] = "";
+	snprintf(ref, sizeof ref, "%s/world-ref", g_dir);
+	snprintf(world, sizeof world, "%s/world", g_dir);
+	st_job_t job;
+	make_job(&job, "predict-world");
+	st_trainer_t *tr;
+	assert_int_equal(st_trainer_create(&tr, &job, NULL), ST_OK);
+	int st[ST_GEN_N_CAT];
+	slot_map(tr, st);
+	for (uint64_t i = 0; i < 3; i++)
+		run_batch(tr, gen_batch(i * BS, BS, i, 0), NULL);
+	export_ok(tr, &job, ref, 0, 3, NULL);
+	snprintf(src, sizeof src, "%s/export-000000000000-full", ref);
+	split_export(tr, &job, src, world, 0, 3, 0);
+	keys_t touched[2] = { { 0 } };
+	for (uint64_t i = 3; i < 5; i++) {
+		st_batch_t *b = gen_batch(i * BS, BS, i, 0);
+		batch_keys(b, st, touched);
+		run_batch(tr, b, NULL);
+	}
+	st_export_keys_t dk[2] = { { touched[0].v, touched[0].n, (const uint64_t[]){ 42, 44 }, 2 },
+				   { touched[1].v, touched[1].n, NULL, 0 } };
+	const st_export_delta_t delta = { 2, dk };
+	export_ok(tr, &job, ref, 1, 5, &delta);
+	snprintf(src, sizeof src, "%s/export-000000000001-delta", ref);
+	split_export(tr, &job, src, world, 1, 5, 1);
+
+	float *want = malloc(sizeof(float) * EVAL_N * EVAL_BS);
+	float *got = malloc(sizeof(float) * EVAL_N * EVAL_BS);
+	assert_true(want && got);
+	st_predictor_t *p, *q;
+	open_ok(&p, ref, 1);
+	open_ok(&q, world, 2);
+	st_predictor_info_t ip, iq;
+	st_predictor_info(p, &ip);
+	st_predictor_info(q, &iq);
+	assert_int_equal(iq.n_exports, 2);
+	assert_int_equal(iq.rows, ip.rows);
+	predictor_eval(p, want);
+	predictor_eval(q, got);
+	assert_memory_equal(want, got, sizeof(float) * EVAL_N * EVAL_BS);
+	st_predictor_close(p);
+	st_predictor_close(q);
+
+	/* Rank 1's file of table 1 gone from the delta: refused, naming it;
+	 * the verified chain ends at the full export. */
+	snprintf(path, sizeof path, "%s/export-000000000001-delta/table-1.rank-1-of-2.rows", world);
+	assert_int_equal(unlink(path), 0);
+	open_bad(world, ST_ECORRUPT, "export-000000000001-delta", "table-1.rank-1-of-2.rows");
+	st_ckpt_entry_t *e;
+	size_t n;
+	assert_int_equal(st_ckpt_list_exports(world, 1, &e, &n, NULL, NULL, err, sizeof err),
+			 ST_OK);
+	assert_int_equal(n, 1);
+	assert_string_equal(e[0].name, "export-000000000000-full");
+	st_ckpt_entries_free(e, n);
+
+	/* The full export's manifest without rank 1's part: incomplete. */
+	snprintf(path, sizeof path, "%s/export-000000000000-full/manifest.yaml", world);
+	st_manifest_t *m;
+	assert_int_equal(st_manifest_read(path, &m, err, sizeof err), ST_OK);
+	assert_int_equal(m->world_size, 2);
+	m->n_parts = 1;
+	assert_int_equal(st_manifest_write(path, m, NULL, err, sizeof err), ST_OK);
+	m->n_parts = 2;
+	st_manifest_free(m);
+	open_bad(world, ST_ECORRUPT, "export-000000000000-full", "incomplete");
+	assert_int_equal(st_ckpt_list_exports(world, 1, &e, &n, NULL, NULL, err, sizeof err),
+			 ST_OK);
+	assert_int_equal(n, 0);
+	st_ckpt_entries_free(e, n);
+	free(want);
+	free(got);
+	free(touched[0].v);
+	free(touched[1].v);
+	st_trainer_destroy(tr);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -687,6 +832,7 @@ int main(void)
 		cmocka_unit_test(test_predict_every_preset),
 		cmocka_unit_test(test_predict_refuses_damage),
 		cmocka_unit_test(test_predict_refuses_foreign_lineage),
+		cmocka_unit_test(test_predict_world_shards),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
