@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Serving exports of multi-process jobs (docs/distributed.md, "Exports of
+# multi-process jobs"), end to end, under allreduce:
+#  - `strata launch -n 2` writes one full export (each rank's shard of the
+#    rows, the world in the manifest); `strata inspect` says complete;
+#  - single-process `strata predict` scores from it are byte-identical to
+#    those from the export of the same job run as 1 process x 2 workers, and
+#    `strata eval` gives the same AUC;
+#  - the online-days job (jobs/online_days.lua) on 2 processes writes a full
+#    export and a delta per later day; the chain applies (predict, eval) and
+#    scores byte for byte as the 1 x 2 workers run's chain;
+#  - an export missing one rank's shard file is incomplete (inspect), left
+#    out of the verified chain, and refused by predict;
+#  - a rank that cannot join the export folder: nothing is published;
+#  - exports under other policies are refused, naming the policy.
+# Usage: dist_export.sh PATH/TO/strata HAVE_UCX(0|1)
+. "$(dirname "$0")/dist_lib.sh"
+auc() { grep -o 'eval *auc [0-9.]*' "$1" | grep -o '[0-9.]*$'; }
+ar=(--set 'sync=st.sync.allreduce{}' --set stages.train.minibatch=256)
+two=(--set stages.train.workers=1 --set stages.read.batch_size=256)   # per rank, 2 ranks
+one=(--set stages.train.workers=2 --set stages.read.batch_size=512)   # 1 process, same global batch
+x=export-000000000000-full
+
+# A plain job: 2 processes and 1 process x 2 workers, one full export each.
+timeout 120 "$strata" launch -n 2 "${base[@]}" "${ar[@]}" "${two[@]}" \
+  --set "export={dir=\"$tmp/x2\"}" >"$tmp/out_a" 2>&1; arc=$?
+timeout 120 "$strata" run "${base[@]}" "${ar[@]}" "${one[@]}" \
+  --set "export={dir=\"$tmp/x1\"}" >"$tmp/out_b" 2>&1
+"$strata" inspect "$tmp/x2/$x" >"$tmp/out_i" 2>&1
+if [ $arc = 0 ] && grep -q "complete: yes (the shards of all 2 ranks)" "$tmp/out_i" &&
+   grep -q "world    2 ranks" "$tmp/out_i" && [ -f "$tmp/x2/$x/table-0.rank-1-of-2.rows" ] &&
+   [ "$(grep -c "export .*written" "$tmp/out_a")" = 1 ] && ! ls "$tmp/x2" | grep -q '\.tmp$'; then
+  ok "launch -n 2 writes one complete export (every rank's shard, the world)"
+else
+  bad "2-process export (exit $arc)"
+fi
+"$strata" predict "$tmp/x2" "$tmp/d/eval.tsv" --out "$tmp/p2" >"$tmp/out_p2" 2>&1
+"$strata" predict "$tmp/x1" "$tmp/d/eval.tsv" --out "$tmp/p1" >"$tmp/out_p1" 2>&1
+if [ -s "$tmp/p2" ] && cmp -s "$tmp/p1" "$tmp/p2" && [ "$(wc -l <"$tmp/p2")" = 3000 ]; then
+  ok "strata predict: 2-process export scores byte-identical to 1 process x 2 workers"
+else
+  bad "predict on the 2-process export vs 1 x 2 workers"
+fi
+"$strata" eval "$tmp/x2" "$tmp/d/eval.tsv" >"$tmp/out_e2" 2>&1
+"$strata" eval "$tmp/x1" "$tmp/d/eval.tsv" >"$tmp/out_e1" 2>&1
+e2=$(grep -o '^auc [0-9.]*' "$tmp/out_e2")
+if [ -n "$e2" ] && [ "$e2" = "$(grep -o '^auc [0-9.]*' "$tmp/out_e1")" ] &&
+   [ "$(printf '%.4f' "${e2#auc }")" = "$(auc "$tmp/out_a")" ]; then
+  ok "strata eval on the 2-process export: the same $e2 (and the job's own eval)"
+else
+  bad "eval: '$e2' vs '$(grep -o '^auc [0-9.]*' "$tmp/out_e1")', job $(auc "$tmp/out_a")"
+fi
+
+# The online-days job: a full export, then a delta per day.
+online() { # dir, strata command...
+  local dir=$1; shift
+  mkdir -p "$dir" && (cd "$dir" && timeout 120 "$@" "$root/jobs/online_days.lua" --quiet --no-pin \
+    --set data.generate.rows=40000 --set data.generate.vocab=20000 --set stages.read.threads=1 \
+    "${days[@]}" >log 2>&1)
+}
+days=(--set stages.read.batch_size=256 --set stages.train.workers=1)
+online "$tmp/on2" "$strata" launch -n 2; orc=$?
+days=(--set stages.read.batch_size=512 --set stages.train.workers=2)
+online "$tmp/on1" "$strata" run
+X2=$tmp/on2/out/online/export X1=$tmp/on1/out/online/export day7=$tmp/on2/data/online/day-007.tsv
+nf=$(ls "$X2" | grep -c -- '-full$') nd=$(ls "$X2" | grep -c -- '-delta$')
+inc=0
+for e in "$X2"/export-*; do "$strata" inspect "$e" 2>&1 | grep -q "complete: yes (the shards of all 2 ranks)" || inc=1; done
+if [ $orc = 0 ] && [ "$nf" = 1 ] && [ "$nd" = 7 ] && [ $inc = 0 ]; then
+  ok "online job on 2 processes: one full export and 7 deltas, each complete"
+else
+  bad "online exports (exit $orc): $nf full, $nd delta, incomplete $inc"
+fi
+"$strata" predict "$X2" "$day7" --out "$tmp/q2" >"$tmp/out_q2" 2>&1
+"$strata" predict "$X1" "$day7" --out "$tmp/q1" >"$tmp/out_q1" 2>&1
+"$strata" eval "$X2" "$day7" >"$tmp/out_f2" 2>&1
+"$strata" eval "$X1" "$day7" >"$tmp/out_f1" 2>&1
+if [ -s "$tmp/q2" ] && cmp -s "$tmp/q1" "$tmp/q2" && grep -q "export-000000000007-delta" "$tmp/out_q2" &&
+   grep -q '^auc 0\.' "$tmp/out_f2" && cmp -s "$tmp/out_f1" "$tmp/out_f2"; then
+  ok "the 2-process delta chain applies on its full export: predict and eval as 1 x 2 workers, byte for byte"
+else
+  bad "online chain: predict/eval of the 2-process chain vs 1 x 2 workers"
+fi
+
+# A delta missing rank 1's shard: incomplete; the chain ends before it.
+cp -r "$X2" "$tmp/g"
+rm "$tmp/g/export-000000000005-delta/table-0.rank-1-of-2.rows"
+"$strata" inspect "$tmp/g/export-000000000005-delta" >"$tmp/out_gi" 2>&1
+"$strata" inspect "$tmp/g" >"$tmp/out_gr" 2>&1
+"$strata" predict "$tmp/g" "$day7" --out "$tmp/qg" >"$tmp/out_gp" 2>&1; grc=$?
+if grep -q "complete: no (rank 1's shard: file 'table-0.rank-1-of-2.rows': missing)" "$tmp/out_gi" &&
+   grep -q "exports in apply order (verified): 5" "$tmp/out_gr" &&
+   grep -q "export-000000000005-delta: file 'table-0.rank-1-of-2.rows': missing — the chain ends" "$tmp/out_gr" &&
+   [ $grc = 1 ] && grep -q "export export-000000000005-delta: file 'table-0.rank-1-of-2.rows': missing" "$tmp/out_gp" &&
+   [ ! -e "$tmp/qg" ]; then
+  ok "an export missing a rank's shard: incomplete, out of the verified chain, refused by predict"
+else
+  bad "export missing a shard (predict exit $grc)"
+fi
+
+# Ranks that do not share the export folder: rank 1 cannot join rank 0's
+# export; nothing is published.
+p=$(port)
+pids=()
+for r in 0 1; do
+  STRATA_RANK=$r STRATA_WORLD_SIZE=2 STRATA_COORDINATOR=127.0.0.1:$p STRATA_TOKEN=apart \
+    timeout 120 "$strata" run "${base[@]}" "${ar[@]}" "${two[@]}" \
+    --set "export={dir=\"$tmp/n$r\"}" >"$tmp/out_n$r" 2>&1 &
+  pids+=($!)
+done
+wait "${pids[0]}"; n0=$?
+wait "${pids[1]}"
+pids=()
+if [ $n0 != 0 ] && [ -z "$(ls "$tmp/n0" 2>/dev/null)" ] &&
+   grep -q "the ranks of a job must share the export folder" "$tmp/out_n1" &&
+   grep -q "rank 1 could not write its shard (see its messages); the export is not published" "$tmp/out_n0"; then
+  ok "a rank that cannot write its shard: no export is published (and it says why)"
+else
+  bad "unshared export folder: rank 0 exit $n0, $(ls "$tmp/n0" 2>&1 | tr '\n' ' ')"
+fi
+
+# Other policies: refused before anything trains.
+timeout 60 "$strata" launch -n 2 "${base[@]}" --set 'sync=st.sync.async{}' \
+  --set "export={dir=\"$tmp/h\"}" >"$tmp/out_h" 2>&1; hrc=$?
+if [ $hrc != 0 ] && grep -q "export of a multi-process job under policy 'async' is not supported yet; allreduce is" "$tmp/out_h" &&
+   [ ! -d "$tmp/h" ]; then
+  ok "async exports across processes are refused, naming the policy"
+else
+  bad "async export refusal (exit $hrc)"
+fi
+
+echo "dist_export: $pass passed, $fail failed"
+[ $fail -eq 0 ]
