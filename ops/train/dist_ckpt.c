@@ -41,8 +41,12 @@
  * Waits re-check that the peer is alive, so a dead rank ends them with
  * ST_EPEER.
  *
+ * Exports (st_trainer_dist_export, below) use the same commit on channels
+ * of their own, between passes.
+ *
  * Threads: the dump stage's thread (interval checkpoints) or the runner's
- * (the final one, st_trainer_dist_checkpoint), never both at once.
+ * (the final one, st_trainer_dist_checkpoint, and exports), never two at
+ * once.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -459,10 +463,9 @@ static int exchange_keys(st_trainer_t *tr, int nt, st_export_keys_t *keys, int h
 	int rc = ST_OK;
 	uint64_t *cnt = calloc((size_t)P * (size_t)nt, sizeof *cnt);     /* [dst][k] */
 	uint64_t **out = calloc((size_t)P, sizeof *out);                 /* [dst] */
-	size_t *own_n = calloc((size_t)nt, sizeof *own_n);
 	for (int k = 0; k < nt; k++)
 		own[k] = NULL;
-	if (!cnt || !out || !own_n) {
+	if (!cnt || !out) {
 		rc = ST_ENOMEM;
 		goto out;
 	}
@@ -577,7 +580,6 @@ out:
 		free(out[r]);
 	free(out);
 	free(cnt);
-	free(own_n);
 	return rc;
 }
 

@@ -9,7 +9,9 @@
  * fails it too. The rows of each table are merged in memory, in key order:
  * the full export's sorted rows, then each delta's sorted rows replacing or
  * adding, then its sorted deleted keys removing — three-way merges, no hash
- * table. Only then are the model (ops/nn, from the metadata: the same
+ * table. An export several processes wrote has a file per table and rank
+ * (the manifest's world, complete once verified): its files are merged the
+ * same way, in rank order. Only then are the model (ops/nn, from the metadata: the same
  * preset, shape and seed the trainer built) and its tables (one per
  * distinct row width in slot order, as the trainer groups them, RAM only,
  * without optimizer state) built and filled, with the dense tensors of the
