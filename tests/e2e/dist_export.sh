@@ -5,7 +5,8 @@
 #    rows, the world in the manifest); `strata inspect` says complete;
 #  - single-process `strata predict` scores from it are byte-identical to
 #    those from the export of the same job run as 1 process x 2 workers, and
-#    `strata eval` gives the same AUC;
+#    `strata eval` gives the same AUC; with the SSD tier on, the shards hold
+#    both tiers' rows (the same scores);
 #  - the online-days job (jobs/online_days.lua) on 2 processes writes a full
 #    export and a delta per later day; the chain applies (predict, eval) and
 #    scores byte for byte as the 1 x 2 workers run's chain;
@@ -49,6 +50,30 @@ if [ -n "$e2" ] && [ "$e2" = "$(grep -o '^auc [0-9.]*' "$tmp/out_e1")" ] &&
   ok "strata eval on the 2-process export: the same $e2 (and the job's own eval)"
 else
   bad "eval: '$e2' vs '$(grep -o '^auc [0-9.]*' "$tmp/out_e1")', job $(auc "$tmp/out_a")"
+fi
+
+# The SSD tier on (each rank its own storage.ssd.path, so ranks started by
+# hand): each rank's shard holds the rows of both tiers; the scores are
+# those of the one-process export above.
+p=$(port)
+pids=()
+for r in 0 1; do
+  mkdir -p "$tmp/ssd-$r"
+  STRATA_RANK=$r STRATA_WORLD_SIZE=2 STRATA_COORDINATOR=127.0.0.1:$p STRATA_TOKEN=ssd \
+    timeout 120 "$strata" run "${base[@]}" "${ar[@]}" "${two[@]}" --metrics "$tmp/m$r.json" \
+    --set "storage={mem=\"1MiB\",ssd={path=\"$tmp/ssd-$r\",file_size=\"256KiB\"}}" \
+    --set "export={dir=\"$tmp/xs\"}" >"$tmp/out_s$r" 2>&1 &
+  pids+=($!)
+done
+src=0
+for r in 0 1; do wait "${pids[$r]}" || src=1; done
+pids=()
+"$strata" predict "$tmp/xs" "$tmp/d/eval.tsv" --out "$tmp/ps" >"$tmp/out_ps" 2>&1
+if [ $src = 0 ] && cmp -s "$tmp/p1" "$tmp/ps" &&
+   tail -n 1 "$tmp/m0.json" | grep -Eq '"ssd.rows_written":[1-9]'; then
+  ok "SSD tier: the 2-process export holds both tiers' rows (predict as 1 x 2 workers)"
+else
+  bad "SSD tier export (exit $src)"
 fi
 
 # The online-days job: a full export, then a delta per day.
