@@ -94,7 +94,8 @@ int st_dist_owners(const st_dist_t *d);
 /* Waits until sync steps 0..steps-1 are applied to this rank's own shard
  * (the pushes of every rank for them arrived and were summed), so that a
  * copy of the shard holds exactly those steps (multi-process checkpoints).
- * ST_OK, or ST_EPEER when a rank died meanwhile. Any thread. */
+ * At once on a rank that owns no shard (rank >= owners). ST_OK, or
+ * ST_EPEER when a rank died meanwhile. Any thread. */
 int st_dist_wait_applied(st_dist_t *d, uint64_t steps);
 
 /* Row copies of a batch: rows[i] = buf + i * stride floats for the keys

@@ -12,6 +12,8 @@
 #    scores byte for byte as the 1 x 2 workers run's chain;
 #  - an export missing one rank's shard file is incomplete (inspect), left
 #    out of the verified chain, and refused by predict;
+#  - a rank that owns no rows (dist.owners = 1) takes part in checkpoints
+#    and exports without waiting forever;
 #  - a rank that cannot join the export folder: nothing is published;
 #  - exports under other policies are refused, naming the policy.
 # Usage: dist_export.sh PATH/TO/strata HAVE_UCX(0|1)
@@ -50,6 +52,19 @@ if [ -n "$e2" ] && [ "$e2" = "$(grep -o '^auc [0-9.]*' "$tmp/out_e1")" ] &&
   ok "strata eval on the 2-process export: the same $e2 (and the job's own eval)"
 else
   bad "eval: '$e2' vs '$(grep -o '^auc [0-9.]*' "$tmp/out_e1")', job $(auc "$tmp/out_a")"
+fi
+
+# dist.owners = 1: rank 1 owns no rows (its shard files are empty); its
+# cut must not wait for steps applied to a shard it does not have (it
+# did, forever, for checkpoints too).
+timeout 60 "$strata" launch -n 2 "${base[@]}" "${ar[@]}" "${two[@]}" --set dist.owners=1 \
+  --set "checkpoint={dir=\"$tmp/co\",every=20}" --set "export={dir=\"$tmp/xo\"}" >"$tmp/out_o" 2>&1; orc=$?
+"$strata" predict "$tmp/xo" "$tmp/d/eval.tsv" --out "$tmp/po" >"$tmp/out_po" 2>&1
+if [ $orc = 0 ] && cmp -s "$tmp/p1" "$tmp/po" && [ -d "$tmp/co/ckpt-000000000047" ] &&
+   "$strata" inspect "$tmp/xo/$x" 2>&1 | grep -q "complete: yes"; then
+  ok "dist.owners = 1: a rank without rows takes part in checkpoints and exports"
+else
+  bad "dist.owners = 1 (exit $orc)"
 fi
 
 # The SSD tier on (each rank its own storage.ssd.path, so ranks started by
