@@ -53,7 +53,7 @@ int st_cmd_trace(int argc, char **argv)
 	       "busy s", "idle s", "blocked s", "busy", "idle", "blocked");
 	for (int i = 0; i < s.n; i++) {
 		const st_trace_stage_sum_t *t = &s.st[i];
-		double all = t->busy_s + t->idle_s + t->blocked_s;
+		double all = t->threads * s.wall_s;
 		printf("%-10s %7d %9llu %10.3f %10.3f %10.3f  ", t->name, t->threads,
 		       (unsigned long long)t->spans, t->busy_s, t->idle_s, t->blocked_s);
 		pct(t->busy_s, all);
@@ -62,9 +62,9 @@ int st_cmd_trace(int argc, char **argv)
 		printf("%s\n", i == s.bottleneck ? "   <- bottleneck" : "");
 	}
 	const st_trace_stage_sum_t *b = &s.st[s.bottleneck];
-	double all = b->busy_s + b->idle_s + b->blocked_s;
-	printf("bottleneck: %s (busy %.0f%% of its threads' time)\n", b->name,
-	       all > 0 ? 100.0 * b->busy_s / all : 0.0);
+	double all = b->threads * s.wall_s;
+	printf("bottleneck: %s (busy %.0f%% of the pipeline's %.3f s)\n", b->name,
+	       all > 0 ? 100.0 * b->busy_s / all : 0.0, s.wall_s);
 	if (s.dropped)
 		printf("note: the trace's rings dropped %llu older events; these sums cover "
 		       "the newest ones (raise --trace-events to keep more)\n",

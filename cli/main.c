@@ -177,7 +177,8 @@ static const char *const help_trace =
 	"stage, its threads, the batches it handled and the time its threads were\n"
 	"busy (in the stage's work), idle (waiting for input: an empty input queue)\n"
 	"and blocked (waiting on a full output queue), then names the bottleneck: the\n"
-	"stage busy the largest share of its time. A pipeline runs at the pace of its\n"
+	"stage whose threads were each busy the longest share of the pipeline's time\n"
+	"(first to last stage span). A pipeline runs at the pace of its\n"
 	"slowest stage: the stages before it are blocked, the ones after it idle.\n"
 	"See docs/observability.md.\n"
 	"Exit status: 0 ok, 1 the file cannot be read or holds no trace, 2 usage error.\n";

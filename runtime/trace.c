@@ -475,6 +475,8 @@ int st_trace_summarize(const char *path, st_trace_summary_t *out)
 	size_t cap = 0;
 	struct seen seen[ST_TRACE_MAX_STAGES * 64];
 	int nseen = 0, any = 0;
+	double t_first = 0, t_last = 0;   /* us: the stages' first and last span */
+	uint64_t nspan = 0;
 	while (getline(&line, &cap, f) > 0) {
 		char ph[4], cat[16], name[64], stage[32];
 		double v;
@@ -488,10 +490,17 @@ int st_trace_summarize(const char *path, st_trace_summary_t *out)
 		    !field_str(line, "stage", stage, sizeof stage) ||
 		    !field_str(line, "name", name, sizeof name))
 			continue;
-		double dur = 0, tid = 0;
+		double dur = 0, tid = 0, ts = 0;
 		if (!field_num(line, "dur", &dur))
 			continue;
 		field_num(line, "tid", &tid);
+		if (field_num(line, "ts", &ts)) {
+			if (!nspan || ts < t_first)
+				t_first = ts;
+			if (!nspan || ts + dur > t_last)
+				t_last = ts + dur;
+			nspan++;
+		}
 		int i = stage_index(out, stage);
 		if (i < 0)
 			continue;
@@ -520,14 +529,19 @@ int st_trace_summarize(const char *path, st_trace_summary_t *out)
 		return err;
 	if (!any)
 		return -EINVAL;
+	/* Every stage is measured against the same clock: its threads times
+	 * the pipeline's time (first to last stage span). Against its own
+	 * threads' traced time instead, a reader that read everything into
+	 * the queues early and ended would count as 100% busy. */
+	out->wall_s = nspan ? (t_last - t_first) / 1e6 : 0;
 	double best = -1;
 	for (int i = 0; i < out->n; i++) {
 		const st_trace_stage_sum_t *s = &out->st[i];
-		double all = s->busy_s + s->idle_s + s->blocked_s;
-		if (!s->spans || all <= 0)
+		if (!s->spans || s->threads <= 0)
 			continue;
-		if (s->busy_s / all > best) {
-			best = s->busy_s / all;
+		double per_thread = s->busy_s / s->threads;
+		if (per_thread > best) {
+			best = per_thread;
 			out->bottleneck = i;
 		}
 	}

@@ -133,13 +133,15 @@ typedef struct st_trace_summary {
 	int bottleneck;        /* index into st, -1 when no stage has spans */
 	uint64_t dropped;      /* events the rings dropped (the summary covers the newest) */
 	uint64_t events;       /* events read */
+	double wall_s;         /* the pipeline's time: first to last stage span */
 } st_trace_summary_t;
 
 /* Reads a trace written by st_trace_write (one event per line; other
  * Chrome traces whose events are one per line also work) and sums, per
  * stage, the spans of cat "stage" (busy) and "wait" (name "wait input":
  * idle; "wait output": blocked). The bottleneck is the stage whose threads
- * were busy the largest share of their traced time. ST_OK; -errno when the
+ * were each busy the longest, i.e. the largest share of the pipeline's
+ * time (wall_s; a stage whose threads ended early does not fill it). ST_OK; -errno when the
  * file cannot be read; -EINVAL when it holds no trace events. */
 int st_trace_summarize(const char *path, st_trace_summary_t *out);
 

@@ -203,6 +203,12 @@ for victim in 1 0; do
   rm -rf "$tmp/l" "$tmp"/out[0-9]*
   start_ranks 2 "kill$victim" "${ar[@]}" "${slow[@]}" --set "checkpoint={dir=\"$tmp/l\",every=2,keep=2}"
   wait_started 2 || continue
+  # Kill once a checkpoint is complete (a sanitizer build may need more
+  # than the second wait_started leaves before the first one).
+  t=0
+  until ls "$tmp/l" 2>/dev/null | grep -q '^ckpt-[0-9]*$' || [ $t -ge 300 ]; do
+    sleep 0.2; t=$((t + 1))
+  done
   kill -9 "${pids[$victim]}"
   wait_for "${pids[$((1 - victim))]}" 30; sv=$ws
   pids=()

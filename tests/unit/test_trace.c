@@ -544,6 +544,42 @@ static void test_trace_summarize_rejects_non_trace(void **state)
 	assert_true(st_trace_summarize(path, &s) < 0);   /* gone: ENOENT */
 }
 
+/* A stage whose thread ended early (a reader that put a small file's
+ * batches into the queues at once) is not the bottleneck: every stage is
+ * measured against the pipeline's time, not its own threads' lifetime
+ * (the e2e trace test's train-bound job named read under ASan before). */
+static void test_trace_summarize_early_stage_not_bottleneck(void **state)
+{
+	(void)state;
+	const char *path = tmp_path("early");
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs("{\"traceEvents\":[\n", f);
+	/* read: 10 batches of 20 ms, busy the whole 0.2 s it lived */
+	for (int i = 0; i < 10; i++)
+		fprintf(f, "{\"ph\":\"X\",\"pid\":1,\"tid\":2,\"ts\":%d,\"name\":\"read\","
+			"\"dur\":20000,\"cat\":\"stage\",\"args\":{\"batch\":%d,\"stage\":\"read\"}},\n",
+			i * 20000, i);
+	/* train: 10 batches of 590 ms with 10 ms waits for input: 6 s */
+	for (int i = 0; i < 10; i++) {
+		fprintf(f, "{\"ph\":\"X\",\"pid\":1,\"tid\":3,\"ts\":%d,\"name\":\"wait input\","
+			"\"dur\":10000,\"cat\":\"wait\",\"args\":{\"batch\":%d,\"stage\":\"train\"}},\n",
+			i * 600000, i);
+		fprintf(f, "{\"ph\":\"X\",\"pid\":1,\"tid\":3,\"ts\":%d,\"name\":\"train\","
+			"\"dur\":590000,\"cat\":\"stage\",\"args\":{\"batch\":%d,\"stage\":\"train\"}},\n",
+			i * 600000 + 10000, i);
+	}
+	fputs("{\"ph\":\"i\",\"pid\":1,\"tid\":1,\"ts\":0,\"name\":\"start\",\"s\":\"t\"}\n]}\n", f);
+	fclose(f);
+	st_trace_summary_t s;
+	assert_int_equal(st_trace_summarize(path, &s), ST_OK);
+	assert_int_equal(s.n, 2);
+	assert_true(s.bottleneck >= 0);
+	assert_string_equal(s.st[s.bottleneck].name, "train");
+	assert_true(s.wall_s > 5.99 && s.wall_s < 6.01);
+	unlink(path);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -554,6 +590,7 @@ int main(void)
 		cmocka_unit_test(test_trace_track_reused_by_next_thread),
 		cmocka_unit_test(test_trace_graph_names_slow_stage),
 		cmocka_unit_test(test_trace_summarize_rejects_non_trace),
+		cmocka_unit_test(test_trace_summarize_early_stage_not_bottleneck),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
