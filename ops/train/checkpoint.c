@@ -59,6 +59,7 @@
 #include "ops/rowsrc/local.h"
 #include "ops/train/checkpoint.h"
 #include "ops/train/trainer_internal.h"
+#include "ops/view/export.h"
 #include "runtime/err.h"
 
 #define NO_PREV SIZE_MAX
@@ -507,20 +508,12 @@ int st__trainer_snap_dense(st_trainer_t *tr, const st_trainer_snap_t *s, st_ckpt
 	return rc;
 }
 
-void st__trainer_rows_name(char *buf, size_t len, int table, int rank, int world)
-{
-	if (world > 0)
-		snprintf(buf, len, "table-%d.rank-%d-of-%d.rows", table, rank, world);
-	else
-		snprintf(buf, len, "table-%d.rows", table);
-}
-
 int st__trainer_snap_rows(const st_trainer_snap_t *s, st_ckpt_writer_t *w, int rank, int world)
 {
 	int rc = ST_OK;
 	for (int k = 0; k < s->n_tables && rc >= 0; k++) {
 		char name[64];
-		st__trainer_rows_name(name, sizeof name, k, rank, world);
+		st_export_rows_name(name, sizeof name, k, rank, world);
 		rc = st_ckpt_write_rows_from(w, name, s->rows[k]);
 	}
 	return rc;

@@ -21,6 +21,7 @@
 #include "ops/dump/ckpt.h"
 #include "ops/train/checkpoint.h"
 #include "ops/train/trainer_internal.h"
+#include "ops/view/export.h"
 #include "runtime/err.h"
 
 static int parse_u64(const st_manifest_t *m, const char *key, uint64_t *v)
@@ -470,7 +471,7 @@ static int load_tables(st_trainer_t *tr, const char *dir, const st_manifest_t *m
 		for (int r = 0; r < (W > 0 ? W : 1) && rc >= 0; r++) {
 			if (same && r != me)
 				continue;
-			st__trainer_rows_name(name, sizeof name, k, r, W);
+			st_export_rows_name(name, sizeof name, k, r, W);
 			snprintf(path, sizeof path, "%s/%s", dir, name);
 			rc = load_rows(tr, k, path, same ? NULL : d, err, errlen);
 		}

@@ -370,17 +370,16 @@ void st__trainer_track_free(st_trainer_t *tr);
  * (shutdown). */
 void st__trainer_ckpt_gate(st_trainer_t *tr, st_batch_t *b, st_graph_t *g);
 /* checkpoint.c, shared with dist_ckpt.c: a snapshot's dense file, its row
- * files (rank r of world ranks; world 0: one process, table-<k>.rows), the
- * row file name of table k, and the manifest and publication (world:
- * NULL for one process, else the world fields of a manifest). Each ST_OK
- * or the writer's error. */
+ * files (rank r of world ranks; world 0: one process, table-<k>.rows; names
+ * from st_export_rows_name, ops/view/export.h), and the manifest and
+ * publication (world: NULL for one process, else the world fields of a
+ * manifest). Each ST_OK or the writer's error. */
 struct st_ckpt_writer;
 struct st_manifest;
 int st__trainer_snap_dense(st_trainer_t *tr, const struct st_trainer_snap *s,
 			   struct st_ckpt_writer *w);
 int st__trainer_snap_rows(const struct st_trainer_snap *s, struct st_ckpt_writer *w, int rank,
 			  int world);
-void st__trainer_rows_name(char *buf, size_t len, int table, int rank, int world);
 int st__trainer_snap_commit(st_trainer_t *tr, const struct st_trainer_snap *s,
 			    const struct st_trainer_ckpt_cfg *cfg, struct st_ckpt_writer *w,
 			    const struct st_manifest *world);

@@ -121,7 +121,8 @@ int st_export_commit(const st_view_t *v, struct st_ckpt_writer *w, uint64_t seq,
 		     int keep, const struct st_manifest *world, char *err, size_t errlen);
 
 /* The name of table k's row file: "table-<k>.rows" (world 0), or rank's
- * shard "table-<k>.rank-<rank>-of-<world>.rows". */
+ * shard "table-<k>.rank-<rank>-of-<world>.rows" — in exports and in
+ * checkpoints alike (ops/train writes and reads checkpoints with it). */
 void st_export_rows_name(char *buf, size_t len, int table, int rank, int world);
 
 /* Keys of metadata and the format version (shared with predict.c). */
