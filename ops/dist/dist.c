@@ -491,8 +491,9 @@ static int wait_ctrl(st_dist_t *d, int src, uint32_t chan, uint32_t type, const 
 }
 
 /* Every push of ours is applied: a FLUSH to each other owner comes back
- * after the pushes sent before it (one channel, in order). */
-static int flush_own(st_dist_t *d)
+ * after the pushes sent before it (one channel, in order). The end of
+ * training, a switch of policy and a checkpoint's cut. */
+int st_dist_flush(st_dist_t *d)
 {
 	for (int o = 0; o < d->owners; o++) {
 		if (o == d->rank)
@@ -512,7 +513,7 @@ static int flush_own(st_dist_t *d)
 
 /* Rank 0, once every contribution of every rank has arrived: the gradient
  * buffers' partial steps (psbuf.c), here and at every other owner. */
-static int flush_buffers(st_dist_t *d)
+int st_dist_flush_buffers(st_dist_t *d)
 {
 	pthread_mutex_lock(&d->mu);
 	int rc = st__dist_buf_flush(d);
@@ -534,7 +535,7 @@ int st_dist_finish(st_dist_t *d, int *lost)
 	*lost = 0;
 	const uint32_t round = ++d->round;
 	/* 1. Every push of ours is applied. */
-	int rc = flush_own(d);
+	int rc = st_dist_flush(d);
 	if (rc < 0)
 		return rc;
 	/* 2. Tell rank 0; rank 0 waits for every live rank, then lets all go. */
@@ -560,7 +561,7 @@ int st_dist_finish(st_dist_t *d, int *lost)
 	pthread_mutex_unlock(&d->mu);
 	/* 3. Every contribution of every rank has arrived: the partial
 	 * buffers, before anyone reads the model. */
-	rc = flush_buffers(d);
+	rc = st_dist_flush_buffers(d);
 	for (int r = 1; r < d->P; r++)
 		*lost += d->done[r] < round;
 	for (int r = 1; r < d->P; r++) {
@@ -599,13 +600,13 @@ int st_dist_sync_begin(st_dist_t *d)
 {
 	/* 1. Our pushes are applied; once every rank has said so (the
 	 * barrier), nothing of the asynchronous phase is in flight. */
-	int rc = flush_own(d);
+	int rc = st_dist_flush(d);
 	if (rc >= 0)
 		rc = st_net_barrier(d->net);
 	/* 2. Rank 0 applies the buffers' partial steps everywhere and forgets
 	 * hop_bs's clocks (a later hop_bs phase starts its clocks afresh). */
 	if (rc >= 0 && d->rank == 0) {
-		rc = flush_buffers(d);
+		rc = st_dist_flush_buffers(d);
 		pthread_mutex_lock(&d->mu);
 		st__dist_hop_free(d);
 		pthread_mutex_unlock(&d->mu);

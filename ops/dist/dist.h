@@ -196,6 +196,17 @@ int st_dist_push_quorum(st_dist_t *d, uint64_t step, uint64_t t, uint32_t K,
 			const uint64_t *keys, const uint8_t *table, const float *grad,
 			size_t gstride, uint32_t n);
 
+/* Every push this rank sent is applied (or, buffered, in its owner's
+ * buffer): a FLUSH to each other owner comes back after the pushes sent
+ * before it. A multi-process checkpoint's cut under a policy whose pushes
+ * are applied on arrival (dist_ckpt.c). ST_OK, or ST_EPEER when an owner
+ * died. One thread at a time, not the service thread. */
+int st_dist_flush(st_dist_t *d);
+/* Rank 0, once every rank's contributions have arrived (every rank has
+ * flushed): the gradient buffers' partial steps (GBA, psbuf.c), here and at
+ * every other owner. ST_OK at once when nothing is buffered. */
+int st_dist_flush_buffers(st_dist_t *d);
+
 /* End of training: waits until this rank's pushes are applied, tells rank
  * 0, and keeps serving until every live rank has done the same. Returns
  * ST_OK (and *lost = ranks that died so far, all non-owners), or ST_EPEER

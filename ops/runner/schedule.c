@@ -187,6 +187,18 @@ int st__runner_resume(st_runner_t *r)
 		st__runner_say(r, ST_LOG_INFO, "resuming from %s: step %llu, %llu examples done",
 			       r->pos.dir, (unsigned long long)r->pos.step,
 			       (unsigned long long)r->pos.examples);
+		/* The policy was made before the checkpoint was loaded: one
+		 * that copies the shared parameters at creation (kstep's and
+		 * shadow's replicas, shadow's central copy across processes)
+		 * would train on from the initial ones. A new one starts from
+		 * what was loaded ("replicas restart from them",
+		 * docs/policies.md). A job with phases makes each phase's
+		 * policy when the phase starts, after this. */
+		if (!job->n_phases && (rc = st_trainer_set_policy(r->model, &job->sync)) < 0) {
+			st__runner_say(r, ST_LOG_ERROR, "resuming: cannot restart sync policy %s: %s",
+				       job->sync.name ? job->sync.name : "async", st_strerror(rc));
+			return rc;
+		}
 	}
 	return ST_OK;
 }

@@ -660,7 +660,7 @@ static void dsh_report(void *self, st_sync_stats_t *out)
 const st_sync_ops_t st_sync_dist_shadow_ops = {
 	.name = "shadow",
 	.schedule = ST_SYNC_FREE,
-	.flags = ST_SYNC_RELAXED_READS | ST_SYNC_STEP_ROWS,
+	.flags = ST_SYNC_RELAXED_READS | ST_SYNC_STEP_ROWS | ST_SYNC_RANK_REPLICAS,
 	.create = dsh_create,
 	.destroy = dsh_destroy,
 	.begin_batch = st__sync_noop_begin_batch,

@@ -184,6 +184,7 @@ static int ks_create(void **self, const st_sync_env_t *env)
 			memcpy(a->v + inf->offset, so + len, sizeof(float) * len);
 		}
 		a->t = env->dense_t ? *env->dense_t : 0;
+		a->steps = env->step0;
 	}
 	*self = s;
 	return ST_OK;
@@ -362,11 +363,15 @@ static int ks_apply(void *self, int w, st_sync_grads_t *g)
 			st_sync_stat_add(&s->merges, 1);
 	}
 	if (env->dist) {
-		/* Worker 0 sends the row sums (step index step - 1, the same
-		 * on every rank); nobody reuses a gradient buffer before C. */
+		/* Worker 0 sends the row sums (the store's sync step index: the
+		 * steps of this policy so far after those the ranks made before
+		 * it, the same on every rank; its k-step clock `step` starts at
+		 * env->step0); nobody reuses a gradient buffer before C. */
 		if (w == 0 && !__atomic_load_n(&s->err, __ATOMIC_RELAXED)) {
 			uint64_t rb = 0;
-			int rc = st_sync_rowpush_send(s->rows, env, step - 1, step, &rb);
+			int rc = st_sync_rowpush_send(s->rows, env,
+						      env->dist_step0 + (step - env->step0) - 1, step,
+						      &rb);
 			if (rc < 0)
 				__atomic_store_n(&s->err, rc, __ATOMIC_RELAXED);
 			st_sync_stat_add(&s->st.bytes, rb);
@@ -375,6 +380,41 @@ static int ks_apply(void *self, int w, st_sync_grads_t *g)
 		return __atomic_load_n(&s->err, __ATOMIC_RELAXED);
 	}
 	return ST_OK;
+}
+
+/* The mean of the replicas' Adam moments into the trainer's dense
+ * optimizer state (env->dense_state, the optimizer's layout: per tensor m
+ * then v) and worker 0's step count into env->dense_t, for elements
+ * [lo, hi): what a checkpoint stores and the next policy of a switch
+ * starts from, so that neither restarts Adam from zero moments (a resumed
+ * kstep's first steps would otherwise divide by a second moment of 0, a
+ * loss spike). v is the same on every replica right after a merge; m is
+ * each worker's own (Algorithm 2 never averages it). */
+static void moments_out(kstep_t *s, int w, size_t lo, size_t hi)
+{
+	const st_sync_env_t *env = &s->env;
+	if (!env->dense_state)
+		return;
+	const float inv_n = 1.0f / (float)s->N;
+	for (int ti = 0; ti < st_model_ntensors(env->model); ti++) {
+		const st_tensor_info_t *inf = st_model_tensor(env->model, ti);
+		const size_t len = st_sync_tensor_floats(env->model, ti);
+		const size_t a = inf->offset > lo ? inf->offset : lo;
+		const size_t b = inf->offset + len < hi ? inf->offset + len : hi;
+		float *m = env->dense_state + st_sync_dense_state_offset(env, ti);
+		float *v = m + len;
+		for (size_t j = a; j < b; j++) {
+			float ms = 0.0f, vs = 0.0f;
+			for (int i = 0; i < s->N; i++) {
+				ms += s->w[i].m[j];
+				vs += s->w[i].v[j];
+			}
+			m[j - inf->offset] = ms * inv_n;
+			v[j - inf->offset] = vs * inv_n;
+		}
+	}
+	if (w == 0 && env->dense_t)
+		*env->dense_t = s->w[0].t;
 }
 
 static void ks_end_batch(void *self, int w)
@@ -386,6 +426,7 @@ static void ks_end_batch(void *self, int w)
 	size_t lo, hi;
 	range(s, w, &lo, &hi);
 	float *p = s->env.params;
+	moments_out(s, w, lo, hi);
 	if (s->merged_last || s->N == 1) {
 		memcpy(p + lo, s->w[0].x + lo, sizeof(float) * (hi - lo));
 		return;
@@ -446,7 +487,7 @@ uint64_t st__sync_kstep_merges(void *self)
 const st_sync_ops_t st_sync_kstep_ops = {
 	.name = "kstep",
 	.schedule = ST_SYNC_LOCKSTEP,
-	.flags = 0,
+	.flags = ST_SYNC_RANK_REPLICAS,   /* across processes; one process ignores it */
 	.create = ks_create,
 	.destroy = ks_destroy,
 	.begin_batch = ks_begin_batch,

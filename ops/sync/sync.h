@@ -83,6 +83,12 @@ enum {
 	 * batch (ops/dist/steprows.c says why; PERSIA's bounded staleness,
 	 * persia-hybrid-training.md Section 5, Assumption 1). */
 	ST_SYNC_STEP_ROWS = 8,
+	/* Multi-process: each rank trains dense replicas of its own that
+	 * differ between syncs (shadow's replica, kstep's between merges),
+	 * and the model is their mean (the end of training computes it):
+	 * a checkpoint's cut then stores the mean over the ranks of the
+	 * replicas as copied (ops/train/dist_ckpt.c). kstep, shadow. */
+	ST_SYNC_RANK_REPLICAS = 16,
 };
 
 /* What a policy is given at creation; every pointer outlives the policy. */
@@ -113,6 +119,11 @@ typedef struct st_sync_env {
 	 * before this policy was created (st.sync.auto switches back and forth):
 	 * its first synchronous PUSH is step dist_step0. */
 	uint64_t dist_step0;
+	/* Lockstep steps the trainer made before this policy was created (a
+	 * resume restores them, a switch keeps counting): kstep continues its
+	 * k-step clock and its sparse optimizer's step count from here, so a
+	 * resumed run merges at the same steps as an uninterrupted one. */
+	uint64_t step0;
 } st_sync_env_t;
 
 /* One worker's gradients of one step (valid until apply returns). */

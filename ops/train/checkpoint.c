@@ -218,6 +218,9 @@ void st_trainer_begin_pass(st_trainer_t *tr, int64_t phase, uint64_t batches_bef
 {
 	tr->ckpt.phase = phase;
 	tr->ckpt.pass_seq = batches_before;
+	pthread_mutex_lock(&tr->ckpt.gate_mu);
+	tr->ckpt.npass++;
+	pthread_mutex_unlock(&tr->ckpt.gate_mu);
 	/* Across processes rank 0 carries the job's examples from before a
 	 * resume; the others count their own from 0 (st_trainer_resume), and a
 	 * checkpoint sums them. */
@@ -447,7 +450,9 @@ int st_trainer_snapshot(st_trainer_t *tr, const st_batch_t *last, st_trainer_sna
 	s->src_file = last ? last->src_file : tr->ckpt.pos_file;
 	s->src_rec = last ? last->src_rec : tr->ckpt.pos_rec;
 	s->examples = tr->examples_done;
-	memcpy(s->params, st_model_params(tr->model), sizeof(float) * s->nparams);
+	/* Relaxed loads: shadow's background thread may be blending the
+	 * replica meanwhile (a Hogwild read, as a worker's). */
+	st_sync_load_relaxed(s->params, st_model_params(tr->model), s->nparams);
 	memcpy(s->dstate, tr->pol.dstate, sizeof(float) * s->ndstate);
 	s->dt = tr->pol.dt;
 	s->gstep = tr->step.gstep;

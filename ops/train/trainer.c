@@ -343,6 +343,7 @@ static int swap_policy(st_trainer_t *tr, const st_sync_cfg_t *cfg, int mid_pass)
 	void *obj = NULL;
 	tr->pol.env.cfg = cfg;
 	tr->pol.env.dist_step0 = tr->dist.clock.ssteps;
+	tr->pol.env.step0 = tr->step.gstep;
 	rc = ops->create(&obj, &tr->pol.env);
 	/* The policy may keep env->cfg: cfg may not outlive this call, so it
 	 * gets a view without parameters (policies read them in create). */
@@ -584,6 +585,8 @@ static int train_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 static int train_finish(void *state, st_stage_ctx_t *ctx)
 {
 	st_trainer_t *tr = state;
+	if (!tr->dist.drained)   /* a training pass (eval passes start drained) */
+		st__trainer_dist_ckpt_ended(tr);
 	int rc = st__trainer_dist_drain(tr);
 	if (rc >= 0 && tr->pol.ops->finish)
 		rc = tr->pol.ops->finish(tr->pol.obj);

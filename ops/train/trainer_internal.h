@@ -188,6 +188,10 @@ struct tr_ckpt {
 	 * (b->seq + 1, what a loader seeks to). */
 	uint64_t pulled;
 	uint64_t pass_seq;
+	/* Training passes begun (st_trainer_begin_pass), the same count on
+	 * every rank: a cut's messages name their pass (dist_ckpt.c). Under
+	 * gate_mu. */
+	uint64_t npass;
 	/* The last written snapshot, kept so that the next checkpoint copies
 	 * into memory that is already mapped (st_trainer_snap_release); NULL
 	 * when none is kept. Under gate_mu. */
@@ -387,6 +391,11 @@ int st__trainer_snap_commit(st_trainer_t *tr, const struct st_trainer_snap *s,
  * (the gate is closed; opens it). ST_OK (a failed checkpoint is reported,
  * training goes on) or a network error. */
 int st__trainer_dist_checkpoint_after(st_trainer_t *tr, const st_batch_t *b);
+/* dist_ckpt.c: this rank's training pass ended (train stage's finish,
+ * before the drain): with interval checkpoints on, tells the ranks waiting
+ * in a cut of a step it will not reach (rank 0: every rank; the others:
+ * rank 0). Nothing in one process. */
+void st__trainer_dist_ckpt_ended(st_trainer_t *tr);
 void st__trainer_ckpt_open_gate(st_trainer_t *tr, int cancel);
 int st__trainer_checkpoint_after(st_trainer_t *tr, const st_batch_t *b);
 

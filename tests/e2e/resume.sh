@@ -81,6 +81,40 @@ else
   bad "killed+resumed ($kills kills, $runs runs) differs from uninterrupted ($final): $(ls "$tmp/b")"
 fi
 
+# kstep keeps replicas of the dense parameters and Adam moments of its own:
+# a resumed run restarts them from the checkpoint (the mean of the replicas
+# and of their moments) and continues its k-step clock from the restored
+# step count. With one worker the replica is the model, so a resume from a
+# checkpoint in the middle of a k-step cycle (45 batches = 90 steps, k = 4)
+# ends byte for byte as the uninterrupted run; with two workers the first
+# moments (each worker's own) come back as their mean: within 0.001 AUC.
+ks=(--set 'sync=st.sync.kstep{k=4}' --set "data.train.limit=40000")
+for w in 1 2; do
+  rm -rf "${tmp:?}/k1" "$tmp/k2"
+  "$strata" run "${args[@]}" "${ks[@]}" --set stages.train.workers=$w \
+    --set "checkpoint={dir=\"$tmp/k1\",every=3,keep=0}" >"$tmp/out_k1" 2>&1
+  kfinal=$(ls "$tmp/k1" | grep '^ckpt-' | tail -n 1)
+  mkdir -p "$tmp/k2"; cp -r "$tmp/k1/ckpt-000000000045" "$tmp/k2/" 2>/dev/null
+  "$strata" run "${args[@]}" "${ks[@]}" --set stages.train.workers=$w \
+    --set "checkpoint={dir=\"$tmp/k2\",every=3,keep=0}" --resume >"$tmp/out" 2>&1
+  a1=$(grep -o 'eval *auc [0-9.]*' "$tmp/out_k1" | grep -o '[0-9.]*$')
+  a2=$(grep -o 'eval *auc [0-9.]*' "$tmp/out" | grep -o '[0-9.]*$')
+  if [ $w = 1 ]; then
+    if grep -q "resuming from .*ckpt-000000000045" "$tmp/out" && [ -n "$kfinal" ] &&
+       cmp -s "$tmp/k1/$kfinal/dense.safetensors" "$tmp/k2/$kfinal/dense.safetensors" &&
+       cmp -s "$tmp/k1/$kfinal/table-0.rows" "$tmp/k2/$kfinal/table-0.rows"; then
+      ok "kstep, 1 worker: resumed mid-cycle, the uninterrupted run's parameters byte for byte"
+    else
+      bad "kstep, 1 worker: resume differs from the uninterrupted run ($kfinal; auc $a2 vs $a1)"
+    fi
+  elif grep -q "resuming from .*ckpt-000000000045" "$tmp/out" && [ -n "$a1" ] && [ -n "$a2" ] &&
+       awk -v a="$a1" -v b="$a2" 'BEGIN { d = a - b; exit !(d < 0.001 && d > -0.001) }'; then
+    ok "kstep, 2 workers: resumed, eval auc $a2 ($a1 uninterrupted)"
+  else
+    bad "kstep, 2 workers: resumed eval auc '$a2' vs '$a1'"
+  fi
+done
+
 # Refusals.
 "$strata" run "${args[@]}" --set "checkpoint={dir=\"$tmp/a\"}" --resume \
   --set 'model=st.model.dnn{emb_dim=8,hidden={32}}' >"$tmp/out" 2>&1
