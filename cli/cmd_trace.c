@@ -1,11 +1,11 @@
 /*
  * cmd_trace.c — `strata trace summarize FILE`: reads a trace written by
- * `strata run --trace` (runtime/trace.h does the reading and the sums) and
+ * `strata run --trace` (runtime/trace_read.h does the reading and the sums) and
  * prints each stage's busy / idle / blocked time and the bottleneck stage.
  */
 #include "cli.h"
 #include "runtime/err.h"
-#include "runtime/trace.h"
+#include "runtime/trace_read.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -114,35 +114,7 @@ int st_trace_write(const char *path, int pid, const char *process_name);
  * it st_trace_open may be called again. No thread may be recording. */
 void st_trace_close(void);
 
-/* ---- reading a trace back: `strata trace summarize` --------------------- */
-
-#define ST_TRACE_MAX_STAGES 16
-
-typedef struct st_trace_stage_sum {
-	char name[32];
-	int threads;           /* tracks with spans of this stage */
-	uint64_t spans;        /* work spans (batches handled) */
-	double busy_s;         /* in the stage's op */
-	double idle_s;         /* waiting for input (empty input queue) */
-	double blocked_s;      /* waiting to hand a batch on (full output queue) */
-} st_trace_stage_sum_t;
-
-typedef struct st_trace_summary {
-	int n;
-	st_trace_stage_sum_t st[ST_TRACE_MAX_STAGES];
-	int bottleneck;        /* index into st, -1 when no stage has spans */
-	uint64_t dropped;      /* events the rings dropped (the summary covers the newest) */
-	uint64_t events;       /* events read */
-	double wall_s;         /* the pipeline's time: first to last stage span */
-} st_trace_summary_t;
-
-/* Reads a trace written by st_trace_write (one event per line; other
- * Chrome traces whose events are one per line also work) and sums, per
- * stage, the spans of cat "stage" (busy) and "wait" (name "wait input":
- * idle; "wait output": blocked). The bottleneck is the stage whose threads
- * were each busy the longest, i.e. the largest share of the pipeline's
- * time (wall_s; a stage whose threads ended early does not fill it). ST_OK; -errno when the
- * file cannot be read; -EINVAL when it holds no trace events. */
-int st_trace_summarize(const char *path, st_trace_summary_t *out);
+/* Reading a trace back (`strata trace summarize`, `strata report`):
+ * runtime/trace_read.h. */
 
 #endif

@@ -21,7 +21,7 @@
 #include "runtime/batch.h"
 #include "runtime/err.h"
 #include "runtime/graph.h"
-#include "runtime/trace.h"
+#include "runtime/trace_read.h"
 
 /* ---- a strict JSON checker (RFC 8259 syntax; values are not kept) ------- */
 
