@@ -54,6 +54,7 @@ int st_cmd_predict(int argc, char **argv);
 int st_cmd_eval(int argc, char **argv);
 int st_cmd_help(int argc, char **argv);
 int st_cmd_trace(int argc, char **argv);
+int st_cmd_report(int argc, char **argv);
 
 /* Prints the help of one command to f; returns ST_OK, or ST_ENOENT if
  * unknown. */

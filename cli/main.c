@@ -10,6 +10,7 @@
  *   strata predict DIR DATA...  score data with an export
  *   strata eval DIR DATA...     AUC and logloss of an export on data
  *   strata trace summarize FILE  busy / idle / blocked time per stage of a trace
+ *   strata report --metrics FILE [--trace FILE] -o OUT.html  an HTML report of a run
  *   strata help [COMMAND]
  *
  * Exit codes: 0 ok, 1 the job failed, 2 usage or job-file error; `run`
@@ -183,6 +184,23 @@ static const char *const help_trace =
 	"See docs/observability.md.\n"
 	"Exit status: 0 ok, 1 the file cannot be read or holds no trace, 2 usage error.\n";
 
+static const char *const help_report =
+	"usage: strata report [--metrics FILE] [--trace FILE] [--job JOB.lua |\n"
+	"                     --checkpoint DIR] [--title TEXT] -o OUT.html\n"
+	"\n"
+	"Writes one self-contained HTML page (inline SVG charts, nothing fetched) about\n"
+	"a run from the files it wrote: the --metrics JSON lines (AUC and logloss over\n"
+	"examples, examples/s, each stage's batches/s and busy share, queue occupancy,\n"
+	"store hit rates, rows and bytes per tier, staleness and dropped gradients per\n"
+	"policy, phase ends and policy switches), the --trace file (busy / idle /\n"
+	"blocked per stage as `strata trace summarize`, queue counters, events) and the\n"
+	"job's configuration (the job file, or the manifest.yaml of the newest\n"
+	"checkpoint under DIR). At least one of --metrics and --trace is needed; a plot\n"
+	"whose series the inputs lack says \"not recorded in this run\".\n"
+	"See docs/observability.md, \"The report\".\n"
+	"Exit status: 0 ok, 1 an input cannot be read or is malformed (file:line is\n"
+	"named), 2 usage error.\n";
+
 static const char *const help_help =
 	"usage: strata help [COMMAND | policies]\n"
 	"\n"
@@ -206,6 +224,7 @@ void st_cli_usage(FILE *f)
 		"  predict DIR DATA...  score data with an export\n"
 		"  eval DIR DATA...     AUC and logloss of an export on data\n"
 		"  trace summarize FILE  where the time of a traced run went, per stage\n"
+		"  report --metrics FILE [--trace FILE] -o OUT.html  an HTML report of a run\n"
 		"  help [COMMAND]  help on a command\n"
 		"\n"
 		"options: --help, --version\n"
@@ -220,6 +239,7 @@ int st_cli_help_for(const char *cmd, FILE *f)
 		{ "plan", help_plan },
 		{ "gen", help_gen }, { "help", help_help }, { "inspect", help_inspect },
 		{ "predict", help_predict }, { "eval", help_eval }, { "trace", help_trace },
+		{ "report", help_report },
 	};
 	for (size_t i = 0; i < sizeof h / sizeof h[0]; i++) {
 		if (!strcmp(cmd, h[i].name)) {
@@ -419,6 +439,7 @@ int main(int argc, char **argv)
 		{ "inspect", st_cmd_inspect },
 		{ "predict", st_cmd_predict }, { "eval", st_cmd_eval },
 		{ "trace", st_cmd_trace },
+		{ "report", st_cmd_report },
 	};
 	for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
 		if (!strcmp(cmd, cmds[i].name))
