@@ -104,6 +104,9 @@ void st_chart_svg(st_html_t *h, const st_chart_t *c)
 		y0 = 0;
 	if (c->y_top > 0 && y1 < c->y_top)
 		y1 = c->y_top;
+	/* All zero on an axis from 0 (nothing dropped): 0 at the bottom. */
+	if (c->y_zero && y0 == 0 && !(y1 > 0))
+		y1 = 1;
 	widen(&x0, &x1);
 	widen(&y0, &y1);
 	/* Round the y range out to whole ticks. */
