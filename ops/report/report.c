@@ -449,7 +449,7 @@ static void throughput(struct ctx *c)
 	on_time(c, &p);
 	emit(c, &p, no_log);
 
-	plot_init(&p, "Busy share of each stage", "training time (s)", "busy %");
+	plot_init(&p, "Busy share of each stage", "training time (s)", "busy % (mean over threads)");
 	p.ch.y_zero = 1;
 	p.ch.y_top = 100;
 	for (int s = 0; s < r->nst; s++) {
