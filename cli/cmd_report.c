@@ -139,6 +139,9 @@ int st_cmd_report(int argc, char **argv)
 		fprintf(stderr, "strata report: %s\n", err);
 		goto out;
 	}
+	if (metrics && log.cut_line > 0)
+		fprintf(stderr, "strata report: warning: %s:%d is cut short (the run stopped while "
+			"writing it); left out\n", metrics, log.cut_line);
 	if (metrics && log.n == 0) {
 		fprintf(stderr, "strata report: %s is empty (was it written by `strata run "
 			"--metrics`?)\n", metrics);

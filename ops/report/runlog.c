@@ -55,18 +55,24 @@ static void skip_ws(parser_t *ps)
 static int add(parser_t *ps, const char *key, char *str, double num)
 {
 	st_runlog_rec_t *r = ps->rec;
-	st_runlog_kv_t *kv = realloc(r->kv, (r->n + 1) * sizeof *kv);
+	if (r->n == r->cap) {
+		size_t cap = r->cap ? 2 * r->cap : 32;
+		st_runlog_kv_t *kv = realloc(r->kv, cap * sizeof *kv);
+		if (!kv) {
+			free(str);
+			ps->failed = -ENOMEM;
+			return -ENOMEM;
+		}
+		r->kv = kv;
+		r->cap = cap;
+	}
 	char *k = strdup(key);
-	if (!kv || !k) {
-		if (kv)
-			r->kv = kv;
-		free(k);
+	if (!k) {
 		free(str);
 		ps->failed = -ENOMEM;
 		return -ENOMEM;
 	}
-	r->kv = kv;
-	kv[r->n++] = (st_runlog_kv_t){ .key = k, .str = str, .num = num };
+	r->kv[r->n++] = (st_runlog_kv_t){ .key = k, .str = str, .num = num };
 	return 0;
 }
 
@@ -380,6 +386,13 @@ int st_runlog_read(const char *path, st_runlog_t *log, char *err, size_t errlen)
 		rc = st_runlog_parse(line, &r[log->n], what, sizeof what);
 		r[log->n].line = lineno;
 		log->n++;
+		if (rc == -EINVAL && line[len - 1] != '\n') {
+			/* The last line, cut short: a run killed mid-write. */
+			st_runlog_rec_fini(&r[--log->n]);
+			log->cut_line = lineno;
+			rc = 0;
+			break;
+		}
 		if (rc == -EINVAL && errlen)
 			snprintf(err, errlen, "%s:%d: %s", path, lineno, what);
 	}
@@ -426,7 +439,7 @@ void st_runlog_rec_fini(st_runlog_rec_t *rec)
 	}
 	free(rec->kv);
 	rec->kv = NULL;
-	rec->n = 0;
+	rec->n = rec->cap = 0;
 }
 
 void st_runlog_fini(st_runlog_t *log)

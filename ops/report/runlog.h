@@ -11,7 +11,9 @@
  * A {"phase": ...} line (the end of a phase) has is_phase set.
  *
  * Errors name the file and line: "m.jsonl:3: expected ':' after a key
- * (column 17)". Blank lines are skipped.
+ * (column 17)". Blank lines are skipped. A last line without its newline
+ * that does not parse is what a run killed in mid-write leaves: it is left
+ * out (cut_line says which) rather than failing the whole report.
  *
  * Library-grade: includes no runtime-wide header; errors are negative
  * errno values (== ST_E* codes). Not thread-safe per log.
@@ -30,13 +32,16 @@ typedef struct st_runlog_kv {
 typedef struct st_runlog_rec {
 	int line;         /* 1-based line of the file */
 	int is_phase;     /* a {"phase": ...} record */
-	size_t n;
+	size_t n, cap;
 	st_runlog_kv_t *kv;
 } st_runlog_rec_t;
 
 typedef struct st_runlog {
 	size_t n;
 	st_runlog_rec_t *rec;
+	int cut_line;     /* > 0: the last line, cut short (no newline and not
+			   * a whole object), was left out: the run was killed
+			   * while writing it */
 } st_runlog_t;
 
 /* Reads every line of path into log (caller-owned storage, filled; free

@@ -3,7 +3,8 @@
  * an SVG path, a series the inputs lack says "not recorded in this run"
  * instead of an empty chart, strings from the inputs (phase names, metric
  * names, trace texts, the job file) are HTML-escaped, a malformed metrics
- * line is named by file:line, and the trace's stage sums and queue
+ * line is named by file:line (a last line cut short by a killed run is left
+ * out instead), and the trace's stage sums and queue
  * counters reach the page through the shared reader (runtime/trace_read.h). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -257,6 +258,12 @@ static void test_report_bad_inputs_named(void **state)
 	assert_int_equal(st_runlog_read(m, &log, err, sizeof err), ST_EINVAL);
 	st_runlog_fini(&log);
 	assert_non_null(strstr(err, "trunc.jsonl:1: "));
+	/* A last line cut short without its newline (a killed run) is left out. */
+	m = put("cut.jsonl", "{\"t\":1,\"examples\":5}\n{\"t\":2,\"exa", mp, sizeof mp);
+	assert_int_equal(st_runlog_read(m, &log, err, sizeof err), ST_OK);
+	assert_int_equal(log.n, 1);
+	assert_int_equal(log.cut_line, 2);
+	st_runlog_fini(&log);
 	snprintf(mp, sizeof mp, "%s/none.jsonl", dir);
 	assert_int_equal(st_runlog_read(mp, &log, err, sizeof err), ST_ENOENT);
 	st_runlog_fini(&log);
