@@ -400,6 +400,29 @@ static void quality(struct ctx *c)
 			    "without phases prints them at the end).</p>\n");
 }
 
+/* Examples per batch over the run: each segment's examples (phase, or the
+ * whole run) over the most batches a stage handled in it (a stage's items
+ * restart with each phase); NAN when the log has neither. */
+static double examples_per_batch(const st_points_t *r)
+{
+	double ex = 0, items = 0, x_prev = 0;
+	for (size_t j = 0; j < r->n; j++) {
+		if (j + 1 < r->n && r->seg[j + 1] == r->seg[j])
+			continue;   /* not the segment's last record */
+		double most = 0, v;
+		for (int s = 0; s < r->nst; s++)
+			if (st_points_stage_num(r->rec[j], r->st[s], "items", &v))
+				most = fmax(most, v);
+		if (isfinite(r->x[j]) && most > 0) {
+			ex += r->x[j] - x_prev;
+			items += most;
+		}
+		if (isfinite(r->x[j]))
+			x_prev = r->x[j];
+	}
+	return ex > 0 && items > 0 ? ex / items : NAN;
+}
+
 static void throughput(struct ctx *c)
 {
 	st_points_t *r = &c->r;
@@ -419,7 +442,16 @@ static void throughput(struct ctx *c)
 	on_time(c, &p);
 	emit(c, &p, no_log);
 
-	plot_init(&p, "Batches per second of each stage", "training time (s)", "batches/s");
+	/* Each stage's pace in examples/s: its batches/s times the run's
+	 * examples per batch (every stage handles the same batches). */
+	double per_batch = examples_per_batch(r);
+	char yl2[96];
+	snprintf(yl2, sizeof yl2, "%s/s (batches/s x %.0f)", r->unit[0] ? r->unit : "examples",
+		 per_batch);
+	if (isfinite(per_batch))
+		plot_init(&p, "Examples per second of each stage", "training time (s)", yl2);
+	else
+		plot_init(&p, "Batches per second of each stage", "training time (s)", "batches/s");
 	p.ch.y_zero = 1;
 	for (int s = 0; s < r->nst; s++) {
 		double *y = alloc(c, r->n, sizeof *y);
@@ -440,7 +472,7 @@ static void throughput(struct ctx *c)
 				pt = 0;
 			}
 			if (t0 > pt) {
-				y[j] = (it - pit) / (t0 - pt);
+				y[j] = (it - pit) / (t0 - pt) * (isfinite(per_batch) ? per_batch : 1);
 				finite++;
 			}
 		}

@@ -57,7 +57,7 @@ n_svg=$(grep -c '<svg class="chart"' "$html")
 n_path=$(grep -c '<path class="series"' "$html")
 missing=""
 for t in "AUC over examples" "Logloss over examples" "Examples per second over time" \
-         "Batches per second of each stage" "Busy share of each stage" \
+         "Examples per second of each stage" "Busy share of each stage" \
          "Queue occupancy at each progress record" "Queue occupancy after each take (trace)" \
          "Hit rates per tier" "Rows per tier" "Bytes per tier" "Staleness of applied updates" \
          "Dropped gradients"; do

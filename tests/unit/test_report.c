@@ -138,7 +138,7 @@ static void test_report_draws_recorded_series(void **state)
 	assert_drawn(page, "AUC over examples");
 	assert_drawn(page, "Logloss over examples");
 	assert_drawn(page, "Examples per second over time");
-	assert_drawn(page, "Batches per second of each stage");
+	assert_drawn(page, "Examples per second of each stage");
 	assert_drawn(page, "Busy share of each stage");
 	assert_drawn(page, "Queue occupancy at each progress record");
 	assert_drawn(page, "Hit rates per tier");
