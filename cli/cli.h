@@ -31,6 +31,8 @@ typedef struct st_cli_opts {
 	int resume_fresh;         /* run --resume=fresh-if-damaged */
 	const char *trace_path;   /* run --trace FILE */
 	long trace_events;        /* run --trace-events N (0: the default) */
+	int metrics_port;         /* run --metrics-port N (0: no endpoint) */
+	const char *metrics_bind; /* run --metrics-bind ADDR (NULL: 127.0.0.1) */
 } st_cli_opts_t;
 
 /* Parses the arguments after the subcommand name. Returns 0, or prints a

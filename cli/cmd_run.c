@@ -15,6 +15,7 @@
  */
 #include "cli.h"
 #include "lang/lang.h"
+#include "ops/metrics/prom_http.h"
 #include "ops/runner/runner.h"
 #include "runtime/err.h"
 #include "runtime/metrics.h"
@@ -181,6 +182,7 @@ typedef struct view {
 	const st_job_t *job;
 	int tty;                  /* draw the progress lines */
 	st_progress_t *progress;  /* the progress line of the training pass running */
+	st_prom_http_t *prom;     /* --metrics-port: the live endpoint, or NULL */
 } view_t;
 
 static void print_count(FILE *f, uint64_t n)
@@ -218,6 +220,8 @@ static void on_gen_progress(void *ud, int64_t done, int64_t total, int end)
 static void on_pass_begin(void *ud, const st_runner_pass_t *p)
 {
 	view_t *v = ud;
+	if (v->prom)
+		st_prom_http_attach(v->prom, p->metrics, p->graph);
 	if (!v->tty || p->kind != ST_RUNNER_PASS_TRAIN)
 		return;
 	int rc = st_progress_start(&v->progress, p->graph, p->metrics, v->job->progress_secs,
@@ -230,6 +234,8 @@ static void on_pass_end(void *ud, const st_runner_pass_t *p)
 {
 	view_t *v = ud;
 	(void)p;
+	if (v->prom)   /* before the runner frees the pass's graph */
+		st_prom_http_detach_graph(v->prom);
 	st_progress_stop(v->progress);   /* no file: nothing to fail */
 	v->progress = NULL;
 }
@@ -382,13 +388,15 @@ int st_cmd_run(int argc, char **argv)
 {
 	st_cli_opts_t o;
 	int ec = st_cli_parse(argc, argv, "run",
-			      "job,set,metrics,verbose,quiet,no-pin,resume,trace,trace-events", &o);
+			      "job,set,metrics,verbose,quiet,no-pin,resume,trace,trace-events,"
+			      "metrics-port,metrics-bind", &o);
 	if (ec) {
 		free(o.sets);
 		return ec;
 	}
 	st_job_t *job = NULL;
 	st_runner_t *r = NULL;
+	view_t v = { 0 };
 	if ((ec = st_cli_load_job(&o, 1, &job)) != ST_EXIT_OK) {
 		free(o.sets);
 		return ec;
@@ -417,7 +425,7 @@ int st_cmd_run(int argc, char **argv)
 		st_trace_thread_name("main");
 		st_trace_instant("start", "%s", job->name);
 	}
-	view_t v = { .job = job, .tty = !o.quiet && isatty(2) && (!dist || ncfg.rank == 0) };
+	v = (view_t){ .job = job, .tty = !o.quiet && isatty(2) && (!dist || ncfg.rank == 0) };
 	int rc = st_runner_create(&r, job, &ro, &observer, &v);
 	if (rc < 0) {
 		ec = rc == ST_EJOB ? ST_EXIT_USAGE : ST_EXIT_FAILED;
@@ -425,6 +433,28 @@ int st_cmd_run(int argc, char **argv)
 	}
 	if (o.verbose)
 		st_job_dump(job, stderr);
+	if (o.metrics_port) {
+		/* Before anything is trained: a taken port stops the run here. */
+		int port = o.metrics_port + (dist ? ncfg.rank : 0);
+		const char *addr = o.metrics_bind ? o.metrics_bind : "127.0.0.1";
+		if (port > 65535) {
+			st_error("--metrics-port %d: rank %d would serve on port %d, past 65535",
+				 o.metrics_port, ncfg.rank, port);
+			ec = ST_EXIT_USAGE;
+			goto done;
+		}
+		rc = st_prom_http_start(&v.prom, addr, port);
+		if (rc < 0) {
+			ec = rc == -ENOTSUP || rc == ST_EINVAL ? ST_EXIT_USAGE : ST_EXIT_FAILED;
+			goto done;
+		}
+		st_info("metrics served at http://%s%s%s:%d/metrics", strchr(addr, ':') ? "[" : "",
+			addr, strchr(addr, ':') ? "]" : "", port);
+	} else if (o.metrics_bind) {
+		st_error("--metrics-bind needs --metrics-port");
+		ec = ST_EXIT_USAGE;
+		goto done;
+	}
 
 	sig.ckpt = job->ckpt_dir != NULL;
 	signals_start(r);
@@ -450,6 +480,7 @@ int st_cmd_run(int argc, char **argv)
 			fprintf(stderr, "strata: stopped by %s (exit status %d)\n", sig_name(s), ec);
 	}
 done:
+	st_prom_http_stop(v.prom);   /* the runner's metrics must outlive it */
 	st_runner_destroy(r);
 	if (o.trace_path && st_trace_enabled()) {
 		int wrc = trace_write(o.trace_path, dist ? ncfg.rank : -1);

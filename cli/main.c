@@ -32,6 +32,7 @@ static const char *const help_run =
 	"                          [--quiet] [--no-pin] [--verbose]\n"
 	"                          [--resume[=fresh-if-damaged]]\n"
 	"                          [--trace FILE [--trace-events N]]\n"
+	"                          [--metrics-port N [--metrics-bind ADDR]]\n"
 	"\n"
 	"Compiles the job into a pipeline of stages (read -> pull -> train -> push ->\n"
 	"dump) joined by bounded queues, pins the stage threads, and runs it. If the\n"
@@ -64,6 +65,15 @@ static const char *const help_run =
 	"                        FILE is put after the rank). See docs/observability.md\n"
 	"  --trace-events N      keep the newest N events of each thread (default 65536,\n"
 	"                        64 bytes each): the bound on the trace's size\n"
+	"  --metrics-port N      serve the run's metrics live in the Prometheus text\n"
+	"                        format at http://127.0.0.1:N/metrics while it runs\n"
+	"                        (the --metrics counters and gauges, per-stage time);\n"
+	"                        a port in use stops the run before it trains. In a\n"
+	"                        multi-process job rank r serves on N + r. Needs a\n"
+	"                        build with libmicrohttpd. See docs/observability.md\n"
+	"  --metrics-bind ADDR   the address --metrics-port listens on (default\n"
+	"                        127.0.0.1, this machine only; 0.0.0.0 or :: for every\n"
+	"                        interface: anyone who can reach it reads the metrics)\n"
 	"\n"
 	"^C (SIGINT) or SIGTERM stops the run cleanly: a checkpoint being written is\n"
 	"finished, no partial one is left, and --resume continues from the newest; a\n"
@@ -92,7 +102,8 @@ static const char *const help_launch =
 	"  --stop-timeout S  seconds the ranks get to stop after SIGINT or SIGTERM\n"
 	"                  before they are killed (default 30)\n"
 	"\n"
-	"Everything after JOB.lua goes to `strata run`. See docs/distributed.md.\n"
+	"Everything after JOB.lua goes to `strata run`; with --metrics-port N rank r\n"
+	"serves its metrics on port N + r. See docs/distributed.md.\n"
 	"Exit status: rank 0's (130 / 143 when it stopped on a forwarded SIGINT /\n"
 	"SIGTERM, 1 if it was killed by a signal); 2 usage error.\n";
 
@@ -285,7 +296,7 @@ int st_cli_parse(int argc, char **argv, const char *cmd, const char *allowed,
 		 st_cli_opts_t *o)
 {
 	enum { O_SET = 1, O_METRICS, O_TOPO, O_VERBOSE, O_QUIET, O_NOPIN, O_DOT, O_HELP, O_RESUME,
-	       O_TRACE, O_TRACE_EVENTS };
+	       O_TRACE, O_TRACE_EVENTS, O_METRICS_PORT, O_METRICS_BIND };
 	static const struct option longopts[] = {
 		{ "set", required_argument, NULL, O_SET },
 		{ "metrics", required_argument, NULL, O_METRICS },
@@ -297,6 +308,8 @@ int st_cli_parse(int argc, char **argv, const char *cmd, const char *allowed,
 		{ "resume", optional_argument, NULL, O_RESUME },
 		{ "trace", required_argument, NULL, O_TRACE },
 		{ "trace-events", required_argument, NULL, O_TRACE_EVENTS },
+		{ "metrics-port", required_argument, NULL, O_METRICS_PORT },
+		{ "metrics-bind", required_argument, NULL, O_METRICS_BIND },
 		{ "help", no_argument, NULL, O_HELP },
 		{ 0, 0, 0, 0 },
 	};
@@ -346,6 +359,19 @@ int st_cli_parse(int argc, char **argv, const char *cmd, const char *allowed,
 			}
 			break;
 		}
+		case O_METRICS_PORT: {
+			char *end;
+			long port = strtol(optarg, &end, 10);
+			if (*end || end == optarg || port < 1 || port > 65535) {
+				fprintf(stderr, "strata %s: --metrics-port takes a TCP port from 1 to "
+					"65535, got '%s'\n", cmd, optarg);
+				fprintf(stderr, "Run 'strata help %s' for usage.\n", cmd);
+				return ST_EXIT_USAGE;
+			}
+			o->metrics_port = (int)port;
+			break;
+		}
+		case O_METRICS_BIND: o->metrics_bind = optarg; break;
 		case O_RESUME:
 			if (optarg && strcmp(optarg, "fresh-if-damaged")) {
 				fprintf(stderr, "strata %s: --resume takes no value or "

@@ -55,6 +55,7 @@
 #define NAME_MAX_LEN 64
 #define LABEL_MAX_LEN 24
 #define FMT_MAX_LEN 16
+#define HELP_MAX_LEN 160
 
 struct metric {
 	char name[NAME_MAX_LEN];
@@ -65,6 +66,7 @@ struct decl {
 	char name[NAME_MAX_LEN];
 	char label[LABEL_MAX_LEN];  /* "" = the metric's name */
 	char fmt[FMT_MAX_LEN];
+	char help[HELP_MAX_LEN];    /* "" = none */
 	st_metric_kind_t kind;
 	unsigned flags;
 	int order;
@@ -195,6 +197,7 @@ int st_metrics_declare(st_metrics_t *m, const st_metric_desc_t *d)
 	if (!d->name || !*d->name || strlen(d->name) >= NAME_MAX_LEN ||
 	    (d->label && strlen(d->label) >= LABEL_MAX_LEN) ||
 	    (d->fmt && (strlen(d->fmt) >= FMT_MAX_LEN || !fmt_ok(d->fmt))) ||
+	    (d->help && strlen(d->help) >= HELP_MAX_LEN) ||
 	    (d->flags & ~known) || (unsigned)d->kind > ST_METRIC_RATE)
 		return ST_EINVAL;
 	if ((d->flags & ST_METRIC_HEADLINE) &&
@@ -204,6 +207,7 @@ int st_metrics_declare(st_metrics_t *m, const st_metric_desc_t *d)
 	snprintf(nd.name, sizeof nd.name, "%s", d->name);
 	snprintf(nd.label, sizeof nd.label, "%s", d->label ? d->label : "");
 	snprintf(nd.fmt, sizeof nd.fmt, "%s", d->fmt ? d->fmt : "%.4g");
+	snprintf(nd.help, sizeof nd.help, "%s", d->help ? d->help : "");
 	int rc = ST_OK;
 	pthread_mutex_lock(&m->mu);
 	int i = 0;
@@ -278,6 +282,30 @@ static double snap_get(const struct snap *s, const char *name, double def)
 		if (!strcmp(s->m[i].name, name))
 			return s->m[i].v;
 	return def;
+}
+
+void st_metrics_foreach_desc(const st_metrics_t *m,
+			     void (*fn)(const char *name, double v, const st_metric_desc_t *d,
+					void *arg),
+			     void *arg)
+{
+	struct snap *sn = malloc(sizeof *sn);
+	if (!sn)
+		return;   /* a reader's view; nothing to report it to */
+	take_snap(m, sn);
+	for (int i = 0; i < sn->n; i++) {
+		const struct decl *dc = decl_of(sn, sn->m[i].name);
+		st_metric_desc_t d = { 0 };
+		if (dc) {
+			d = (st_metric_desc_t){ .name = dc->name, .kind = dc->kind,
+						.flags = dc->flags, .order = dc->order,
+						.label = dc->label[0] ? dc->label : NULL,
+						.fmt = dc->fmt,
+						.help = dc->help[0] ? dc->help : NULL };
+		}
+		fn(sn->m[i].name, sn->m[i].v, dc ? &d : NULL, arg);
+	}
+	free(sn);
 }
 
 struct st_progress {

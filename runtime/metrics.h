@@ -74,6 +74,8 @@ typedef struct st_metric_desc {
 	const char *label;       /* on the line; NULL: the name. A headline's unit */
 	const char *fmt;         /* one printf conversion of a double for the line
 				    ("%.4f"); NULL: "%.4g" */
+	const char *help;        /* one sentence for people (the # HELP line of
+				    the Prometheus endpoint); NULL: none */
 } st_metric_desc_t;
 
 /*
@@ -86,6 +88,20 @@ typedef struct st_metric_desc {
  * second headline); ST_ENOSPC past ST_METRICS_MAX_DECL declarations.
  */
 int st_metrics_declare(st_metrics_t *m, const st_metric_desc_t *d);
+
+/*
+ * Calls fn for every metric in registration order with the declaration
+ * that covers it (its exact name, else its longest declared prefix; NULL
+ * when undeclared). Both tables are copied under the lock in one go, so fn
+ * sees one consistent instant, and fn runs without the lock (it may call
+ * back into m). d and its strings are valid during the call only.
+ * Thread-safe: a reader on another thread (the Prometheus endpoint) may
+ * call it while stages write.
+ */
+void st_metrics_foreach_desc(const st_metrics_t *m,
+			     void (*fn)(const char *name, double v, const st_metric_desc_t *d,
+					void *arg),
+			     void *arg);
 
 typedef struct st_progress st_progress_t;
 

@@ -11,18 +11,21 @@
 
 static const st_metric_desc_t train_metrics[] = {
 	{ .name = "examples", .kind = ST_METRIC_COUNTER, .flags = ST_METRIC_HEADLINE,
-	  .label = "ex" },
+	  .label = "ex", .help = "Examples trained on." },
 	{ .name = "loss", .kind = ST_METRIC_GAUGE, .flags = ST_METRIC_FINITE, .order = 10,
-	  .fmt = "%.4f" },
+	  .fmt = "%.4f", .help = "Progressive logloss of the examples trained on so far." },
 	{ .name = "auc", .kind = ST_METRIC_GAUGE, .flags = ST_METRIC_FINITE, .order = 20,
-	  .fmt = "%.4f" },
+	  .fmt = "%.4f", .help = "Progressive AUC of the examples trained on so far." },
 	/* ops/sync/sync.c, st_sync_stats_publish: "hist.sync_staleness.<range>". */
 	{ .name = "hist.", .kind = ST_METRIC_COUNTER,
-	  .flags = ST_METRIC_PREFIX | ST_METRIC_JSON_ONLY },
+	  .flags = ST_METRIC_PREFIX | ST_METRIC_JSON_ONLY,
+	  .help = "Histogram bucket published by the sync policy (the bucket's range is in "
+		  "the name)." },
 };
 
 static const st_metric_desc_t read_metrics[] = {
-	{ .name = "bad_records", .kind = ST_METRIC_COUNTER, .flags = ST_METRIC_JSON_ONLY },
+	{ .name = "bad_records", .kind = ST_METRIC_COUNTER, .flags = ST_METRIC_JSON_ONLY,
+	  .help = "Input records skipped as malformed." },
 };
 
 static int declare(st_metrics_t *m, const st_metric_desc_t *d, size_t n)
