@@ -4,6 +4,7 @@
 #include "cli.h"
 #include "ops/gen/gen.h"
 #include "runtime/err.h"
+#include "runtime/metrics.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -101,12 +102,10 @@ static int parse_num(const numopt_t *o, const char *s, double *out, uint64_t *u)
 	return 0;
 }
 
+/* st_gen_write calls it from one writer thread at a time. */
 static void progress(int64_t done, int64_t total, void *arg)
 {
-	if (*(int *)arg)
-		fprintf(stderr, "\rstrata gen: %5.1f%% (%lld / %lld rows)",
-			total ? 100.0 * (double)done / (double)total : 100.0,
-			(long long)done, (long long)total);
+	st_meter_update(arg, done, total);
 }
 
 int st_cmd_gen(int argc, char **argv)
@@ -218,13 +217,13 @@ int st_cmd_gen(int argc, char **argv)
 				"day needs a row\n", (long long)o.rows, o.days);
 		return ST_EXIT_USAGE;
 	}
-	int tty = isatty(2);
+	st_meter_t meter;
+	st_meter_init(&meter, "strata gen", "rows");
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	int rc = st_gen_write(&o, progress, &tty);
+	int rc = st_gen_write(&o, progress, &meter);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
-	if (tty)
-		fprintf(stderr, "\n");
+	st_meter_fini(&meter);
 	if (rc < 0) {
 		fprintf(stderr, "strata gen: failed writing %s: %s\n", o.dir, st_strerror(rc));
 		return ST_EXIT_FAILED;

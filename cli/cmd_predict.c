@@ -29,6 +29,7 @@
 #include "ops/read/read.h"
 #include "runtime/err.h"
 #include "runtime/graph.h"
+#include "runtime/metrics.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -250,6 +251,11 @@ static int score_all(const opts_t *o, st_predictor_t *p, const st_source_t *src,
 	}
 	int status = ST_EXIT_OK;
 	uint64_t seq = 0;
+	int64_t scored = 0;
+	char what[32];
+	snprintf(what, sizeof what, "strata %s", o->cmd);
+	st_meter_t meter;   /* the number of examples is known only at the end */
+	st_meter_init(&meter, what, "examples");
 	for (size_t i = 0; i <= o->n_paths && status == ST_EXIT_OK; i++) {
 		st_reader_t *r = NULL;
 		if (i < o->n_paths) {
@@ -282,6 +288,8 @@ static int score_all(const opts_t *o, st_predictor_t *p, const st_source_t *src,
 					status = ST_EXIT_FAILED;
 					break;
 				}
+				scored += b->n;
+				st_meter_update(&meter, scored, 0);
 				st_batch_clear(b);
 				continue;
 			}
@@ -290,6 +298,7 @@ static int score_all(const opts_t *o, st_predictor_t *p, const st_source_t *src,
 		}
 		st_reader_close(r);
 	}
+	st_meter_fini(&meter);
 	st_batch_destroy(b);
 	return status;
 }

@@ -183,6 +183,8 @@ typedef struct view {
 	int tty;                  /* draw the progress lines */
 	st_progress_t *progress;  /* the progress line of the training pass running */
 	st_prom_http_t *prom;     /* --metrics-port: the live endpoint, or NULL */
+	st_meter_t gen;           /* data generation before the run */
+	int gen_on;               /* gen was started */
 } view_t;
 
 static void print_count(FILE *f, uint64_t n)
@@ -206,15 +208,17 @@ static void on_message(void *ud, int level, const char *text)
 
 static void on_gen_progress(void *ud, int64_t done, int64_t total, int end)
 {
-	const view_t *v = ud;
-	if (!v->tty)
-		return;
-	if (end)
-		fprintf(stderr, "\n");
-	else
-		fprintf(stderr, "\rstrata: generating data: %5.1f%% (%lld / %lld rows)",
-			total ? 100.0 * (double)done / (double)total : 100.0,
-			(long long)done, (long long)total);
+	view_t *v = ud;
+	if (!v->gen_on) {
+		st_meter_init(&v->gen, "strata: generating data", "rows");
+		v->gen_on = 1;
+	}
+	if (end) {
+		st_meter_fini(&v->gen);
+		v->gen_on = 0;
+	} else {
+		st_meter_update(&v->gen, done, total);
+	}
 }
 
 static void on_pass_begin(void *ud, const st_runner_pass_t *p)
@@ -426,6 +430,9 @@ int st_cmd_run(int argc, char **argv)
 		st_trace_instant("start", "%s", job->name);
 	}
 	v = (view_t){ .job = job, .tty = !o.quiet && isatty(2) && (!dist || ncfg.rank == 0) };
+	/* The other progress lines (data generation, a checkpoint restore)
+	 * follow the same rule as the training pass's. */
+	st_meter_set_tty(v.tty);
 	int rc = st_runner_create(&r, job, &ro, &observer, &v);
 	if (rc < 0) {
 		ec = rc == ST_EJOB ? ST_EXIT_USAGE : ST_EXIT_FAILED;

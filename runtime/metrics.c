@@ -46,6 +46,7 @@
 #include <stdio.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -647,6 +648,77 @@ static void report(st_progress_t *p, int final)
 	free(ss);
 	free(busy);
 	free(sn);
+}
+
+/* ------------------------------------------------------------------ */
+/* Meters (progress of other long commands)                            */
+
+static atomic_int meter_tty = -1;   /* -1: not set, isatty(2) */
+
+void st_meter_set_tty(int on)
+{
+	atomic_store(&meter_tty, on ? 1 : 0);
+}
+
+int st_meter_tty(void)
+{
+	int v = atomic_load(&meter_tty);
+	return v < 0 ? isatty(2) : v;
+}
+
+void st_meter_init(st_meter_t *m, const char *what, const char *unit)
+{
+	memset(m, 0, sizeof *m);
+	snprintf(m->what, sizeof m->what, "%s", what);
+	snprintf(m->unit, sizeof m->unit, "%s", unit);
+	m->on = st_meter_tty();
+	m->t0_ns = mono_ns();
+}
+
+static void meter_draw(st_meter_t *m, uint64_t now)
+{
+	double s = (double)(now - m->t0_ns) / 1e9;
+	char rate[16];
+	human(rate, sizeof rate, s > 0 ? (double)m->done / s : NAN);
+	struct sbuf b = { 0 };
+	if (m->total > 0)
+		sb_printf(&b, "\r%s: %5.1f%% (%lld / %lld %s)  %s %s/s\033[K", m->what,
+			  100.0 * (double)m->done / (double)m->total, (long long)m->done,
+			  (long long)m->total, m->unit, rate, m->unit);
+	else
+		sb_printf(&b, "\r%s: %lld %s  %s %s/s\033[K", m->what, (long long)m->done,
+			  m->unit, rate, m->unit);
+	if (b.p) {
+		ssize_t w = write(2, b.p, b.len);
+		(void)w;
+	}
+	free(b.p);
+	m->drawn = 1;
+	m->last_ns = now;
+}
+
+void st_meter_update(st_meter_t *m, int64_t done, int64_t total)
+{
+	m->done = done;
+	m->total = total;
+	if (!m->on)
+		return;
+	uint64_t now = mono_ns();
+	/* Nothing for the first 0.25 s, then at most ten lines a second. */
+	if (now - m->t0_ns < 250000000u || (m->drawn && now - m->last_ns < 100000000u))
+		return;
+	meter_draw(m, now);
+}
+
+void st_meter_fini(st_meter_t *m)
+{
+	if (!m->on || !m->drawn)
+		return;
+	meter_draw(m, mono_ns());
+	ssize_t w = write(2, "\n", 1);
+	(void)w;
+	m->drawn = 0;
+	m->on = 0;
 }
 
 static void *progress_main(void *arg)

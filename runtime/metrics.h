@@ -19,6 +19,8 @@
 
 #include "graph.h"
 
+#include <stdint.h>
+
 #define ST_METRICS_MAX 64
 
 typedef struct st_metrics st_metrics_t;
@@ -119,6 +121,48 @@ int st_progress_start(st_progress_t **out, st_graph_t *g, st_metrics_t *m,
  * (once), and the file is incomplete. A write error never stops the
  * reporter or the job: the caller decides what it means. */
 int st_progress_stop(st_progress_t *p);
+
+/* ---- progress of a long command ----------------------------------------- */
+
+/*
+ * st_meter_t: the one-line progress of a long command other than a
+ * training pass (strata gen, eval, predict, a checkpoint restore, data
+ * generation before a run): "\r<what>: 45.2% (123456 / 273000 rows)
+ * 1.20M rows/s" rewritten in place on stderr, ended with a newline by
+ * st_meter_fini. It draws only when meters are on for the process
+ * (st_meter_set_tty; by default when stderr is a terminal), and only once
+ * the work has taken 0.25 s (a quick step leaves no line), then at most
+ * every 0.1 s: on a file or a pipe nothing extra is written.
+ *
+ * Caller-owned storage; one thread updates a meter at a time (the caller
+ * serialises, e.g. under its own lock). Different meters are independent.
+ */
+typedef struct st_meter {
+	char what[96];
+	char unit[16];
+	int on;                 /* drawing (st_meter_tty() at init) */
+	int drawn;              /* a line is on the screen */
+	uint64_t t0_ns, last_ns;
+	int64_t done, total;
+} st_meter_t;
+
+/* Process-wide: whether meters draw. The default is isatty(2); a command
+ * sets it once, before its meters start (`run --quiet` and ranks other
+ * than 0 turn it off). Thread-safe. */
+void st_meter_set_tty(int on);
+int st_meter_tty(void);
+
+/* Starts a meter: what (copied, cut to fit) heads the line, unit names
+ * what is counted ("rows", "examples"). */
+void st_meter_init(st_meter_t *m, const char *what, const char *unit);
+
+/* done of total units so far; total <= 0: unknown (the line shows the
+ * count and the rate only). Cheap when it does not draw. */
+void st_meter_update(st_meter_t *m, int64_t done, int64_t total);
+
+/* Draws the last state and ends the line, if a line was drawn. Safe to
+ * call twice. */
+void st_meter_fini(st_meter_t *m);
 
 /* Writes s as a JSON string literal, quotes included: '"' and '\\' are
  * escaped, control characters written as \u00XX, and bytes that are not

@@ -23,6 +23,7 @@
 #include "ops/train/trainer_internal.h"
 #include "ops/view/export.h"
 #include "runtime/err.h"
+#include "runtime/metrics.h"
 
 static int parse_u64(const st_manifest_t *m, const char *key, uint64_t *v)
 {
@@ -59,7 +60,9 @@ typedef struct loader {
 	const char *path;
 	size_t nf;                 /* floats a row */
 	size_t max;                /* rows a batch */
-	pthread_mutex_t mu;        /* the reader, rc and err */
+	pthread_mutex_t mu;        /* the reader, rc, err, read and meter */
+	int64_t read;              /* rows read from the file so far */
+	st_meter_t meter;          /* the restore's progress line on a terminal */
 	int rc;                    /* first error (< 0), else 0 */
 	char *err;
 	size_t errlen;
@@ -98,6 +101,8 @@ static int load_take(loader_t *L, load_buf_t *b)
 			L->rc = n;
 			snprintf(L->err, L->errlen, "%s", st_rows_reader_error(L->r));
 		}
+		if (n > 0)
+			st_meter_update(&L->meter, L->read += n, L->meter.total);
 		for (int i = 0; i < n; i++) {
 			if (L->d && st_dist_owner(L->d, b->rows[i].key) != L->me)
 				continue;   /* another rank's row under the new world */
@@ -198,6 +203,11 @@ static int load_rows(st_trainer_t *tr, int k, const char *path, const st_dist_t 
 		       .max = ram ? max : 1, .err = err, .errlen = errlen, .d = filter,
 		       .me = filter ? st_dist_rank(filter) : 0 };
 	pthread_mutex_init(&L.mu, NULL);
+	char what[96];
+	const char *base = strrchr(path, '/');
+	snprintf(what, sizeof what, "strata: restoring %.64s", base ? base + 1 : path);
+	st_meter_init(&L.meter, what, "rows");
+	L.meter.total = (int64_t)info->n_rows;
 	pthread_t tid[LOAD_THREADS];
 	int started = 0;
 	for (int i = 1; ram && i < LOAD_THREADS; i++) {
@@ -211,6 +221,7 @@ static int load_rows(st_trainer_t *tr, int k, const char *path, const st_dist_t 
 	load_run(&L);
 	for (int i = 0; i < started; i++)
 		pthread_join(tid[i], NULL);
+	st_meter_fini(&L.meter);
 	pthread_mutex_destroy(&L.mu);
 	st_rows_reader_close(r);
 	return L.rc < 0 ? L.rc : ST_OK;
