@@ -7,12 +7,14 @@
 # run before it trains, naming the port; --metrics-bind chooses the address.
 # No timing assertion: the run is made long (many epochs) and stopped with
 # SIGTERM once the scrapes are done (a background job ignores SIGINT).
-# Usage: metrics_port.sh PATH/TO/strata HAVE_MICROHTTPD(0|1)
+# With UCX, `strata launch -n 2 ... --metrics-port N` serves rank r on N + r.
+# Usage: metrics_port.sh PATH/TO/strata HAVE_MICROHTTPD(0|1) HAVE_UCX(0|1)
 # Exits 77 (skip) when the build lacks libmicrohttpd, after checking that
 # --metrics-port then says so.
 set -u
 strata=$1
 mhd=${2:-1}
+ucx=${3:-0}
 root=${ST_SOURCE_ROOT:?}
 tmp=$(mktemp -d)
 pid=
@@ -92,10 +94,11 @@ if grep -q '^# TYPE strata_examples_total counter$' "$tmp/s2" &&
    grep -q '^# HELP strata_examples_total ' "$tmp/s2" &&
    grep -Eq '^strata_stage_busy_seconds_total\{stage="train"\} [0-9.e+-]+$' "$tmp/s2" &&
    grep -q '^# TYPE strata_stage_busy_seconds_total counter$' "$tmp/s2" &&
-   grep -q '^# TYPE strata_auc gauge$' "$tmp/s2"; then
-  ok "HELP and TYPE lines; per-stage busy seconds; auc a gauge"
+   grep -q '^# TYPE strata_stage_threads gauge$' "$tmp/s2" &&
+   { ! grep -q '^strata_auc ' "$tmp/s2" || grep -q '^# TYPE strata_auc gauge$' "$tmp/s2"; }; then
+  ok "HELP and TYPE lines; per-stage busy seconds; gauges"
 else
-  cp "$tmp/s2" "$tmp/out"; bad "HELP and TYPE lines; per-stage busy seconds; auc a gauge"
+  cp "$tmp/s2" "$tmp/out"; bad "HELP and TYPE lines; per-stage busy seconds; gauges"
 fi
 # 127.0.0.1 only: another loopback address of this machine is refused.
 if ! curl -s -o /dev/null "http://127.0.0.2:$port/metrics" &&
@@ -137,6 +140,33 @@ if ! "$strata" run tests/e2e/jobs/gen_small.lua "${base[@]}" --metrics-port "$po
   ok "--metrics-bind refuses a name that is not an address"
 else
   bad "--metrics-bind refuses a name that is not an address"
+fi
+
+# strata launch: rank r on N + r, each with its own examples count.
+if [ "$ucx" = 1 ]; then
+  port=$(free_port)
+  while ! python3 -c "import socket,sys; s=socket.socket(); s.bind(('127.0.0.1', $port + 1))" 2>/dev/null; do
+    port=$(free_port)
+  done
+  "$strata" launch -n 2 tests/e2e/jobs/gen_dnn.lua "${base[@]}" --set epochs=1000 \
+    --metrics-port "$port" >"$tmp/run.out" 2>&1 &
+  pid=$!
+  got=
+  for _ in $(seq 300); do
+    got=
+    for p in "$port" $((port + 1)); do
+      curl -sf "http://127.0.0.1:$p/metrics" -o "$tmp/r$p" &&
+        python3 "$tmp/parse.py" "$tmp/r$p" >/dev/null 2>&1 && got="$got $p"
+    done
+    [ "$got" = " $port $((port + 1))" ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -TERM "$pid" 2>/dev/null
+  wait "$pid"
+  pid=
+  [ "$got" = " $port $((port + 1))" ] && ok "launch -n 2: rank r serves on port N + r" ||
+    { cp "$tmp/run.out" "$tmp/out"; bad "launch -n 2: rank r serves on port N + r (got:$got)"; }
 fi
 
 echo "$pass passed, $fail failed"
