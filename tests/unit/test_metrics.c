@@ -497,6 +497,73 @@ static void test_metrics_declare_refuses_bad(void **state)
 
 /* JSON string literals: the characters JSON needs escaped, control
  * characters, UTF-8 kept, invalid bytes replaced, snprintf-style sizing. */
+/* Runs fn with stderr going to a pipe; returns what it wrote (static). */
+static const char *capture_stderr(void (*fn)(void))
+{
+	static char buf[4096];
+	int p[2];
+	assert_int_equal(pipe(p), 0);
+	int saved = dup(2);
+	assert_true(saved >= 0);
+	assert_true(dup2(p[1], 2) == 2);
+	close(p[1]);
+	fn();
+	assert_true(dup2(saved, 2) == 2);
+	close(saved);
+	ssize_t n = read(p[0], buf, sizeof buf - 1);
+	close(p[0]);
+	buf[n > 0 ? n : 0] = 0;
+	return buf;
+}
+
+static void meter_quick(void)
+{
+	st_meter_t m;
+	st_meter_init(&m, "strata gen", "rows");
+	st_meter_update(&m, 1, 2);   /* at once: under 0.25 s, no line */
+	st_meter_fini(&m);
+}
+
+static void meter_slow(void)
+{
+	st_meter_t m;
+	st_meter_init(&m, "strata gen", "rows");
+	m.t0_ns -= 1000000000u;      /* as if it had run for a second */
+	st_meter_update(&m, 1, 2);
+	st_meter_update(&m, 2, 2);   /* within 0.1 s of the last line: not drawn */
+	st_meter_fini(&m);           /* the last state and a newline */
+	st_meter_fini(&m);           /* twice is fine */
+}
+
+static void meter_unknown_total(void)
+{
+	st_meter_t m;
+	st_meter_init(&m, "strata eval", "examples");
+	m.t0_ns -= 1000000000u;
+	st_meter_update(&m, 1000, 0);
+	st_meter_fini(&m);
+}
+
+/* st_meter_t: nothing for quick work or when off; a line rewritten with
+ * '\r' and ended with a newline otherwise. */
+static void test_metrics_meter(void **state)
+{
+	(void)state;
+	st_meter_set_tty(1);
+	assert_string_equal(capture_stderr(meter_quick), "");
+	const char *out = capture_stderr(meter_slow);
+	assert_non_null(strstr(out, "\rstrata gen:  50.0% (1 / 2 rows)  "));
+	assert_non_null(strstr(out, "\rstrata gen: 100.0% (2 / 2 rows)  "));
+	assert_int_equal(out[strlen(out) - 1], '\n');
+	assert_ptr_equal(strchr(out, '\n'), out + strlen(out) - 1);   /* one newline, last */
+	out = capture_stderr(meter_unknown_total);
+	assert_non_null(strstr(out, "\rstrata eval: 1000 examples  "));
+	assert_non_null(strstr(out, " examples/s"));
+	st_meter_set_tty(0);
+	assert_string_equal(capture_stderr(meter_slow), "");
+	assert_int_equal(st_meter_tty(), 0);
+}
+
 static void test_metrics_json_quote(void **state)
 {
 	(void)state;
@@ -530,6 +597,7 @@ int main(void)
 		cmocka_unit_test(test_metrics_undeclared_plain),
 		cmocka_unit_test(test_metrics_declare_refuses_bad),
 		cmocka_unit_test(test_metrics_json_quote),
+		cmocka_unit_test(test_metrics_meter),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
