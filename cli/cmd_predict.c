@@ -367,6 +367,10 @@ static int run(int argc, char **argv, const char *cmd)
 
 	sink_t s = { 0 };
 	char *tmp = NULL;
+	/* Scores on the terminal itself: a progress line would be drawn over
+	 * them, so there is none. */
+	if (!eval && !o.out && isatty(1))
+		st_meter_set_tty(0);
 	if (!eval) {
 		s.f = stdout;
 		if (o.out) {

@@ -33,6 +33,11 @@
  * reason to stop training), and st_progress_stop returns it so the caller
  * can fail the run: a full disk must not leave a silently truncated file.
  *
+ * Meters (st_meter_t): no thread; the caller's updates draw the line
+ * directly, rate-limited by the clock, so a meter costs one clock read per
+ * update. Whether they draw is one process-wide flag (st_meter_set_tty),
+ * set by the command from isatty(2) and its --quiet / rank rules.
+ *
  * Locks: st_progress.mu (stop flag) and st_metrics.mu are never held
  * together: the reporter drops mu before it snapshots the metrics.
  */

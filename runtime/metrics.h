@@ -13,6 +13,9 @@
  * and its rate per second, the declared metrics, per-stage busy %, queue
  * depths) and appends one JSON object per interval to a metrics file when a
  * path is given. st_progress_stop prints/writes a final record.
+ *
+ * st_meter_t is the progress line of the other long commands (gen, eval,
+ * predict, a checkpoint restore): done of total, on a terminal only.
  */
 #ifndef ST_METRICS_H
 #define ST_METRICS_H

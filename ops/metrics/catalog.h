@@ -3,7 +3,9 @@
  * (runtime/metrics.h: st_metrics_declare). runtime/ knows no metric by
  * name; each op's metrics are listed here, in a table per op, next to the
  * name of the code that computes them, and that op declares them when it
- * is created.
+ * is created. Each entry's help sentence is the # HELP line of the
+ * Prometheus endpoint (ops/metrics/prom.h), whose names are derived from
+ * these entries' names and kinds.
  */
 #ifndef ST_CATALOG_H
 #define ST_CATALOG_H
