@@ -101,8 +101,11 @@ else
   cp "$tmp/s2" "$tmp/out"; bad "HELP and TYPE lines; per-stage busy seconds; gauges"
 fi
 # 127.0.0.1 only: another loopback address of this machine is refused.
+# (ss, from iproute2, when there is one.)
 if ! curl -s -o /dev/null "http://127.0.0.2:$port/metrics" &&
-   ss -Htln "sport = :$port" >"$tmp/out" 2>&1 && [ "$(awk '{print $4}' "$tmp/out")" = "127.0.0.1:$port" ]; then
+   { ! command -v ss >/dev/null ||
+     { ss -Htln "sport = :$port" >"$tmp/out" 2>&1 &&
+       [ "$(awk '{print $4}' "$tmp/out")" = "127.0.0.1:$port" ]; }; }; then
   ok "bound to 127.0.0.1 only"
 else
   bad "bound to 127.0.0.1 only"
