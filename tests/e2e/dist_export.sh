@@ -14,6 +14,8 @@
 #    out of the verified chain, and refused by predict;
 #  - a rank that owns no rows (dist.owners = 1) takes part in checkpoints
 #    and exports without waiting forever;
+#  - with model.ttl, each owner's expired rows are deleted keys of the next
+#    delta: the chain after day 6 scores day 7 exactly as the job did;
 #  - a rank that cannot join the export folder: nothing is published.
 # (Exports under the other policies: dist_ckpt_policies.sh.)
 # Usage: dist_export.sh PATH/TO/strata HAVE_UCX(0|1)
@@ -120,6 +122,35 @@ if [ -s "$tmp/q2" ] && cmp -s "$tmp/q1" "$tmp/q2" && grep -q "export-00000000000
   ok "the 2-process delta chain applies on its full export: predict and eval as 1 x 2 workers, byte for byte"
 else
   bad "online chain: predict/eval of the 2-process chain vs 1 x 2 workers"
+fi
+
+# TTL across processes: rows a rank's shard evicts (model.ttl) are deleted
+# keys of the next delta (each owner records its own sweeps). The chain up
+# to the export after day 6 is the model that scored day 7 before training
+# on it, so strata eval of that chain on day 7 must give the job's own day-7
+# slice AUC and logloss: a deletion missing from a delta would leave the
+# evicted row's old value in the chain, where the job read zeros. 20,000
+# rows a day (78 steps of 256 > the TTL of 40 batches) so that rows expire
+# within a day.
+mkdir -p "$tmp/ttl" && (cd "$tmp/ttl" && timeout 180 "$strata" launch -n 2 "$root/jobs/online_days.lua" \
+  --quiet --no-pin --set data.generate.rows=160000 --set data.generate.vocab=20000 \
+  --set stages.read.threads=1 --set stages.read.batch_size=256 --set stages.train.workers=1 \
+  --set model.ttl=40 >log 2>&1); trc=$?
+XT=$tmp/ttl/out/online/export
+ndel=0
+for e in "$XT"/export-*-delta; do
+  n=$("$strata" inspect "$e" 2>/dev/null | grep -o '[0-9]* deleted keys' | head -n 1 | grep -o '^[0-9]*')
+  [ "${n:-0}" -gt 0 ] && ndel=$((ndel + 1))
+done
+mkdir -p "$tmp/ttl6" && cp -r "$XT" "$tmp/ttl6/" && rm -rf "$tmp/ttl6/export/export-000000000007-delta"
+"$strata" eval "$tmp/ttl6/export" "$tmp/ttl/data/online/day-007.tsv" >"$tmp/out_t6" 2>&1
+ev=$(grep -o '^auc [0-9.]*  logloss [0-9.]*' "$tmp/out_t6")
+sl=$(grep '^  day-007 ' "$tmp/ttl/log" | awk '{ print $3, $4 }')
+if [ $trc = 0 ] && [ $ndel -ge 5 ] && [ -n "$ev" ] && [ -n "$sl" ] &&
+   [ "$(echo "$ev" | awk '{ printf "%.4f %.4f", $2, $4 }')" = "$sl" ]; then
+  ok "TTL on 2 processes: $ndel deltas delete expired keys; the chain after day 6 scores day 7 as the job did ($sl)"
+else
+  bad "TTL deltas on 2 processes (exit $trc): $ndel deltas with deletions, chain eval '$ev' vs job '$sl'"
 fi
 
 # A delta missing rank 1's shard: incomplete; the chain ends before it.
