@@ -17,7 +17,9 @@
 #  - the step-20 checkpoint resumes on 1 process x 2 workers and on 3
 #    processes (rows re-routed to their new owners);
 #  - a checkpoint step that only rank 0 reaches (93 batches: rank 0 has
-#    47, rank 1 46, every = 47) is skipped with a message, not waited for.
+#    47, rank 1 46, every = 47) is skipped with a message, not waited for;
+#    and one that only rank 1 reaches (a 3 -> 2 process resume that starts
+#    the round at rank 1).
 # Usage: dist_ckpt_policies.sh PATH/TO/strata HAVE_UCX(0|1)
 . "$(dirname "$0")/dist_lib.sh"
 auc() { grep -o 'eval *auc [0-9.]*' "$1" | grep -o '[0-9.]*$'; }
@@ -94,6 +96,24 @@ if [ $krc = 0 ] && grep -q "checkpoint after step 47 skipped: not every rank had
   ok "async: a step rank 1 never reaches is skipped (the final checkpoint is still written)"
 else
   bad "async: uneven step (exit $krc; $(ls "$tmp/k" 2>&1 | tr '\n' ' '))"
+fi
+
+# The other way round: a 3-process checkpoint after step 5 (15 batches)
+# resumed on 2 processes starts the round at rank 1, which then has one
+# batch more than rank 0 (40 against 39): its cut at step 45 is released by
+# rank 0's ENDED, not waited for forever.
+rm -rf "${tmp:?}/t3" "$tmp/t2"
+timeout 120 "$strata" launch -n 3 "${base[@]}" "${two[@]}" "${asy[@]}" \
+  --set "checkpoint={dir=\"$tmp/t3\",every=5,keep=0}" >"$tmp/out_t3" 2>&1
+mkdir -p "$tmp/t2"; cp -r "$tmp/t3/ckpt-000000000005" "$tmp/t2/" 2>/dev/null
+timeout 120 "$strata" launch -n 2 "${base[@]}" "${two[@]}" "${asy[@]}" \
+  --set "checkpoint={dir=\"$tmp/t2\",every=5,keep=0}" --resume >"$tmp/out_t2" 2>&1; trc=$?
+if [ $trc = 0 ] && grep -q "resuming from .*ckpt-000000000005" "$tmp/out_t2" &&
+   grep -q "checkpoint after step 45 skipped: not every rank had data for it" "$tmp/out_t2" &&
+   grep -q "trained 20160 examples on 2 ranks" "$tmp/out_t2"; then
+  ok "async: a step only rank 1 reaches (resumed mid-round) is skipped, released by rank 0"
+else
+  bad "async: rank 1 one batch ahead after a 3 -> 2 resume (exit $trc)"
 fi
 
 echo "dist_ckpt_policies: $pass passed, $fail failed"
