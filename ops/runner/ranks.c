@@ -16,8 +16,8 @@
 
 /* Checkpoints and resume across processes: under the policies whose cut
  * is implemented (registry capability dist-checkpoint), the job's and
- * every phase's; interval checkpoints by batches only (every rank must
- * choose the same step, and clocks differ between ranks). */
+ * every phase's. (checkpoint.every_secs: rank 0's clock names the step,
+ * ops/train/dist_ckpt.c.) */
 static int check_ckpt(st_runner_t *r, const char *what)
 {
 	const st_job_t *job = r->job;
@@ -35,13 +35,6 @@ static int check_ckpt(st_runner_t *r, const char *what)
 		st__runner_say(r, ST_RUNNER_LINE, "strata: %s: %s of a multi-process "
 			       "job under policy '%s'%s is not supported yet; %s %s", job->file, what, pol,
 			       where, names, strchr(names, ' ') ? "are" : "is");
-		return ST_EJOB;
-	}
-	if (job->ckpt_dir && job->ckpt_secs > 0) {
-		st__runner_say(r, ST_RUNNER_LINE, "strata: %s: checkpoint.every_secs is not "
-			       "supported in a multi-process job (each rank's clock would choose "
-			       "another step); use checkpoint.every (batches of each rank)",
-			       job->file);
 		return ST_EJOB;
 	}
 	return ST_OK;

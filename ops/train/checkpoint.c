@@ -172,6 +172,10 @@ void st__trainer_ckpt_gate(st_trainer_t *tr, st_batch_t *b, st_graph_t *g)
 	const uint64_t n = tr->dist.d ? tr->ckpt.pulled++ : b->seq;
 	int due = (tr->ckpt.every && (n + 1) % tr->ckpt.every == 0) ||
 		  (!tr->dist.d && tr->ckpt.secs > 0 && now - tr->ckpt.last >= tr->ckpt.secs);
+	/* Across processes rank 0's clock picks a step a little ahead and
+	 * names it to the others (dist_ckpt.c). */
+	if (tr->dist.d && tr->ckpt.secs > 0 && !tr->ckpt.gate_cancel)
+		due |= st__trainer_dist_ckpt_timed(tr, n + 1, now);
 	if (due && !tr->ckpt.gate_cancel) {
 		b->ckpt = 1;
 		tr->ckpt.gate = (int64_t)b->seq;
@@ -220,6 +224,7 @@ void st_trainer_begin_pass(st_trainer_t *tr, int64_t phase, uint64_t batches_bef
 	tr->ckpt.pass_seq = batches_before;
 	pthread_mutex_lock(&tr->ckpt.gate_mu);
 	tr->ckpt.npass++;
+	tr->ckpt.at = 0;   /* a timed step named in an earlier pass is void */
 	pthread_mutex_unlock(&tr->ckpt.gate_mu);
 	/* Across processes rank 0 carries the job's examples from before a
 	 * resume; the others count their own from 0 (st_trainer_resume), and a

@@ -120,6 +120,7 @@ static int drain(st_trainer_t *tr, int *in)
 	const int rank = st_dist_rank(d), P = st_dist_size(d);
 	uint64_t step, pass;
 	gate_pos(tr, &step, &pass);
+	const int timed = tr->ckpt.secs > 0;
 	*in = 0;
 	/* hop_bw: a rank at its gate sends no gradient; the others' steps
 	 * close without it (it rejoins with its next one, ops/dist/hop.c). */
@@ -162,8 +163,14 @@ static int drain(st_trainer_t *tr, int *in)
 				theirs[r] = a->step;
 				all &= a->step == (int64_t)step && a->pass_seq == pass;
 			} else if (a->type == M_ENDED && a->pass_seq == pass &&
-				   a->step < (int64_t)step) {
+				   (a->step < (int64_t)step ||
+				    (timed && a->file != step))) {
+				/* Its pass ended before the step, or (a timed
+				 * checkpoint) before it learnt of the step. */
 				done = 1;
+				all = 0;
+			} else if (a->type == M_MISSED && a->step == (int64_t)step) {
+				done = 1;   /* it was past the step when told of it */
 				all = 0;
 			}
 			free(a);
@@ -188,19 +195,74 @@ static int drain(st_trainer_t *tr, int *in)
 void st__trainer_dist_ckpt_ended(st_trainer_t *tr)
 {
 	st_dist_t *d = tr->dist.d;
-	if (!d || !tr->ckpt.cfg || !tr->ckpt.every)
+	if (!d || !tr->ckpt.cfg || (!tr->ckpt.every && !(tr->ckpt.secs > 0)))
 		return;
 	st_net_t *net = st_dist_net(d);
 	const int rank = st_dist_rank(d), P = st_dist_size(d);
 	uint64_t step, pass;
 	gate_pos(tr, &step, &pass);
-	ck_msg_t m = { .type = M_ENDED, .ok = 1, .step = (int64_t)step, .pass_seq = pass };
+	pthread_mutex_lock(&tr->ckpt.gate_mu);
+	const uint64_t seen = tr->ckpt.at_seen;
+	pthread_mutex_unlock(&tr->ckpt.gate_mu);
+	/* .file: the last timed checkpoint step this rank knew of */
+	ck_msg_t m = { .type = M_ENDED, .ok = 1, .step = (int64_t)step, .pass_seq = pass,
+		       .file = seen };
 	/* A rank that is gone ends the waits by itself (recv_any). */
 	if (rank != 0)
 		st__ck_send(net, 0, CH_UP, &m, NULL, 0);
 	for (int r = 1; rank == 0 && r < P; r++)
 		if (st_net_alive(net, r))
 			st__ck_send(net, r, CH_DOWN, &m, NULL, 0);
+}
+
+/* Steps a timed checkpoint is named ahead of rank 0's current one: the
+ * other ranks' pulls may be ahead of rank 0's by the batches in flight
+ * (lockstep policies) or more (asynchronous ones; a rank past the step
+ * misses it and the checkpoint is skipped, the next one named at once). */
+enum { AT_LEAD = 16 };
+
+int st__trainer_dist_ckpt_timed(st_trainer_t *tr, uint64_t step, double now)
+{
+	st_dist_t *d = tr->dist.d;
+	st_net_t *net = st_dist_net(d);
+	const int rank = st_dist_rank(d), P = st_dist_size(d);
+	if (rank == 0) {
+		if (!tr->ckpt.at && now - tr->ckpt.last >= tr->ckpt.secs) {
+			tr->ckpt.at = tr->ckpt.at_seen = step + AT_LEAD;
+			ck_msg_t m = { .type = M_AT, .ok = 1, .step = (int64_t)tr->ckpt.at,
+				       .pass_seq = tr->ckpt.npass };
+			for (int r = 1; r < P; r++)
+				if (st_net_alive(net, r))
+					st__ck_send(net, r, CH_AT, &m, NULL, 0);
+		}
+	} else {
+		for (;;) {   /* what rank 0 named since the last batch */
+			void *buf;
+			size_t len;
+			int from;
+			if (st_net_recv(net, 0, CH_AT, &buf, &len, &from, 0) < 0)
+				break;
+			const ck_msg_t *m = buf;
+			if (len == sizeof *m && m->type == M_AT && m->pass_seq == tr->ckpt.npass) {
+				tr->ckpt.at = tr->ckpt.at_seen = (uint64_t)m->step;
+				if (tr->ckpt.at < step) {
+					/* Past it already: rank 0 skips it. */
+					ck_msg_t x = { .type = M_MISSED, .ok = 0, .step = m->step,
+						       .pass_seq = tr->ckpt.npass };
+					st__ck_send(net, 0, CH_UP, &x, NULL, 0);
+					tr->ckpt.at = 0;
+				}
+			}
+			free(buf);
+		}
+	}
+	if (tr->ckpt.at && step == tr->ckpt.at) {
+		tr->ckpt.at = 0;
+		return 1;
+	}
+	if (rank == 0 && tr->ckpt.at && step > tr->ckpt.at)
+		tr->ckpt.at = 0;   /* cannot happen: rank 0 names steps ahead */
+	return 0;
 }
 
 /* Step 2b of an interval cut under a policy whose ranks train replicas of

@@ -14,8 +14,9 @@
 #include "ops/dump/ckpt.h"
 #include "runtime/net/net.h"
 
-enum { CH_UP = 0x4000, CH_DOWN = 0x4001 };
-enum { M_COPIED = 1, M_GO, M_REPORT, M_RESULT, M_DRAINED, M_COPY, M_ENDED, M_DENSE };
+enum { CH_UP = 0x4000, CH_DOWN = 0x4001, CH_AT = 0x4005 };
+enum { M_COPIED = 1, M_GO, M_REPORT, M_RESULT, M_DRAINED, M_COPY, M_ENDED, M_DENSE, M_AT,
+       M_MISSED };
 enum { CK_NAME_MAX = 64 };
 
 typedef struct ck_msg {

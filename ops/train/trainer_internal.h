@@ -192,6 +192,10 @@ struct tr_ckpt {
 	 * every rank: a cut's messages name their pass (dist_ckpt.c). Under
 	 * gate_mu. */
 	uint64_t npass;
+	/* checkpoint.every_secs across processes (dist_ckpt.c): the step rank
+	 * 0 named for the next timed checkpoint (0: none pending), and the
+	 * last step named that this rank saw. Under gate_mu. */
+	uint64_t at, at_seen;
 	/* The last written snapshot, kept so that the next checkpoint copies
 	 * into memory that is already mapped (st_trainer_snap_release); NULL
 	 * when none is kept. Under gate_mu. */
@@ -396,6 +400,12 @@ int st__trainer_dist_checkpoint_after(st_trainer_t *tr, const st_batch_t *b);
  * in a cut of a step it will not reach (rank 0: every rank; the others:
  * rank 0). Nothing in one process. */
 void st__trainer_dist_ckpt_ended(st_trainer_t *tr);
+/* dist_ckpt.c: checkpoint.every_secs across processes, from the pull
+ * thread's gate under gate_mu for the batch of job step `step` (1-based):
+ * whether this batch ends the interval. Rank 0's clock decides and names a
+ * step a few steps ahead to the others (AT); a rank already past it says so
+ * (MISSED) and that checkpoint is skipped. */
+int st__trainer_dist_ckpt_timed(st_trainer_t *tr, uint64_t step, double now);
 void st__trainer_ckpt_open_gate(st_trainer_t *tr, int cancel);
 int st__trainer_checkpoint_after(st_trainer_t *tr, const st_batch_t *b);
 
