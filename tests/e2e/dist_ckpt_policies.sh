@@ -98,6 +98,19 @@ else
   bad "async: uneven step (exit $krc; $(ls "$tmp/k" 2>&1 | tr '\n' ' '))"
 fi
 
+# checkpoint.every_secs under async: rank 0 names the steps; every interval
+# checkpoint is complete (or skipped with a message), none waited for.
+rm -rf "${tmp:?}/ts"
+timeout 120 "$strata" launch -n 2 "${base[@]}" "${two[@]}" "${asy[@]}" \
+  --set "checkpoint={dir=\"$tmp/ts\",every_secs=0.02,keep=0}" >"$tmp/out_ts" 2>&1; tsrc=$?
+nts=$(ls "$tmp/ts" 2>/dev/null | grep -c '^ckpt-[0-9]*$') tsinc=0
+for c in "$tmp/ts"/ckpt-*; do "$strata" inspect "$c" 2>&1 | grep -q "complete: yes" || tsinc=1; done
+if [ $tsrc = 0 ] && [ "$nts" -ge 2 ] && [ $tsinc = 0 ]; then
+  ok "async: checkpoint.every_secs on 2 processes: $nts complete checkpoints"
+else
+  bad "async: every_secs (exit $tsrc, $nts checkpoints, incomplete $tsinc)"
+fi
+
 # The other way round: a 3-process checkpoint after step 5 (15 batches)
 # resumed on 2 processes starts the round at rank 1, which then has one
 # batch more than rank 0 (40 against 39): its cut at step 45 is released by
