@@ -113,6 +113,71 @@ static void gate_pos(st_trainer_t *tr, uint64_t *step, uint64_t *pass)
  * A DRAINED of another step (the ranks' step counts diverged, which a job
  * of several passes can do) is answered "skip" too, so no rank waits
  * for a step the others will not take. */
+/* What a rank last said on CH_END: its pass ended (ENDED: step count,
+ * pass, last timed step it knew of), or it was past a timed step when told
+ * of it (MISSED). These come from other threads than the cut's (the train
+ * stage's, the pull stage's) at any moment, so they travel on a channel of
+ * their own and are kept here until a cut needs them: a receive that
+ * dropped them as leftovers (as the commit's receives drop other messages)
+ * could leave a later cut waiting for a rank that will never come. The
+ * dump thread's alone. */
+typedef struct ck_end {
+	int ended;
+	uint64_t pass, step, seen;
+	uint64_t missed;       /* the last timed step it missed; 0: none */
+} ck_end_t;
+
+/* Reads what src has sent on CH_END so far into the record. NULL: no
+ * memory (then nothing is known; a wait re-polls). */
+static ck_end_t *poll_end(st_trainer_t *tr, int src)
+{
+	st_net_t *net = st_dist_net(tr->dist.d);
+	if (!tr->ckpt.ended)
+		tr->ckpt.ended = calloc((size_t)st_dist_size(tr->dist.d), sizeof(ck_end_t));
+	ck_end_t *e = tr->ckpt.ended;
+	if (!e)
+		return NULL;
+	for (;;) {
+		void *buf;
+		size_t len;
+		int from;
+		if (st_net_recv(net, src, CH_END, &buf, &len, &from, 0) < 0)
+			break;
+		const ck_msg_t *m = buf;
+		if (len == sizeof *m && m->type == M_ENDED) {
+			e[src].ended = 1;
+			e[src].pass = m->pass_seq;
+			e[src].step = (uint64_t)m->step;
+			e[src].seen = m->file;
+		} else if (len == sizeof *m && m->type == M_MISSED) {
+			e[src].missed = (uint64_t)m->step;
+		}
+		free(buf);
+	}
+	return e + src;
+}
+
+/* Step 1b of an interval cut, under every policy: nothing in flight.
+ * This rank's pushes are applied (or buffered) at their owners
+ * (st_dist_flush); it tells rank 0 (DRAINED), which waits for every rank,
+ * has the gradient buffers' partial steps applied everywhere (gba, bsp:
+ * st_dist_flush_buffers, as a checkpoint of one process applies a partial
+ * buffer first) and answers COPY. Only then does any rank copy: a rank
+ * that copied while another still trained towards the step would hold its
+ * shard without that rank's last pushes.
+ *
+ * Not every rank reaches every step when the policy does not step in
+ * lockstep: a rank whose data ended before the step says so (ENDED, sent
+ * at the end of each training pass, st__trainer_dist_ckpt_ended), and the
+ * checkpoint is skipped (*in = 0). Rank 0 has the most batches of a pass
+ * (batch k goes to rank k mod P), but after a resume in the middle of a
+ * round another rank may have one more; rank 0's ENDED then releases it.
+ * A DRAINED of another step (the ranks' step counts diverged, which a job
+ * of several passes can do) is answered "skip" too, so no rank waits
+ * for a step the others will not take. A timed checkpoint's step (rank
+ * 0's AT) is also skipped when a rank was past it when told (MISSED) or
+ * ended before it was told (its ENDED names another step). Waits poll the
+ * two channels in turn (20 ms each). */
 static int drain(st_trainer_t *tr, int *in)
 {
 	st_dist_t *d = tr->dist.d;
@@ -120,7 +185,9 @@ static int drain(st_trainer_t *tr, int *in)
 	const int rank = st_dist_rank(d), P = st_dist_size(d);
 	uint64_t step, pass;
 	gate_pos(tr, &step, &pass);
-	const int timed = tr->ckpt.secs > 0;
+	/* rank 0 named this step on its clock, and no batch count chose it */
+	const int timed = tr->ckpt.secs > 0 && tr->ckpt.at_seen == step &&
+			  !(tr->ckpt.every && step % tr->ckpt.every == 0);
 	*in = 0;
 	/* hop_bw: a rank at its gate sends no gradient; the others' steps
 	 * close without it (it rejoins with its next one, ops/dist/hop.c). */
@@ -134,14 +201,18 @@ static int drain(st_trainer_t *tr, int *in)
 		if ((rc = st__ck_send(net, 0, CH_UP, &m, NULL, 0)) < 0)
 			return rc;
 		for (;;) {
+			const ck_end_t *e = poll_end(tr, 0);
+			if (e && e->ended && e->pass == pass && e->step < step)
+				return ST_OK;   /* rank 0's pass ended before the step */
 			ck_msg_t *a;
-			if ((rc = st__ck_recv_any(net, 0, CH_DOWN, &a)) < 0)
+			rc = st__ck_try_recv(net, 0, CH_DOWN, 0.02, &a);
+			if (rc == ST_EAGAIN)
+				continue;
+			if (rc < 0)
 				return rc;
-			int done = (a->type == M_COPY && a->step == (int64_t)step) ||
-				   (a->type == M_ENDED && a->pass_seq == pass &&
-				    a->step < (int64_t)step);
+			int done = a->type == M_COPY && a->step == (int64_t)step;
 			if (done)
-				*in = a->type == M_COPY && a->ok;
+				*in = a->ok;
 			free(a);
 			if (done)
 				return ST_OK;
@@ -154,24 +225,25 @@ static int drain(st_trainer_t *tr, int *in)
 	for (int r = 1; r < P && rc >= 0; r++) {
 		theirs[r] = -1;
 		for (;;) {
-			ck_msg_t *a;
-			if ((rc = st__ck_recv_any(net, r, CH_UP, &a)) < 0)
+			const ck_end_t *e = poll_end(tr, r);
+			if (e && ((e->ended && e->pass == pass &&
+				   (e->step < step || (timed && e->seen != step))) ||
+				  (timed && e->missed == step))) {
+				all = 0;   /* it will not take this step */
 				break;
-			int done = 0;
-			if (a->type == M_DRAINED) {
-				done = 1;
+			}
+			ck_msg_t *a;
+			rc = st__ck_try_recv(net, r, CH_UP, 0.02, &a);
+			if (rc == ST_EAGAIN) {
+				rc = ST_OK;
+				continue;
+			}
+			if (rc < 0)
+				break;
+			int done = a->type == M_DRAINED;
+			if (done) {
 				theirs[r] = a->step;
 				all &= a->step == (int64_t)step && a->pass_seq == pass;
-			} else if (a->type == M_ENDED && a->pass_seq == pass &&
-				   (a->step < (int64_t)step ||
-				    (timed && a->file != step))) {
-				/* Its pass ended before the step, or (a timed
-				 * checkpoint) before it learnt of the step. */
-				done = 1;
-				all = 0;
-			} else if (a->type == M_MISSED && a->step == (int64_t)step) {
-				done = 1;   /* it was past the step when told of it */
-				all = 0;
 			}
 			free(a);
 			if (done)
@@ -207,12 +279,12 @@ void st__trainer_dist_ckpt_ended(st_trainer_t *tr)
 	/* .file: the last timed checkpoint step this rank knew of */
 	ck_msg_t m = { .type = M_ENDED, .ok = 1, .step = (int64_t)step, .pass_seq = pass,
 		       .file = seen };
-	/* A rank that is gone ends the waits by itself (recv_any). */
+	/* A rank that is gone ends the waits by itself (the receives check). */
 	if (rank != 0)
-		st__ck_send(net, 0, CH_UP, &m, NULL, 0);
+		st__ck_send(net, 0, CH_END, &m, NULL, 0);
 	for (int r = 1; rank == 0 && r < P; r++)
 		if (st_net_alive(net, r))
-			st__ck_send(net, r, CH_DOWN, &m, NULL, 0);
+			st__ck_send(net, r, CH_END, &m, NULL, 0);
 }
 
 /* Steps a timed checkpoint is named ahead of rank 0's current one: the
@@ -249,7 +321,7 @@ int st__trainer_dist_ckpt_timed(st_trainer_t *tr, uint64_t step, double now)
 					/* Past it already: rank 0 skips it. */
 					ck_msg_t x = { .type = M_MISSED, .ok = 0, .step = m->step,
 						       .pass_seq = tr->ckpt.npass };
-					st__ck_send(net, 0, CH_UP, &x, NULL, 0);
+					st__ck_send(net, 0, CH_END, &x, NULL, 0);
 					tr->ckpt.at = 0;
 				}
 			}

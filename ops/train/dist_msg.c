@@ -19,22 +19,18 @@ int st__ck_send(st_net_t *net, int dst, uint32_t ch, const ck_msg_t *m,
 	return rc;
 }
 
-/* The next well-formed message from src on ch (the caller frees *out):
- * its payload is n_files file entries or n_floats floats. A wait re-checks
- * every 0.5 s that src is alive. */
-int st__ck_recv_any(st_net_t *net, int src, uint32_t ch, ck_msg_t **out)
+/* Documented in dist_msg.h, as every function here. */
+int st__ck_try_recv(st_net_t *net, int src, uint32_t ch, double timeout_s, ck_msg_t **out)
 {
 	for (;;) {
 		void *buf;
 		size_t len;
 		int from;
-		int rc = st_net_recv(net, src, ch, &buf, &len, &from, 0.5);
-		if (rc == ST_EAGAIN) {
-			if (!st_net_alive(net, src))
-				rc = ST_EPEER;
-			else
-				continue;
-		}
+		int rc = st_net_recv(net, src, ch, &buf, &len, &from, timeout_s);
+		if (rc == ST_EAGAIN && !st_net_alive(net, src))
+			rc = ST_EPEER;
+		if (rc == ST_EAGAIN)
+			return rc;
 		if (rc < 0) {
 			st_error("checkpoint: waiting for rank %d: %s", src, st_strerror(rc));
 			return rc;
@@ -46,7 +42,16 @@ int st__ck_recv_any(st_net_t *net, int src, uint32_t ch, ck_msg_t **out)
 			*out = m;
 			return ST_OK;
 		}
-		free(buf);
+		free(buf);   /* malformed: dropped */
+	}
+}
+
+int st__ck_recv_any(st_net_t *net, int src, uint32_t ch, ck_msg_t **out)
+{
+	for (;;) {
+		int rc = st__ck_try_recv(net, src, ch, 0.5, out);
+		if (rc != ST_EAGAIN)
+			return rc;
 	}
 }
 

@@ -14,7 +14,7 @@
 #include "ops/dump/ckpt.h"
 #include "runtime/net/net.h"
 
-enum { CH_UP = 0x4000, CH_DOWN = 0x4001, CH_AT = 0x4005 };
+enum { CH_UP = 0x4000, CH_DOWN = 0x4001, CH_AT = 0x4005, CH_END = 0x4006 };
 enum { M_COPIED = 1, M_GO, M_REPORT, M_RESULT, M_DRAINED, M_COPY, M_ENDED, M_DENSE, M_AT,
        M_MISSED };
 enum { CK_NAME_MAX = 64 };
@@ -51,6 +51,9 @@ int st__ck_send(st_net_t *net, int dst, uint32_t ch, const ck_msg_t *m, const ck
  * its payload is n_files file entries or n_floats floats. A wait re-checks
  * every 0.5 s that src is alive: ST_EPEER when it is not. */
 int st__ck_recv_any(st_net_t *net, int src, uint32_t ch, ck_msg_t **out);
+/* As st__ck_recv_any, waiting at most timeout_s: ST_EAGAIN when nothing
+ * came (and src is alive). */
+int st__ck_try_recv(st_net_t *net, int src, uint32_t ch, double timeout_s, ck_msg_t **out);
 /* The next message of `type` and `step` (any step: -1) from src; others
  * are leftovers of an abandoned checkpoint or export and go. */
 int st__ck_recv(st_net_t *net, int src, uint32_t ch, uint32_t type, int64_t step,

@@ -122,6 +122,7 @@ void st_trainer_destroy(st_trainer_t *tr)
 	pthread_mutex_destroy(&tr->step.slow_mu);
 	pthread_cond_destroy(&tr->step.slow_cv);
 	pthread_mutex_destroy(&tr->ckpt.gate_mu);
+	free(tr->ckpt.ended);
 	pthread_mutex_destroy(&tr->track.mu);
 	st__trainer_track_free(tr);
 	pthread_cond_destroy(&tr->ckpt.gate_cv);

@@ -196,6 +196,9 @@ struct tr_ckpt {
 	 * 0 named for the next timed checkpoint (0: none pending), and the
 	 * last step named that this rank saw. Under gate_mu. */
 	uint64_t at, at_seen;
+	/* Each rank's last ENDED/MISSED (dist_ckpt.c's ck_end_t [ranks]),
+	 * allocated by the first cut that needs it; the dump thread's. */
+	void *ended;
 	/* The last written snapshot, kept so that the next checkpoint copies
 	 * into memory that is already mapped (st_trainer_snap_release); NULL
 	 * when none is kept. Under gate_mu. */
