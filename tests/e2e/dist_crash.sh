@@ -155,7 +155,7 @@ for ((i = 1; i <= 40 && (i <= rounds || landed < 20); i++)); do
   t0=$(now_ms)
   wait "${pids[$victim]}" 2>/dev/null; vs=$?
   # the survivors: each one's exit time from the kill
-  msg=() fail_r=
+  msg=() said=
   max=0 ok_surv=1 finished=0
   for ((r = 0; r < n; r++)); do
     [ $r = "$victim" ] && continue
@@ -173,6 +173,8 @@ for ((i = 1; i <= 40 && (i <= rounds || landed < 20); i++)); do
       finished=1     # only fine if the job had ended: checked below
     elif ! grep -Eq "rank $victim (died|did not answer)" "$tmp/out$r"; then
       ok_surv=0; msg+=("rank $r (exit $s) does not name rank $victim")
+    else
+      said=$(grep -Em1 "rank $victim (died|did not answer)" "$tmp/out$r" | sed 's/^strata: [a-z]*: //')
     fi
   done
   pids=()
@@ -205,7 +207,7 @@ for ((i = 1; i <= 40 && (i <= rounds || landed < 20); i++)); do
   desc="round $i: $n processes$([ $ssd = 1 ] && echo ", SSD tier"), every $every, rank $victim killed $what$([ $during = 1 ] && echo ' (a .tmp present)')$([ $vs = 0 ] && echo ' (after it ended)')"
   if [ $ok_surv = 1 ] && [ $ok_dir = 1 ] && [ "${st[*]}" = "$(printf '0 %.0s' $(seq "$n") | sed 's/ $//')" ] &&
      [ "$d" = "${ref[$n]}" ]; then
-    ok "$desc: survivors out in $max ms, resumed from ${newest:-nothing}, the uninterrupted model"
+    ok "$desc: survivors out in $max ms${said:+ (\"$said\")}, resumed from ${newest:-nothing}, the uninterrupted model"
   else
     bad "$desc: ${msg[*]:-}; resume exit ${st[*]}, '$d' vs '${ref[$n]}'"
   fi
