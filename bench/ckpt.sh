@@ -85,6 +85,8 @@ rm -f "$out/runs"
 for P in $procs; do
 	rm -rf "$ck"
 	job "$P"
+	# the machine's load: the rates below are CPU-bound on a busy machine
+	echo "== load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "== P=$P (1) no checkpoints"
 	w1=$(wall "1-p$P" "${c[@]}")
 	echo "== P=$P (2) a checkpoint every $every steps"
@@ -127,6 +129,7 @@ echo "== (4) raw sequential write bandwidth of $ck"
 mkdir -p "$ck"
 "$build/bench/bench_ssd_raw" "$ck" --size 2G | tail -n 1 > "$out/raw.json"
 cat "$out/raw.json"
+echo "== load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 python3 - "$out" <<'PY'
 import json, sys
