@@ -427,6 +427,45 @@ typedef struct chosen {
  * writer or a damage differently) and tells the others, which verify the
  * same checkpoint themselves before they read it. A collective: every
  * rank calls it. */
+/* Another rank than 0, once rank 0 chose dir (having verified every file
+ * of it): reads the manifest and verifies again the files this rank will
+ * read — the dense file and, on the writer's own world, its own shard; on
+ * another world every shard, all of which it reads (load_tables). Verifying
+ * the other ranks' shards too cost a 2-process restore a second full pass
+ * over the checkpoint (docs/benchmarks.md, "Multi-process checkpoints"). */
+static int verify_mine(st_trainer_t *tr, const char *dir, st_manifest_t **out, char *err,
+		       size_t errlen)
+{
+	char path[4200];
+	snprintf(path, sizeof path, "%s/manifest.yaml", dir);
+	st_manifest_t *m;
+	int rc = st_manifest_read(path, &m, err, errlen);
+	if (rc < 0)
+		return rc;
+	st_dist_t *d = tr->dist.d;
+	const int me = st_dist_rank(d);
+	const int same = m->world_size == st_dist_size(d) && m->owners == st_dist_owners(d) &&
+			 m->owner_salt == st_algo_owner_salt() && (size_t)me < m->n_parts;
+	for (size_t i = 0; i < m->n_files && rc >= 0; i++) {
+		const char *name = m->files[i].name;
+		/* another rank's shard on the writer's own world (rank 0's part
+		 * also lists the dense file, which every rank reads) */
+		int theirs = 0;
+		for (size_t r = 0; same && !strncmp(name, "table-", 6) && r < m->n_parts && !theirs;
+		     r++)
+			for (size_t j = 0; r != (size_t)me && j < m->parts[r].n_files; j++)
+				theirs |= !strcmp(m->parts[r].files[j], name);
+		if (!theirs)
+			rc = st_ckpt_verify_file(dir, &m->files[i], err, errlen);
+	}
+	if (rc < 0) {
+		st_manifest_free(m);
+		return rc;
+	}
+	*out = m;
+	return ST_OK;
+}
+
 static int choose_dist(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg, char **dir,
 		       st_manifest_t **m, st_trainer_resume_t *out, char *err, size_t errlen)
 {
@@ -451,7 +490,7 @@ static int choose_dist(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg, char 
 		rc = c->rc;
 		out->none_verifies = c->none_verifies;
 		snprintf(err, errlen, "%s", c->err);
-		if (rc >= 0 && (rc = st_ckpt_verify(c->dir, m, err, errlen)) < 0) {
+		if (rc >= 0 && (rc = verify_mine(tr, c->dir, m, err, errlen)) < 0) {
 			char why[1024];
 			snprintf(why, sizeof why, "%s", err);
 			snprintf(err, errlen, "%s: %s", c->dir, why);
