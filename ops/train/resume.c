@@ -194,6 +194,14 @@ static int load_rows(st_trainer_t *tr, int k, const char *path, const st_dist_t 
 		return ST_EINVAL;
 	}
 	int ram = !st_table_ssd(st__trainer_table(tr, k));
+	/* Every row of the file lands here unless a new world filters them:
+	 * the index is sized once instead of growing under the load. */
+	if (ram && !filter && st_table_reserve(st__trainer_table(tr, k), info->n_rows) < 0) {
+		snprintf(err, errlen, "%s: out of memory for %llu rows", path,
+			 (unsigned long long)info->n_rows);
+		st_rows_reader_close(r);
+		return ST_ENOMEM;
+	}
 	size_t nf = (size_t)info->dim + info->state_dim;
 	/* A batch of up to ST_ROWS_BATCH_MAX rows, at most LOAD_BATCH_BYTES of
 	 * floats per thread however wide the rows. */

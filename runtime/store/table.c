@@ -155,6 +155,30 @@ int st__table_grow_index(const st_table_t *t, shard_t *s)
 	return ST_OK;
 }
 
+int st_table_reserve(st_table_t *t, uint64_t rows)
+{
+	/* Rows per shard: the mean plus 4 standard deviations of a binomial
+	 * and a little, for keys that hash unevenly. */
+	const uint64_t S = t->o.n_shards;
+	const uint64_t mean = rows / S;
+	uint64_t sd = 1;
+	while (sd * sd < mean)
+		sd++;
+	const uint64_t per = mean + 4 * sd + 64;
+	for (uint64_t i = 0; i < S; i++) {
+		shard_t *s = &t->shards[i];
+		pthread_mutex_lock(&s->mu);
+		int rc = ST_OK;
+		while (rc >= 0 && ((uint64_t)s->n + per) * 4 > (uint64_t)s->cap * 3 &&
+		       s->cap < (UINT32_C(1) << 31))
+			rc = st__table_grow_index(t, s);
+		pthread_mutex_unlock(&s->mu);
+		if (rc < 0)
+			return rc;
+	}
+	return ST_OK;
+}
+
 /* Removes the entry at position i, shifting later entries of its probe run
  * back so that every remaining key stays reachable from its home. */
 void st__table_index_delete(const st_table_t *t, shard_t *s, uint32_t i)

@@ -86,6 +86,14 @@ int st_table_create(st_table_t **out, const st_table_opts_t *o);
 /* Frees the table and every row (NULL-safe). No other call may run. */
 void st_table_destroy(st_table_t *t);
 
+/* Room in the index for `rows` more rows (spread over the shards as keys
+ * hash, with a margin), so that inserting them grows no index: a restore
+ * knows its row count up front, and growing as it goes rehashed every row
+ * log2(n) times (18% of a 3M-row restore's time). ST_OK or ST_ENOMEM (the
+ * table is as before or larger; inserts still grow as needed).
+ * Thread-safe. */
+int st_table_reserve(st_table_t *t, uint64_t rows);
+
 /* Finds the row of key, creating and initializing it when absent and
  * admitted (in cache mode loading it from SSD when it is there, and pinning
  * it: the caller unpins it with st_table_unpin); records step in last_step and counts freq. *row points to the

@@ -220,6 +220,39 @@ static void test_table_growth_keeps_rows(void **state)
 	st_table_destroy(t);
 }
 
+/* st_table_reserve sizes the index for the rows to come (a restore): rows
+ * already in the table stay where they are and findable, the reserved ones
+ * insert and are found, and reserving again (or 0) changes nothing. */
+static void test_table_reserve_keeps_rows(void **state)
+{
+	(void)state;
+	st_table_opts_t o = { .dim = 4, .state_dim = 0, .seed = 1, .n_shards = 8 };
+	st_table_t *t;
+	assert_int_equal(st_table_create(&t, &o), ST_OK);
+	enum { N0 = 1000, N = 200000 };
+	float **rows = malloc(sizeof(float *) * N);
+	for (int i = 0; i < N0; i++) {
+		assert_int_equal(st_table_get_or_create(t, (uint64_t)i * 7919, 0, &rows[i]), 1);
+		rows[i][0] = (float)i;
+	}
+	assert_int_equal(st_table_reserve(t, N - N0), ST_OK);
+	assert_int_equal(st_table_reserve(t, 0), ST_OK);
+	for (int i = 0; i < N0; i++)
+		assert_ptr_equal(st_table_find(t, (uint64_t)i * 7919), rows[i]);
+	for (int i = N0; i < N; i++) {
+		assert_int_equal(st_table_get_or_create(t, (uint64_t)i * 7919, 0, &rows[i]), 1);
+		rows[i][0] = (float)i;
+	}
+	for (int i = 0; i < N; i++) {
+		float *r = st_table_find(t, (uint64_t)i * 7919);
+		assert_ptr_equal(r, rows[i]);
+		assert_true(r[0] == (float)i);
+	}
+	assert_int_equal(st_table_size(t), N);
+	free(rows);
+	st_table_destroy(t);
+}
+
 static void count_row(uint64_t key, float *row, void *arg)
 {
 	(void)row;
@@ -619,6 +652,7 @@ int main(void)
 		cmocka_unit_test(test_table_concurrent_get_or_create),
 		cmocka_unit_test(test_table_deterministic_init),
 		cmocka_unit_test(test_table_growth_keeps_rows),
+		cmocka_unit_test(test_table_reserve_keeps_rows),
 		cmocka_unit_test(test_table_foreach_and_bad_opts),
 		cmocka_unit_test(test_table_resolve_matches_single_calls),
 		cmocka_unit_test(test_table_admit_min_count),
