@@ -519,8 +519,12 @@ static int write_part(st_trainer_t *tr, st_trainer_snap_t *s, st_ckpt_writer_t *
 		rc = st__ck_send(net, 0, CH_UP, &m, files, nf);
 		if (rc >= 0)
 			rc = st__ck_recv(net, 0, CH_DOWN, M_RESULT, step, &res);
+		else if (ok)
+			ok = 0;
 		if (rc >= 0)
 			*published = res->ok;
+		else if (ok)
+			*published = -1;   /* reported, then rank 0 went: unknown here */
 		if (*published)
 			tr->ckpt.step = step;
 		free(res);
@@ -620,9 +624,13 @@ int st__trainer_dist_checkpoint_after(st_trainer_t *tr, const st_batch_t *b)
 	if (tr->metrics) {
 		st_metrics_add(tr->metrics, "ckpt.stall_s", t1 - t0);
 		st_metrics_add(tr->metrics, "ckpt.write_s", t2 - t1);
-		st_metrics_add(tr->metrics, published ? "ckpt.written" : "ckpt.failed", 1);
+		st_metrics_add(tr->metrics, published > 0 ? "ckpt.written" : "ckpt.failed", 1);
 	}
-	if (!published) {
+	if (published < 0) {
+		st_error("checkpoint after step %lld: rank 0 is gone before saying whether it "
+			 "published it (this rank's shard was written); --resume takes it if it is "
+			 "complete", (long long)step);
+	} else if (!published) {
 		st_error("checkpoint after step %lld not written; training goes on, the previous "
 			 "checkpoint in %s is intact", (long long)step, tr->ckpt.cfg->dir);
 		tr->ckpt.errors++;
@@ -642,7 +650,11 @@ int st_trainer_dist_checkpoint(st_trainer_t *tr, int64_t *step, char *err, size_
 		rc = write_part(tr, s, w, *step, &published);
 	st_ckpt_writer_destroy(w);
 	st_trainer_snap_destroy(s);
-	if (rc < 0)
+	if (rc < 0 && published < 0)
+		snprintf(err, errlen, "rank 0 is gone before saying whether it published the "
+			 "checkpoint of step %lld (this rank's shard was written): --resume takes it "
+			 "if it is complete", (long long)*step);
+	else if (rc < 0)
 		snprintf(err, errlen, "a rank is gone: %s", st_strerror(rc));
 	else if (!published)
 		snprintf(err, errlen, "a rank could not copy or write its part (see above)");
