@@ -185,8 +185,11 @@ static int drain(st_trainer_t *tr, int *in)
 	const int rank = st_dist_rank(d), P = st_dist_size(d);
 	uint64_t step, pass;
 	gate_pos(tr, &step, &pass);
+	pthread_mutex_lock(&tr->ckpt.gate_mu);
+	const uint64_t seen = tr->ckpt.at_seen;
+	pthread_mutex_unlock(&tr->ckpt.gate_mu);
 	/* rank 0 named this step on its clock, and no batch count chose it */
-	const int timed = tr->ckpt.secs > 0 && tr->ckpt.at_seen == step &&
+	const int timed = tr->ckpt.secs > 0 && seen == step &&
 			  !(tr->ckpt.every && step % tr->ckpt.every == 0);
 	*in = 0;
 	/* hop_bw: a rank at its gate sends no gradient; the others' steps
