@@ -761,5 +761,6 @@ void st_dist_stats(const st_dist_t *d, st_dist_stats_t *out)
 	for (size_t i = 0; i < sizeof *out / sizeof(uint64_t); i++)
 		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
 	out->bytes_sent = st_net_bytes_sent(d->net);
+	out->bytes_coll = st_net_bytes_sent_coll(d->net);
 	out->msgs_sent = st_net_msgs_sent(d->net);
 }

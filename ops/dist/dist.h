@@ -239,6 +239,7 @@ uint64_t st_dist_rows_digest(st_table_t *const *tables, int n_tables, uint64_t *
 
 typedef struct st_dist_stats {
 	uint64_t bytes_sent, msgs_sent;
+	uint64_t bytes_coll;              /* of bytes_sent: the collectives' (dense) */
 	uint64_t pulls_remote, keys_remote, keys_local;
 	uint64_t pushes, rows_pushed;     /* received and applied by this owner */
 	uint64_t buf_steps;               /* buffered global steps applied here */

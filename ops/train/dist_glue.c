@@ -235,6 +235,7 @@ void st__trainer_dist_metrics(st_trainer_t *tr)
 	st_dist_stats_t ds;
 	st_dist_stats(tr->dist.d, &ds);
 	st_metrics_set(tr->metrics, "net_bytes_sent", (double)ds.bytes_sent);
+	st_metrics_set(tr->metrics, "net_bytes_coll", (double)ds.bytes_coll);
 	st_metrics_set(tr->metrics, "net_msgs_sent", (double)ds.msgs_sent);
 	st_metrics_set(tr->metrics, "dist_keys_remote", (double)ds.keys_remote);
 	st_metrics_set(tr->metrics, "dist_keys_local", (double)ds.keys_local);

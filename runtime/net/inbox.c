@@ -322,6 +322,11 @@ uint64_t st_net_bytes_sent(const st_net_t *net)
 	return atomic_load(&((st_net_t *)net)->bytes_sent);
 }
 
+uint64_t st_net_bytes_sent_coll(const st_net_t *net)
+{
+	return atomic_load(&((st_net_t *)net)->bytes_sent_coll);
+}
+
 uint64_t st_net_msgs_sent(const st_net_t *net)
 {
 	return atomic_load(&((st_net_t *)net)->msgs_sent);

@@ -323,6 +323,8 @@ int st__net_post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan,
 	if (rc == ST_OK) {
 		atomic_fetch_add(&net->bytes_sent, sizeof req->hdr + alen + blen);
 		atomic_fetch_add(&net->msgs_sent, 1);
+		if (chan >= 0xff00)
+			atomic_fetch_add(&net->bytes_sent_coll, sizeof req->hdr + alen + blen);
 	}
 	return rc;
 }

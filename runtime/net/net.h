@@ -150,5 +150,9 @@ int st_net_bcast(st_net_t *net, int root, void *buf, size_t len);
  * messages; for metrics. */
 uint64_t st_net_bytes_sent(const st_net_t *net);
 uint64_t st_net_msgs_sent(const st_net_t *net);
+/* Of st_net_bytes_sent, those of the collectives (allreduce, allgather,
+ * bcast, barrier: channels >= 0xff00) — a lockstep policy's dense traffic,
+ * where the rest is rows to and from their owners. */
+uint64_t st_net_bytes_sent_coll(const st_net_t *net);
 
 #endif

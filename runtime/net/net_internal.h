@@ -152,6 +152,7 @@ struct st_net {
 
 	/* counters */
 	atomic_uint_fast64_t bytes_sent, msgs_sent, frames_dropped;
+	atomic_uint_fast64_t bytes_sent_coll;   /* of bytes_sent: on channels >= 0xff00 */
 
 	/* collectives (coll.c), used by one thread at a time */
 	uint64_t coll_seq;
