@@ -42,7 +42,7 @@ for pol in 'st.sync.allreduce{}' 'st.sync.async{}' 'st.sync.hop_bs{b=2}' 'st.syn
   xa=$(grep -o '^auc [0-9.]*' "$tmp/out_e"); xa=${xa#auc }
   if [ $arc = 0 ] && [ "$n" -ge 4 ] && grep -q "complete: yes (the shards of all 2 ranks)" "$tmp/out_i" &&
      ! ls "$tmp/a" | grep -q '\.tmp$' && [ -n "$xa" ] &&
-     [ "$(printf '%.4f' "$xa")" = "$(auc "$tmp/out_a")" ]; then
+     same4 "$xa" "$(auc "$tmp/out_a")"; then
     ok "$name: $n complete checkpoints; the export's eval AUC is the job's ($(auc "$tmp/out_a"))"
   else
     bad "$name: uninterrupted run (exit $arc, $n checkpoints, export auc '$xa' vs '$(auc "$tmp/out_a")')"

@@ -50,7 +50,7 @@ fi
 "$strata" eval "$tmp/x1" "$tmp/d/eval.tsv" >"$tmp/out_e1" 2>&1
 e2=$(grep -o '^auc [0-9.]*' "$tmp/out_e2")
 if [ -n "$e2" ] && [ "$e2" = "$(grep -o '^auc [0-9.]*' "$tmp/out_e1")" ] &&
-   [ "$(printf '%.4f' "${e2#auc }")" = "$(auc "$tmp/out_a")" ]; then
+   same4 "${e2#auc }" "$(auc "$tmp/out_a")"; then
   ok "strata eval on the 2-process export: the same $e2 (and the job's own eval)"
 else
   bad "eval: '$e2' vs '$(grep -o '^auc [0-9.]*' "$tmp/out_e1")', job $(auc "$tmp/out_a")"
@@ -147,7 +147,8 @@ mkdir -p "$tmp/ttl6" && cp -r "$XT" "$tmp/ttl6/" && rm -rf "$tmp/ttl6/export/exp
 ev=$(grep -o '^auc [0-9.]*  logloss [0-9.]*' "$tmp/out_t6")
 sl=$(grep '^  day-007 ' "$tmp/ttl/log" | awk '{ print $3, $4 }')
 if [ $trc = 0 ] && [ $ndel -ge 5 ] && [ -n "$ev" ] && [ -n "$sl" ] &&
-   [ "$(echo "$ev" | awk '{ printf "%.4f %.4f", $2, $4 }')" = "$sl" ]; then
+   same4 "$(echo "$ev" | awk '{ print $2 }')" "${sl% *}" &&
+   same4 "$(echo "$ev" | awk '{ print $4 }')" "${sl#* }"; then
   ok "TTL on 2 processes: $ndel deltas delete expired keys; the chain after day 6 scores day 7 as the job did ($sl)"
 else
   bad "TTL deltas on 2 processes (exit $trc): $ndel deltas with deletions, chain eval '$ev' vs job '$sl'"

@@ -22,6 +22,10 @@ bad() { fail=$((fail + 1)); echo "FAIL $1"; for f in "$tmp"/out*; do [ -f "$f" ]
 base=(tests/e2e/jobs/gen_dnn.lua --quiet --no-pin
   --set 'data.generate=nil' --set "data.train.path=\"$tmp/d/train-*.tsv\""
   --set "data.eval.path=\"$tmp/d/eval.tsv\"" --set stages.read.threads=1 --set seed=11)
+# same4 X Y: X (printed to 6 digits) is the value Y was printed from to 4
+# digits. Comparing printf '%.4f' of X with Y would round twice (0.699950
+# gives 0.7000 where the job printed 0.6999 of 0.69994...).
+same4() { awk -v x="$1" -v y="$2" 'BEGIN { d = x - y; exit !(x != "" && y != "" && d <= 0.0000506 && d >= -0.0000506) }'; }
 port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 # Ranks started by hand (as a launcher would), so the test knows their pids.
