@@ -2,9 +2,14 @@
  * err.c — st_strerror and the process-wide logger.
  *
  * The logger formats each message into a local buffer and writes it with one
- * write(2) call, so lines from concurrent threads never interleave.
+ * write(2) call, so lines from concurrent threads never interleave. While a
+ * trace records (runtime/trace.h), every error message is also an "error"
+ * instant on the logging thread's track: errors are rare, and the instant's
+ * cost (the recorder's mutex, a copy of the text) is paid only then; the
+ * recorder's mutex is a leaf lock, so logging under another lock stays safe.
  */
 #include "err.h"
+#include "trace.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +77,8 @@ void st_vlog(enum st_log_level level, const char *fmt, va_list ap)
 		len = sizeof buf - 2;
 	while (len > 0 && buf[len - 1] == '\n')
 		len--;
+	if (level == ST_LOG_ERROR && st_trace_enabled())
+		st_trace_instant("error", "%.*s", (int)(len - (size_t)n), buf + n);
 	buf[len++] = '\n';
 	ssize_t w = write(2, buf, len);
 	(void)w;

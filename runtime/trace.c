@@ -317,6 +317,25 @@ static void put_us(FILE *f, uint64_t ns)
 		(unsigned long long)(ns % 1000));
 }
 
+/* The name of a span's id in its args: a pass's span carries its phase, a
+ * file write its file's number, a background round (a compaction pass, a
+ * sync round) its count, a policy's applied step its step, every other
+ * span its batch. */
+static const char *id_arg(const char *cat)
+{
+	if (!cat)
+		return "batch";
+	if (!strcmp(cat, "pass"))
+		return "phase";
+	if (!strcmp(cat, "file"))
+		return "file";
+	if (!strcmp(cat, "round"))
+		return "round";
+	if (!strcmp(cat, "step"))
+		return "step";
+	return "batch";
+}
+
 static void put_event(FILE *f, int pid, int tid, const st_trace_ev_t *e)
 {
 	fprintf(f, ",\n{\"ph\":\"%c\",\"pid\":%d,\"tid\":%d,\"ts\":", e->ph, pid, tid);
@@ -331,10 +350,9 @@ static void put_event(FILE *f, int pid, int tid, const st_trace_ev_t *e)
 		fputs(",\"cat\":\"", f);
 		put_str(f, e->cat ? e->cat : "span");
 		fputs("\",\"args\":{", f);
-		/* A pass's span carries its phase, every other span its batch. */
 		if (e->id >= 0)
-			fprintf(f, "\"%s\":%lld%s", e->cat && !strcmp(e->cat, "pass") ? "phase"
-				: "batch", (long long)e->id, e->stage ? "," : "");
+			fprintf(f, "\"%s\":%lld%s", id_arg(e->cat), (long long)e->id,
+				e->stage ? "," : "");
 		if (e->stage) {
 			fputs("\"stage\":\"", f);
 			put_str(f, e->stage);

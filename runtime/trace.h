@@ -44,11 +44,15 @@
 typedef struct st_trace_ev {
 	uint64_t ts;          /* ns since st_trace_open (CLOCK_MONOTONIC) */
 	uint64_t dur;         /* 'X': ns */
-	const char *cat;      /* 'X': "stage", "wait", "work"; 'C': unused */
+	const char *cat;      /* 'X': "stage", "wait", "work", "pass", "file",
+			       * "round"; 'C': unused */
 	const char *name;
 	const char *stage;    /* optional: the pipeline stage it belongs to */
 	int64_t id;           /* 'X': batch id (written "batch"; cat "pass": the
-			       * phase, written "phase"), -1 none */
+			       * phase, written "phase"; cat "file": a file's
+			       * number, "file"; cat "round": a background
+			       * round's count, "round"; cat "step": a
+			       * policy's step, "step"), -1 none */
 	union {
 		double value;     /* 'C': the counter's value */
 		const char *text; /* 'i': detail (a copy the recorder owns) */
@@ -75,7 +79,8 @@ const char *st_trace_intern(const char *s);
 
 /* A span [t0, t1] (st_trace_now values) on the calling thread's track.
  * cat, name and stage (may be NULL) must outlive the trace (see above); id
- * is the batch id (-1 for none; for cat "pass" the phase). No-op when not recording. Thread-safe:
+ * is the batch id (-1 for none; for cats "pass", "file", "round" and "step" what
+ * st_trace_ev_t.id says). No-op when not recording. Thread-safe:
  * writes the caller's own buffer only. */
 void st_trace_span(const char *cat, const char *name, const char *stage,
 		   uint64_t t0, uint64_t t1, int64_t id);

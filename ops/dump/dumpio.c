@@ -24,6 +24,7 @@
  */
 #include "ops/dump/dumpio.h"
 #include "runtime/err.h"
+#include "runtime/trace.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -337,8 +338,12 @@ static void *stage_main(void *arg)
 		size_t len = o->pend_len;
 		int rc = o->wrc;
 		pthread_mutex_unlock(&o->mu);
-		if (rc == ST_OK)
+		if (rc == ST_OK) {
+			uint64_t t0 = st_trace_enabled() ? st_trace_now() : 0;
 			rc = st__dumpio_write(o->f, p, len);
+			if (t0)
+				st_trace_span("work", "write buffer", NULL, t0, st_trace_now(), -1);
+		}
 		pthread_mutex_lock(&o->mu);
 		if (o->wrc == ST_OK)
 			o->wrc = rc;

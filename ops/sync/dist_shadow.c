@@ -107,6 +107,7 @@
 #include "ops/dist/dist.h"
 #include "runtime/err.h"
 #include "runtime/net/net.h"
+#include "runtime/trace.h"
 
 enum { EASGD = ST_SHADOW_EASGD, MA = ST_SHADOW_MA, BMUF = ST_SHADOW_BMUF };
 
@@ -153,6 +154,7 @@ typedef struct {
 	int done;                      /* this rank trained its last batch (atomic) */
 	int err;                       /* the shadow thread's error (atomic) */
 	uint64_t rounds;               /* this rank's syncs (the shadow thread's) */
+	uint64_t round_t0;             /* st_trace_now at the round's start; 0 off */
 	uint64_t every;                /* fixed rate: a round per `every` updates */
 	uint64_t want;                 /*   the update a worker waits to see synced (atomic) */
 	uint64_t target;               /*   the request the current round serves (thread's) */
@@ -226,9 +228,20 @@ static int wait_round(dsh_t *s, uint64_t *seen, uint64_t *gap, int dead, int *rc
 	}
 }
 
+/* A round begins (the trace's "sync round" span on st-shadow-net, ended
+ * by note_round). */
+static void round_start(dsh_t *s)
+{
+	s->round_t0 = st_trace_enabled() ? st_trace_now() : 0;
+}
+
 /* One sync of this rank's replica: its gap and what it sent. */
 static void note_round(dsh_t *s, uint64_t gap, uint64_t floats)
 {
+	if (s->round_t0)
+		st_trace_span("round", "sync round", NULL, s->round_t0, st_trace_now(),
+			      (int64_t)s->rounds);
+	s->round_t0 = 0;
 	s->rounds++;
 	st_sync_stat_add(&s->st.staleness[st_sync_hist_bucket(gap)], 1);
 	st_sync_stat_add(&s->st.bytes, sizeof(float) * floats);
@@ -268,6 +281,7 @@ static void *collective_main(dsh_t *s)
 	int rc;
 	for (;;) {
 		int done = wait_round(s, &seen, &gap, 0, &rc);
+		round_start(s);
 		/* Algorithm 3 lines 5-6, Algorithm 4 lines 5-6: the sum of the
 		 * replicas, and whether anybody still trains. */
 		st_sync_load_relaxed(s->buf, s->env.params, np);
@@ -298,6 +312,7 @@ static int final_mean(dsh_t *s)
 {
 	st_net_t *net = st_dist_net(s->env.dist);
 	const size_t np = s->env.nparams;
+	round_start(s);
 	st_sync_load_relaxed(s->buf, s->env.params, np);
 	int rc = st_net_allreduce_f32(net, s->buf, np);
 	if (rc < 0)
@@ -377,6 +392,7 @@ static void *ps_main(dsh_t *s)
 		if ((s->every ? take_request(s) : v != seen) ||
 		    (done && (now.tv_sec - last.tv_sec) * 1000000000L +
 			     (now.tv_nsec - last.tv_nsec) >= 2000000L)) {
+			round_start(s);
 			st_sync_load_relaxed(s->buf, s->env.params, np);
 			ps_apply(s, s->buf);                  /* Algorithm 2 line 4 */
 			blend(s, s->ps, 1.0f, 0);             /* line 5 */
@@ -398,8 +414,13 @@ static void *ps_main(dsh_t *s)
 			to = 0;
 			if (rc == ST_EAGAIN)
 				break;
-			if (rc >= 0)
+			if (rc >= 0) {
+				uint64_t t0 = st_trace_enabled() ? st_trace_now() : 0;
 				rc = serve(s, m, len, from, fin0, &ndone, &nfin);
+				if (t0)
+					st_trace_span("work", "serve sync", NULL, t0,
+						      st_trace_now(), -1);
+			}
 			if (rc < 0) {
 				if (st_net_dead(net, &first))
 					st_error("shadow: rank %d died: the background sync (easgd) "
@@ -462,6 +483,7 @@ static void *easgd_main(dsh_t *s)
 		int done = wait_round(s, &seen, &gap, 1, &rc);
 		if (rc < 0)
 			return fail(s, rc);
+		round_start(s);
 		st_sync_load_relaxed(s->buf, s->env.params, np);
 		shmsg_t h = { .type = MSG_SYNC, .flags = done ? SF_DONE : 0, .seq = s->rounds,
 			      .n = np };

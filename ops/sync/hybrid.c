@@ -53,6 +53,7 @@
 
 #include "ops/algo/owner.h"
 #include "runtime/err.h"
+#include "runtime/trace.h"
 
 typedef struct {
 	uint32_t n, cap;           /* rows queued, capacity */
@@ -118,10 +119,15 @@ static void *embedding_main(void *arg)
 		if (st__sync_hybrid_apply_hook)
 			st__sync_hybrid_apply_hook(st__sync_hybrid_hook_arg, e.w, e.step);
 		slot_t *sl = &s->w[e.w].slot[e.slot];
+		uint64_t t0 = st_trace_enabled() ? st_trace_now() : 0;
 		for (uint32_t k = 0; k < sl->n; k++)
 			st_sync_row_update_relaxed(&s->env, sl->row[k],
 						   sl->grad + (size_t)k * sl->gstride, sl->dim[k],
 						   e.step + 1, s->w[0].trow);
+		/* One span per worker step applied (arg step). */
+		if (t0)
+			st_trace_span("step", "apply step", NULL, t0, st_trace_now(),
+				      (int64_t)e.step);
 		pthread_mutex_lock(&s->mu);
 		s->qhead = (s->qhead + 1) % s->qcap;
 		s->qlen--;

@@ -73,6 +73,7 @@
 
 #include "ops/algo/blend.h"
 #include "runtime/err.h"
+#include "runtime/trace.h"
 
 enum { EASGD = ST_SHADOW_EASGD, MA = ST_SHADOW_MA, BMUF = ST_SHADOW_BMUF };
 
@@ -197,7 +198,11 @@ static void *shadow_main(void *arg)
 					     __atomic_load_n(&s->rounds, __ATOMIC_RELAXED));
 		if (__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE))
 			break;
+		uint64_t t0 = st_trace_enabled() ? st_trace_now() : 0;
 		round_all(s);
+		if (t0)
+			st_trace_span("round", "sync round", NULL, t0, st_trace_now(),
+				      (int64_t)__atomic_load_n(&s->rounds, __ATOMIC_RELAXED));
 		st_sync_stat_add(&s->rounds, 1);
 	}
 	return NULL;

@@ -448,10 +448,8 @@ int st_sync_hist_bucket(uint64_t s)
 	return b < ST_SYNC_HIST ? b : ST_SYNC_HIST - 1;
 }
 
-void st_sync_stats_publish(const st_sync_stats_t *s, st_metrics_t *m)
+void st_sync_stats_staleness(const st_sync_stats_t *s, double *mean, double *max)
 {
-	if (!m)
-		return;
 	uint64_t n = 0;
 	double sum = 0;
 	int top = 0;
@@ -463,10 +461,19 @@ void st_sync_stats_publish(const st_sync_stats_t *s, st_metrics_t *m)
 		if (s->staleness[k])
 			top = k;
 	}
+	*mean = n ? sum / (double)n : 0.0;
+	*max = top ? (double)((UINT64_C(1) << top) - 1) : 0.0;
+}
+
+void st_sync_stats_publish(const st_sync_stats_t *s, st_metrics_t *m)
+{
+	if (!m)
+		return;
+	double mean, max;
+	st_sync_stats_staleness(s, &mean, &max);
 	st_metrics_set(m, "sync_updates", (double)s->updates);
-	st_metrics_set(m, "sync_staleness_mean", n ? sum / (double)n : 0.0);
-	st_metrics_set(m, "sync_staleness_max",
-		       top ? (double)((UINT64_C(1) << top) - 1) : 0.0);
+	st_metrics_set(m, "sync_staleness_mean", mean);
+	st_metrics_set(m, "sync_staleness_max", max);
 	st_metrics_set(m, "sync_dropped", (double)s->dropped);
 	st_metrics_set(m, "sync_bytes", (double)s->bytes);
 	/* The staleness histogram itself, one metric per non-empty bucket:

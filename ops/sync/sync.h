@@ -369,6 +369,9 @@ static inline void st_sync_stat_add(uint64_t *p, uint64_t v)
 void st_sync_stats_read(const st_sync_stats_t *st, st_sync_stats_t *out);
 /* Bucket of a staleness value in st_sync_stats_t.staleness. */
 int st_sync_hist_bucket(uint64_t staleness);
+/* The staleness histogram's mean (each bucket at its midpoint) and max
+ * (upper edge of the highest non-empty bucket); 0 and 0 when empty. */
+void st_sync_stats_staleness(const st_sync_stats_t *s, double *mean, double *max);
 /* Publishes stats as metrics: "sync_updates", "sync_staleness_mean",
  * "sync_staleness_max" (upper edge of the highest non-empty bucket),
  * "sync_dropped", "sync_bytes". */

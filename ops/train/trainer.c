@@ -462,6 +462,22 @@ static void refresh_metrics(st_trainer_t *tr)
 	}
 }
 
+/* The policy's counters on the trace (runtime/trace.h), after every
+ * trained batch while recording: on the train thread, which is also the
+ * one that swaps policies (st.sync.auto), so the policy asked is the one
+ * in place. The sums cover the policies of the run so far (pol.past). */
+static void trace_sync(st_trainer_t *tr)
+{
+	st_sync_stats_t s;
+	double mean, max;
+	st_trainer_sync_stats(tr, &s);
+	st_sync_stats_staleness(&s, &mean, &max);
+	st_trace_counter("sync staleness mean", mean);
+	st_trace_counter("sync staleness max", max);
+	st_trace_counter("sync dropped", (double)s.dropped);
+	st_trace_counter("sync bytes", (double)s.bytes);
+}
+
 /* ---- st.sync.auto (ops/sync/auto.c decides; the trainer swaps) ---------- */
 
 /* Acts on a verdict: swaps to the sub-policy it wants, if another. */
@@ -569,6 +585,8 @@ static int train_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 	if (tr->metrics)
 		st_metrics_add(tr->metrics, "examples", b->n);
 	tr->batches++;
+	if (st_trace_enabled())
+		trace_sync(tr);
 	if (tr->pol.autoc && (rc = st__trainer_auto_tick(tr, 0)) < 0)
 		return op_fail(ctx, rc, "batch %llu: st.sync.auto could not %s: %s",
 			       (unsigned long long)b->seq,

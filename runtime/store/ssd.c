@@ -41,6 +41,10 @@
  *   st-ssd-cmpct-0   the background compactor (ssd_compact.c;
  *                 "st-ssd-compact-0" is one byte over the kernel's
  *                 15-character thread-name limit).
+ * With a trace recording (runtime/trace.h) the writer records a "write
+ * file" span per file (arg file: its seq), the compactor a "compaction"
+ * span per pass, and readers (ssd_read.c) the "ssd reads in flight"
+ * counter; each thread's track is named after the thread.
  * Appenders block when all N_WBUF buffers are sealed and waiting for the
  * writer (backpressure). Records of a buffer not yet on disk are served
  * from the buffer; a buffer whose write failed is kept in memory for good,
@@ -112,6 +116,7 @@
 #include "runtime/err.h"
 #include "runtime/io/uring.h"
 #include "runtime/store/ssd_internal.h"
+#include "runtime/trace.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 	       "the .sst format is little-endian; add byte swaps for this host");
@@ -442,7 +447,11 @@ static void *writer_main(void *p)
 		}
 		if (rc == 0) {
 			pthread_mutex_unlock(&s->mu);
+			uint64_t t0 = st_trace_enabled() ? st_trace_now() : 0;
 			rc = st__ssd_write_file(s, s->wring, f);
+			if (t0)
+				st_trace_span("file", "write file", NULL, t0, st_trace_now(),
+					      (int64_t)f->seq);
 			pthread_mutex_lock(&s->mu);
 		}
 		s->qhead = (s->qhead + 1) % N_WBUF;

@@ -45,6 +45,7 @@
 #include "runtime/err.h"
 #include "runtime/io/uring.h"
 #include "runtime/store/ssd_internal.h"
+#include "runtime/trace.h"
 
 static double now_s(void)
 {
@@ -260,6 +261,7 @@ static void set_bad(st_ssd_t *s, struct sfile *f)
 static int compact_pass(st_ssd_t *s)
 {
 	double t0 = now_s();
+	uint64_t tr0 = st_trace_enabled() ? st_trace_now() : 0;
 	pthread_mutex_lock(&s->mu);
 	size_t nsrc = 0, cap = s->hot_files;
 	struct sfile **src = malloc((cap ? cap : 1) * sizeof *src);
@@ -347,7 +349,13 @@ static int compact_pass(st_ssd_t *s)
 		st__ssd_unref_locked(s, src[k]);
 	st__ssd_reap_locked(s);
 	s->compact_seconds += now_s() - t0;
+	const uint64_t pass_no = ++s->compact_passes;
 	pthread_mutex_unlock(&s->mu);
+	/* On the thread that ran it: the compactor's track, or the caller's
+	 * for st_ssd_compact_now. A pass with nothing hot is not one. */
+	if (tr0 && nsrc)
+		st_trace_span("round", "compaction", NULL, tr0, st_trace_now(),
+			      (int64_t)pass_no);
 	free(src);
 	free(merged);
 	return rc < 0 ? rc : n_merged;

@@ -114,6 +114,7 @@ struct st_ssd {
 	uint64_t disk_bytes, live_disk, hot_files;
 	uint64_t appended, bytes_written, read_records, bytes_read, buffer_hits;
 	uint64_t compactions, read_ios;
+	uint64_t compact_passes;   /* passes run (the trace's round count) */
 	double compact_seconds;
 
 	st_uring_t *wring;         /* writer thread (recovery before it) */
@@ -125,6 +126,10 @@ struct st_ssd {
 	size_t crd_cap;
 	int crd_reg;               /* registered index of crd, or -1 */
 	struct rctx rctx[MAX_RCTX];
+	/* Disk reads submitted and not completed, all callers together
+	 * (atomic, not under mu): the trace's "ssd reads in flight". Kept
+	 * only while tracing. */
+	int64_t reads_in_flight;
 
 	pthread_t writer, compactor;
 	int threads;

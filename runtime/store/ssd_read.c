@@ -35,6 +35,7 @@
 #include "runtime/err.h"
 #include "runtime/io/uring.h"
 #include "runtime/store/ssd_internal.h"
+#include "runtime/trace.h"
 
 struct rq {
 	st_ssd_loc_t loc;
@@ -172,7 +173,17 @@ static void run_batch(struct rcall *c, struct rctx *x, struct span *sp, size_t n
 				      .len = sp[k].len, .buf = sp[k].buf,
 				      .buf_index = sp[k].own ? -1 : 0 };
 	}
+	/* The count of reads in flight goes up at the submit and down at the
+	 * completion, so the counter's track falls back to 0 between reads;
+	 * MAX_RCTX callers can be reading at once. */
+	const int tr = m && st_trace_enabled();
+	if (tr)
+		st_trace_counter("ssd reads in flight", (double)__atomic_add_fetch(
+			&s->reads_in_flight, (int64_t)m, __ATOMIC_RELAXED));
 	st_uring_submit_wait(x->ring, ios, (unsigned)m);
+	if (tr)
+		st_trace_counter("ssd reads in flight", (double)__atomic_sub_fetch(
+			&s->reads_in_flight, (int64_t)m, __ATOMIC_RELAXED));
 	c->ios += m;
 	m = 0;
 	for (size_t k = 0; k < n; k++) {

@@ -20,7 +20,8 @@ pass=0 fail=0
 ok() { pass=$((pass + 1)); echo "ok   $1"; }
 bad() { fail=$((fail + 1)); echo "FAIL $1"; [ -f "$tmp/out" ] && sed 's/^/     | /' "$tmp/out" | tail -n 20; }
 
-# check.py FILE [--stages a,b,..] [--workers N] [--max-x N] [--instant NAME]:
+# check.py FILE [--stages a,b,..] [--workers N] [--max-x N] [--instant NAME]
+# [--spans T:S[:ARG],..] [--counters C,..] [--instant-on T:NAME:TEXT]:
 # parses the file with Python's json module and checks the trace's shape.
 cat >"$tmp/check.py" <<'EOF'
 import json, sys
@@ -66,6 +67,28 @@ if "--max-x" in opt:
     if d["otherData"]["dropped"] <= 0: die("nothing dropped")
 if "--instant" in opt and not any(e["ph"] == "i" and e["name"] == opt["--instant"] for e in ev):
     die("no instant " + opt["--instant"])
+# --spans "track:span[:arg],...": the track has spans of that name, each
+# with the integer arg when one is given.
+for item in filter(None, opt.get("--spans", "").split(",")):
+    parts = item.split(":")
+    tids = [t for t, n in names.items() if n == parts[0]]
+    if not tids: die("no track " + parts[0])
+    sp = [e for e in ev if e["ph"] == "X" and e["tid"] in tids and e["name"] == parts[1]]
+    if not sp: die("no %s spans on %s" % (parts[1], parts[0]))
+    if len(parts) > 2 and any(not isinstance(e["args"].get(parts[2]), int) for e in sp):
+        die("a %s span on %s without arg %s" % (parts[1], parts[0], parts[2]))
+# --counters "name,...": each counter track has values, and one above 0.
+for c in filter(None, opt.get("--counters", "").split(",")):
+    vs = [e["args"]["value"] for e in ev if e["ph"] == "C" and e["name"] == c]
+    if not vs: die("no counter " + c)
+    if max(vs) <= 0: die("counter %s never above 0" % c)
+# --instant-on "track:name:text": an instant of that name on that track
+# whose detail holds text.
+if "--instant-on" in opt:
+    trk, nm, txt = opt["--instant-on"].split(":", 2)
+    if not any(e["ph"] == "i" and e["name"] == nm and names[e["tid"]] == trk and
+               txt in e["args"]["detail"] for e in ev):
+        die("no instant %s on %s with %r" % (nm, trk, txt))
 # Spans of a track nest (Chrome's rule for complete events).
 for tid in names:
     xs = sorted(((e["ts"], -e["dur"]) for e in ev if e["ph"] == "X" and e["tid"] == tid))
@@ -107,10 +130,12 @@ else
 fi
 
 # Phases: a phase instant per phase, the policy set by each, pass spans on
-# the main track with the phase, interval checkpoints on the dump track.
+# the main track with the phase, interval checkpoints on the dump track,
+# the checkpoint files' writer thread (st-dump-write) with its buffers.
 if "$strata" run tests/e2e/jobs/gen_phases.lua "${base[@]}" --trace "$tmp/ph.json" \
      --set "checkpoint={dir=\"$tmp/ck\", every=5}" >"$tmp/out" 2>&1 &&
-   check "$tmp/ph.json" --stages $all --workers 2 --instant phase &&
+   check "$tmp/ph.json" --stages $all --workers 2 --instant phase \
+     --spans "st-dump-write:write buffer" &&
    [ "$(grep -c '"name":"phase"' "$tmp/ph.json")" = 2 ] &&
    grep -q '"name":"policy".*"detail":"async"' "$tmp/ph.json" &&
    grep -q '"name":"train pass".*"args":{"phase":1}' "$tmp/ph.json" &&
@@ -118,6 +143,59 @@ if "$strata" run tests/e2e/jobs/gen_phases.lua "${base[@]}" --trace "$tmp/ph.jso
   ok "phases: phase and policy instants, pass spans, checkpoints"
 else
   bad "phases trace"
+fi
+
+# The background threads have tracks too. An SSD tier small enough that
+# rows go back and forth over three epochs, and a budget that makes the
+# compactor run: the writer's "write file" spans (arg file), the
+# compactor's "compaction" spans (arg round), the reads in flight.
+ssd=(--set epochs=3 --set stages.read.batch_size=512
+  --set "storage={mem=\"2MiB\", ssd={path=\"$tmp/ssd\", file_size=\"64KiB\", budget=\"20MiB\"}}")
+mkdir -p "$tmp/ssd"
+if "$strata" run tests/e2e/jobs/gen_small.lua "${base[@]}" "${ssd[@]}" --trace "$tmp/ssd.json" \
+     >"$tmp/out" 2>&1 &&
+   check "$tmp/ssd.json" --stages $all \
+     --spans "st-ssd-writer-0:write file:file,st-ssd-cmpct-0:compaction:round" \
+     --counters "ssd reads in flight"; then
+  ok "SSD tier: writer and compactor tracks, reads in flight"
+else
+  bad "SSD tier tracks"
+fi
+# An error logged by a thread that is no stage (the SSD writer refusing a
+# file over the budget) is an instant on that thread's track.
+rm -rf "$tmp/ssd" && mkdir -p "$tmp/ssd"
+"$strata" run tests/e2e/jobs/gen_small.lua "${base[@]}" "${ssd[@]}" --set stages.read.threads=1 \
+  --set "storage={mem=\"2MiB\", ssd={path=\"$tmp/ssd\", file_size=\"64KiB\", budget=\"3MiB\"}}" \
+  --trace "$tmp/ssde.json" >"$tmp/out" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && check "$tmp/ssde.json" --instant-on "st-ssd-writer-0:error:over the budget"; then
+  ok "an error logged on the SSD writer is an instant on its track"
+else
+  bad "SSD writer error instant (exit $rc)"
+fi
+
+# st.sync.auto switching mid-pass (worker 1 five times slower): a policy
+# instant says so; the staleness counters of the policy.
+if "$strata" run tests/e2e/jobs/gen_small.lua "${base[@]}" --set stages.train.workers=2 \
+     --set 'stragglers=st.stragglers{worker=1, slowdown=5}' \
+     --set 'sync=st.sync.auto{window=3, threshold=1.5}' --trace "$tmp/auto.json" >"$tmp/out" 2>&1 &&
+   grep -q '"name":"policy".*"detail":"async (auto switch)"' "$tmp/auto.json" &&
+   check "$tmp/auto.json" --counters "sync staleness max,sync staleness mean"; then
+  ok "st.sync.auto: a policy instant for the switch; staleness counters"
+else
+  bad "auto switch instant"
+fi
+
+# The policies' own threads: shadow's sync rounds, hybrid's applied steps.
+if "$strata" run tests/e2e/jobs/gen_small.lua "${base[@]}" --set stages.train.workers=2 \
+     --set 'sync=st.sync.shadow{}' --trace "$tmp/sh.json" >"$tmp/out" 2>&1 &&
+   check "$tmp/sh.json" --spans "st-shadow-0:sync round:round" &&
+   "$strata" run tests/e2e/jobs/gen_small.lua "${base[@]}" --set stages.train.workers=2 \
+     --set 'sync=st.sync.hybrid{staleness=2}' --trace "$tmp/hy.json" >"$tmp/out" 2>&1 &&
+   check "$tmp/hy.json" --spans "st-hybrid-0:apply step:step"; then
+  ok "shadow and hybrid threads: sync round and apply step spans"
+else
+  bad "policy thread tracks"
 fi
 
 # The ring bound: at most N events per thread, the rest dropped and said so.
@@ -195,6 +273,16 @@ if [ "$ucx" = 1 ]; then
     ok "launch -n 2 --trace: one file per rank"
   else
     bad "launch -n 2 --trace"
+  fi
+  # shadow across processes: its st-shadow-net thread's sync rounds.
+  if timeout 300 "$strata" launch -n 2 tests/e2e/jobs/gen_small.lua "${base[@]}" \
+       --set stages.read.threads=1 --set 'sync=st.sync.shadow{}' --trace "$tmp/dsh.json" \
+       >"$tmp/out" 2>&1 &&
+     check "$tmp/dsh.rank0.json" --spans "st-shadow-net:sync round:round" &&
+     check "$tmp/dsh.rank1.json" --spans "st-shadow-net:sync round:round"; then
+    ok "launch -n 2 with shadow: st-shadow-net has sync round spans"
+  else
+    bad "launch -n 2 shadow trace"
   fi
 else
   echo "skip multi-process trace: strata was built without UCX"

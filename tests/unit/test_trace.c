@@ -410,6 +410,39 @@ static void test_trace_counters_and_instants(void **state)
 	unlink(path);
 }
 
+/* A span's id is written under the name its cat gives it (file, round,
+ * step, phase, else batch), and an st_error while recording is an "error"
+ * instant on the logging thread's track, with the message's text. */
+static void test_trace_id_args_and_error_instant(void **state)
+{
+	(void)state;
+	assert_int_equal(st_trace_open(0), ST_OK);
+	st_trace_thread_name("st-ssd-writer-0");
+	uint64_t t = st_trace_now();
+	st_trace_span("file", "write file", NULL, t, t + 1000, 42);
+	st_trace_span("round", "compaction", NULL, t, t + 1000, 3);
+	st_trace_span("step", "apply step", NULL, t, t + 1000, 9);
+	st_trace_span("pass", "train pass", NULL, t, t + 1000, 1);
+	st_trace_span("stage", "read", "read", t, t + 1000, 5);
+	st_error("disk %s is full", "/nvme");
+	st_warn("a warning is no error instant");
+	const char *path = tmp_path("ids");
+	assert_int_equal(st_trace_write(path, 7, "p"), ST_OK);
+	st_trace_close();
+	st_error("after close: no trace, no crash");
+	assert_valid_json(path);
+	char *text = slurp(path);
+	assert_non_null(strstr(text, "\"name\":\"write file\",\"dur\":1.000,\"cat\":\"file\",\"args\":{\"file\":42}"));
+	assert_non_null(strstr(text, "\"cat\":\"round\",\"args\":{\"round\":3}"));
+	assert_non_null(strstr(text, "\"cat\":\"step\",\"args\":{\"step\":9}"));
+	assert_non_null(strstr(text, "\"cat\":\"pass\",\"args\":{\"phase\":1}"));
+	assert_non_null(strstr(text, "\"cat\":\"stage\",\"args\":{\"batch\":5,\"stage\":\"read\"}"));
+	assert_non_null(strstr(text, "\"name\":\"error\",\"s\":\"p\",\"args\":{\"detail\":\"disk /nvme is full\"}"));
+	assert_null(strstr(text, "a warning"));
+	free(text);
+	unlink(path);
+}
+
 static void *named_once(void *p)
 {
 	pthread_setname_np(pthread_self(), "st-x-0");
@@ -587,6 +620,7 @@ int main(void)
 		cmocka_unit_test(test_trace_threads_get_own_buffers),
 		cmocka_unit_test(test_trace_ring_keeps_newest),
 		cmocka_unit_test(test_trace_counters_and_instants),
+		cmocka_unit_test(test_trace_id_args_and_error_instant),
 		cmocka_unit_test(test_trace_track_reused_by_next_thread),
 		cmocka_unit_test(test_trace_graph_names_slow_stage),
 		cmocka_unit_test(test_trace_summarize_rejects_non_trace),
