@@ -23,6 +23,7 @@
 
 #include "ops/report/chart.h"
 #include "ops/report/points.h"
+#include "ops/report/timeline.h"
 #include "runtime/trace_read.h"
 
 #define MAX_SERIES 24
@@ -53,6 +54,7 @@ struct trace {
 	int ncn;
 	struct instant *in;
 	size_t nin, in_cap, in_dropped;
+	st_timeline_t tl;      /* every span, per track */
 	int oom;
 };
 
@@ -227,6 +229,10 @@ static int on_event(const st_trace_rec_t *e, void *arg)
 		}
 		if (vpush(&t->cn[i].x, e->ts_us / 1e6) < 0 || vpush(&t->cn[i].y, e->value) < 0)
 			return -ENOMEM;
+	} else if (e->ph == 'X') {
+		st_timeline_span(&t->tl, e->tid, e->ts_us / 1e6, e->dur_us / 1e6, e->cat, e->name);
+	} else if (e->ph == 'M' && !strcmp(e->name, "thread_name")) {
+		st_timeline_track(&t->tl, e->tid, e->detail);
 	} else if (e->ph == 'i') {
 		if (t->nin == MAX_INSTANTS) {
 			t->in_dropped++;
@@ -252,9 +258,12 @@ static int on_event(const st_trace_rec_t *e, void *arg)
 
 static int read_trace(struct ctx *c, const char *path, char *err, size_t errlen)
 {
+	st_timeline_init(&c->tr.tl);
 	int rc = st_trace_read(path, on_event, &c->tr, NULL);
 	if (rc == 0)
 		rc = st_trace_summarize(path, &c->tr.sum);
+	if (rc == 0 && c->tr.tl.oom)
+		rc = -ENOMEM;
 	if (rc == -EINVAL) {
 		snprintf(err, errlen, "%s holds no trace events (is it a file of `strata run "
 			 "--trace`?)", path);
@@ -277,6 +286,7 @@ static void free_trace(struct trace *t)
 	for (size_t i = 0; i < t->nin; i++)
 		free(t->in[i].detail);
 	free(t->in);
+	st_timeline_fini(&t->tl);
 }
 
 
@@ -286,7 +296,7 @@ static const char css[] =
 	"body{font:14px/1.45 'DejaVu Sans',Arial,sans-serif;margin:24px auto;max-width:960px;"
 	"color:#222;background:#fff}\n"
 	"h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ccc;margin-top:32px}\n"
-	"svg.chart{width:100%;height:auto;display:block;margin:8px 0 16px}\n"
+	"svg.chart,svg.timeline{width:100%;height:auto;display:block;margin:8px 0 16px}\n"
 	".title{font-size:15px;font-weight:bold}.legend,.tick,.mlabel{font-size:11px;fill:#333}\n"
 	".axis{font-size:12px;fill:#333}.plot{fill:#fcfcfc;stroke:#999}\n"
 	".grid{stroke:#e4e4e4}.series{fill:none;stroke-width:1.8}\n"
@@ -354,6 +364,7 @@ static void head(struct ctx *c, const st_report_in_t *in)
 	}
 	st_html_raw(h, "</table>\n<p class=\"note\">Sections: <a href=\"#quality\">model quality</a>"
 		    " · <a href=\"#throughput\">throughput</a> · <a href=\"#pipeline\">pipeline</a>"
+		    " · <a href=\"#timeline\">timeline</a>"
 		    " · <a href=\"#store\">store</a> · <a href=\"#sync\">sync</a>"
 		    " · <a href=\"#events\">phases and events</a>"
 		    " · <a href=\"#config\">configuration</a>. Dashed lines mark the end of each "
@@ -497,6 +508,24 @@ static void throughput(struct ctx *c)
 	emit(c, &p, no_log);
 }
 
+/* The trace's phase and policy instants as markers on its clock (arena). */
+static const st_chart_marker_t *trace_markers(struct ctx *c, int *n)
+{
+	st_chart_marker_t *mk = alloc(c, c->tr.nin, sizeof *mk);
+	char (*lab)[96] = alloc(c, c->tr.nin, sizeof *lab);
+	int nmk = 0;
+	for (size_t i = 0; mk && lab && i < c->tr.nin; i++) {
+		const struct instant *in = &c->tr.in[i];
+		if (strcmp(in->name, "phase") && strcmp(in->name, "policy"))
+			continue;
+		snprintf(lab[nmk], sizeof lab[0], "%s %s", in->name, in->detail);
+		mk[nmk] = (st_chart_marker_t){ in->t, lab[nmk] };
+		nmk++;
+	}
+	*n = nmk;
+	return mk;
+}
+
 static void pipeline(struct ctx *c)
 {
 	st_points_t *r = &c->r;
@@ -564,20 +593,35 @@ static void pipeline(struct ctx *c)
 	for (int i = 0; i < c->tr.ncn; i++)
 		if (!strncmp(c->tr.cn[i].name, "queue ", 6))
 			add(&p, c->tr.cn[i].name, c->tr.cn[i].x.v, c->tr.cn[i].y.v, c->tr.cn[i].x.n, 0);
-	st_chart_marker_t *mk = alloc(c, c->tr.nin, sizeof *mk);
-	char (*lab)[96] = alloc(c, c->tr.nin, sizeof *lab);
 	int nmk = 0;
-	for (size_t i = 0; mk && lab && i < c->tr.nin; i++) {
-		const struct instant *in = &c->tr.in[i];
-		if (strcmp(in->name, "phase") && strcmp(in->name, "policy"))
-			continue;
-		snprintf(lab[nmk], sizeof lab[0], "%s %s", in->name, in->detail);
-		mk[nmk] = (st_chart_marker_t){ in->t, lab[nmk] };
-		nmk++;
-	}
-	p.ch.markers = mk;
+	p.ch.markers = trace_markers(c, &nmk);
 	p.ch.nmarkers = nmk;
 	emit(c, &p, c->tr.have ? NULL : "no --trace file given");
+}
+
+/* Every thread of the trace on one time axis (timeline.h): which stage
+ * works while the others wait, and the background threads beside them. */
+static void timeline(struct ctx *c)
+{
+	st_html_t *h = c->h;
+	st_html_raw(h, "<h2 id=\"timeline\">Timeline</h2>\n");
+	if (!c->tr.have || !c->tr.tl.spans) {
+		st_html_raw(h, "<p class=\"absent\"><b>Timeline of the threads</b>: not recorded "
+			    "in this run (");
+		st_html_raw(h, c->tr.have ? "the trace holds no spans" : "no --trace file given");
+		st_html_raw(h, ").</p>\n");
+		return;
+	}
+	st_html_printf(h, "<p class=\"note\">One row per thread of the trace (%zu spans), on the "
+		       "trace's clock. Each row is cut into %d columns: a column has the colour "
+		       "of the kind of span that covered most of it, lighter when spans covered "
+		       "less of it. The bottleneck's row is solid with stage work; the rows "
+		       "before it show blocked time, the rows after it idle time. For single "
+		       "spans, open the trace in Perfetto.</p>\n", c->tr.tl.spans,
+		       ST_TIMELINE_COLS);
+	int nmk = 0;
+	const st_chart_marker_t *mk = trace_markers(c, &nmk);
+	st_timeline_svg(h, &c->tr.tl, mk, nmk);
 }
 
 static void store(struct ctx *c)
@@ -774,6 +818,7 @@ int st_report_build(const st_report_in_t *in, st_html_t *out, char *err, size_t 
 		quality(c);
 		throughput(c);
 		pipeline(c);
+		timeline(c);
 		store(c);
 		sync_section(c);
 		events(c);

@@ -6,7 +6,8 @@
 # recorded; bad inputs fail naming the file (and line). Then headless
 # Chromium renders it: the DOM holds the SVG charts, the console shows no
 # errors, and the screenshot's plot areas are not blank (the PNG is decoded
-# with python3's zlib and coloured pixels are counted).
+# with python3's zlib and coloured pixels are counted); the timeline of the
+# threads is in the page, the DOM and, by its colours, the screenshot.
 # Without chromium only the browser part is skipped (exit 77, saying why),
 # after the HTML checks ran and passed.
 # Usage: report.sh PATH/TO/strata
@@ -72,6 +73,20 @@ else
   bad "the report lacks charts or parts"
 fi
 
+# The timeline of the threads: a row per track, the SSD writer's among
+# them, rectangles of stage work, waits and background work, and no more
+# rectangles than its bound (600 columns x 48 rows).
+n_rect=$(grep -c '<rect class="tl-' "$html")
+if grep -q '<svg class="timeline"' "$html" && grep -q '>st-train-0</text>' "$html" &&
+   grep -q '>st-ssd-writer-0</text>' "$html" && grep -q '<rect class="tl-stage"' "$html" &&
+   grep -Eq '<rect class="tl-(idle|blocked)"' "$html" && grep -q '<rect class="tl-background"' "$html" &&
+   [ "$n_rect" -ge 20 ] && [ "$n_rect" -le 28800 ]; then
+  ok "the timeline has a row per thread and $n_rect rectangles of each kind"
+else
+  echo "timeline rectangles: $n_rect" >"$tmp/out"
+  bad "the timeline is missing or incomplete"
+fi
+
 # Only the trace: the metrics charts say they were not recorded.
 if "$strata" report --trace "$tmp/t.json" -o "$tmp/t.html" >"$tmp/out" 2>&1 &&
    grep -q '<b>AUC over examples</b>: not recorded in this run' "$tmp/t.html" &&
@@ -135,10 +150,11 @@ chrome() {
 chrome --dump-dom "file://$html" >"$tmp/dom.html" 2>"$tmp/dom.err"
 n_dom=$(grep -o '<svg class="chart"' "$tmp/dom.html" | wc -l)
 p_dom=$(grep -o '<path class="series"' "$tmp/dom.html" | wc -l)
-if [ "$n_dom" -eq "$n_svg" ] && [ "$p_dom" -eq "$n_path" ]; then
-  ok "chromium's DOM holds the $n_dom SVG charts and $p_dom lines"
+r_dom=$(grep -o '<rect class="tl-' "$tmp/dom.html" | wc -l)
+if [ "$n_dom" -eq "$n_svg" ] && [ "$p_dom" -eq "$n_path" ] && [ "$r_dom" -eq "$n_rect" ]; then
+  ok "chromium's DOM holds the $n_dom SVG charts, $p_dom lines and $r_dom timeline rectangles"
 else
-  echo "dom: $n_dom svg, $p_dom paths (page: $n_svg, $n_path)" >"$tmp/out"
+  echo "dom: $n_dom svg, $p_dom paths, $r_dom rects (page: $n_svg, $n_path, $n_rect)" >"$tmp/out"
   bad "chromium's DOM lacks the charts"
 fi
 
@@ -174,6 +190,10 @@ raw = zlib.decompress(idat)
 stride = w * bpp
 prev = bytearray(stride)
 coloured, colours, nonwhite, i = 0, set(), 0, 0
+# The timeline's solid colours (ops/report/timeline.c): stage work
+# #3b6fb6 and background work #2f9e44, apart from the line charts' colours.
+near = lambda p, q: all(abs(a - b) <= 3 for a, b in zip(p, q))
+stage = bg = 0
 y0, y1 = int(h * 0.2), h          # below the summary table: the charts
 for y in range(h):
     f = raw[i]; line = bytearray(raw[i + 1:i + 1 + stride]); i += 1 + stride
@@ -196,9 +216,15 @@ for y in range(h):
             r, g, b = line[x], line[x + 1], line[x + 2]
             if r < 245 or g < 245 or b < 245:
                 nonwhite += 1
+            if near((r, g, b), (0x3b, 0x6f, 0xb6)): stage += 1
+            elif near((r, g, b), (0x2f, 0x9e, 0x44)): bg += 1
             if max(r, g, b) - min(r, g, b) > 80:
                 coloured += 1
                 colours.add((r >> 3, g >> 3, b >> 3))
+if len(sys.argv) > 2 and sys.argv[2] == "timeline":
+    print("%dx%d: %d pixels of stage work, %d of background work (timeline colours)"
+          % (w, h, stage, bg))
+    sys.exit(0 if stage > 3000 and bg > 20 else 1)
 print("%dx%d: %d non-white, %d coloured pixels, %d distinct colours in the chart band"
       % (w, h, nonwhite, coloured, len(colours)))
 sys.exit(0 if nonwhite > 50000 and coloured > 3000 and len(colours) >= 8 else 1)
@@ -207,6 +233,16 @@ if [ -s "$tmp/shot.png" ] && /usr/bin/python3 "$tmp/png.py" "$tmp/shot.png" >"$t
   ok "the screenshot's charts are drawn: $(cat "$tmp/out")"
 else
   bad "the screenshot is blank or unreadable"
+fi
+
+# The timeline rendered: the page of the trace alone (short, so the
+# timeline is in the first screen), its stage-work and background-work
+# colours on the screenshot.
+chrome --screenshot="$tmp/tl.png" --window-size=1280,1800 "file://$tmp/t.html" >/dev/null 2>&1
+if [ -s "$tmp/tl.png" ] && /usr/bin/python3 "$tmp/png.py" "$tmp/tl.png" timeline >"$tmp/out" 2>&1; then
+  ok "the screenshot's timeline is drawn: $(cat "$tmp/out")"
+else
+  bad "the timeline is not drawn on the screenshot"
 fi
 
 echo "$pass passed, $fail failed"

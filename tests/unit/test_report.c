@@ -5,7 +5,9 @@
  * names, trace texts, the job file) are HTML-escaped, a malformed metrics
  * line is named by file:line (a last line cut short by a killed run is left
  * out instead), and the trace's stage sums and queue
- * counters reach the page through the shared reader (runtime/trace_read.h). */
+ * counters reach the page through the shared reader (runtime/trace_read.h),
+ * and the timeline draws a row per track with spans, thinned to at most
+ * ST_TIMELINE_COLS rectangles a row. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -21,6 +23,7 @@
 #include "ops/report/html.h"
 #include "ops/report/report.h"
 #include "ops/report/runlog.h"
+#include "ops/report/timeline.h"
 #include "runtime/err.h"
 
 static char dir[64];
@@ -243,6 +246,90 @@ static void test_report_draws_trace(void **state)
 	free(page);
 }
 
+/* The timeline: a row per track with spans (named, escaped; a track with
+ * counters only has none), rectangles of each kind where the trace has
+ * such spans, the phase marker, and the section says "not recorded"
+ * without a trace. */
+static void test_report_draws_timeline(void **state)
+{
+	(void)state;
+	char tp[128];
+	const char *t = put("tl.json",
+		"{\"traceEvents\":[\n"
+		"{\"ph\":\"M\",\"pid\":1,\"tid\":1,\"name\":\"thread_name\",\"args\":{\"name\":\"main\"}},\n"
+		"{\"ph\":\"M\",\"pid\":1,\"tid\":2,\"name\":\"thread_name\",\"args\":{\"name\":\"st-read-0\"}},\n"
+		"{\"ph\":\"M\",\"pid\":1,\"tid\":3,\"name\":\"thread_name\",\"args\":{\"name\":\"st-train-0\"}},\n"
+		"{\"ph\":\"M\",\"pid\":1,\"tid\":4,\"name\":\"thread_name\",\"args\":{\"name\":\"st-ssd-<w>\"}},\n"
+		"{\"ph\":\"M\",\"pid\":1,\"tid\":5,\"name\":\"thread_name\",\"args\":{\"name\":\"st-counters-only\"}},\n"
+		"{\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":0,\"name\":\"train pass\",\"dur\":1000000,\"cat\":\"pass\",\"args\":{}},\n"
+		"{\"ph\":\"X\",\"pid\":1,\"tid\":2,\"ts\":0,\"name\":\"read\",\"dur\":100000,\"cat\":\"stage\",\"args\":{\"batch\":0}},\n"
+		"{\"ph\":\"X\",\"pid\":1,\"tid\":2,\"ts\":100000,\"name\":\"wait output\",\"dur\":800000,\"cat\":\"wait\",\"args\":{}},\n"
+		"{\"ph\":\"X\",\"pid\":1,\"tid\":3,\"ts\":0,\"name\":\"wait input\",\"dur\":100000,\"cat\":\"wait\",\"args\":{}},\n"
+		"{\"ph\":\"X\",\"pid\":1,\"tid\":3,\"ts\":100000,\"name\":\"train\",\"dur\":900000,\"cat\":\"stage\",\"args\":{\"batch\":0}},\n"
+		"{\"ph\":\"X\",\"pid\":1,\"tid\":4,\"ts\":300000,\"name\":\"compaction\",\"dur\":200000,\"cat\":\"round\",\"args\":{\"round\":1}},\n"
+		"{\"ph\":\"C\",\"pid\":1,\"tid\":5,\"ts\":20,\"name\":\"queue train\",\"args\":{\"value\":3}},\n"
+		"{\"ph\":\"i\",\"pid\":1,\"tid\":1,\"ts\":500000,\"name\":\"phase\",\"s\":\"p\",\"args\":{\"detail\":\"2 'rest': sync async\"}}\n"
+		"]}\n", tp, sizeof tp);
+	char *page = build(NULL, t, NULL);
+	const char *svg = strstr(page, "<svg class=\"timeline\"");
+	assert_non_null(svg);
+	const char *end = strstr(svg, "</svg>");
+	assert_non_null(end);
+	/* Rows: four tracks with spans, in tid order; none for counters only. */
+	const char *m = strstr(svg, ">main</text>"), *r = strstr(svg, ">st-read-0</text>");
+	const char *tr = strstr(svg, ">st-train-0</text>");
+	const char *w = strstr(svg, ">st-ssd-&lt;w&gt;</text>");
+	assert_true(m && r && tr && w && m < r && r < tr && tr < w && w < end);
+	assert_null(strstr(svg, "st-counters-only"));
+	/* A rectangle of each kind. */
+	assert_true(count(svg, "<rect class=\"tl-stage\"") >= 2);
+	assert_true(count(svg, "<rect class=\"tl-blocked\"") >= 1);
+	assert_true(count(svg, "<rect class=\"tl-idle\"") >= 1);
+	assert_true(count(svg, "<rect class=\"tl-background\"") >= 1);
+	assert_true(count(svg, "<rect class=\"tl-pass\"") >= 1);
+	/* Spans longer than a column: one rectangle each (1 + 2 + 2 + 1). */
+	assert_int_equal(count(svg, "<rect class=\"tl-"), 6);
+	assert_non_null(strstr(svg, "<title>phase 2 &#39;rest&#39;: sync async</title>"));
+	assert_non_null(strstr(svg, "time since the trace began (s)"));
+	free(page);
+
+	/* Without a trace the section says so. */
+	char mp[128];
+	page = build(put("m.jsonl", metrics_two_phases, mp, sizeof mp), NULL, NULL);
+	assert_null(strstr(page, "<svg class=\"timeline\""));
+	assert_non_null(strstr(page, "<b>Timeline of the threads</b>: not recorded in this run "
+			       "(no --trace file given)"));
+	free(page);
+}
+
+/* A long trace stays bounded: 200,000 spans on one track make at most
+ * ST_TIMELINE_COLS rectangles, not one each. */
+static void test_report_timeline_thinned(void **state)
+{
+	(void)state;
+	st_timeline_t tl;
+	st_timeline_init(&tl);
+	st_timeline_track(&tl, 7, "st-pull-0");
+	for (int i = 0; i < 200000; i++)
+		st_timeline_span(&tl, 7, i * 1e-5, 0.6e-5, i % 3 ? "stage" : "wait",
+				 i % 3 ? "pull" : "wait output");
+	st_html_t h;
+	st_html_init(&h);
+	size_t rects = st_timeline_svg(&h, &tl, NULL, 0);
+	assert_true(rects >= 1 && rects <= ST_TIMELINE_COLS);
+	assert_int_equal(count(h.p, "<rect class=\"tl-"), rects);
+	/* Mostly stage work: the columns' dominant kind. */
+	assert_true(count(h.p, "<rect class=\"tl-stage\"") >= 1);
+	assert_true(h.len < 200 * 1024);
+	st_html_fini(&h);
+	/* An empty timeline draws nothing. */
+	st_timeline_fini(&tl);
+	st_html_init(&h);
+	assert_int_equal(st_timeline_svg(&h, &tl, NULL, 0), 0);
+	assert_int_equal(h.len, 0);
+	st_html_fini(&h);
+}
+
 static void test_report_bad_inputs_named(void **state)
 {
 	(void)state;
@@ -304,6 +391,8 @@ int main(void)
 		cmocka_unit_test(test_report_absent_series_say_so),
 		cmocka_unit_test(test_report_escapes_inputs),
 		cmocka_unit_test(test_report_draws_trace),
+		cmocka_unit_test(test_report_draws_timeline),
+		cmocka_unit_test(test_report_timeline_thinned),
 		cmocka_unit_test(test_report_bad_inputs_named),
 		cmocka_unit_test(test_report_runlog_flattens),
 	};
