@@ -240,6 +240,9 @@ void st__runner_final_checkpoint(st_runner_t *r, int phase)
 {
 	if (!r->job->ckpt_dir || !final_due(r))
 		return;
+	/* The write is a span on the caller's track (main): the time between
+	 * a pass and the next that the pipeline's tracks leave empty. */
+	const uint64_t t0 = st_trace_enabled() ? st_trace_now() : 0;
 	st_trainer_snap_t *s = NULL;
 	char err[1024] = "";
 	int64_t step = -1;
@@ -270,6 +273,8 @@ void st__runner_final_checkpoint(st_runner_t *r, int phase)
 			       strstr(err, "before saying whether") ? "outcome unknown" : "not written", err);
 		r->res.ckpt_failed++;
 	}
+	if (t0)
+		st_trace_span("work", "checkpoint", NULL, t0, st_trace_now(), -1);
 	artifact(r, &a);
 	st_trainer_snap_destroy(s);
 }
@@ -302,6 +307,7 @@ void st__runner_export(st_runner_t *r, int phase)
 		return;
 	char err[1024] = "";
 	int rc;
+	const uint64_t t0 = st_trace_enabled() ? st_trace_now() : 0;
 	if (r->net)   /* every rank its shard, rank 0 the rest (ops/train/dist_ckpt.c) */
 		rc = st_trainer_dist_export(r->model, job, job->export_dir, &r->export_seq,
 					    job->export_delta, job->export_keep, err, sizeof err);
@@ -323,6 +329,8 @@ void st__runner_export(st_runner_t *r, int phase)
 		r->res.exports_written++;
 		r->export_seq++;
 	}
+	if (t0)
+		st_trace_span("work", "export", NULL, t0, st_trace_now(), -1);
 	artifact(r, &a);
 }
 

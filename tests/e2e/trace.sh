@@ -131,11 +131,13 @@ fi
 
 # Phases: a phase instant per phase, the policy set by each, pass spans on
 # the main track with the phase, interval checkpoints on the dump track,
-# the checkpoint files' writer thread (st-dump-write) with its buffers.
+# the checkpoint files' writer thread (st-dump-write) with its buffers,
+# and the end-of-phase checkpoints on main (every 3 batches of a phase's
+# 10 leaves the last batch to them).
 if "$strata" run tests/e2e/jobs/gen_phases.lua "${base[@]}" --trace "$tmp/ph.json" \
-     --set "checkpoint={dir=\"$tmp/ck\", every=5}" >"$tmp/out" 2>&1 &&
+     --set "checkpoint={dir=\"$tmp/ck\", every=3}" >"$tmp/out" 2>&1 &&
    check "$tmp/ph.json" --stages $all --workers 2 --instant phase \
-     --spans "st-dump-write:write buffer" &&
+     --spans "st-dump-write:write buffer,main:checkpoint" &&
    [ "$(grep -c '"name":"phase"' "$tmp/ph.json")" = 2 ] &&
    grep -q '"name":"policy".*"detail":"async"' "$tmp/ph.json" &&
    grep -q '"name":"train pass".*"args":{"phase":1}' "$tmp/ph.json" &&
