@@ -832,12 +832,18 @@ int st_ssd_open(st_ssd_t **out, const st_ssd_opts_t *o,
 }
 
 /* Sets *stop, wakes the thread through cv and waits for it to end. */
-static void stop_thread(st_ssd_t *s, int *stop, pthread_cond_t *cv, pthread_t t)
+void (*st__ssd_close_hook)(void *arg);
+void *st__ssd_close_hook_arg;
+
+static void stop_thread(st_ssd_t *s, int *stop, pthread_cond_t *cv, pthread_t t,
+			void (*hook)(void *), void *arg)
 {
 	pthread_mutex_lock(&s->mu);
 	*stop = 1;
 	pthread_cond_signal(cv);
 	pthread_mutex_unlock(&s->mu);
+	if (hook)
+		hook(arg);
 	pthread_join(t, NULL);
 }
 
@@ -845,9 +851,12 @@ int st_ssd_close(st_ssd_t *s)
 {
 	if (!s)
 		return ST_OK;
-	stop_thread(s, &s->stop_compactor, &s->compact_cv, s->compactor);
+	/* A pass in progress stops after its current source file
+	 * (ssd_compact.c): the run's end waits for one file's copy. */
+	stop_thread(s, &s->stop_compactor, &s->compact_cv, s->compactor, st__ssd_close_hook,
+		    st__ssd_close_hook_arg);
 	int rc = st_ssd_flush(s);
-	stop_thread(s, &s->stop_writer, &s->work_cv, s->writer);
+	stop_thread(s, &s->stop_writer, &s->work_cv, s->writer, NULL, NULL);
 	if (s->remove_on_close)
 		remove_store_files(s);
 	destroy(s);

@@ -135,9 +135,16 @@ int st_ssd_open(st_ssd_t **out, const st_ssd_opts_t *o,
 /* Flushes (st_ssd_flush), stops the threads and frees the store (NULL-safe),
  * releasing the directory's lock (after removing the files, LOCK and the
  * directory with remove_on_close). Returns the flush's result. No other call may run, and the caller must
- * not hold a lock that relocate takes (a running compaction pass finishes
- * first). Records only in memory (after a failed write) are lost here. */
+ * not hold a lock that relocate takes (a running background compaction
+ * pass stops after the source file it is copying: close waits for one
+ * file's copy, not the whole pass). Records only in memory (after a failed
+ * write) are lost here. */
 int st_ssd_close(st_ssd_t *s);
+
+/* Test hook, set before close: runs in st_ssd_close once the compactor was
+ * told to stop and before close waits for it (tests/unit/test_ssd.c). */
+extern void (*st__ssd_close_hook)(void *arg);
+extern void *st__ssd_close_hook_arg;
 
 /* Appends a record for key; *loc receives its location. May block while
  * every write buffer is waiting for the disk. Returns ST_OK, or the sticky

@@ -26,7 +26,9 @@
  * the rest of its file but keeps the file (never merged again), so the
  * owner's location keeps reporting the damage instead of dangling.
  *
- * Threads. st-ssd-cmpct-0 runs passes while want_compact says so;
+ * Threads. st-ssd-cmpct-0 runs passes while want_compact says so, and
+ * ends a pass between two source files when st_ssd_close asks it to stop
+ * (a pass can span thousands of files; close waits for one);
  * st_ssd_compact_now runs one in the caller's thread. Passes are serialised
  * by s->compacting (under mu): whoever set it owns the compaction context
  * (cring, cbuf, cout, crd), which nobody else touches.
@@ -292,7 +294,14 @@ static int compact_pass(st_ssd_t *s)
 		struct sfile *f = src[k];
 		pthread_mutex_lock(&s->mu);
 		int dead = f->stale == f->n;
+		/* Closing: the pass ends here, between files, as a pass over
+		 * the files before this one would (their copies are written
+		 * below and they are doomed; the rest stay, hot, for the next
+		 * open), so close never waits for a whole pass. */
+		const int stop = s->stop_compactor;
 		pthread_mutex_unlock(&s->mu);
+		if (stop)
+			break;
 		if (dead) {
 			/* Nothing live: no need to read it (Appendix E: the
 			 * counter alone tells). */
