@@ -324,6 +324,15 @@ static void test_report_timeline_thinned(void **state)
 	st_html_fini(&h);
 	/* An empty timeline draws nothing. */
 	st_timeline_fini(&tl);
+	/* Kinds: a train worker's share is stage work, a lock wait is
+	 * blocked, the background threads' cats are background work. */
+	assert_int_equal(st_timeline_kind("work", "train worker"), ST_TL_STAGE);
+	assert_int_equal(st_timeline_kind("wait", "wait shard lock"), ST_TL_BLOCKED);
+	assert_int_equal(st_timeline_kind("wait", "wait input"), ST_TL_IDLE);
+	assert_int_equal(st_timeline_kind("file", "write file"), ST_TL_BACKGROUND);
+	assert_int_equal(st_timeline_kind("round", "compaction"), ST_TL_BACKGROUND);
+	assert_int_equal(st_timeline_kind("pass", "train pass"), ST_TL_PASS);
+	assert_int_equal(st_timeline_kind(NULL, "x"), ST_TL_BACKGROUND);
 	st_html_init(&h);
 	assert_int_equal(st_timeline_svg(&h, &tl, NULL, 0), 0);
 	assert_int_equal(h.len, 0);
