@@ -287,6 +287,14 @@ static void on_train_end(void *ud, const st_runner_totals_t *t)
 	printf("  read         %llu rows, %llu bad records, %.1f MB\n",
 	       (unsigned long long)t->read.rows, (unsigned long long)t->read.bad,
 	       (double)t->read.bytes / 1e6);
+	if (t->read.lists_truncated || t->read.list_items_empty || t->read.lists_empty ||
+	    t->read.missing_keys)
+		printf("  fields       %llu lists truncated, %llu empty list items, %llu empty "
+		       "lists, %llu missing keys\n",
+		       (unsigned long long)t->read.lists_truncated,
+		       (unsigned long long)t->read.list_items_empty,
+		       (unsigned long long)t->read.lists_empty,
+		       (unsigned long long)t->read.missing_keys);
 	if (t->has_digest)
 		printf("  model        digest %016llx  %llu rows\n", (unsigned long long)t->digest,
 		       (unsigned long long)t->digest_rows);

@@ -32,6 +32,7 @@ static void source_fini(st_source_t *s)
 	free_strv(s->paths, s->n_paths);
 	free_strv(s->globs, s->n_globs);
 	free(s->col_kind);
+	free(s->slot_opt);
 }
 
 static void sync_fini(st_sync_cfg_t *c)
@@ -58,6 +59,7 @@ void st_job_free(st_job_t *job)
 	free(job->model.type);
 	free(job->model.optimizer);
 	free(job->model.slot_dims);
+	free(job->model.slot_pooling);
 	free(job->model.pooling);
 	free(job->model.activation);
 	free(job->model.sparse_opt.name);
@@ -197,7 +199,16 @@ static void dump_source(FILE *f, const char *pre, const st_source_t *s)
 		for (int i = 0; i < s->n_cols; i++)
 			fprintf(f, "%s.columns[%d] = %s\n", pre, i + 1,
 				s->col_kind[i] < 4 ? kinds[s->col_kind[i]] : "?");
+		for (int i = 0; s->slot_opt && i < s->n_slots; i++) {
+			const st_slot_opt_t *o = &s->slot_opt[i];
+			if (o->list_sep)
+				fprintf(f, "%s.slot[%d] = list '%c' max_len %u keep %s missing %s\n",
+					pre, i, o->list_sep, o->max_len,
+					o->keep_last ? "last" : "first", o->missing ? "key" : "drop");
+		}
 	}
+	if (s->format && strcmp(s->format, "libsvm"))
+		fprintf(f, "%s.missing = %s\n", pre, s->missing ? "key" : "drop");
 	fprintf(f, "%s.n_dense = %d\n", pre, s->n_dense);
 	fprintf(f, "%s.n_slots = %d\n", pre, s->n_slots);
 }
@@ -264,6 +275,12 @@ int st_job_dump(const st_job_t *job, FILE *f)
 		fprintf(f, "}\n");
 	}
 	put_str(f, "model.pooling", m->pooling);
+	if (m->slot_pooling) {
+		fprintf(f, "model.slot_pooling = {");
+		for (int i = 0; i < m->n_slot_pooling; i++)
+			fprintf(f, "%s%s", i ? ", " : "", m->slot_pooling[i] == ST_POOLING_MEAN ? "mean" : "sum");
+		fprintf(f, "}\n");
+	}
 	put_str(f, "model.activation", m->activation);
 	if (m->n_bottom) {
 		fprintf(f, "model.bottom = {");

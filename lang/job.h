@@ -16,6 +16,23 @@ enum st_bad_policy { ST_BAD_SKIP = 0, ST_BAD_FAIL = 1 };
 enum st_nonfinite_policy { ST_NONFINITE_FAIL = 0, ST_NONFINITE_WARN = 1 };
 enum st_col_kind { ST_COL_IGNORE = 0, ST_COL_LABEL, ST_COL_DENSE, ST_COL_CAT };
 
+/* What an empty categorical field becomes (a source's or a field's
+ * `missing`): no key (the behaviour before list fields), or the field's
+ * learnable missing key, st_read_key(slot, "<missing>"). */
+enum st_missing { ST_MISSING_DROP = 0, ST_MISSING_KEY = 1 };
+
+/* Per-slot pooling of a field (model.slot_pooling): 0 = model.pooling. */
+enum st_pooling { ST_POOLING_MODEL = 0, ST_POOLING_SUM = 1, ST_POOLING_MEAN = 2 };
+
+/* Options of one categorical slot of a CSV source (docs/job-language.md,
+ * "List fields"). */
+typedef struct st_slot_opt {
+	char list_sep;         /* 0: one key per row; else the separator of a list */
+	uint8_t keep_last;     /* a list past max_len keeps its last keys (else its first) */
+	uint8_t missing;       /* enum st_missing, resolved (the field's or the source's) */
+	uint32_t max_len;      /* list: keys kept per row; 0 = no limit */
+} st_slot_opt_t;
+
 /* One data source (train or eval). */
 typedef struct st_source {
 	char *format;          /* "criteo" | "libsvm" | "csv" */
@@ -36,6 +53,10 @@ typedef struct st_source {
 	int header;            /* 1: first line is a header and is skipped */
 	int n_cols;
 	uint8_t *col_kind;     /* enum st_col_kind per column */
+	st_slot_opt_t *slot_opt; /* csv: [n_slots] options of the cat columns in
+				    order; NULL: every slot single, missing = `missing` */
+	int missing;           /* enum st_missing of fields without their own (csv,
+				  criteo); libsvm has no empty fields */
 	/* Derived shape: dense features and categorical slots per example.
 	 * criteo: 13 / 26; libsvm: 0 / n_slots (job's `slots`, default 1); csv: from schema. */
 	int n_dense;
@@ -68,6 +89,9 @@ typedef struct st_model_cfg {
 	int *slot_dims;        /* NULL, or n_slot_dims per-slot dimensions overriding emb_dim */
 	int n_slot_dims;
 	char *pooling;         /* "sum" (default) | "mean" */
+	int *slot_pooling;     /* NULL, or n_slot_pooling enum st_pooling per slot
+				  (a list field's own pooling; 0 = `pooling`) */
+	int n_slot_pooling;
 	int n_hidden;
 	int hidden[16];        /* MLP layer sizes (dlrm: the top MLP before the output) */
 	int n_bottom;

@@ -210,6 +210,30 @@ static void convert_source(lua_State *L, int t, st_source_t *s)
 	}
 	s->n_dense = get_i32(L, t, "n_dense", 0);
 	s->n_slots = get_i32(L, t, "n_slots", 0);
+	s->missing = (int)get_int_in(L, t, "missing", ST_MISSING_DROP, ST_MISSING_DROP,
+				     ST_MISSING_KEY);
+	int so = push_table(L, t, "slot_opts");
+	if (so) {
+		int n = (int)lua_rawlen(L, so);
+		if (n != s->n_slots)
+			luaL_error(L, "the job's source has %d slot options for %d slots; the "
+				   "validator should have made one per slot", n, s->n_slots);
+		s->slot_opt = st_xcalloc((size_t)n + 1, sizeof *s->slot_opt);
+		for (int i = 1; i <= n; i++) {
+			lua_rawgeti(L, so, i);
+			int o = lua_gettop(L);
+			st_slot_opt_t *op = &s->slot_opt[i - 1];
+			char *ls = get_str(L, o, "list");
+			op->list_sep = ls && ls[0] ? ls[0] : 0;
+			free(ls);
+			op->max_len = (uint32_t)get_int_in(L, o, "max_len", 0, 0, 65535);
+			op->keep_last = (uint8_t)get_bool(L, o, "keep_last");
+			op->missing = (uint8_t)get_int_in(L, o, "missing", 0, ST_MISSING_DROP,
+							  ST_MISSING_KEY);
+			lua_pop(L, 1);
+		}
+		lua_pop(L, 1);
+	}
 }
 
 static void convert_stage(lua_State *L, int stages, const char *name, st_stage_cfg_t *c)
@@ -277,6 +301,13 @@ static void convert_model(lua_State *L, int m, st_model_cfg_t *mc)
 		mc->n_slot_dims = get_ints(L, m, "slot_dims", mc->slot_dims, n);
 	}
 	mc->pooling = get_str(L, m, "pooling");
+	int sp = push_table(L, m, "slot_pooling");
+	if (sp) {
+		int n = (int)lua_rawlen(L, sp);
+		lua_pop(L, 1);
+		mc->slot_pooling = st_xcalloc((size_t)n + 1, sizeof(int));
+		mc->n_slot_pooling = get_ints(L, m, "slot_pooling", mc->slot_pooling, n);
+	}
 	mc->n_hidden = get_ints(L, m, "hidden", mc->hidden, 16);
 	mc->n_bottom = get_ints(L, m, "bottom", mc->bottom, 16);
 	mc->activation = get_str(L, m, "activation");

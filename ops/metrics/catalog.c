@@ -26,6 +26,14 @@ static const st_metric_desc_t train_metrics[] = {
 static const st_metric_desc_t read_metrics[] = {
 	{ .name = "bad_records", .kind = ST_METRIC_COUNTER, .flags = ST_METRIC_JSON_ONLY,
 	  .help = "Input records skipped as malformed." },
+	{ .name = "lists_truncated", .kind = ST_METRIC_COUNTER, .flags = ST_METRIC_JSON_ONLY,
+	  .help = "List fields longer than their max_len, cut to it." },
+	{ .name = "list_items_empty", .kind = ST_METRIC_COUNTER, .flags = ST_METRIC_JSON_ONLY,
+	  .help = "Empty items inside list fields, skipped." },
+	{ .name = "lists_empty", .kind = ST_METRIC_COUNTER, .flags = ST_METRIC_JSON_ONLY,
+	  .help = "List fields with no item." },
+	{ .name = "missing_keys", .kind = ST_METRIC_COUNTER, .flags = ST_METRIC_JSON_ONLY,
+	  .help = "Empty categorical fields given their learnable missing key." },
 };
 
 static int declare(st_metrics_t *m, const st_metric_desc_t *d, size_t n)

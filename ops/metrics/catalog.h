@@ -21,7 +21,9 @@
 int st_catalog_declare_train(st_metrics_t *m);
 
 /* The read stage's (ops/read): "bad_records" (a counter, JSON only: the
- * run reports bad records itself at the end of a pass). ST_OK or the
+ * run reports bad records itself at the end of a pass), and the list and
+ * missing-value counts added at the end of each pass: "lists_truncated",
+ * "list_items_empty", "lists_empty", "missing_keys" (JSON only). ST_OK or the
  * st_metrics_declare error. Thread-safe. */
 int st_catalog_declare_read(st_metrics_t *m);
 

@@ -3,7 +3,8 @@
  *
  * label is 0 or 1. I fields are (possibly negative) integers stored raw as
  * floats, empty = missing = 0 (the model transforms them). C fields are
- * hashed with their slot 0..25 (st_read_key); empty = missing = no key.
+ * hashed with their slot 0..25 (st_read_key); empty = missing = no key, or
+ * the slot's missing key (st_read_missing_key) under missing = key.
  * Lines whose trailing TABs were stripped (fewer than 40 fields, at least
  * label + I1..I13 = 14) are accepted and the absent fields are missing.
  *
@@ -65,6 +66,7 @@ int st__criteo_parse(st_reader_t *r, st_batch_t *b, const char *line, size_t len
 		return bad_value(r, 0, line, e, "is not a label (0 or 1)");
 	const float label = (float)(line[0] - '0');
 
+	uint32_t nmiss = 0;
 	int f = 1;
 	for (; f <= 13 && t < e; f++) {
 		const char *p = t + 1, *q = p;
@@ -107,6 +109,12 @@ int st__criteo_parse(st_reader_t *r, st_batch_t *b, const char *line, size_t len
 			kslot[k] = (uint16_t)(f - 14);
 			kval[k] = 1.0f;
 			k++;
+		} else if (r->missing == ST_MISSING_KEY) {
+			keys[k] = st_read_missing_key((uint32_t)(f - 14));
+			kslot[k] = (uint16_t)(f - 14);
+			kval[k] = 1.0f;
+			k++;
+			nmiss++;
 		}
 	}
 	if (t < e) {
@@ -115,6 +123,16 @@ int st__criteo_parse(st_reader_t *r, st_batch_t *b, const char *line, size_t len
 			nf += *t == '\t';
 		return st__reader_bad(r, -1, NULL, "%d fields, expected %d to %d",
 				      nf, CRITEO_MIN_FIELDS, CRITEO_FIELDS);
+	}
+	if (r->missing == ST_MISSING_KEY) {
+		/* Fields a stripped line leaves out are missing too. */
+		for (; f < CRITEO_FIELDS; f++, nmiss++) {
+			keys[k] = st_read_missing_key((uint32_t)(f - 14));
+			kslot[k] = (uint16_t)(f - 14);
+			kval[k] = 1.0f;
+			k++;
+		}
+		r->stats.missing_keys += nmiss;
 	}
 	b->labels[n] = label;
 	b->row_off[n + 1] = k;

@@ -5,8 +5,16 @@
  * LABEL and DENSE are decimal numbers (DENSE empty = 0; LABEL must be
  * present and is stored as is). CAT values are hashed as raw bytes with
  * their slot, slots numbered in column order among CAT columns, so ids that
- * do not fit in int64 (Avazu's 20-digit ids) are just bytes. Empty CAT =
- * missing. Quoting, the minimum: a field that starts with '"' runs to the
+ * do not fit in int64 (Avazu's 20-digit ids) are just bytes. An empty CAT
+ * field is missing: the slot's missing key (st_read_missing_key) or no key,
+ * as the slot's option says.
+ *
+ * List fields (a slot with list_sep): the field's items, split by list_sep,
+ * are each one key of the slot, in order. Empty items ("a^^b", a leading or
+ * trailing separator) are skipped and counted; a list with no item left is
+ * an empty field (missing); a list longer than max_len keeps its first or
+ * last max_len items (keep_last) and is counted as truncated. Counts go to
+ * the reader's stats only when the row is committed. Quoting, the minimum: a field that starts with '"' runs to the
  * next lone '"' and may hold the separator; "" inside is one quote. Quoted
  * fields cannot span lines. Every row must have exactly n_cols columns.
  *
@@ -133,6 +141,71 @@ int st__csv_header(st_reader_t *r, const char *line, size_t len)
 	return ST__ROW_OK;
 }
 
+/* Appends the items of list field [fp, fp + fl) of slot si at key index k
+ * (`used` keys of the row are before it). *got = keys appended (0: the
+ * list is empty). The keys of the row may be reallocated: the caller reads
+ * b->keys again. Returns ST_OK or ST_ENOMEM. */
+static int put_list(st_reader_t *r, st_batch_t *b, const st_slot_opt_t *o, uint32_t si,
+		    const char *fp, size_t fl, uint32_t k, uint32_t used, uint32_t *got,
+		    st_read_stats_t *cnt)
+{
+	const char ls = o->list_sep, *e = fp + fl;
+	uint32_t items = 0, empty = 0;
+	*got = 0;
+	if (fl == 0) {
+		cnt->lists_empty++;
+		return ST_OK;
+	}
+	for (const char *p = fp;;) {
+		const char *q = memchr(p, ls, (size_t)(e - p));
+		if (!q)
+			q = e;
+		if (q > p)
+			items++;
+		else
+			empty++;
+		if (q == e)
+			break;
+		p = q + 1;
+	}
+	cnt->list_items_empty += empty;
+	if (items == 0) {
+		cnt->lists_empty++;
+		return ST_OK;
+	}
+	uint32_t keep = items, skip = 0;
+	if (o->max_len && items > o->max_len) {
+		keep = o->max_len;
+		skip = o->keep_last ? items - keep : 0;
+		cnt->lists_truncated++;
+	}
+	/* The n_slots keys reserved for the row hold one per slot; a list
+	 * needs keep - 1 more (and its slot's share is already counted). */
+	int rc = st_batch_reserve_keys(b, used + keep + r->n_slots);
+	if (rc < 0)
+		return rc;
+	uint32_t i = 0, out = 0;
+	for (const char *p = fp; out < keep;) {
+		const char *q = memchr(p, ls, (size_t)(e - p));
+		if (!q)
+			q = e;
+		if (q > p) {
+			if (i >= skip) {
+				b->keys[k + out] = XXH3_64bits_withSeed(p, (size_t)(q - p), si);
+				b->key_slot[k + out] = (uint16_t)si;
+				b->key_val[k + out] = 1.0f;
+				out++;
+			}
+			i++;
+		}
+		if (q == e)
+			break;
+		p = q + 1;
+	}
+	*got = out;
+	return ST_OK;
+}
+
 int st__csv_parse(st_reader_t *r, st_batch_t *b, const char *line, size_t len)
 {
 	const char *p = line, *e = line + len;
@@ -146,6 +219,7 @@ int st__csv_parse(st_reader_t *r, st_batch_t *b, const char *line, size_t len)
 	uint32_t k = b->row_off[n];
 	uint32_t di = 0, si = 0;
 	float label = 0;
+	st_read_stats_t cnt = { 0 };
 	int c = 0, more = 1;
 	for (; more; c++) {
 		const char *fp;
@@ -177,15 +251,32 @@ int st__csv_parse(st_reader_t *r, st_batch_t *b, const char *line, size_t len)
 				return bad_number(r, c, fp, fl, prc, "is not a number");
 			di++;
 			break;
-		case ST_COL_CAT:
-			if (fl) {
+		case ST_COL_CAT: {
+			const st_slot_opt_t *o = &r->slot_opt[si];
+			uint32_t got = 0;
+			if (o->list_sep) {
+				rc = put_list(r, b, o, si, fp, fl, k, k - b->row_off[n], &got, &cnt);
+				if (rc < 0)
+					return rc;
+			} else if (fl) {
 				b->keys[k] = XXH3_64bits_withSeed(fp, fl, si);
 				b->key_slot[k] = (uint16_t)si;
 				b->key_val[k] = 1.0f;
-				k++;
+				got = 1;
 			}
+			if (!got && o->missing == ST_MISSING_KEY) {
+				/* room: the n_slots keys reserved up front, plus what
+				 * put_list reserved; one key per slot at most here */
+				b->keys[k] = st_read_missing_key(si);
+				b->key_slot[k] = (uint16_t)si;
+				b->key_val[k] = 1.0f;
+				got = 1;
+				cnt.missing_keys++;
+			}
+			k += got;
 			si++;
 			break;
+		}
 		default:
 			break;
 		}
@@ -196,5 +287,9 @@ int st__csv_parse(st_reader_t *r, st_batch_t *b, const char *line, size_t len)
 	b->labels[n] = label;
 	b->row_off[n + 1] = k;
 	b->n = n + 1;
+	r->stats.lists_truncated += cnt.lists_truncated;
+	r->stats.list_items_empty += cnt.list_items_empty;
+	r->stats.lists_empty += cnt.lists_empty;
+	r->stats.missing_keys += cnt.missing_keys;
 	return ST__ROW_OK;
 }

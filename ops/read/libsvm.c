@@ -7,6 +7,13 @@
  * slot 0 for idx:val, the field for field:idx:val (field must be an integer
  * below the source's n_slots). key_val is val. Tokens are separated by runs
  * of spaces or TABs. Messages number tokens from 0 (the label).
+ *
+ * Several tokens of one field (libffm "2:7:1 2:9:1", or every idx:val of a
+ * libsvm line, which are all slot 0) are several keys of that slot, in line
+ * order: a multi-valued field, pooled by the model like any list field. The
+ * same index twice is kept twice (its row counts twice in a sum). A field
+ * with no token has no key (libsvm has no "empty field" to make a missing
+ * key of).
  */
 #define XXH_INLINE_ALL
 #include <xxhash.h>

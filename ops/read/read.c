@@ -34,6 +34,11 @@ uint64_t st_read_key(uint32_t slot, const char *val, size_t len)
 	return XXH3_64bits_withSeed(val, len, slot);
 }
 
+uint64_t st_read_missing_key(uint32_t slot)
+{
+	return XXH3_64bits_withSeed(ST_READ_MISSING, sizeof ST_READ_MISSING - 1, slot);
+}
+
 int st__read_int(const char *p, size_t n, int64_t *out)
 {
 	const char *e = p + n;
@@ -199,6 +204,7 @@ static int reader_init(st_reader_t *r, const st_source_t *src, char *errbuf,
 	r->n_slots = src->n_slots < 0 ? 0 : (uint32_t)src->n_slots;
 	r->reported = &r->own_reported;
 	atomic_init(&r->own_reported, 0);
+	r->missing = src->missing == ST_MISSING_KEY ? ST_MISSING_KEY : ST_MISSING_DROP;
 	switch (r->fmt) {
 	case ST__FMT_CRITEO:
 		if (src->n_dense != 13 || src->n_slots != 26) {
@@ -251,11 +257,26 @@ static int reader_init(st_reader_t *r, const st_source_t *src, char *errbuf,
 	r->n_cols = src->n_cols;
 	r->col_kind = malloc((size_t)src->n_cols);
 	r->scratch = malloc(st__lines_max_line(r->lines) + 1);
-	if (!r->col_kind || !r->scratch) {
+	r->slot_opt = calloc((size_t)ns + 1, sizeof *r->slot_opt);
+	if (!r->col_kind || !r->scratch || !r->slot_opt) {
 		snprintf(errbuf, errlen, "%s: out of memory", r->path);
 		return ST_ENOMEM;
 	}
 	memcpy(r->col_kind, src->col_kind, (size_t)src->n_cols);
+	for (int i = 0; i < ns; i++) {
+		if (src->slot_opt) {
+			r->slot_opt[i] = src->slot_opt[i];
+		} else {
+			r->slot_opt[i].missing = (uint8_t)r->missing;
+		}
+		char ls = r->slot_opt[i].list_sep;
+		if (ls == src->sep || ls == '"' || ls == '\n' || ls == '\r') {
+			snprintf(errbuf, errlen, "%s: csv slot %d has list separator '%c', which "
+				 "cannot separate items of a field separated by '%c'",
+				 r->path, i, ls, src->sep);
+			return ST_EINVAL;
+		}
+	}
 	return ST_OK;
 }
 
@@ -421,6 +442,7 @@ void st_reader_close(st_reader_t *r)
 		free(r->col_name);
 	}
 	free(r->col_kind);
+	free(r->slot_opt);
 	free(r->scratch);
 	free(r->path);
 	free(r);

@@ -26,7 +26,18 @@ typedef struct st_read_stats {
 	uint64_t rows;        /* good rows appended */
 	uint64_t bad;         /* bad records seen (skipped or fatal) */
 	uint64_t bytes;       /* uncompressed bytes consumed */
+	/* Categorical fields of the good rows (docs/job-language.md, "List
+	 * fields" and "Missing values"): */
+	uint64_t lists_truncated;  /* lists longer than their max_len */
+	uint64_t list_items_empty; /* empty items inside lists ("a^^b"), skipped */
+	uint64_t lists_empty;      /* list fields with no item at all */
+	uint64_t missing_keys;     /* empty fields given their missing key */
 } st_read_stats_t;
+
+/* The missing key of a slot: st_read_key(slot, "<missing>"). A raw value
+ * that is literally "<missing>" shares it, on purpose. */
+#define ST_READ_MISSING "<missing>"
+uint64_t st_read_missing_key(uint32_t slot);
 
 /* Opens `path` for the format in src. Returns ST_OK and *out, ST_ENOENT /
  * ST_EIO (message via st_reader_error on a NULL-safe static buffer is not

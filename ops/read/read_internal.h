@@ -46,6 +46,9 @@ struct st_reader {
 	uint8_t *col_kind;
 	char **col_name;       /* from the header line, or NULL */
 	char *scratch;         /* unescaped quoted fields, max_line bytes */
+	st_slot_opt_t *slot_opt; /* csv: [n_slots] (the source's, or single-valued
+				    with the source's missing) */
+	int missing;           /* criteo: enum st_missing */
 };
 
 /* Opens like st_reader_open; on failure errbuf holds the reason. */

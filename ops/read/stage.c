@@ -60,6 +60,7 @@ struct st_read_stage {
 	int limited;
 	atomic_int_fast64_t remaining;
 	atomic_uint_fast64_t rows, bad, bytes;
+	atomic_uint_fast64_t lists_truncated, list_items_empty, lists_empty, missing_keys;
 	atomic_uint_fast64_t good;  /* good records read, also other ranks' */
 	atomic_uint_fast64_t reported;
 
@@ -74,6 +75,7 @@ static void src_free(st_source_t *s)
 			free(s->paths[i]);
 	free(s->paths);
 	free(s->col_kind);
+	free(s->slot_opt);
 }
 
 static void src_copy(st_source_t *dst, const st_source_t *src)
@@ -87,6 +89,11 @@ static void src_copy(st_source_t *dst, const st_source_t *src)
 	if (src->col_kind && src->n_cols > 0) {
 		dst->col_kind = st_xmalloc((size_t)src->n_cols);
 		memcpy(dst->col_kind, src->col_kind, (size_t)src->n_cols);
+	}
+	dst->slot_opt = NULL;
+	if (src->slot_opt && src->n_slots > 0) {
+		dst->slot_opt = st_xmalloc((size_t)src->n_slots * sizeof *dst->slot_opt);
+		memcpy(dst->slot_opt, src->slot_opt, (size_t)src->n_slots * sizeof *dst->slot_opt);
 	}
 }
 
@@ -111,6 +118,10 @@ int st_read_stage_create(st_read_stage_t **out, const st_source_t *src,
 	atomic_init(&s->bad, 0);
 	atomic_init(&s->good, 0);
 	atomic_init(&s->bytes, 0);
+	atomic_init(&s->lists_truncated, 0);
+	atomic_init(&s->list_items_empty, 0);
+	atomic_init(&s->lists_empty, 0);
+	atomic_init(&s->missing_keys, 0);
 	atomic_init(&s->reported, 0);
 	*out = s;
 	return ST_OK;
@@ -124,6 +135,10 @@ static void close_reader(st_read_stage_t *s, struct read_thread *t)
 	st_reader_stats(t->r, &rs);
 	atomic_fetch_add(&s->bad, rs.bad);
 	atomic_fetch_add(&s->bytes, rs.bytes);
+	atomic_fetch_add(&s->lists_truncated, rs.lists_truncated);
+	atomic_fetch_add(&s->list_items_empty, rs.list_items_empty);
+	atomic_fetch_add(&s->lists_empty, rs.lists_empty);
+	atomic_fetch_add(&s->missing_keys, rs.missing_keys);
 	st_reader_close(t->r);
 	t->r = NULL;
 }
@@ -301,6 +316,10 @@ void st_read_stage_totals(const st_read_stage_t *s, st_read_stats_t *out)
 	out->rows = atomic_load(&m->rows);
 	out->bad = atomic_load(&m->bad);
 	out->bytes = atomic_load(&m->bytes);
+	out->lists_truncated = atomic_load(&m->lists_truncated);
+	out->list_items_empty = atomic_load(&m->list_items_empty);
+	out->lists_empty = atomic_load(&m->lists_empty);
+	out->missing_keys = atomic_load(&m->missing_keys);
 }
 
 int st_read_stage_check_bad(const st_read_stage_t *s, const char *name)

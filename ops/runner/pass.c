@@ -13,6 +13,7 @@
  */
 #include "ops/runner/runner_internal.h"
 #include "runtime/err.h"
+#include "runtime/metrics.h"
 #include "runtime/trace.h"
 
 #include <math.h>
@@ -92,6 +93,13 @@ int st__runner_pass(st_runner_t *r, st_runner_pass_kind_t kind, int phase,
 		      st_trace_now(), phase);
 	st__runner_set_graph(r, NULL);
 	st_read_stage_totals(rs, rstats);
+	if (r->metrics) {
+		/* The list and missing-value counts of the pass (ops/read). */
+		st_metrics_add(r->metrics, "lists_truncated", (double)rstats->lists_truncated);
+		st_metrics_add(r->metrics, "list_items_empty", (double)rstats->list_items_empty);
+		st_metrics_add(r->metrics, "lists_empty", (double)rstats->lists_empty);
+		st_metrics_add(r->metrics, "missing_keys", (double)rstats->missing_keys);
+	}
 	p.rc = rc;
 	p.secs = *secs;
 	p.read = *rstats;

@@ -140,8 +140,16 @@ local function with(base, extra)
 	for _, f in ipairs(extra) do t[#t + 1] = f end
 	return t
 end
+-- missing: what an empty categorical field becomes. "key" is a learnable
+-- per-field missing key (the hash of "<missing>" in the field's slot),
+-- "drop" no key at all. criteo keeps "drop" by default: its golden and
+-- bit-identical results, and `strata predict --format criteo` (which has
+-- no job to say otherwise), read it that way (docs/job-language.md).
+S.missing = { "key", "drop" }
 S.source = {
-	criteo = with(common_source, {}),
+	criteo = with(common_source, {
+		{ "missing", "str", enum = S.missing, default = "drop" },
+	}),
 	libsvm = with(common_source, {
 		{ "slots", "int", min = 1, max = L.slots, default = 1 },
 	}),
@@ -150,7 +158,22 @@ S.source = {
 		{ "header", "bool", default = true },
 		{ "columns", "section" },
 		{ "schema", "section" },
+		{ "missing", "str", enum = S.missing, default = "key" },
 	}),
+}
+-- A categorical column declared as a table (docs/job-language.md, "List
+-- fields"): { "clicks", list = "^", max_len = 50, keep = "last",
+-- pooling = "mean", missing = "drop" } in schema.cat, or
+-- { "cat", list = "^", ... } in columns. validate.lua checks how the
+-- options go together.
+S.max_list = 65535
+S.cat_field = {
+	{ "name", "str", nonempty = true },
+	{ "list", "str", char = true },      -- absent: one key per row
+	{ "max_len", "int", min = 1, max = S.max_list },  -- list only; default: no limit
+	{ "keep", "str", enum = { "first", "last" } },    -- list only; default "first"
+	{ "pooling", "str", enum = { "sum", "mean", "none" } }, -- default: model.pooling
+	{ "missing", "str", enum = S.missing },           -- default: the source's
 }
 S.csv_schema = {
 	{ "label", "str", required = true, nonempty = true },

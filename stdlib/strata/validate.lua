@@ -407,7 +407,13 @@ function V:columns(node, v, src)
 			"'label', 'dense', 'cat' or 'ignore', got %s", node.path, show(v.columns))
 		return nil
 	end
+	local opts = {}
 	for i, c in ipairs(v.columns) do
+		if type(c) == "table" and not common.tag(c) and c[1] == "cat" then
+			opts[i] = self:cat_field(node, node.path .. ".columns[" .. i .. "]", c, nil)
+			if opts[i] then opts[i].name = opts[i].name or ("columns[" .. i .. "]") end
+			c = "cat"
+		end
 		if kinds[c] == nil then
 			self:ferr(node, "columns", "%s.columns[%d] must be 'label', 'dense', " ..
 				"'cat' or 'ignore', got %s%s", node.path, i,
@@ -417,7 +423,62 @@ function V:columns(node, v, src)
 		end
 		out[i] = kinds[c]
 	end
-	return out
+	return out, opts
+end
+
+-- First line at or after `from` that holds the string literal s ("s" or
+-- 's'), for locating one entry of a list of columns.
+function V:strline(s, from)
+	if not from then return nil end
+	for i = from, #self.lines do
+		local l = uncomment(self.lines[i])
+		if l:find('"' .. s .. '"', 1, true) or l:find("'" .. s .. "'", 1, true) then
+			return i
+		end
+	end
+	return nil
+end
+
+-- One categorical column declared as a table (schema.cat_field): `c` is
+-- { "name", list = ..., ... } in schema.cat (name given) or
+-- { "cat", list = ..., ... } in columns (name nil). Returns the checked
+-- options (list, max_len, keep, pooling, missing; absent ones nil) or nil
+-- after reporting. Errors are located at the entry's line.
+function V:cat_field(parent, path, c, name)
+	local label = c.name or (name and c[1]) or c[1]
+	local sl = self:setloc((path:gsub("%[%d+%]$", "")))
+	local line = not sl and self:strline(label, parent.line) or nil
+	local fnode = { path = path, line = line or (not sl and parent.line) or nil,
+		loc = sl or (line and (self.file .. ":" .. line)) or parent.loc }
+	local t = {}
+	for k, v in pairs(c) do if k ~= 1 then t[k] = v end end
+	local f, bad = self:record(fnode, t, schema.cat_field)
+	if name and c.name ~= nil and c[1] ~= nil then
+		self:err(fnode.loc, "%s gives the column name twice ([1] and name); give one", path)
+		return nil
+	end
+	local ok = next(bad) == nil
+	f.name = f.name or (name and c[1]) or nil
+	local where = "'" .. tostring(label) .. "'"
+	if f.list == nil then
+		for _, k in ipairs({ "max_len", "keep" }) do
+			if f[k] ~= nil then
+				self:ferr(fnode, k, "%s: %s needs a list field (add list = '^' or " ..
+					"another separator)", path .. " " .. where, k)
+				ok = false
+			end
+		end
+	elseif f.list == self.cur_sep then
+		self:ferr(fnode, "list", "%s: the list separator '%s' is the field separator " ..
+			"of the file (sep); pick another, e.g. '^' or '|'", path .. " " .. where, f.list)
+		ok = false
+	elseif f.list == '"' or f.list == "\n" or f.list == "\r" then
+		self:ferr(fnode, "list", "%s: '%s' cannot separate list items", path .. " " ..
+			where, f.list)
+		ok = false
+	end
+	f.line = fnode.loc
+	return ok and f or nil
 end
 
 -- schema = {label=, dense={...}, cat={...}, ignore={...}}: names resolved
@@ -437,6 +498,7 @@ function V:schema_columns(node, v, src)
 	local s = self:record(sn, v.schema, schema.csv_schema)
 	local want = {}      -- column name -> kind
 	local order = {}
+	local opts = {}      -- column name -> cat_field options
 	local function add(name, kind, where)
 		if type(name) ~= "string" or name == "" then
 			self:err(sn.loc, "%s must name columns with strings, got %s", where, show(name))
@@ -458,7 +520,12 @@ function V:schema_columns(node, v, src)
 				self:ferr(sn, k, "%s.%s must be a list of column names, got %s",
 					sn.path, k, show(list))
 			else
-				for _, name in ipairs(list) do
+				for i, name in ipairs(list) do
+					if k == "cat" and type(name) == "table" and not common.tag(name) then
+						local o = self:cat_field(sn, sn.path .. ".cat[" .. i .. "]", name, true)
+						name = name.name or name[1]
+						if o and type(name) == "string" then opts[name] = o end
+					end
 					add(name, ({ dense = 2, cat = 3, ignore = 0 })[k], sn.path .. "." .. k)
 				end
 			end
@@ -481,7 +548,7 @@ function V:schema_columns(node, v, src)
 			node.path, first, msg)
 		return nil
 	end
-	local out, seen = {}, {}
+	local out, seen, bycol = {}, {}, {}
 	for i, name in ipairs(header) do
 		local kind = want[name]
 		if kind == nil then
@@ -491,6 +558,7 @@ function V:schema_columns(node, v, src)
 		end
 		out[i] = kind
 		seen[name] = true
+		if opts[name] then bycol[i] = opts[name] end
 	end
 	for _, name in ipairs(order) do
 		if not seen[name] then
@@ -500,7 +568,7 @@ function V:schema_columns(node, v, src)
 			return nil
 		end
 	end
-	return out
+	return out, bycol
 end
 
 function V:source(dnode, key, v, gen)
@@ -521,13 +589,14 @@ function V:source(dnode, key, v, gen)
 		out.n_dense, out.n_slots = 0, s.slots
 	else
 		out.sep, out.header = s.sep, s.header
-		local cols
+		local cols, opts
+		self.cur_sep = s.sep
 		if tbl.columns ~= nil and tbl.schema ~= nil then
 			self:err(node.loc, "%s has both 'columns' and 'schema'; give one", node.path)
 		elseif tbl.columns ~= nil then
-			cols = self:columns(node, tbl, s)
+			cols, opts = self:columns(node, tbl, s)
 		elseif tbl.schema ~= nil then
-			cols = self:schema_columns(node, tbl, s)
+			cols, opts = self:schema_columns(node, tbl, s)
 		else
 			self:err(node.loc, "%s needs 'columns' (a list of 'label', 'dense', " ..
 				"'cat', 'ignore') or 'schema' (column names by kind)", node.path)
@@ -545,8 +614,25 @@ function V:source(dnode, key, v, gen)
 					schema.limits.slots)
 			end
 			out.cols, out.n_dense, out.n_slots = cols, n[3], n[4]
+			-- One entry per slot (cat columns in order), every option
+			-- resolved: what lang.c turns into st_slot_opt_t.
+			local slots = {}
+			for i, c in ipairs(cols) do
+				if c == 3 then
+					local o = opts and opts[i] or {}
+					slots[#slots + 1] = {
+						list = o.list or "", max_len = o.max_len or 0,
+						keep_last = o.keep == "last", pooling = o.pooling or "",
+						missing = (o.missing or s.missing) == "key" and 1 or 0,
+						loc = o.line, name = o.name,
+					}
+				end
+			end
+			out.slot_opts = slots
 		end
 	end
+	if fmt == "criteo" then out.missing = s.missing == "key" and 1 or 0 end
+	if fmt == "csv" then out.missing = s.missing == "key" and 1 or 0 end
 	-- Sources under generate.dir are made by `strata run`, so they need not
 	-- exist yet. "Under" is by whole path components: dir "data/g" does not
 	-- make "data/gx/train.tsv".
@@ -605,6 +691,32 @@ function V:model(root, v, train)
 		init_scale = m.init_scale or 0, ttl = m.ttl or 0,
 		admit_min_count = 0, admit_prob = 1.0, bottom = {},
 	}
+
+	-- Per-field pooling (data.train's list fields) overrides model.pooling;
+	-- slot_pooling holds one entry per slot (1 sum, 2 mean) when any field
+	-- sets its own. "none" keeps the sequence for a model that attends over
+	-- it, and no preset does yet.
+	if train and train.slot_opts then
+		local own = false
+		for _, o in ipairs(train.slot_opts) do
+			if o.pooling == "none" then
+				self:err(o.loc or node.loc, "data.train field '%s' has pooling = 'none' " ..
+					"(keep the sequence), but model '%s' pools every field into one " ..
+					"vector and no preset attends over a sequence yet; use pooling = " ..
+					"'sum' or 'mean'", tostring(o.name or "?"), name)
+			elseif o.pooling ~= "" then
+				own = true
+			end
+		end
+		if own then
+			local sp = {}
+			for i, o in ipairs(train.slot_opts) do
+				local p = o.pooling ~= "" and o.pooling ~= "none" and o.pooling or out.pooling
+				sp[i] = p == "mean" and 2 or 1
+			end
+			out.slot_pooling = sp
+		end
+	end
 
 	-- emb_dim: one number, or one per slot of the train data.
 	if type(m.emb_dim) == "table" then

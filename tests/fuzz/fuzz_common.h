@@ -46,6 +46,13 @@ static inline void fuzz_source_csv(st_source_t *s)
 	s->col_kind = kinds;
 	s->n_dense = 2;
 	s->n_slots = 2;
+	/* slot 0 single with a missing key; slot 1 (column 4) a '^' list of
+	 * at most 4 keys, the last ones kept: every list path of csv.c */
+	static st_slot_opt_t so[2] = {
+		{ .missing = ST_MISSING_KEY },
+		{ .list_sep = '^', .max_len = 4, .keep_last = 1, .missing = ST_MISSING_KEY },
+	};
+	s->slot_opt = so;
 }
 
 static inline void fuzz_read_all(const st_source_t *src, const uint8_t *data,

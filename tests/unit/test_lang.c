@@ -311,6 +311,69 @@ static void test_lang_csv_schema_names(void **state)
 		    "column 'ad' of 'tests/lua/data/named.csv' is (list it under ignore)");
 }
 
+/* List fields and missing (docs/job-language.md, "List fields"): the
+ * options of each slot, per-field pooling in model.slot_pooling, and every
+ * inconsistent declaration refused at its line. */
+static void test_lang_csv_list_fields(void **state)
+{
+	(void)state;
+	st_job_t *j = load_ok("tests/lua/good_csv_list.lua", NULL, 0);
+	/* header: click,price,site,clicks,tags */
+	assert_int_equal(j->train.n_slots, 3);
+	assert_non_null(j->train.slot_opt);
+	assert_int_equal(j->train.missing, ST_MISSING_KEY);      /* csv default */
+	const st_slot_opt_t *o = j->train.slot_opt;
+	assert_int_equal(o[0].list_sep, 0);
+	assert_int_equal(o[0].missing, ST_MISSING_KEY);
+	assert_int_equal(o[1].list_sep, '^');
+	assert_int_equal(o[1].max_len, 50);
+	assert_int_equal(o[1].keep_last, 1);
+	assert_int_equal(o[2].list_sep, '|');
+	assert_int_equal(o[2].max_len, 0);
+	assert_int_equal(o[2].keep_last, 0);
+	assert_int_equal(o[2].missing, ST_MISSING_DROP);
+	/* positional columns, source-level missing = drop */
+	assert_int_equal(j->eval.missing, ST_MISSING_DROP);
+	assert_int_equal(j->eval.slot_opt[1].list_sep, '^');
+	assert_int_equal(j->eval.slot_opt[1].max_len, 3);
+	assert_int_equal(j->eval.slot_opt[0].missing, ST_MISSING_DROP);
+	/* clicks pools by mean, the others by model.pooling (sum) */
+	assert_int_equal(j->model.n_slot_pooling, 3);
+	assert_int_equal(j->model.slot_pooling[0], ST_POOLING_SUM);
+	assert_int_equal(j->model.slot_pooling[1], ST_POOLING_MEAN);
+	assert_int_equal(j->model.slot_pooling[2], ST_POOLING_SUM);
+	st_job_free(j);
+
+	/* criteo keeps drop unless the job asks */
+	j = load_ok("tests/lua/good_minimal.lua", NULL, 0);
+	if (!strcmp(j->train.format, "criteo"))
+		assert_int_equal(j->train.missing, ST_MISSING_DROP);
+	assert_null(j->model.slot_pooling);
+	st_job_free(j);
+
+	st_diag_t d;
+	load_bad("tests/lua/bad_csv_list.lua", NULL, 0, &d);
+	assert_int_equal(d.n, 4);
+	expect_msg(&d, "tests/lua/bad_csv_list.lua:7: data.train.schema.cat[1] 'site': keep "
+		       "needs a list field (add list = '^' or another separator)");
+	expect_msg(&d, "tests/lua/bad_csv_list.lua:9: data.train.schema.cat[2].max_len must "
+		       "be >= 1, got 0");
+	expect_msg(&d, "tests/lua/bad_csv_list.lua:8: data.train.schema.cat[2] 'clicks': the "
+		       "list separator ',' is the field separator of the file (sep); pick "
+		       "another, e.g. '^' or '|'");
+	expect_msg(&d, "tests/lua/bad_csv_list.lua:10: data.train field 'tags' has pooling = "
+		       "'none' (keep the sequence), but model 'dnn' pools every field into one "
+		       "vector and no preset attends over a sequence yet; use pooling = 'sum' "
+		       "or 'mean'");
+	st_diag_free(&d);
+	const char *pl[] = { "data.train.schema.cat={'site', {'clicks', list = '^', "
+			     "pooling = 'max'}, 'tags'}" };
+	expect_only("tests/lua/good_csv_list.lua", pl, 1,
+		    "--set data.train.schema.cat={'site', {'clicks', list = '^', pooling = "
+		    "'max'}, 'tags'}: data.train.schema.cat[2].pooling must be 'sum', 'mean' "
+		    "or 'none', got 'max'");
+}
+
 static void test_lang_generate_skips_path_check(void **state)
 {
 	(void)state;
@@ -1519,6 +1582,7 @@ int main(void)
 		cmocka_unit_test(test_lang_defaults),
 		cmocka_unit_test(test_lang_other_constructors),
 		cmocka_unit_test(test_lang_csv_schema_names),
+		cmocka_unit_test(test_lang_csv_list_fields),
 		cmocka_unit_test(test_lang_generate_skips_path_check),
 		cmocka_unit_test(test_lang_generate_days),
 		cmocka_unit_test(test_lang_syntax_error),

@@ -730,6 +730,43 @@ static int teardown(void **state)
 	return system(cmd) == 0 ? 0 : -1;
 }
 
+/* missing = key: an empty C field, and one a stripped line leaves out,
+ * get the slot's missing key; the default (drop) gives none. */
+static void test_read_criteo_missing_key(void **state)
+{
+	(void)state;
+	char line[512];
+	int n = snprintf(line, sizeof line, "1");
+	for (int i = 1; i <= 13; i++)
+		n += snprintf(line + n, sizeof line - (size_t)n, "\t%d", i);
+	/* C1 = "ab", C2 empty, C3 = "cd", and the line ends there */
+	n += snprintf(line + n, sizeof line - (size_t)n, "\tab\t\tcd\n");
+	st_source_t src = criteo_src(ST_BAD_FAIL);
+	st_reader_t *r;
+	st_batch_t *b;
+	st_read_stats_t st;
+	for (int miss = 0; miss < 2; miss++) {
+		src.missing = miss ? ST_MISSING_KEY : ST_MISSING_DROP;
+		assert_int_equal(st__reader_open_mem(&r, &src, "m.tsv", line, (size_t)n, 0, 0), 0);
+		assert_int_equal(st_batch_create(&b, 4, 13, 26, 2), 0);
+		assert_int_equal(st_reader_next(r, b, 4), 1);
+		st_reader_stats(r, &st);
+		st_reader_close(r);
+		assert_int_equal(st_batch_nkeys(b), miss ? 26 : 2);
+		assert_true(b->keys[0] == st_read_key(0, "ab", 2));
+		if (miss) {
+			assert_true(b->keys[1] == st_read_missing_key(1));
+			assert_true(b->keys[2] == st_read_key(2, "cd", 2));
+			assert_true(b->keys[25] == st_read_missing_key(25));
+			assert_int_equal(b->key_slot[25], 25);
+			assert_int_equal(st.missing_keys, 24);
+		} else {
+			assert_int_equal(st.missing_keys, 0);
+		}
+		st_batch_destroy(b);
+	}
+}
+
 int main(void)
 {
 	data_dir = getenv("ST_SHARED_DATA");
@@ -742,6 +779,7 @@ int main(void)
 		cmocka_unit_test(test_read_criteo_truncated_gzip_is_an_error),
 		cmocka_unit_test(test_read_criteo_crlf_and_small_buffers),
 		cmocka_unit_test(test_read_criteo_bad_records_skip_and_fail),
+		cmocka_unit_test(test_read_criteo_missing_key),
 		cmocka_unit_test(test_read_criteo_fixture_counts),
 		cmocka_unit_test(test_read_criteo_report_limit),
 		cmocka_unit_test(test_read_criteo_open_errors),

@@ -375,6 +375,146 @@ static void test_read_csv_schema_mismatch(void **state)
 	st_batch_destroy(b);
 }
 
+/* label, cat (single), cat (list '^', max_len 3), cat (list ' ') */
+static uint8_t list_kinds[] = { ST_COL_LABEL, ST_COL_CAT, ST_COL_CAT, ST_COL_CAT };
+
+/* The keys of row i of slot s, in order, into out; returns how many. */
+static int row_keys(const st_batch_t *b, uint32_t i, uint16_t s, uint64_t *out)
+{
+	int n = 0;
+	for (uint32_t k = b->row_off[i]; k < b->row_off[i + 1]; k++)
+		if (b->key_slot[k] == s)
+			out[n++] = b->keys[k];
+	return n;
+}
+
+/* Every list case of docs/job-language.md, "List fields": split, first /
+ * last truncation, empty items skipped, empty lists and empty fields
+ * missing (key or drop), quoted lists holding the field separator, a space
+ * as the list separator; each counted. */
+static void test_read_csv_lists(void **state)
+{
+	(void)state;
+	st_slot_opt_t so[3] = {
+		{ .missing = ST_MISSING_KEY },
+		{ .list_sep = '^', .max_len = 3, .missing = ST_MISSING_KEY },
+		{ .list_sep = ' ', .missing = ST_MISSING_DROP },
+	};
+	st_source_t src = csv_src(list_kinds, 4, 0, ST_BAD_FAIL);
+	src.slot_opt = so;
+	static const char text[] =
+		"1,u,a^b,x y\n"            /* plain */
+		"0,u,a^b^c^d^e,x\n"        /* truncated to a^b^c */
+		"1,,^^,\n"                 /* empty single, list of empty items, empty */
+		"0,u,a^^b^,\"x,y  z\"\n";  /* empty items skipped; quoted, sep inside */
+	st_batch_t *b;
+	st_read_stats_t st;
+	char err[256];
+	uint64_t k[8];
+	assert_int_equal(read_mem(&src, text, sizeof text - 1, &b, &st, err, sizeof err), 0);
+	assert_int_equal(b->n, 4);
+	assert_int_equal(row_keys(b, 0, 1, k), 2);
+	assert_true(k[0] == st_read_key(1, "a", 1) && k[1] == st_read_key(1, "b", 1));
+	assert_int_equal(row_keys(b, 0, 2, k), 2);
+	assert_true(k[0] == st_read_key(2, "x", 1) && k[1] == st_read_key(2, "y", 1));
+	assert_int_equal(row_keys(b, 1, 1, k), 3);
+	assert_true(k[0] == st_read_key(1, "a", 1) && k[2] == st_read_key(1, "c", 1));
+	/* row 2: slot 0 and slot 1 get their missing keys, slot 2 nothing */
+	assert_int_equal(row_keys(b, 2, 0, k), 1);
+	assert_true(k[0] == st_read_missing_key(0));
+	assert_int_equal(row_keys(b, 2, 1, k), 1);
+	assert_true(k[0] == st_read_missing_key(1));
+	assert_int_equal(row_keys(b, 2, 2, k), 0);
+	assert_int_equal(row_keys(b, 3, 1, k), 2);
+	assert_true(k[0] == st_read_key(1, "a", 1) && k[1] == st_read_key(1, "b", 1));
+	assert_int_equal(row_keys(b, 3, 2, k), 2);
+	assert_true(k[0] == st_read_key(2, "x,y", 3) && k[1] == st_read_key(2, "z", 1));
+	assert_int_equal(st.lists_truncated, 1);
+	/* "^^": 3 empty items; "x,y  z": 1; "a^^b^": 2 */
+	assert_int_equal(st.list_items_empty, 6);
+	assert_int_equal(st.lists_empty, 2);     /* "^^" and the empty last field */
+	assert_int_equal(st.missing_keys, 2);
+	assert_int_equal(st.bad, 0);
+	st_batch_destroy(b);
+
+	/* keep last: the most recent keys */
+	so[1].keep_last = 1;
+	assert_int_equal(read_mem(&src, text, sizeof text - 1, &b, &st, err, sizeof err), 0);
+	assert_int_equal(row_keys(b, 1, 1, k), 3);
+	assert_true(k[0] == st_read_key(1, "c", 1) && k[2] == st_read_key(1, "e", 1));
+	st_batch_destroy(b);
+
+	/* A long list needs more keys than the batch reserved: it grows. */
+	char big[4200];
+	int n = snprintf(big, sizeof big, "1,u,x,");
+	for (int i = 0; i < 1000; i++)
+		n += snprintf(big + n, sizeof big - (size_t)n, "%s%d", i ? " " : "", i);
+	big[n++] = '\n';
+	assert_int_equal(read_mem(&src, big, (size_t)n, &b, &st, err, sizeof err), 0);
+	assert_int_equal(st_batch_nkeys(b), 1 + 1 + 1000);
+	assert_true(b->keys[2 + 999] == st_read_key(2, "999", 3));
+	st_batch_destroy(b);
+}
+
+/* A list separator that is the field separator (or a quote) is refused
+ * when the reader opens. */
+static void test_read_csv_list_bad_sep(void **state)
+{
+	(void)state;
+	st_slot_opt_t so[3] = { { 0 }, { .list_sep = ',' }, { 0 } };
+	st_source_t src = csv_src(list_kinds, 4, 0, ST_BAD_FAIL);
+	src.slot_opt = so;
+	st_reader_t *r;
+	assert_int_equal(st__reader_open_mem(&r, &src, "m", "", 0, 0, 0), ST_EINVAL);
+	so[1].list_sep = '"';
+	assert_int_equal(st__reader_open_mem(&r, &src, "m", "", 0, 0, 0), ST_EINVAL);
+}
+
+/* The Taobao sample: click_sequence ('^'-separated, up to 6 items) as a
+ * list field with max_len 5 keeping the most recent, every other field
+ * single (price dense, time_stamp ignored), missing = key. */
+static const char *taobao = "taobao_ad/reczoo_FuxiCTR/train_sample.csv";
+static void test_read_csv_taobao_click_sequence(void **state)
+{
+	(void)state;
+	TU_NEED_SHARED(taobao);
+	uint8_t kinds[19];
+	st_slot_opt_t so[16];
+	memset(so, 0, sizeof so);
+	kinds[0] = ST_COL_LABEL;
+	kinds[1] = ST_COL_IGNORE;
+	for (int i = 2; i < 19; i++)
+		kinds[i] = ST_COL_CAT;
+	kinds[9] = ST_COL_DENSE;
+	for (int i = 0; i < 16; i++)
+		so[i].missing = ST_MISSING_KEY;
+	so[15] = (st_slot_opt_t){ .list_sep = '^', .max_len = 5, .keep_last = 1,
+				  .missing = ST_MISSING_KEY };
+	st_source_t src = csv_src(kinds, 19, 1, ST_BAD_FAIL);
+	src.slot_opt = so;
+	assert_int_equal(src.n_slots, 16);
+	char path[1024];
+	snprintf(path, sizeof path, "%s/%s", data_dir, taobao);
+	st_batch_t *b;
+	st_read_stats_t st;
+	assert_int_equal(read_path(&src, path, 256, &b, &st), 0);
+	assert_int_equal(b->n, 100);
+	assert_int_equal(st.bad, 0);
+	/* python3 csv: 1265 non-empty single fields, 235 empty ones; 40
+	 * sequence items (39 kept: one list of 6), 75 empty sequences. */
+	assert_int_equal(st_batch_nkeys(b), 1265 + 235 + 39 + 75);
+	assert_int_equal(st.missing_keys, 235 + 75);
+	assert_int_equal(st.lists_truncated, 1);
+	assert_int_equal(st.lists_empty, 75);
+	assert_int_equal(st.list_items_empty, 0);
+	/* row 2: 170301^573514^158525^633154^383937^431258 keeps the last 5 */
+	uint64_t k[8];
+	assert_int_equal(row_keys(b, 2, 15, k), 5);
+	assert_true(k[0] == st_read_key(15, "573514", 6));
+	assert_true(k[4] == st_read_key(15, "431258", 6));
+	st_batch_destroy(b);
+}
+
 int main(void)
 {
 	data_dir = getenv("ST_SHARED_DATA");
@@ -386,6 +526,9 @@ int main(void)
 		cmocka_unit_test(test_read_csv_quotes_crlf_empty),
 		cmocka_unit_test(test_read_csv_bad_rows),
 		cmocka_unit_test(test_read_csv_schema_mismatch),
+		cmocka_unit_test(test_read_csv_lists),
+		cmocka_unit_test(test_read_csv_list_bad_sep),
+		cmocka_unit_test(test_read_csv_taobao_click_sequence),
 	};
 	return tu_exit(cmocka_run_group_tests(tests, NULL, NULL), sizeof tests / sizeof tests[0]);
 }

@@ -306,6 +306,33 @@ static void test_read_libsvm_long_line_grows_keys(void **state)
 	free(text);
 }
 
+/* Several keys of one field (libffm fields repeated, or a libsvm line,
+ * whose tokens are all slot 0): each token is one key of its slot, in line
+ * order, a repeated index kept twice; a field with no token has none. */
+static void test_read_libsvm_multi_key_fields(void **state)
+{
+	(void)state;
+	st_source_t src = libsvm_src(3, ST_BAD_FAIL);
+	static const char text[] = "1 2:7:1 0:5:0.5 2:9:2 2:7:1\n0 3:1 4:1\n";
+	st_batch_t *b;
+	st_read_stats_t st;
+	char err[256];
+	assert_int_equal(read_mem(&src, text, sizeof text - 1, &b, &st, err, sizeof err), 0);
+	assert_int_equal(b->n, 2);
+	assert_int_equal(b->row_off[1], 4);
+	static const uint16_t slots[] = { 2, 0, 2, 2, 0, 0 };
+	assert_memory_equal(b->key_slot, slots, sizeof slots);
+	assert_true(b->keys[0] == st_read_key(2, "7", 1));
+	assert_true(b->keys[2] == st_read_key(2, "9", 1));
+	assert_true(b->keys[3] == b->keys[0]);
+	assert_true(b->key_val[2] == 2.0f);
+	assert_true(b->keys[4] == st_read_key(0, "3", 1));
+	assert_true(b->keys[5] == st_read_key(0, "4", 1));
+	/* slot 1 has no key in either row: nothing stands for it */
+	assert_int_equal(st.missing_keys, 0);
+	st_batch_destroy(b);
+}
+
 int main(void)
 {
 	data_dir = getenv("ST_SHARED_DATA");
@@ -315,6 +342,7 @@ int main(void)
 		cmocka_unit_test(test_read_libsvm_pm1_labels_and_values),
 		cmocka_unit_test(test_read_libsvm_pm1_fixture_file),
 		cmocka_unit_test(test_read_libsvm_bad_records),
+		cmocka_unit_test(test_read_libsvm_multi_key_fields),
 		cmocka_unit_test(test_read_libsvm_long_line_grows_keys),
 	};
 	return tu_exit(cmocka_run_group_tests(tests, NULL, NULL), sizeof tests / sizeof tests[0]);
