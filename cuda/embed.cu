@@ -8,7 +8,9 @@
  * example's keys in CSR order and lane j adds coordinate j (and j + 32, ...)
  * of each key's row into the slot's output, so every output float is summed
  * by one lane in the CPU's order: the sum is deterministic and differs from
- * the CPU only by fused multiply-adds. Mean pooling counts each slot's keys
+ * the CPU only by fused multiply-adds. Each slot pools by sum or mean as the
+ * layout says (st_pool_is_mean: slot_mean[s], else `mean`; the per-slot
+ * modes go to the device as one byte per slot, mode[]). Mean pooling counts each slot's keys
  * lane-parallel (32 keys at a time, O(keys²) per example: CTR examples have
  * tens of keys) and scales by 1/count as the CPU does (multiply by the float
  * reciprocal; a slot with one key is left alone).
@@ -22,8 +24,9 @@
 #include <stdlib.h>
 
 struct st_gpu_pool {
-	int n_slots, width, mean;
+	int n_slots, width, mean;   /* mean: some slot pools by mean */
 	int *dim, *off;     /* device [n_slots] */
+	uint8_t *mode;      /* device [n_slots]: 1 = mean, 0 = sum */
 };
 
 extern "C" void st_gpu_pool_destroy(st_gpu_pool_t *p)
@@ -32,6 +35,7 @@ extern "C" void st_gpu_pool_destroy(st_gpu_pool_t *p)
 		return;
 	st_gpu_free(p->dim);
 	st_gpu_free(p->off);
+	st_gpu_free(p->mode);
 	free(p);
 }
 
@@ -43,17 +47,28 @@ extern "C" int st_gpu_pool_create(st_gpu_pool_t **out, const st_pool_layout_t *L
 		return ST_ENOMEM;
 	p->n_slots = L->n_slots;
 	p->width = L->width;
-	p->mean = L->mean;
+	p->mean = st_pool_any_mean(L);
 	size_t bytes = sizeof(int) * (size_t)L->n_slots;
+	uint8_t *mode = (uint8_t *)malloc((size_t)L->n_slots);
+	if (!mode) {
+		free(p);
+		return ST_ENOMEM;
+	}
+	for (int s = 0; s < L->n_slots; s++)
+		mode[s] = (uint8_t)st_pool_is_mean(L, s);
 	int rc;
 	if ((rc = st_gpu_alloc((void **)&p->dim, bytes)) < 0 ||
 	    (rc = st_gpu_alloc((void **)&p->off, bytes)) < 0 ||
+	    (rc = st_gpu_alloc((void **)&p->mode, (size_t)L->n_slots)) < 0 ||
 	    (rc = st_gpu_upload(p->dim, L->dim, bytes, NULL)) < 0 ||
 	    (rc = st_gpu_upload(p->off, L->off, bytes, NULL)) < 0 ||
+	    (rc = st_gpu_upload(p->mode, mode, (size_t)L->n_slots, NULL)) < 0 ||
 	    (rc = st_gpu_stream_sync(NULL)) < 0) {
+		free(mode);
 		st_gpu_pool_destroy(p);
 		return rc;
 	}
+	free(mode);
 	*out = p;
 	return ST_OK;
 }
@@ -73,8 +88,8 @@ __device__ static inline int slot_count(const uint16_t *key_slot, uint32_t k0, u
 	return cnt;
 }
 
-__global__ static void k_pool_fwd(int width, int mean, const int *dim, const int *off,
-				  st_gpu_csr_t c, st_gpu_rows_t r, float *out)
+__global__ static void k_pool_fwd(int width, int mean, const uint8_t *mode, const int *dim,
+				  const int *off, st_gpu_csr_t c, st_gpu_rows_t r, float *out)
 {
 	size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
 	unsigned lane = threadIdx.x & 31;
@@ -106,7 +121,7 @@ __global__ static void k_pool_fwd(int width, int mean, const int *dim, const int
 			s = c.key_slot[k];
 			cnt = slot_count(c.key_slot, k0, k1, k, s, &first);
 		}
-		unsigned todo = __ballot_sync(0xffffffffu, k < k1 && first && cnt > 1);
+		unsigned todo = __ballot_sync(0xffffffffu, k < k1 && first && cnt > 1 && mode[s]);
 		while (todo) {
 			int b = __ffs(todo) - 1;
 			todo &= todo - 1;
@@ -120,8 +135,9 @@ __global__ static void k_pool_fwd(int width, int mean, const int *dim, const int
 	}
 }
 
-__global__ static void k_pool_bwd(int width, int mean, const int *dim, const int *off,
-				  st_gpu_csr_t c, const float *dout, float *gu, int gstride)
+__global__ static void k_pool_bwd(int width, int mean, const uint8_t *mode, const int *dim,
+				  const int *off, st_gpu_csr_t c, const float *dout, float *gu,
+				  int gstride)
 {
 	size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
 	unsigned lane = threadIdx.x & 31;
@@ -138,7 +154,7 @@ __global__ static void k_pool_bwd(int width, int mean, const int *dim, const int
 			s = c.key_slot[k];
 			u = c.key_idx[k];
 			a = c.key_val[k];
-			if (mean) {
+			if (mean && mode[s]) {
 				int first;
 				/* nn.c: val / count, a division (not a reciprocal). */
 				a = a / (float)slot_count(c.key_slot, k0, k1, k, s, &first);
@@ -196,7 +212,7 @@ extern "C" int st_gpu_pool_forward(const st_gpu_pool_t *P, const st_gpu_csr_t *c
 	if (c->n == 0)
 		return ST_OK;
 	k_pool_fwd<<<warp_blocks(c->n), ST_GPU_THREADS, 0, cu_stream(s)>>>(
-		P->width, P->mean, P->dim, P->off, *c, *r, d_out);
+		P->width, P->mean, P->mode, P->dim, P->off, *c, *r, d_out);
 	CU_LAUNCH();
 	return ST_OK;
 }
@@ -208,7 +224,7 @@ extern "C" int st_gpu_pool_backward(const st_gpu_pool_t *P, const st_gpu_csr_t *
 	if (c->n == 0)
 		return ST_OK;
 	k_pool_bwd<<<warp_blocks(c->n), ST_GPU_THREADS, 0, cu_stream(s)>>>(
-		P->width, P->mean, P->dim, P->off, *c, d_dout, d_gu, gstride);
+		P->width, P->mean, P->mode, P->dim, P->off, *c, d_dout, d_gu, gstride);
 	CU_LAUNCH();
 	return ST_OK;
 }

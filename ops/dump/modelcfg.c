@@ -72,6 +72,8 @@ static const field_t fields[] = {
 	{ "emb_dim", K_INT, OFF(emb_dim), 0, 0, NULL, 0 },
 	{ "slot_dims", K_SLOTDIMS, OFF(slot_dims), OFF(n_slot_dims), F_OPT, NULL, 0 },
 	{ "pooling", K_STR, OFF(pooling), 0, F_OPT, pool_names, 0 },
+	/* enum st_pooling per slot: only when a list field set its own */
+	{ "slot_pooling", K_SLOTDIMS, OFF(slot_pooling), OFF(n_slot_pooling), F_OPT, NULL, 0 },
 	{ "hidden", K_LAYERS, OFF(hidden), OFF(n_hidden), 0, NULL, 1 },
 	{ "bottom", K_LAYERS, OFF(bottom), OFF(n_bottom), 0, NULL, 1 },
 	{ "activation", K_STR, OFF(activation), 0, F_OPT, act_names, 0 },

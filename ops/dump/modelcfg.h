@@ -10,6 +10,7 @@
  *   emb_dim=8
  *   slot_dims=8,8,4          (only when the job gave per-slot dims)
  *   pooling=sum              (string fields the job left unset are omitted)
+ *   slot_pooling=2,1,0       (only when a list field set its own: enum st_pooling per slot)
  *   hidden=64,32             (may be empty: "hidden=")
  *   bottom=
  *   activation=relu

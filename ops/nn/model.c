@@ -54,6 +54,7 @@ struct st_model {
 	int type, act, log1p, mean;
 	int n_dense, n_slots;
 	int *dim, *off, *row_dim;   /* [n_slots] */
+	uint8_t *slot_mean;         /* NULL or [n_slots]: per-field pooling (nn.h) */
 	int width;                  /* sum of embedding dims */
 	int max_row_dim, has_wide, uniform_rows;
 	int emb_d;                  /* common dim (deepfm, dlrm), else 0 */
@@ -164,7 +165,8 @@ int st_model_create(st_model_t **out, const st_model_cfg_t *cfg, int n_dense,
 	}
 	if (n_dense < 0 || n_slots < 1 || n_slots > 65535 || cfg->n_hidden < 0 ||
 	    cfg->n_hidden > 16 || cfg->n_bottom < 0 || cfg->n_bottom > 16 ||
-	    (cfg->slot_dims && cfg->n_slot_dims != n_slots)) {
+	    (cfg->slot_dims && cfg->n_slot_dims != n_slots) ||
+	    (cfg->slot_pooling && cfg->n_slot_pooling != n_slots)) {
 		st_error("model %s: bad shape (%d dense, %d slots, %d hidden, %d bottom, "
 			 "%d slot dims)", cfg->type, n_dense, n_slots, cfg->n_hidden,
 			 cfg->n_bottom, cfg->slot_dims ? cfg->n_slot_dims : n_slots);
@@ -243,8 +245,22 @@ int st_model_create(st_model_t **out, const st_model_cfg_t *cfg, int n_dense,
 		st_model_destroy(m);
 		return rc;
 	}
+	if (cfg->slot_pooling) {
+		/* A list field's own pooling (lang/job.h): 0 = model.pooling. */
+		m->slot_mean = calloc((size_t)n_slots, 1);
+		if (!m->slot_mean) {
+			st_model_destroy(m);
+			return ST_ENOMEM;
+		}
+		for (int s = 0; s < n_slots; s++) {
+			int p = cfg->slot_pooling[s];
+			m->slot_mean[s] = (uint8_t)(p == ST_POOLING_MODEL ? m->mean
+									  : p == ST_POOLING_MEAN);
+		}
+	}
 	m->pool = (st_pool_layout_t){ .n_slots = n_slots, .dim = m->dim, .off = m->off,
-				      .width = m->width, .mean = m->mean };
+				      .width = m->width, .mean = m->mean,
+				      .slot_mean = m->slot_mean };
 
 	/* Tensors, in the order of their offsets. */
 	char name[24];
@@ -310,6 +326,7 @@ void st_model_destroy(st_model_t *m)
 	free(m->dim);
 	free(m->off);
 	free(m->row_dim);
+	free(m->slot_mean);
 	free(m->params);
 	free(m);
 }

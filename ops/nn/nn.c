@@ -57,6 +57,7 @@ void st_pool_forward(const st_pool_layout_t *L, uint32_t r0, uint32_t n,
 		     float *const *rows, float *out)
 {
 	int cnt[POOL_WIN];
+	const int any_mean = st_pool_any_mean(L);
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t k0 = row_off[r0 + i], k1 = row_off[r0 + i + 1];
 		float *o = out + (size_t)i * (size_t)L->width;
@@ -68,15 +69,15 @@ void st_pool_forward(const st_pool_layout_t *L, uint32_t r0, uint32_t n,
 			if (row)
 				axpy(L->dim[s], key_val[k], row, o + L->off[s]);
 		}
-		if (!L->mean)
+		if (!any_mean)
 			continue;
-		/* Mean: divide each slot's sum by its key count (a slot with no
-		 * keys stays zero, as its sum is zero). */
+		/* Mean: divide each mean slot's sum by its key count (a slot
+		 * with no keys stays zero, as its sum is zero). */
 		for (int s0 = 0; s0 < L->n_slots; s0 += POOL_WIN) {
 			count_slots(key_slot, k0, k1, s0, cnt);
 			int s1 = L->n_slots - s0 < POOL_WIN ? L->n_slots : s0 + POOL_WIN;
 			for (int s = s0; s < s1; s++) {
-				if (cnt[s - s0] <= 1)
+				if (cnt[s - s0] <= 1 || !st_pool_is_mean(L, s))
 					continue;
 				float inv = 1.0f / (float)cnt[s - s0];
 				float *os = o + L->off[s];
@@ -93,10 +94,11 @@ void st_pool_backward(const st_pool_layout_t *L, uint32_t r0, uint32_t n,
 		      const float *dout, float *gu, int gstride)
 {
 	int cnt[POOL_WIN];
+	const int any_mean = st_pool_any_mean(L);
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t k0 = row_off[r0 + i], k1 = row_off[r0 + i + 1];
 		const float *d = dout + (size_t)i * (size_t)L->width;
-		if (!L->mean) {
+		if (!any_mean) {
 			for (uint32_t k = k0; k < k1; k++) {
 				int s = key_slot[k];
 				assert(s < L->n_slots);
@@ -105,8 +107,9 @@ void st_pool_backward(const st_pool_layout_t *L, uint32_t r0, uint32_t n,
 			}
 			continue;
 		}
-		/* Mean: each key of slot s gets val/count(s) of the slot's
-		 * gradient; keys are visited once per window of slots. */
+		/* Mean: each key of a mean slot s gets val/count(s) of the
+		 * slot's gradient, a key of a sum slot val; keys are visited
+		 * once per window of slots. */
 		for (int s0 = 0; s0 < L->n_slots; s0 += POOL_WIN) {
 			count_slots(key_slot, k0, k1, s0, cnt);
 			for (uint32_t k = k0; k < k1; k++) {
@@ -114,7 +117,8 @@ void st_pool_backward(const st_pool_layout_t *L, uint32_t r0, uint32_t n,
 				assert(s < L->n_slots);
 				if (s < s0 || s >= s0 + POOL_WIN)
 					continue;
-				float a = key_val[k] / (float)cnt[s - s0];
+				float a = st_pool_is_mean(L, s) ? key_val[k] / (float)cnt[s - s0]
+								 : key_val[k];
 				axpy(L->dim[s], a, d + L->off[s],
 				     gu + (size_t)key_idx[k] * (size_t)gstride);
 			}

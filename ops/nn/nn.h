@@ -23,14 +23,35 @@
  * rows[u] points at the embedding of unique key u (NULL reads as zeros:
  * an eval key never seen, or a key not admitted yet).
  * Mean pooling divides by the number of keys of the slot (0 keys -> zeros).
+ * Each slot pools its own way: slot_mean[s] when given (a list field's own
+ * pooling, docs/job-language.md), else `mean` for every slot. The GPU twin
+ * (cuda/embed.cu) takes the same layout.
  */
 typedef struct st_pool_layout {
 	int n_slots;
 	const int *dim;        /* [n_slots] */
 	const int *off;        /* [n_slots] offsets into a pooled row */
 	int width;             /* sum of dim */
-	int mean;              /* 0 = sum, 1 = mean */
+	int mean;              /* every slot when slot_mean is NULL: 0 = sum, 1 = mean */
+	const uint8_t *slot_mean; /* NULL, or [n_slots]: 0 = sum, 1 = mean */
 } st_pool_layout_t;
+
+/* Whether slot s of L pools by mean. */
+static inline int st_pool_is_mean(const st_pool_layout_t *L, int s)
+{
+	return L->slot_mean ? L->slot_mean[s] != 0 : L->mean != 0;
+}
+
+/* Whether any slot of L pools by mean. */
+static inline int st_pool_any_mean(const st_pool_layout_t *L)
+{
+	if (!L->slot_mean)
+		return L->mean != 0;
+	for (int s = 0; s < L->n_slots; s++)
+		if (L->slot_mean[s])
+			return 1;
+	return 0;
+}
 
 /* out[n × width] = pooled embeddings of examples r0 .. r0+n-1 of the CSR
  * (row_off indexes keys; key_slot, key_val, key_idx per key). */

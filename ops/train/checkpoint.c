@@ -101,6 +101,11 @@ char *st_trainer_model_desc(const st_job_t *job)
 		for (int i = 0; i < m->n_slot_dims; i++)
 			put(&s, &len, &cap, "%s%d", i ? "," : "", m->slot_dims[i]);
 	}
+	if (m->n_slot_pooling) {
+		put(&s, &len, &cap, " slot_pooling=");
+		for (int i = 0; i < m->n_slot_pooling; i++)
+			put(&s, &len, &cap, "%s%d", i ? "," : "", m->slot_pooling[i]);
+	}
 	put(&s, &len, &cap, " hidden=");
 	for (int i = 0; i < m->n_hidden; i++)
 		put(&s, &len, &cap, "%s%d", i ? "," : "", m->hidden[i]);

@@ -229,7 +229,16 @@ static void fd_check(const char *type, const char *pooling, int per_slot_dims)
 {
 	st_model_cfg_t c;
 	make_cfg(&c, type);
-	c.pooling = (char *)pooling;
+	/* "mixed": per-field pooling (model.slot_pooling), slots 0 and 2
+	 * mean (2 and 3 keys in tiny_batch's example), slot 1 sum */
+	int mixed[NS] = { ST_POOLING_MEAN, ST_POOLING_SUM, ST_POOLING_MODEL };
+	if (!strcmp(pooling, "mixed")) {
+		c.pooling = (char *)"mean";
+		c.slot_pooling = mixed;
+		c.n_slot_pooling = NS;
+	} else {
+		c.pooling = (char *)pooling;
+	}
 	int dims[NS] = { 3, 5, 2 };
 	if (per_slot_dims) {
 		c.slot_dims = dims;
@@ -322,21 +331,38 @@ static void fd_check(const char *type, const char *pooling, int per_slot_dims)
 	st_model_destroy(m);
 }
 
-static void test_model_gradcheck_lr(void **state) { (void)state; fd_check("lr", "sum", 0); }
+static void test_model_gradcheck_lr(void **state)
+{
+	(void)state;
+	fd_check("lr", "sum", 0);
+	fd_check("lr", "mixed", 0);   /* lr has no pooled part: a no-op */
+}
 static void test_model_gradcheck_dnn(void **state)
 {
 	(void)state;
 	fd_check("dnn", "sum", 0);
 	fd_check("dnn", "mean", 1);
+	fd_check("dnn", "mixed", 1);
 }
 static void test_model_gradcheck_wdl(void **state)
 {
 	(void)state;
 	fd_check("wdl", "sum", 0);
 	fd_check("wdl", "sum", 1);   /* per-slot wide columns */
+	fd_check("wdl", "mixed", 0);
 }
-static void test_model_gradcheck_deepfm(void **state) { (void)state; fd_check("deepfm", "mean", 0); }
-static void test_model_gradcheck_dlrm(void **state) { (void)state; fd_check("dlrm", "sum", 0); }
+static void test_model_gradcheck_deepfm(void **state)
+{
+	(void)state;
+	fd_check("deepfm", "mean", 0);
+	fd_check("deepfm", "mixed", 0);
+}
+static void test_model_gradcheck_dlrm(void **state)
+{
+	(void)state;
+	fd_check("dlrm", "sum", 0);
+	fd_check("dlrm", "mixed", 0);
+}
 
 int main(void)
 {

@@ -54,6 +54,12 @@ static void check_same(const st_model_cfg_t *a, const st_model_cfg_t *b)
 {
 	assert_string_equal(a->type, b->type);
 	assert_int_equal(a->emb_dim, b->emb_dim);
+	assert_int_equal(a->n_slot_pooling, b->n_slot_pooling);
+	if (a->n_slot_pooling)
+		assert_memory_equal(a->slot_pooling, b->slot_pooling,
+				    sizeof(int) * (size_t)a->n_slot_pooling);
+	else
+		assert_null(b->slot_pooling);
 	if (a->slot_dims && a->n_slot_dims) {
 		assert_int_equal(a->n_slot_dims, b->n_slot_dims);
 		assert_memory_equal(a->slot_dims, b->slot_dims, sizeof(int) * (size_t)a->n_slot_dims);
@@ -102,7 +108,7 @@ static void roundtrip(const st_model_cfg_t *c)
 	free(t2);
 }
 
-static int dims26[26];
+static int dims26[26], pool26[26];
 
 /* A preset with every field set to a value that is not its zero, and
  * doubles that need all 17 digits. */
@@ -116,6 +122,10 @@ static void make_cfg(st_model_cfg_t *m, const char *type, int variant)
 			dims26[i] = i % 3 ? 8 : 4;
 		m->slot_dims = dims26;
 		m->n_slot_dims = 26;
+		for (int i = 0; i < 26; i++)
+			pool26[i] = i % 3;       /* model, sum, mean */
+		m->slot_pooling = pool26;
+		m->n_slot_pooling = 26;
 	}
 	m->pooling = (char *)(variant ? "mean" : "sum");
 	m->n_hidden = variant == 2 ? 16 : 3;

@@ -118,7 +118,7 @@ typedef struct {
 
 static void pool_ctx_init(pool_ctx_t *c, int mean)
 {
-	c->L = (st_pool_layout_t){P_SLOTS, p_dim, p_off, P_WIDTH, mean};
+	c->L = (st_pool_layout_t){P_SLOTS, p_dim, p_off, P_WIDTH, mean, NULL};
 	fill(c->table, P_U * P_STRIDE);
 	for (int u = 0; u < P_U; u++)
 		c->rows[u] = c->table + u * P_STRIDE;
@@ -221,6 +221,48 @@ static void test_nn_pool_null_rows_read_as_zeros(void **state)
 	}
 }
 
+/* Per-slot pooling (slot_mean): slot s of the output and its gradient are
+ * those of the all-mean layout where slot_mean[s], of the all-sum layout
+ * elsewhere. Backward is linear in dout, so splitting dout by slot and
+ * adding the two layouts' gradients gives the mixed one exactly up to
+ * float rounding of one addition per coordinate. */
+static void test_nn_pool_per_slot_modes(void **state)
+{
+	(void)state;
+	static const uint8_t mode[P_SLOTS] = { 1, 0, 1 };
+	pool_ctx_t c;
+	pool_ctx_init(&c, 0);
+	float mix[P_N * P_WIDTH], sum[P_N * P_WIDTH], mean[P_N * P_WIDTH];
+	st_pool_layout_t Lm = c.L, Ls = c.L, Lx = c.L;
+	Lm.mean = 1;
+	Lx.slot_mean = mode;
+	Lx.mean = 0;
+	st_pool_forward(&Ls, P_R0, P_N, p_row_off, p_slot, p_val, p_idx, c.rows, sum);
+	st_pool_forward(&Lm, P_R0, P_N, p_row_off, p_slot, p_val, p_idx, c.rows, mean);
+	st_pool_forward(&Lx, P_R0, P_N, p_row_off, p_slot, p_val, p_idx, c.rows, mix);
+	float dm[P_N * P_WIDTH], ds[P_N * P_WIDTH], dx[P_N * P_WIDTH];
+	fill(dx, P_N * P_WIDTH);
+	for (int i = 0; i < P_N; i++)
+		for (int sl = 0; sl < P_SLOTS; sl++)
+			for (int j = p_off[sl]; j < p_off[sl] + p_dim[sl]; j++) {
+				const float *want = mode[sl] ? mean : sum;
+				assert_true(mix[i * P_WIDTH + j] == want[i * P_WIDTH + j]);
+				dm[i * P_WIDTH + j] = mode[sl] ? dx[i * P_WIDTH + j] : 0.0f;
+				ds[i * P_WIDTH + j] = mode[sl] ? 0.0f : dx[i * P_WIDTH + j];
+			}
+	float gx[P_U * P_STRIDE] = { 0 }, gs[P_U * P_STRIDE] = { 0 };
+	st_pool_backward(&Lx, P_R0, P_N, p_row_off, p_slot, p_val, p_idx, dx, gx, P_STRIDE);
+	st_pool_backward(&Lm, P_R0, P_N, p_row_off, p_slot, p_val, p_idx, dm, gs, P_STRIDE);
+	st_pool_backward(&Ls, P_R0, P_N, p_row_off, p_slot, p_val, p_idx, ds, gs, P_STRIDE);
+	for (int i = 0; i < P_U * P_STRIDE; i++)
+		assert_float_equal(gx[i], gs[i], 1e-5f * (1.0f + fabsf(gs[i])));
+	/* slot_mean all zero is the sum layout, whatever `mean` says */
+	static const uint8_t zero[P_SLOTS] = { 0 };
+	Lm.slot_mean = zero;
+	st_pool_forward(&Lm, P_R0, P_N, p_row_off, p_slot, p_val, p_idx, c.rows, mix);
+	assert_memory_equal(mix, sum, sizeof sum);
+}
+
 /* More slots than the pooling code counts at once (its stack window):
  * mean must still divide every slot by its own count. */
 static void test_nn_pool_mean_many_slots(void **state)
@@ -232,7 +274,7 @@ static void test_nn_pool_mean_many_slots(void **state)
 		dim[s] = 1;
 		off[s] = s;
 	}
-	st_pool_layout_t L = {S, dim, off, S, 1};
+	st_pool_layout_t L = {S, dim, off, S, 1, NULL};
 	/* One example: slot 3 twice, slot 700 three times, slot 1299 once. */
 	const uint32_t row_off[2] = {0, 6};
 	const uint16_t slot[6] = {700, 3, 1299, 700, 3, 700};
@@ -673,6 +715,7 @@ int main(void)
 		cmocka_unit_test(test_nn_pool_forward_exact),
 		cmocka_unit_test(test_nn_pool_null_rows_read_as_zeros),
 		cmocka_unit_test(test_nn_pool_mean_many_slots),
+		cmocka_unit_test(test_nn_pool_per_slot_modes),
 		cmocka_unit_test(test_nn_wide_gradient),
 		cmocka_unit_test(test_nn_wide_forward_exact),
 		cmocka_unit_test(test_nn_linear_gradient),
