@@ -3,7 +3,7 @@
 on the same real Criteo rows, for docs/benchmarks.md "Model quality on real
 Criteo".
 
-    /usr/bin/python3 tests/reference/criteo_dnn.py [--seeds 1,2,3] [--epochs 3]
+    /usr/bin/python3 tests/reference/criteo_dnn.py [--seeds 1,2,3] [--epochs 3] [--missing key]
 
 Same hyper-parameters as jobs/criteo_dnn.lua (keep them in sync): 26 slots
 × emb_dim 8, 13 dense features through log1p(max(x, 0)), MLP {64, 32} relu,
@@ -14,7 +14,8 @@ uniform(-0.01, 0.01) (strata's init_scale), dense weights
 uniform(-1/sqrt(in), 1/sqrt(in)) with zero biases (st_model_create).
 
 Parsing as strata's Criteo reader: label, 13 integer fields (empty = 0),
-26 categorical fields (empty = no key). Categorical values get one id per
+26 categorical fields (empty = no key; with --missing key, the slot's
+missing value, as strata's `missing = "key"`). Categorical values get one id per
 distinct (slot, value) in the train file — a collision-free stand-in for
 strata's 64-bit xxh3 keys; values never seen in training have no row and
 contribute nothing (strata reads unseen eval keys as zeros). Prints the AUC
@@ -52,6 +53,9 @@ def read_tsv(path):
     return (np.array(labels, np.float32), np.array(dense, np.float32), cats)
 
 
+MISSING = None  # "<missing>" under --missing key (strata's missing key)
+
+
 def encode(cats, vocab, grow):
     """Per example and slot: list of ids (0 or 1 of them). Returns flat ids
     and per-bag offsets for nn.EmbeddingBag (n*S bags)."""
@@ -60,7 +64,9 @@ def encode(cats, vocab, grow):
         for s, v in enumerate(row):
             offsets.append(len(ids))
             if not v:
-                continue
+                if MISSING is None:
+                    continue
+                v = MISSING
             k = (s, v)
             i = vocab.get(k)
             if i is None and grow:
@@ -139,7 +145,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", default="1,2,3,4,5")
     ap.add_argument("--epochs", type=int, default=EPOCHS)
+    ap.add_argument("--missing", choices=("drop", "key"), default="drop")
     a = ap.parse_args()
+    global MISSING
+    MISSING = "<missing>" if a.missing == "key" else None
     torch.set_num_threads(1)
     vocab = {}
     ytr, xtr, ctr = read_tsv(os.path.join(DIR, "train.csv"))

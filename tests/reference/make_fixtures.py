@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """make_fixtures.py — golden fixtures for tests/unit/test_parity.c.
 
-    /usr/bin/python3 tests/reference/make_fixtures.py [OUT_DIR]
+    /usr/bin/python3 tests/reference/make_fixtures.py [OUT_DIR [OPTIM]]
+
+(OPTIM: only the fixtures of that key of OPTIMS, e.g. multihot.)
 
 Writes OUT_DIR (default tests/reference/fixtures)/<preset>_<optim>.bin for
 every preset of models.py and every optimizer setting of OPTIMS below: the
@@ -72,7 +74,20 @@ OPTIMS = {
     "adam": (opt("adam", 0.01, eps=1e-8), opt("adam", 0.01, l2=1e-3, eps=1e-8)),
     # FTRL for the rows (they start at 0), plain SGD for the dense tensors
     "ftrl": (opt("ftrl", 1.0, l2=1e-3, l1=1e-4, beta=1.0), opt("sgd", 0.1)),
+    # multi-hot input pooled per slot by nn.EmbeddingBag (see MULTIHOT)
+    "multihot": (opt("sgd", 0.1, l2=1e-3), opt("sgd", 0.1, l2=1e-3)),
 }
+
+# The "multihot" fixtures (issue 18): every slot is a list field. Keys per
+# example and slot are drawn from MH_LEN[s] = (lo, hi) (lo 0: the bag may be
+# empty), values 1 (EmbeddingBag's mean takes no per-sample weights), and
+# each slot pools its own way, overriding the preset's pooling:
+# cfg.slot_pooling holds lang/job.h's enum st_pooling (1 sum, 2 mean). The
+# pooled vectors come from torch.nn.functional.embedding_bag with
+# per-sample offsets, one bag per (example, slot), so the reference does not
+# share models.pool's code.
+MH_LEN = ((0, 4), (1, 8), (0, 6), (1, 3))
+MH_POOL = ("mean", "sum", "mean", "mean")
 
 OPT_FIELDS = ("rowwise", "lr", "l2", "eps", "beta1", "beta2", "init_accum", "l1", "beta")
 
@@ -166,6 +181,56 @@ def make_batches(gen):
     return out
 
 
+def make_batches_multihot(gen):
+    """STEPS minibatches of MB multi-hot examples (MH_LEN keys per slot,
+    values 1, duplicates possible), in make_batches' layout."""
+    out = []
+    for _ in range(STEPS):
+        row_off, slots, local = [0], [], []
+        for _i in range(MB):
+            for s in range(N_SLOTS):
+                lo, hi = MH_LEN[s]
+                nk = int(torch.randint(lo, hi + 1, (1,), generator=gen))
+                for _k in range(nk):
+                    slots.append(s)
+                    local.append(int(torch.randint(0, VOCAB[s], (1,), generator=gen)))
+            row_off.append(len(slots))
+        dense = torch.randint(-2, 60, (MB, N_DENSE), generator=gen).float()
+        dense[torch.rand(MB, N_DENSE, generator=gen) < 0.3] = 0.0
+        labels = (torch.rand(MB, generator=gen) < 0.4).float()
+        out.append(dict(row_off=np.array(row_off, np.uint32),
+                        slots=np.array(slots, np.uint16),
+                        local=np.array(local, np.int64),
+                        vals=np.ones(len(slots), np.float32),
+                        dense=dense.numpy().astype(np.float32),
+                        labels=labels.numpy().astype(np.float32)))
+    return out
+
+
+def pool_bag(preset, tables, dim, modes, n, row_off, slots, local):
+    """models.pool's outputs from nn.functional.embedding_bag: one bag per
+    (example, slot) with per-sample offsets, mode modes[s] per slot; the
+    wide term is a sum bag over the last column."""
+    S = len(tables)
+    pooled, wide = [], torch.zeros(n) if models.HAS_WIDE[preset] else None
+    for s in range(S):
+        ids, offs = [], []
+        for i in range(n):
+            offs.append(len(ids))
+            for k in range(int(row_off[i]), int(row_off[i + 1])):
+                if int(slots[k]) == s:
+                    ids.append(int(local[k]))
+        it = torch.tensor(ids, dtype=torch.int64)
+        ot = torch.tensor(offs, dtype=torch.int64)
+        if models.HAS_EMB[preset]:
+            pooled.append(torch.nn.functional.embedding_bag(it, tables[s][:, :dim], ot,
+                                                            mode=modes[s]))
+        if wide is not None:
+            wide = wide + torch.nn.functional.embedding_bag(it, tables[s][:, -1:], ot,
+                                                            mode="sum").squeeze(1)
+    return (torch.stack(pooled, dim=1) if pooled else None), wide
+
+
 def key_of(s, l):
     return (int(s) << 32) | int(l)
 
@@ -213,7 +278,8 @@ def make_fixture(preset, oname, seed):
     scale = 0.0 if sp["name"] == "ftrl" else 0.5
     tables = [(torch.rand(VOCAB[s], rdim, generator=gen) * 2 - 1) * scale
               for s in range(N_SLOTS)]
-    batches = make_batches(gen)
+    multihot = oname == "multihot"
+    batches = make_batches_multihot(gen) if multihot else make_batches(gen)
 
     w = Writer()
     w.add("cfg.preset", preset)
@@ -228,6 +294,8 @@ def make_fixture(preset, oname, seed):
     w.add("cfg.row_dim", u32(rdim))
     w.add("cfg.hidden", u32(*(HIDDEN if preset != "lr" else ())))
     w.add("cfg.bottom", u32(*(BOTTOM if preset == "dlrm" else ())))
+    if multihot:
+        w.add("cfg.slot_pooling", u32(*[2 if m == "mean" else 1 for m in MH_POOL]))
     w.add("cfg.minibatch", u32(MB))
     w.add("cfg.steps", u32(STEPS))
     for tag, o in (("sparse", sp), ("dense", dn)):
@@ -263,11 +331,15 @@ def make_fixture(preset, oname, seed):
         b = batches[t - 1]
         tabs = [tb.clone().requires_grad_(True) for tb in tables]
         model.zero_grad()
-        pooled, wide = models.pool(preset, tabs, dim, pooling == "mean", MB,
-                                   torch.from_numpy(b["row_off"].astype(np.int64)),
-                                   torch.from_numpy(b["slots"].astype(np.int64)),
-                                   torch.from_numpy(b["local"]),
-                                   torch.from_numpy(b["vals"]))
+        if multihot:
+            pooled, wide = pool_bag(preset, tabs, dim, MH_POOL, MB, b["row_off"],
+                                    b["slots"], b["local"])
+        else:
+            pooled, wide = models.pool(preset, tabs, dim, pooling == "mean", MB,
+                                       torch.from_numpy(b["row_off"].astype(np.int64)),
+                                       torch.from_numpy(b["slots"].astype(np.int64)),
+                                       torch.from_numpy(b["local"]),
+                                       torch.from_numpy(b["vals"]))
         logit = model(pooled, wide, torch.from_numpy(b["dense"]))
         loss = lossf(logit, torch.from_numpy(b["labels"]))
         loss.backward()
@@ -302,10 +374,13 @@ def main():
     torch.set_num_threads(1)
     here = os.path.dirname(os.path.abspath(__file__))
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "fixtures")
+    only = sys.argv[2] if len(sys.argv) > 2 else None   # e.g. "multihot"
     os.makedirs(out, exist_ok=True)
     total = 0
     for pi, preset in enumerate(PRESETS):
         for oi, oname in enumerate(OPTIMS):
+            if only and oname != only:
+                continue
             path = os.path.join(out, "%s_%s.bin" % (preset, oname))
             make_fixture(preset, oname, 1000 + 10 * pi + oi).save(path)
             total += os.path.getsize(path)

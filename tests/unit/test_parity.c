@@ -63,15 +63,20 @@
 
 
 static const char *const presets[] = { "lr", "dnn", "wdl", "deepfm", "dlrm" };
-static const char *const optims[] = { "sgd", "adagrad", "adagrad_row", "adam", "ftrl" };
+/* "multihot": sgd on list fields pooled per slot (sum or mean, overriding
+ * the preset's pooling), the reference pooled by nn.EmbeddingBag with
+ * per-sample offsets (make_fixtures.py, MULTIHOT). */
+static const char *const optims[] = { "sgd", "adagrad", "adagrad_row", "adam", "ftrl",
+				      "multihot" };
 #define N_PRESETS 5
-#define N_OPTIMS 5
+#define N_OPTIMS 6
 
 /* Everything one fixture needs on the C side. */
 typedef struct par {
 	char name[64];
 	st_fixture_t *fx;
 	st_job_t job;              /* filled by hand; strings point into fx */
+	int slot_pooling[8];       /* job.model.slot_pooling when the fixture has it */
 	st_model_t *m;
 	int row_dim, n_dense, n_slots, steps;
 	int sum_loss;              /* lr: the summed loss, else the mean */
@@ -181,6 +186,15 @@ static void par_open(par_t *p, const char *name)
 	c->pooling = (char *)st_fixture_str(fx, "cfg.pooling");
 	c->dense_transform = (char *)st_fixture_str(fx, "cfg.dense_transform");
 	c->emb_dim = (int)u32_of(fx, "cfg.emb_dim");
+	/* per-slot pooling (enum st_pooling), only in the multihot fixtures */
+	const uint32_t *sp = st_fixture_u32(fx, "cfg.slot_pooling", &n);
+	if (sp) {
+		assert_int_equal(n, (size_t)p->n_slots);
+		for (size_t i = 0; i < n && i < 8; i++)
+			p->slot_pooling[i] = (int)sp[i];
+		c->slot_pooling = p->slot_pooling;
+		c->n_slot_pooling = (int)n;
+	}
 	const uint32_t *h = st_fixture_u32(fx, "cfg.hidden", &n);
 	assert_non_null(h);
 	c->n_hidden = (int)n;
