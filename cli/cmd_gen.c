@@ -39,6 +39,8 @@ static const numopt_t opt_files = { .name = "--files", .lo = 1, .hi = 100000, .w
 static const numopt_t opt_threads = { .name = "--threads", .lo = 1, .hi = 4096, .whole = 1 };
 static const numopt_t opt_days = { .name = "--days", .lo = 0, .hi = ST_GEN_MAX_DAYS, .whole = 1 };
 static const numopt_t opt_drift = { .name = "--drift", .lo = 0, .hi = 1 };
+static const numopt_t opt_mhot = { .name = "--multi-hot", .lo = 1, .hi = ST_GEN_MAX_LIST,
+				   .whole = 1 };
 
 /* Prints "strata gen: --X must be a ... number between LO and HI, got 'S'"
  * and, when the value overflowed or passed a bound, says so. */
@@ -111,7 +113,7 @@ static void progress(int64_t done, int64_t total, void *arg)
 int st_cmd_gen(int argc, char **argv)
 {
 	enum { O_ROWS = 1, O_OUT, O_SEED, O_ZIPF, O_VOCAB, O_FILES, O_EVAL, O_THREADS,
-	       O_DAYS, O_DRIFT, O_HELP };
+	       O_DAYS, O_DRIFT, O_MHOT, O_HELP };
 	static const struct option longopts[] = {
 		{ "rows", required_argument, NULL, O_ROWS },
 		{ "out", required_argument, NULL, O_OUT },
@@ -123,6 +125,7 @@ int st_cmd_gen(int argc, char **argv)
 		{ "threads", required_argument, NULL, O_THREADS },
 		{ "days", required_argument, NULL, O_DAYS },
 		{ "drift", required_argument, NULL, O_DRIFT },
+		{ "multi-hot", required_argument, NULL, O_MHOT },
 		{ "help", no_argument, NULL, O_HELP },
 		{ 0, 0, 0, 0 },
 	};
@@ -185,6 +188,11 @@ int st_cmd_gen(int argc, char **argv)
 			o.drift = v;
 			drift_set = 1;
 			break;
+		case O_MHOT:
+			if (parse_num(&opt_mhot, optarg, &v, NULL))
+				return ST_EXIT_USAGE;
+			o.multi_hot = (int)v;
+			break;
 		case O_HELP:
 			st_cli_help_for("gen", stdout);
 			return ST_EXIT_OK;
@@ -210,6 +218,11 @@ int st_cmd_gen(int argc, char **argv)
 	if (o.days > 0 && files_set && o.files != 1) {
 		fprintf(stderr, "strata gen: --files cannot be used with --days: each day is one "
 				"file, day-000.tsv .. day-%03d.tsv\n", o.days - 1);
+		return ST_EXIT_USAGE;
+	}
+	if (o.days > 0 && o.multi_hot) {
+		fprintf(stderr, "strata gen: --multi-hot cannot be used with --days (the drifting "
+				"model is single-hot)\n");
 		return ST_EXIT_USAGE;
 	}
 	if (o.days > 0 && o.rows < o.days) {

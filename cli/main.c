@@ -124,7 +124,7 @@ static const char *const help_plan =
 static const char *const help_gen =
 	"usage: strata gen --rows N --out DIR [--seed S] [--zipf A] [--vocab V]\n"
 	"                  [--files F] [--eval-rows N] [--threads T]\n"
-	"                  [--days D [--drift X]]\n"
+	"                  [--days D [--drift X]] [--multi-hot L]\n"
 	"\n"
 	"Writes synthetic Criteo TSV files DIR/train-00000.tsv ... (and DIR/eval.tsv\n"
 	"when --eval-rows > 0). Categorical values follow a Zipf power law with\n"
@@ -137,7 +137,14 @@ static const char *const help_gen =
 	"(N rows split evenly; not with --files) whose hidden model drifts: each day\n"
 	"renews the share X (0..1, default 0.1) of every weight's variance, so the\n"
 	"weights of day d correlate (1-X)^(d/2) with day 0's, and the popularity of\n"
-	"every fourth slot shifts by 10*X ranks a day. eval.tsv is from the last day.\n";
+	"every fourth slot shifts by 10*X ranks a day. eval.tsv is from the last day.\n"
+	"\n"
+	"--multi-hot L (1..100; not with --days) makes every categorical field a list\n"
+	"of 1..L keys (uniform per row and field; MLPerf's multi-hot Criteo uses up\n"
+	"to 100, L = 19 averages 10) joined by '^'; the hidden model sums the list's\n"
+	"weights over sqrt(length), so pooling the list beats its first key. Read\n"
+	"the files with st.data.csv { sep = \"\\t\", header = false, columns = {...} }\n"
+	"and list columns (docs/job-language.md).\n";
 
 static const char *const help_inspect =
 	"usage: strata inspect PATH\n"

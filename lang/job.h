@@ -219,6 +219,7 @@ typedef struct st_job {
 		uint64_t vocab;
 		int days;          /* 0: train-*.tsv; > 0: day-000.tsv .. (drifting) */
 		double drift;      /* per-day renewed share of weight variance */
+		int multi_hot;     /* 0, or lists of 1..multi_hot keys per field (ops/gen/gen.h) */
 	} gen;
 } st_job_t;
 

@@ -483,6 +483,7 @@ static int convert(lua_State *L)
 		j->gen.vocab = get_u64(L, g, "vocab", 0);
 		j->gen.days = get_i32(L, g, "days", 0);
 		j->gen.drift = get_num(L, g, "drift", 0.1);
+		j->gen.multi_hot = get_i32(L, g, "multi_hot", 0);
 		lua_pop(L, 1);
 	}
 	return 0;

@@ -278,6 +278,28 @@ static inline double cat_weight(const st_gen_t *g, int day, int s, uint64_t h)
 	return w;
 }
 
+/* Multi-hot field s of a row whose key 0 is value v (hash h): draws the
+ * list length and keys 1..n-1 (stored when r->list_idx is set) and returns
+ * the field's term of the logit, sum of weights / sqrt(n) (gen.h). */
+static double list_features(const st_gen_t *g, int mday, uint64_t shift, int s, uint64_t v,
+			    uint64_t h, st_gen_row_t *r, rng_t *rng, int dense_only)
+{
+	int nk = 1 + (int)(rng_next(rng) % (uint64_t)g->o.multi_hot);
+	uint64_t *idx = r->list_idx ? r->list_idx + (size_t)s * ST_GEN_MAX_LIST : NULL;
+	r->n_keys[s] = (uint8_t)nk;
+	double w = cat_sigma[s] > 0.0 ? cat_weight(g, mday, s, h) : 0.0;
+	if (idx)
+		idx[0] = v;
+	for (int i = 1; i < nk; i++) {
+		uint64_t vi = rank_value(g, s, zipf_sample(&g->zipf, rng) - 1, shift);
+		if (idx)
+			idx[i] = vi;
+		if (cat_sigma[s] > 0.0)
+			w += cat_weight(g, mday, s, hash3(g->o.seed, (uint64_t)s + 1, vi));
+	}
+	return cat_sigma[s] > 0.0 && !dense_only ? w / sqrt((double)nk) : 0.0;
+}
+
 /* Everything about a row except b0 and the label: the row's randomness comes
  * from stream day `sday`, its popularity and weights from model day `mday`
  * (the same day for rows; calibration keeps one sample across days). Returns
@@ -322,10 +344,15 @@ static double gen_features(const st_gen_t *g, int sday, int mday, uint64_t row,
 		uint64_t v = rank_value(g, s, zipf_sample(&g->zipf, rng) - 1, shift);
 		double u = rng_unif(rng);
 		r->cat_idx[s] = v;
+		r->n_keys[s] = 1;
 		uint64_t h = hash3(seed, (uint64_t)s + 1, v);
 		r->cat[s] = (uint32_t)h;
 		if (u < cat_missing_p[s]) {
 			r->cat_missing |= 1u << s;
+			continue;
+		}
+		if (g->o.multi_hot) {
+			logit += list_features(g, mday, shift, s, v, h, r, rng, dense_only);
 			continue;
 		}
 		if (cat_sigma[s] > 0.0 && !dense_only)
@@ -357,9 +384,20 @@ double st_gen_logit(const st_gen_t *g, int day, const st_gen_row_t *r)
 	for (int j = 0; j < ST_GEN_N_DENSE; j++)
 		if (!(r->dense_missing & (1u << j)) && dense_c[j] != 0.0 && r->dense[j] > 0)
 			l += dense_c[j] * log1p((double)r->dense[j]);
-	for (int s = 0; s < ST_GEN_N_CAT; s++)
-		if (!(r->cat_missing & (1u << s)) && cat_sigma[s] > 0.0)
+	for (int s = 0; s < ST_GEN_N_CAT; s++) {
+		if ((r->cat_missing & (1u << s)) || cat_sigma[s] <= 0.0)
+			continue;
+		if (!g->o.multi_hot) {
 			l += cat_weight(g, day, s, hash3(g->o.seed, (uint64_t)s + 1, r->cat_idx[s]));
+			continue;
+		}
+		assert(r->list_idx);
+		const uint64_t *idx = r->list_idx + (size_t)s * ST_GEN_MAX_LIST;
+		double w = 0.0;
+		for (int i = 0; i < r->n_keys[s]; i++)
+			w += cat_weight(g, day, s, hash3(g->o.seed, (uint64_t)s + 1, idx[i]));
+		l += w / sqrt((double)r->n_keys[s]);
+	}
 	return l + g->b0[day];
 }
 
@@ -417,12 +455,14 @@ static int calibrate(st_gen_t *g)
 		return ST_ENOMEM;
 	}
 	st_gen_row_t r;
+	r.list_idx = NULL;
 	rng_t rng;
 	for (int i = 0; i < n0; i++)
 		l[i] = gen_features(g, 0, 0, CALIB_BASE + (uint64_t)i, &r, &rng, 0);
 	g->b0[0] = solve_b0(l, n0, -30.0, 30.0, 60);
 	if (n1) {
 		for (int i = 0; i < n1; i++) {
+			rows[i].list_idx = NULL;
 			base[i] = gen_features(g, 0, 0, CALIB_BASE + (uint64_t)i, &rows[i], &rng, 1);
 			for (int s = 0; s < ST_GEN_N_CAT; s++) {
 				uint64_t h = hash3(g->o.seed, (uint64_t)s + 1, rows[i].cat_idx[s]);
@@ -484,6 +524,11 @@ int st_gen_create(st_gen_t **out, const st_gen_opts_t *o)
 	    (o->days > 0 && !(o->drift >= 0.0 && o->drift <= 1.0))) {
 		st_error("gen: bad options (days %d, drift %g): need 0 <= days <= %d and, "
 			 "with days, 0 <= drift <= 1", o->days, o->drift, ST_GEN_MAX_DAYS);
+		return ST_EINVAL;
+	}
+	if (o->multi_hot < 0 || o->multi_hot > ST_GEN_MAX_LIST || (o->multi_hot && o->days)) {
+		st_error("gen: bad options (multi_hot %d, days %d): need 0 <= multi_hot <= %d, "
+			 "and no days with multi_hot", o->multi_hot, o->days, ST_GEN_MAX_LIST);
 		return ST_EINVAL;
 	}
 	st_gen_t *g = calloc(1, sizeof *g);
@@ -567,6 +612,38 @@ int st_gen_format(const st_gen_row_t *r, char *buf)
 	return (int)(p - buf);
 }
 
+size_t st_gen_max_line(const st_gen_t *g)
+{
+	return ST_GEN_MAX_LINE + (size_t)ST_GEN_N_CAT * 9 *
+		(size_t)(g->o.multi_hot > 1 ? g->o.multi_hot - 1 : 0);
+}
+
+int st_gen_format_list(const st_gen_t *g, const st_gen_row_t *r, char *buf)
+{
+	if (!g->o.multi_hot || !r->list_idx)
+		return st_gen_format(r, buf);
+	char *p = buf;
+	*p++ = r->label ? '1' : '0';
+	for (int j = 0; j < ST_GEN_N_DENSE; j++) {
+		*p++ = '\t';
+		if (!(r->dense_missing & (1u << j)))
+			p = put_int(p, r->dense[j]);
+	}
+	for (int s = 0; s < ST_GEN_N_CAT; s++) {
+		*p++ = '\t';
+		if (r->cat_missing & (1u << s))
+			continue;
+		const uint64_t *idx = r->list_idx + (size_t)s * ST_GEN_MAX_LIST;
+		for (int i = 0; i < r->n_keys[s]; i++) {
+			if (i)
+				*p++ = '^';
+			p = put_hex8(p, (uint32_t)hash3(g->o.seed, (uint64_t)s + 1, idx[i]));
+		}
+	}
+	*p++ = '\n';
+	return (int)(p - buf);
+}
+
 /* ---- batches ------------------------------------------------------------- */
 
 int st_gen_fill_batch(const st_gen_t *g, uint64_t first_row, st_batch_t *b,
@@ -575,9 +652,57 @@ int st_gen_fill_batch(const st_gen_t *g, uint64_t first_row, st_batch_t *b,
 	return st_gen_day_fill_batch(g, 0, first_row, b, n);
 }
 
+int st_gen_fill_batch_ex(const st_gen_t *g, uint64_t first_row, st_batch_t *b,
+			 uint32_t n, int first_only)
+{
+	if (!g->o.multi_hot)
+		return st_gen_day_fill_batch(g, 0, first_row, b, n);
+	if (b->n_dense != ST_GEN_N_DENSE || b->n_slots != ST_GEN_N_CAT ||
+	    n > b->cap - b->n)
+		return ST_EINVAL;
+	uint64_t *idx = malloc(sizeof(uint64_t) * ST_GEN_N_CAT * ST_GEN_MAX_LIST);
+	if (!idx)
+		return ST_ENOMEM;
+	st_gen_row_t r;
+	r.list_idx = idx;
+	char hex[8];
+	int rc = ST_OK;
+	for (uint32_t i = 0; i < n && rc == ST_OK; i++) {
+		st_gen_day_row(g, 0, first_row + i, &r);
+		if ((rc = st_batch_reserve_keys(b, ST_GEN_N_CAT * (uint32_t)g->o.multi_hot)) < 0)
+			break;
+		uint32_t e = b->n;
+		b->labels[e] = (float)r.label;
+		float *d = b->dense + (size_t)e * ST_GEN_N_DENSE;
+		for (int j = 0; j < ST_GEN_N_DENSE; j++)
+			d[j] = (float)r.dense[j];
+		uint32_t k = b->row_off[e];
+		for (int s = 0; s < ST_GEN_N_CAT; s++) {
+			if (r.cat_missing & (1u << s))
+				continue;
+			int nk = first_only ? 1 : r.n_keys[s];
+			for (int q = 0; q < nk; q++) {
+				uint64_t h = hash3(g->o.seed, (uint64_t)s + 1,
+						   idx[(size_t)s * ST_GEN_MAX_LIST + (size_t)q]);
+				put_hex8(hex, (uint32_t)h);
+				b->keys[k] = st_read_key((uint32_t)s, hex, 8);
+				b->key_slot[k] = (uint16_t)s;
+				b->key_val[k] = 1.0f;
+				k++;
+			}
+		}
+		b->row_off[e + 1] = k;
+		b->n = e + 1;
+	}
+	free(idx);
+	return rc;
+}
+
 int st_gen_day_fill_batch(const st_gen_t *g, int day, uint64_t first_row,
 			  st_batch_t *b, uint32_t n)
 {
+	if (g->o.multi_hot && day == 0)
+		return st_gen_fill_batch_ex(g, first_row, b, n, 0);
 	if (b->n_dense != ST_GEN_N_DENSE || b->n_slots != ST_GEN_N_CAT ||
 	    n > b->cap - b->n)
 		return ST_EINVAL;
@@ -585,6 +710,7 @@ int st_gen_day_fill_batch(const st_gen_t *g, int day, uint64_t first_row,
 	if (rc < 0)
 		return rc;
 	st_gen_row_t r;
+	r.list_idx = NULL;
 	char hex[8];
 	for (uint32_t i = 0; i < n; i++) {
 		st_gen_day_row(g, day, first_row + i, &r);

@@ -33,8 +33,19 @@
  * (r - floor(10 * drift * d)) mod vocab, so values from the far tail become
  * the most frequent ones ("new items") while old ones slide down the ranks.
  * Each day has its own calibrated b0 (positive rate about 0.25 every day).
- * st_gen_write then writes day-000.tsv .. day-<D-1>.tsv (rows split evenly,
- * in order) and eval.tsv from the last day's distribution.
+ *
+ * Multi-hot (opts.multi_hot = L > 0, days 0 only; issue 18): every present
+ * categorical field is a list of n keys, n uniform in 1..L per row and
+ * field (L = 100 is MLPerf's multi-hot Criteo range; L = 19 averages 10).
+ * Key 0 is the single-hot value of the field; keys 1..n-1 are further Zipf
+ * draws. The field's term of the hidden logit is the sum of its keys'
+ * weights over sqrt(n) (a pooled signal with the variance of one weight), so
+ * a model that pools the list sees all of it and one that reads the first
+ * key only sees 1/sqrt(n) of it. Files print a list as its keys' hex values
+ * joined by '^' (read them with st.data.csv, sep "\t", no header, list
+ * columns: docs/job-language.md); the output is not the single-hot one.
+ * (Days:) st_gen_write then writes day-000.tsv .. day-<D-1>.tsv (rows split
+ * evenly, in order) and eval.tsv from the last day's distribution.
  */
 #ifndef ST_GEN_H
 #define ST_GEN_H
@@ -47,6 +58,7 @@
 #define ST_GEN_N_CAT 26
 #define ST_GEN_EVAL_BASE (UINT64_C(1) << 62)
 #define ST_GEN_MAX_DAYS 365
+#define ST_GEN_MAX_LIST 100   /* opts.multi_hot at most */
 
 typedef struct st_gen_opts {
 	const char *dir;     /* output directory (st_gen_write only) */
@@ -62,6 +74,8 @@ typedef struct st_gen_opts {
 				and rows >= days then */
 	double drift;        /* in [0, 1]: share of each weight's variance renewed
 				per day (unused when days == 0) */
+	int multi_hot;       /* 0: one key per field; 1..ST_GEN_MAX_LIST: lists of
+				1..multi_hot keys (days must be 0) */
 } st_gen_opts_t;
 
 /* One generated row, before it is printed. */
@@ -75,6 +89,13 @@ typedef struct st_gen_row {
 	uint64_t cat_idx[ST_GEN_N_CAT];   /* value index: the Zipf rank (0 = most
 					     frequent), shifted on the slots
 					     whose popularity drifts */
+	/* Multi-hot: keys of field s (n_keys[s] of them, 1 when single-hot;
+	 * key 0 is cat[s]). list_idx, when the caller points it at
+	 * ST_GEN_N_CAT * ST_GEN_MAX_LIST values, receives key i's value index
+	 * at [s * ST_GEN_MAX_LIST + i] (the formatter and st_gen_logit need
+	 * it); NULL: not stored. */
+	uint8_t n_keys[ST_GEN_N_CAT];
+	uint64_t *list_idx;
 } st_gen_row_t;
 
 typedef struct st_gen st_gen_t;
@@ -112,17 +133,26 @@ double st_gen_b0(const st_gen_t *g, int day);
 
 /* Formats row r as one Criteo TSV line (label, 13 ints, 26 hex values, 40
  * tab-separated fields, '\n'-terminated) into buf, which must hold at least
- * ST_GEN_MAX_LINE bytes. Returns the length written. */
+ * ST_GEN_MAX_LINE bytes. Returns the length written. A multi-hot row
+ * (r->list_idx set) needs st_gen_max_line(g) bytes and st_gen_format_list. */
 #define ST_GEN_MAX_LINE 640
 int st_gen_format(const st_gen_row_t *r, char *buf);
+int st_gen_format_list(const st_gen_t *g, const st_gen_row_t *r, char *buf);
+/* The longest line g can format. */
+size_t st_gen_max_line(const st_gen_t *g);
 
 /* Appends rows first_row .. first_row+n-1 to batch b (b->n + n <= b->cap,
  * b->n_dense == 13, b->n_slots == 26): labels, dense values as floats (missing
  * = 0), and one key per present slot made by st_read_key(slot, hex, 8) on the
- * same 8 hex digits the files contain (key_val 1). Returns ST_OK, ST_EINVAL
+ * same 8 hex digits the files contain (key_val 1); multi-hot: every key of
+ * the list, in order, first_only = 0 (st_gen_fill_batch_ex with first_only
+ * keeps key 0 only: the "first key only" reading of the same rows). Returns ST_OK, ST_EINVAL
  * (shape), or ST_ENOMEM (key growth). Thread-safe on g; b is the caller's. */
 int st_gen_fill_batch(const st_gen_t *g, uint64_t first_row, st_batch_t *b,
 		      uint32_t n);
+
+int st_gen_fill_batch_ex(const st_gen_t *g, uint64_t first_row, st_batch_t *b,
+			 uint32_t n, int first_only);
 
 /* The same for rows of day `day` (see st_gen_day_row). */
 int st_gen_day_fill_batch(const st_gen_t *g, int day, uint64_t first_row,

@@ -123,8 +123,16 @@ static void *writer_main(void *arg)
 	snprintf(name, sizeof name, "st-gen-%d", self->idx);
 	pthread_setname_np(pthread_self(), name);
 
-	char *buf = malloc((size_t)CHUNK_ROWS * ST_GEN_MAX_LINE);
-	if (!buf) {
+	/* A multi-hot line can be st_gen_max_line long, but averages far less:
+	 * the buffer starts at the single-hot size and grows as needed. */
+	size_t cap = (size_t)CHUNK_ROWS * ST_GEN_MAX_LINE, maxl = st_gen_max_line(w->g);
+	char *buf = malloc(cap);
+	uint64_t *idx = maxl > ST_GEN_MAX_LINE
+		? malloc(sizeof(uint64_t) * ST_GEN_N_CAT * ST_GEN_MAX_LIST) : NULL;
+	if (!buf || (maxl > ST_GEN_MAX_LINE && !idx)) {
+		free(buf);
+		free(idx);
+		buf = NULL;
 		pthread_mutex_lock(&w->mu);
 		if (!w->err)
 			w->err = ST_ENOMEM;
@@ -133,6 +141,7 @@ static void *writer_main(void *arg)
 		return NULL;
 	}
 	st_gen_row_t r;
+	r.list_idx = idx;
 	for (;;) {
 		pthread_mutex_lock(&w->mu);
 		int k = w->err ? w->n_chunks : w->next_take++;
@@ -141,9 +150,28 @@ static void *writer_main(void *arg)
 			break;
 		const chunk_t *c = &w->chunks[k];
 		size_t len = 0;
-		for (uint32_t i = 0; i < c->n; i++) {
+		int oom = 0;
+		for (uint32_t i = 0; i < c->n && !oom; i++) {
+			if (len + maxl > cap) {
+				char *nb = realloc(buf, cap * 2);
+				if (!nb) {
+					oom = 1;
+					break;
+				}
+				buf = nb;
+				cap *= 2;
+			}
 			st_gen_day_row(w->g, c->day, c->first + i, &r);
-			len += (size_t)st_gen_format(&r, buf + len);
+			len += (size_t)(idx ? st_gen_format_list(w->g, &r, buf + len)
+					    : st_gen_format(&r, buf + len));
+		}
+		if (oom) {
+			pthread_mutex_lock(&w->mu);
+			if (!w->err)
+				w->err = ST_ENOMEM;
+			pthread_cond_broadcast(&w->turn_cv);
+			pthread_mutex_unlock(&w->mu);
+			break;
 		}
 		pthread_mutex_lock(&w->mu);
 		while (w->next_write != k && !w->err)
@@ -163,6 +191,7 @@ static void *writer_main(void *arg)
 			break;
 	}
 	free(buf);
+	free(idx);
 	return NULL;
 }
 

@@ -96,6 +96,7 @@ int st__runner_generate(st_runner_t *r)
 		.threads = 0,
 		.days = job->gen.days,
 		.drift = job->gen.drift,
+		.multi_hot = job->gen.multi_hot,
 	};
 	const int report = r->obs && r->obs->gen_progress;
 	double t0 = now_s();

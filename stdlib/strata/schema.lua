@@ -194,6 +194,9 @@ S.gen = {
 	-- model (ops/gen/gen.h); validate.lua checks files, rows and drift.
 	{ "days", "int", min = 0, max = 365, default = 0 },
 	{ "drift", "num", min = 0, max = 1, default = 0.1 },
+	-- lists of 1..multi_hot keys per categorical field ('^'-joined; read
+	-- them with st.data.csv list columns); 0: one key. Not with days.
+	{ "multi_hot", "int", min = 0, max = 100, default = 0 },
 }
 
 local model_common = {

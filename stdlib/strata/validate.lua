@@ -951,6 +951,10 @@ function V:gen_days(gnode, g, gen)
 			self:ferr(gnode, "rows", "%s.rows must be >= days (%d): every day needs " ..
 				"a row, got %s", gnode.path, days, gen.rows)
 		end
+		if (tonumber(gen.multi_hot) or 0) > 0 then
+			self:ferr(gnode, "multi_hot", "%s.multi_hot cannot be used with days (the " ..
+				"drifting model is single-hot)", gnode.path)
+		end
 	elseif g.drift ~= nil and (g.days == nil or g.days == 0) then
 		self:ferr(gnode, "drift", "%s.drift needs days > 0 (without days nothing " ..
 			"drifts)", gnode.path)

@@ -839,6 +839,109 @@ static void test_gen_days_stale_model_auc_decays(void **state)
 	st_gen_destroy(g);
 }
 
+/* Multi-hot (gen.h, issue 18): the '^'-joined lists of the written file,
+ * read by the csv reader with list columns, give exactly the batch that
+ * st_gen_fill_batch makes; lengths are 1..L; the row's logit is the one
+ * st_gen_logit recomputes from its lists; first_only keeps key 0. */
+static void test_gen_multihot(void **state)
+{
+	(void)state;
+	enum { L = 7, N = 3000 };
+	char *d = make_tmpdir();
+	st_gen_opts_t o;
+	gen_opts(&o, d, 17, 2);
+	o.rows = N;
+	o.files = 1;
+	o.eval_rows = 0;
+	o.multi_hot = L;
+	assert_int_equal(st_gen_write(&o, NULL, NULL), ST_OK);
+	st_gen_t *g;
+	assert_int_equal(st_gen_create(&g, &o), ST_OK);
+
+	uint8_t kinds[40];
+	st_slot_opt_t so[26];
+	memset(so, 0, sizeof so);
+	kinds[0] = ST_COL_LABEL;
+	for (int j = 1; j <= 13; j++)
+		kinds[j] = ST_COL_DENSE;
+	for (int s = 0; s < 26; s++) {
+		kinds[14 + s] = ST_COL_CAT;
+		so[s].list_sep = '^';
+	}
+	st_source_t src;
+	memset(&src, 0, sizeof src);
+	src.format = (char *)"csv";
+	src.on_bad = ST_BAD_FAIL;
+	src.limit = -1;
+	src.sep = '\t';
+	src.n_cols = 40;
+	src.col_kind = kinds;
+	src.slot_opt = so;
+	src.n_dense = 13;
+	src.n_slots = 26;
+	char *p = train_name(d, 0);
+	st_reader_t *r;
+	assert_int_equal(st_reader_open(&r, &src, p), ST_OK);
+	st_batch_t *a, *b, *f;
+	assert_int_equal(st_batch_create(&a, N, 13, 26, 64), ST_OK);
+	assert_int_equal(st_batch_create(&b, N, 13, 26, 64), ST_OK);
+	assert_int_equal(st_batch_create(&f, N, 13, 26, 64), ST_OK);
+	while (a->n < N) {
+		int n = st_reader_next(r, a, N - a->n);
+		assert_true(n > 0);
+	}
+	assert_int_equal(st_gen_fill_batch(g, 0, b, N), ST_OK);
+	assert_int_equal(st_gen_fill_batch_ex(g, 0, f, N, 1), ST_OK);
+	assert_memory_equal(a->labels, b->labels, sizeof(float) * N);
+	assert_memory_equal(a->dense, b->dense, sizeof(float) * N * 13);
+	assert_memory_equal(a->row_off, b->row_off, sizeof(uint32_t) * (N + 1));
+	assert_memory_equal(a->keys, b->keys, sizeof(uint64_t) * st_batch_nkeys(b));
+	assert_memory_equal(a->key_slot, b->key_slot, sizeof(uint16_t) * st_batch_nkeys(b));
+
+	/* lengths, logits, and the first-key-only batch */
+	static uint64_t idx[ST_GEN_N_CAT * ST_GEN_MAX_LIST];
+	st_gen_row_t row;
+	row.list_idx = idx;
+	uint64_t keys = 0, fields = 0;
+	for (uint32_t i = 0; i < N; i++) {
+		st_gen_row(g, i, &row);
+		assert_true(st_gen_logit(g, 0, &row) == row.logit);
+		uint32_t kb = b->row_off[i], kf = f->row_off[i];
+		for (int s = 0; s < 26; s++) {
+			if (row.cat_missing & (1u << s))
+				continue;
+			assert_true(row.n_keys[s] >= 1 && row.n_keys[s] <= L);
+			assert_true(f->keys[kf] == b->keys[kb]);   /* key 0 */
+			assert_int_equal(f->key_slot[kf], s);
+			kb += row.n_keys[s];
+			kf++;
+			keys += row.n_keys[s];
+			fields++;
+		}
+		assert_int_equal(kb, b->row_off[i + 1]);
+		assert_int_equal(kf, f->row_off[i + 1]);
+	}
+	/* uniform 1..L: mean (L + 1) / 2 = 4, within a few standard errors */
+	double mean = (double)keys / (double)fields;
+	assert_true(fabs(mean - (L + 1) / 2.0) < 0.05);
+
+	st_reader_close(r);
+	st_batch_destroy(a);
+	st_batch_destroy(b);
+	st_batch_destroy(f);
+	st_gen_destroy(g);
+	free(p);
+	rm_dir(d, 1);
+	free(d);
+
+	/* multi-hot with days, or past the limit, is refused */
+	o.days = 2;
+	assert_int_equal(st_gen_create(&g, &o), ST_EINVAL);
+	o.days = 0;
+	o.multi_hot = ST_GEN_MAX_LIST + 1;
+	assert_int_equal(st_gen_create(&g, &o), ST_EINVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -857,6 +960,7 @@ int main(void)
 		cmocka_unit_test(test_gen_days_weight_correlation),
 		cmocka_unit_test(test_gen_days_popularity_drift),
 		cmocka_unit_test(test_gen_days_stale_model_auc_decays),
+		cmocka_unit_test(test_gen_multihot),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
