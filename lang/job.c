@@ -207,8 +207,11 @@ static void dump_source(FILE *f, const char *pre, const st_source_t *s)
 					o->keep_last ? "last" : "first", o->missing ? "key" : "drop");
 		}
 	}
-	if (s->format && strcmp(s->format, "libsvm"))
+	if (s->format && strcmp(s->format, "libsvm")) {
 		fprintf(f, "%s.missing = %s\n", pre, s->missing ? "key" : "drop");
+		fprintf(f, "%s.dense_missing = %s\n", pre,
+			s->dense_indicator ? "indicator" : "zero");
+	}
 	fprintf(f, "%s.n_dense = %d\n", pre, s->n_dense);
 	fprintf(f, "%s.n_slots = %d\n", pre, s->n_slots);
 }

@@ -57,8 +57,12 @@ typedef struct st_source {
 				    order; NULL: every slot single, missing = `missing` */
 	int missing;           /* enum st_missing of fields without their own (csv,
 				  criteo); libsvm has no empty fields */
+	int dense_indicator;   /* csv, criteo: 1 = each dense feature j gets a 0/1
+				  "was missing" feature at n_dense/2 + j (n_dense
+				  counts both); 0 = a missing value is 0 */
 	/* Derived shape: dense features and categorical slots per example.
-	 * criteo: 13 / 26; libsvm: 0 / n_slots (job's `slots`, default 1); csv: from schema. */
+	 * criteo: 13 / 26; libsvm: 0 / n_slots (job's `slots`, default 1); csv: from schema.
+	 * dense_indicator doubles n_dense (criteo: 26). */
 	int n_dense;
 	int n_slots;
 } st_source_t;

@@ -212,6 +212,7 @@ static void convert_source(lua_State *L, int t, st_source_t *s)
 	s->n_slots = get_i32(L, t, "n_slots", 0);
 	s->missing = (int)get_int_in(L, t, "missing", ST_MISSING_DROP, ST_MISSING_DROP,
 				     ST_MISSING_KEY);
+	s->dense_indicator = get_bool(L, t, "dense_indicator");
 	int so = push_table(L, t, "slot_opts");
 	if (so) {
 		int n = (int)lua_rawlen(L, so);

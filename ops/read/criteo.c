@@ -2,7 +2,8 @@
  * criteo.c — the Criteo Kaggle "dac" line: label TAB I1..I13 TAB C1..C26.
  *
  * label is 0 or 1. I fields are (possibly negative) integers stored raw as
- * floats, empty = missing = 0 (the model transforms them). C fields are
+ * floats, empty = missing = 0 (the model transforms them); with the source's
+ * dense_indicator, dense[13 + j] is 1 where I(j+1) was empty, else 0. C fields are
  * hashed with their slot 0..25 (st_read_key); empty = missing = no key, or
  * the slot's missing key (st_read_missing_key) under missing = key.
  * Lines whose trailing TABs were stripped (fewer than 40 fields, at least
@@ -55,7 +56,7 @@ int st__criteo_parse(st_reader_t *r, st_batch_t *b, const char *line, size_t len
 	if (rc < 0)
 		return rc;
 	const uint32_t n = b->n;
-	float *d = b->dense + (size_t)n * 13;
+	float *d = b->dense + (size_t)n * r->n_dense;
 	uint32_t k = b->row_off[n];
 	uint64_t *keys = b->keys;
 	uint16_t *kslot = b->key_slot;
@@ -67,6 +68,9 @@ int st__criteo_parse(st_reader_t *r, st_batch_t *b, const char *line, size_t len
 	const float label = (float)(line[0] - '0');
 
 	uint32_t nmiss = 0;
+	if (r->dense_indicator)
+		for (int j = 0; j < 13; j++)
+			d[13 + j] = 0.0f;
 	int f = 1;
 	for (; f <= 13 && t < e; f++) {
 		const char *p = t + 1, *q = p;
@@ -89,6 +93,8 @@ int st__criteo_parse(st_reader_t *r, st_batch_t *b, const char *line, size_t len
 			if (neg)
 				return bad_value(r, f, p, e, "is not an integer");
 			d[f - 1] = 0.0f;         /* missing */
+			if (r->dense_indicator)
+				d[13 + f - 1] = 1.0f;   /* "was missing" */
 		} else if (q - ds > 18) {
 			return bad_value(r, f, p, e, "is out of range");
 		} else {

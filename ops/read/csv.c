@@ -2,8 +2,9 @@
  * csv.c — delimited text with a schema from the job (st_source_t): sep,
  * header, and a kind per column (LABEL, DENSE, CAT, IGNORE).
  *
- * LABEL and DENSE are decimal numbers (DENSE empty = 0; LABEL must be
- * present and is stored as is). CAT values are hashed as raw bytes with
+ * LABEL and DENSE are decimal numbers (DENSE empty = 0, and with the
+ * source's dense_indicator dense[n_dense/2 + j] = 1 for an empty DENSE j;
+ * LABEL must be present and is stored as is). CAT values are hashed as raw bytes with
  * their slot, slots numbered in column order among CAT columns, so ids that
  * do not fit in int64 (Avazu's 20-digit ids) are just bytes. An empty CAT
  * field is missing: the slot's missing key (st_read_missing_key) or no key,
@@ -242,6 +243,8 @@ int st__csv_parse(st_reader_t *r, st_batch_t *b, const char *line, size_t len)
 				return bad_number(r, c, fp, fl, prc, "is not a label (a number)");
 			break;
 		case ST_COL_DENSE:
+			if (r->dense_indicator)
+				d[r->n_dense / 2 + di] = fl == 0 ? 1.0f : 0.0f;
 			if (fl == 0) {
 				d[di++] = 0.0f;
 				break;

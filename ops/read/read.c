@@ -205,12 +205,14 @@ static int reader_init(st_reader_t *r, const st_source_t *src, char *errbuf,
 	r->reported = &r->own_reported;
 	atomic_init(&r->own_reported, 0);
 	r->missing = src->missing == ST_MISSING_KEY ? ST_MISSING_KEY : ST_MISSING_DROP;
+	r->dense_indicator = src->dense_indicator != 0;
+	const int dmul = r->dense_indicator ? 2 : 1;
 	switch (r->fmt) {
 	case ST__FMT_CRITEO:
-		if (src->n_dense != 13 || src->n_slots != 26) {
+		if (src->n_dense != 13 * dmul || src->n_slots != 26) {
 			snprintf(errbuf, errlen,
-				 "%s: criteo needs n_dense 13 and n_slots 26, source has %d/%d",
-				 r->path, src->n_dense, src->n_slots);
+				 "%s: criteo needs n_dense %d and n_slots 26, source has %d/%d",
+				 r->path, 13 * dmul, src->n_dense, src->n_slots);
 			return ST_EINVAL;
 		}
 		return ST_OK;
@@ -246,7 +248,7 @@ static int reader_init(st_reader_t *r, const st_source_t *src, char *errbuf,
 			return ST_EINVAL;
 		}
 	}
-	if (nl != 1 || nd != src->n_dense || ns != src->n_slots || ns > 65536) {
+	if (nl != 1 || nd * dmul != src->n_dense || ns != src->n_slots || ns > 65536) {
 		snprintf(errbuf, errlen,
 			 "%s: csv schema has %d label, %d dense, %d cat columns; source says n_dense %d, n_slots %d (need exactly 1 label)",
 			 r->path, nl, nd, ns, src->n_dense, src->n_slots);

@@ -49,6 +49,7 @@ struct st_reader {
 	st_slot_opt_t *slot_opt; /* csv: [n_slots] (the source's, or single-valued
 				    with the source's missing) */
 	int missing;           /* criteo: enum st_missing */
+	int dense_indicator;   /* criteo, csv: missing flags at n_dense/2 + j */
 };
 
 /* Opens like st_reader_open; on failure errbuf holds the reason. */

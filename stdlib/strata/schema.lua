@@ -146,9 +146,14 @@ end
 -- bit-identical results, and `strata predict --format criteo` (which has
 -- no job to say otherwise), read it that way (docs/job-language.md).
 S.missing = { "key", "drop" }
+-- dense_missing: an empty dense value is 0 ("zero"), or 0 plus a 0/1
+-- "was missing" feature per dense column ("indicator", which doubles the
+-- dense features the model sees).
+S.dense_missing = { "zero", "indicator" }
 S.source = {
 	criteo = with(common_source, {
 		{ "missing", "str", enum = S.missing, default = "drop" },
+		{ "dense_missing", "str", enum = S.dense_missing, default = "zero" },
 	}),
 	libsvm = with(common_source, {
 		{ "slots", "int", min = 1, max = L.slots, default = 1 },
@@ -159,6 +164,7 @@ S.source = {
 		{ "columns", "section" },
 		{ "schema", "section" },
 		{ "missing", "str", enum = S.missing, default = "key" },
+		{ "dense_missing", "str", enum = S.dense_missing, default = "zero" },
 	}),
 }
 -- A categorical column declared as a table (docs/job-language.md, "List

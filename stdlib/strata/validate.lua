@@ -631,8 +631,11 @@ function V:source(dnode, key, v, gen)
 			out.slot_opts = slots
 		end
 	end
-	if fmt == "criteo" then out.missing = s.missing == "key" and 1 or 0 end
-	if fmt == "csv" then out.missing = s.missing == "key" and 1 or 0 end
+	if fmt == "criteo" or fmt == "csv" then
+		out.missing = s.missing == "key" and 1 or 0
+		out.dense_indicator = s.dense_missing == "indicator"
+		if out.dense_indicator then out.n_dense = 2 * out.n_dense end
+	end
 	-- Sources under generate.dir are made by `strata run`, so they need not
 	-- exist yet. "Under" is by whole path components: dir "data/g" does not
 	-- make "data/gx/train.tsv".
@@ -1001,6 +1004,16 @@ function V:job(job)
 		end
 		if job.data.eval ~= nil then
 			out.eval = self:source(dnode, "eval", job.data.eval, gen)
+			-- The indicator features change the model's input: one model
+			-- scores both sources, so they must agree on them.
+			local t, e = out.train, out.eval
+			if t and e and t.dense_indicator ~= nil and e.dense_indicator ~= nil and
+				t.dense_indicator ~= e.dense_indicator then
+				self:ferr(dnode, "eval", "data.eval has dense_missing = '%s' but data.train " ..
+					"'%s': one model scores both, give them the same",
+					e.dense_indicator and "indicator" or "zero",
+					t.dense_indicator and "indicator" or "zero")
+			end
 		end
 	end
 

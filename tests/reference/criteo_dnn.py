@@ -4,6 +4,7 @@ on the same real Criteo rows, for docs/benchmarks.md "Model quality on real
 Criteo".
 
     /usr/bin/python3 tests/reference/criteo_dnn.py [--seeds 1,2,3] [--epochs 3] [--missing key]
+        [--dense-indicator]
 
 Same hyper-parameters as jobs/criteo_dnn.lua (keep them in sync): 26 slots
 × emb_dim 8, 13 dense features through log1p(max(x, 0)), MLP {64, 32} relu,
@@ -48,12 +49,16 @@ def read_tsv(path):
             c = line.rstrip("\n").split("\t")
             c += [""] * (1 + N_DENSE + N_SLOTS - len(c))
             labels.append(float(c[0]))
-            dense.append([float(v) if v else 0.0 for v in c[1:1 + N_DENSE]])
+            row = [float(v) if v else 0.0 for v in c[1:1 + N_DENSE]]
+            if INDICATOR:   # strata's dense_missing = "indicator"
+                row += [0.0 if v else 1.0 for v in c[1:1 + N_DENSE]]
+            dense.append(row)
             cats.append(c[1 + N_DENSE:1 + N_DENSE + N_SLOTS])
     return (np.array(labels, np.float32), np.array(dense, np.float32), cats)
 
 
 MISSING = None  # "<missing>" under --missing key (strata's missing key)
+INDICATOR = False  # --dense-indicator: 13 more 0/1 "was empty" dense features
 
 
 def encode(cats, vocab, grow):
@@ -107,7 +112,7 @@ def run(seed, epochs, data):
     emb = torch.nn.EmbeddingBag(nvocab, DIM, mode="sum", sparse=True)
     with torch.no_grad():
         emb.weight.uniform_(-INIT_SCALE, INIT_SCALE)
-    model = models.CTRModel("dnn", N_DENSE, N_SLOTS, DIM, HIDDEN)
+    model = models.CTRModel("dnn", N_DENSE * (2 if INDICATOR else 1), N_SLOTS, DIM, HIDDEN)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("weight"):
@@ -146,9 +151,11 @@ def main():
     ap.add_argument("--seeds", default="1,2,3,4,5")
     ap.add_argument("--epochs", type=int, default=EPOCHS)
     ap.add_argument("--missing", choices=("drop", "key"), default="drop")
+    ap.add_argument("--dense-indicator", action="store_true")
     a = ap.parse_args()
-    global MISSING
+    global MISSING, INDICATOR
     MISSING = "<missing>" if a.missing == "key" else None
+    INDICATOR = a.dense_indicator
     torch.set_num_threads(1)
     vocab = {}
     ytr, xtr, ctr = read_tsv(os.path.join(DIR, "train.csv"))

@@ -366,6 +366,18 @@ static void test_lang_csv_list_fields(void **state)
 		       "vector and no preset attends over a sequence yet; use pooling = 'sum' "
 		       "or 'mean'");
 	st_diag_free(&d);
+	/* dense_missing = indicator doubles the dense features; eval must match */
+	const char *di[] = { "data.train.dense_missing='indicator'" };
+	expect_only("tests/lua/good_csv_list.lua", di, 1,
+		    "tests/lua/good_csv_list.lua:12: data.eval has dense_missing = 'zero' but "
+		    "data.train 'indicator': one model scores both, give them the same");
+	const char *di2[] = { "data.train.dense_missing='indicator'",
+			      "data.eval.dense_missing='indicator'" };
+	j = load_ok("tests/lua/good_csv_list.lua", di2, 2);
+	assert_int_equal(j->train.dense_indicator, 1);
+	assert_int_equal(j->train.n_dense, 2);
+	assert_int_equal(j->eval.n_dense, 2);
+	st_job_free(j);
 	const char *pl[] = { "data.train.schema.cat={'site', {'clicks', list = '^', "
 			     "pooling = 'max'}, 'tags'}" };
 	expect_only("tests/lua/good_csv_list.lua", pl, 1,

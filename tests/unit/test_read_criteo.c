@@ -767,6 +767,29 @@ static void test_read_criteo_missing_key(void **state)
 	}
 }
 
+/* dense_missing = indicator: dense[13 + j] is 1 where I(j+1) was empty
+ * (n_dense 26); values stay where they were. */
+static void test_read_criteo_dense_indicator(void **state)
+{
+	(void)state;
+	static const char line[] = "1\t5\t\t-2\t\t\t\t\t\t\t\t\t\t7\tab\n";
+	st_source_t src = criteo_src(ST_BAD_FAIL);
+	src.dense_indicator = 1;
+	st_reader_t *r;
+	st_batch_t *b;
+	assert_int_equal(st__reader_open_mem(&r, &src, "m.tsv", line, sizeof line - 1, 0, 0),
+			 ST_EINVAL);       /* n_dense must be 26 */
+	src.n_dense = 26;
+	assert_int_equal(st__reader_open_mem(&r, &src, "m.tsv", line, sizeof line - 1, 0, 0), 0);
+	assert_int_equal(st_batch_create(&b, 4, 26, 26, 2), 0);
+	assert_int_equal(st_reader_next(r, b, 4), 1);
+	st_reader_close(r);
+	static const float want[26] = { 5, 0, -2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7,
+					0, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0 };
+	assert_memory_equal(b->dense, want, sizeof want);
+	st_batch_destroy(b);
+}
+
 int main(void)
 {
 	data_dir = getenv("ST_SHARED_DATA");
@@ -780,6 +803,7 @@ int main(void)
 		cmocka_unit_test(test_read_criteo_crlf_and_small_buffers),
 		cmocka_unit_test(test_read_criteo_bad_records_skip_and_fail),
 		cmocka_unit_test(test_read_criteo_missing_key),
+		cmocka_unit_test(test_read_criteo_dense_indicator),
 		cmocka_unit_test(test_read_criteo_fixture_counts),
 		cmocka_unit_test(test_read_criteo_report_limit),
 		cmocka_unit_test(test_read_criteo_open_errors),

@@ -470,6 +470,25 @@ static void test_read_csv_list_bad_sep(void **state)
 	assert_int_equal(st__reader_open_mem(&r, &src, "m", "", 0, 0, 0), ST_EINVAL);
 }
 
+/* dense_missing = indicator: each dense column j gets dense[n_dense/2 + j]
+ * = 1 when it was empty. */
+static void test_read_csv_dense_indicator(void **state)
+{
+	(void)state;
+	static uint8_t kinds[] = { ST_COL_LABEL, ST_COL_DENSE, ST_COL_CAT, ST_COL_DENSE };
+	st_source_t src = csv_src(kinds, 4, 0, ST_BAD_FAIL);
+	src.dense_indicator = 1;
+	src.n_dense = 4;
+	static const char text[] = "1,,a,3\n0,2.5,b,\n";
+	st_batch_t *b;
+	st_read_stats_t st;
+	char err[256];
+	assert_int_equal(read_mem(&src, text, sizeof text - 1, &b, &st, err, sizeof err), 0);
+	static const float want[8] = { 0, 3, 1, 0, 2.5f, 0, 0, 1 };
+	assert_memory_equal(b->dense, want, sizeof want);
+	st_batch_destroy(b);
+}
+
 /* The Taobao sample: click_sequence ('^'-separated, up to 6 items) as a
  * list field with max_len 5 keeping the most recent, every other field
  * single (price dense, time_stamp ignored), missing = key. */
@@ -528,6 +547,7 @@ int main(void)
 		cmocka_unit_test(test_read_csv_schema_mismatch),
 		cmocka_unit_test(test_read_csv_lists),
 		cmocka_unit_test(test_read_csv_list_bad_sep),
+		cmocka_unit_test(test_read_csv_dense_indicator),
 		cmocka_unit_test(test_read_csv_taobao_click_sequence),
 	};
 	return tu_exit(cmocka_run_group_tests(tests, NULL, NULL), sizeof tests / sizeof tests[0]);
