@@ -42,6 +42,8 @@ struct read_thread {
 	st_batch_t *b;
 	uint64_t file;         /* cursor index of the open file */
 	uint64_t rec;          /* records read from it so far */
+	st_read_stats_t skipped; /* the reader's counts of records dropped by a
+				    resume (skip): not part of the pass */
 };
 
 struct st_read_stage {
@@ -133,6 +135,11 @@ static void close_reader(st_read_stage_t *s, struct read_thread *t)
 		return;
 	st_read_stats_t rs;
 	st_reader_stats(t->r, &rs);
+	rs.lists_truncated -= t->skipped.lists_truncated;
+	rs.list_items_empty -= t->skipped.list_items_empty;
+	rs.lists_empty -= t->skipped.lists_empty;
+	rs.missing_keys -= t->skipped.missing_keys;
+	t->skipped = (st_read_stats_t){ 0 };
 	atomic_fetch_add(&s->bad, rs.bad);
 	atomic_fetch_add(&s->bytes, rs.bytes);
 	atomic_fetch_add(&s->lists_truncated, rs.lists_truncated);
@@ -194,6 +201,9 @@ static int skip(st_read_stage_t *s, struct read_thread *t, uint64_t n)
 		t->rec += b->n;
 	}
 	st_batch_destroy(b);
+	/* The file was opened for this skip: everything counted so far is
+	 * the dropped records'. */
+	st_reader_stats(t->r, &t->skipped);
 	return ST_OK;
 }
 
