@@ -34,6 +34,28 @@ for P in 2 4; do
   fi
 done
 
+# List fields (issue 18): multi-hot rows read as 26 '^' lists, a dnn whose
+# fields pool by their own sum over model.pooling = mean, across processes:
+# the same identity (2 processes x 1 worker = 1 process x 2 workers).
+rm -f "$tmp"/out*
+mh=(tests/e2e/jobs/gen_multihot.lua --quiet --no-pin --set "data.generate.dir=\"$tmp/mh\""
+    --set "data.train.path=\"$tmp/mh/train-*.tsv\"" --set "data.eval.path=\"$tmp/mh/eval.tsv\""
+    --set data.generate.rows=20000 --set data.generate.eval_rows=4000
+    --set 'model=st.model.dnn{emb_dim=4, hidden={16}, pooling="mean"}' --set 'sync=st.sync.allreduce{}')
+if STRATA_DIGEST=1 "$strata" run "${mh[@]}" --set stages.train.workers=2 --set stages.read.batch_size=512 \
+     --set stages.train.minibatch=256 >"$tmp/out1" 2>&1 &&
+   STRATA_DIGEST=1 timeout 300 "$strata" launch -n 2 "${mh[@]}" --set stages.train.workers=1 \
+     --set stages.read.batch_size=256 --set stages.train.minibatch=256 >"$tmp/outP" 2>&1; then
+  d1=$(digest "$tmp/out1") dP=$(digest "$tmp/outP")
+  if [ -n "$d1" ] && [ "$d1" = "$dP" ] && [ "$(evalauc "$tmp/out1")" = "$(evalauc "$tmp/outP")" ]; then
+    ok "list fields: allreduce on 2 processes = 1 process of 2 workers ($d1, $(evalauc "$tmp/outP"))"
+  else
+    bad "list fields on 2 processes: '$dP' vs '$d1', $(evalauc "$tmp/outP") vs $(evalauc "$tmp/out1")"
+  fi
+else
+  bad "list fields: run or launch -n 2 failed"
+fi
+
 # kstep (k-step Adam merging) across processes: the same identity; 47 steps
 # with k = 3 end off a merge, so the final mean is the finish's allreduce.
 rm -f "$tmp"/out*
