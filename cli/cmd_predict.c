@@ -24,6 +24,7 @@
  * complete full export, data the model cannot take, a bad record).
  */
 #include "cli.h"
+#include "lang/job.h"
 #include "ops/view/predict.h"
 #include "ops/metrics/auc.h"
 #include "ops/read/read.h"
@@ -49,6 +50,8 @@ typedef struct opts {
 	const char *export_dir;
 	const char *out;        /* predict --out, NULL = stdout */
 	const char *format;     /* "criteo" | "libsvm" */
+	const char *job;        /* --job JOB.lua: read DATA like the job's eval
+				   (else train) source; NULL = --format */
 	long batch;
 	int threads;
 	char **paths;           /* DATA expanded, in order */
@@ -120,12 +123,13 @@ static long parse_long(const char *cmd, const char *opt, const char *s, long lo,
  * return (help printed: ST_EXIT_OK with o->export_dir NULL). */
 static int parse(int argc, char **argv, opts_t *o)
 {
-	enum { O_OUT = 1, O_FORMAT, O_BATCH, O_THREADS, O_HELP };
+	enum { O_OUT = 1, O_FORMAT, O_BATCH, O_THREADS, O_JOB, O_HELP };
 	static const struct option longopts[] = {
 		{ "out", required_argument, NULL, O_OUT },
 		{ "format", required_argument, NULL, O_FORMAT },
 		{ "batch", required_argument, NULL, O_BATCH },
 		{ "threads", required_argument, NULL, O_THREADS },
+		{ "job", required_argument, NULL, O_JOB },
 		{ "help", no_argument, NULL, O_HELP },
 		{ 0, 0, 0, 0 },
 	};
@@ -150,6 +154,9 @@ static int parse(int argc, char **argv, opts_t *o)
 				return ST_EXIT_USAGE;
 			}
 			o->format = optarg;
+			break;
+		case O_JOB:
+			o->job = optarg;
 			break;
 		case O_BATCH:
 			if ((o->batch = parse_long(o->cmd, "--batch", optarg, 1, 1 << 24)) < 0)
@@ -348,20 +355,37 @@ static int run(int argc, char **argv, const char *cmd)
 	/* The data's shape must be the model's. */
 	st_source_t src;
 	memset(&src, 0, sizeof src);
-	src.format = (char *)o.format;
+	st_job_t *job = NULL;
+	if (o.job) {
+		/* The job's eval (else train) source says how to read DATA: a csv
+		 * schema with list fields, missing keys, dense indicators. */
+		st_cli_opts_t co;
+		memset(&co, 0, sizeof co);
+		co.job_path = o.job;
+		if (st_cli_load_job(&co, 0, &job) != ST_EXIT_OK) {
+			st_predictor_close(p);
+			free_paths(&o);
+			return ST_EXIT_USAGE;
+		}
+		src = job->has_eval ? job->eval : job->train;
+		o.format = src.format;
+	} else {
+		src.format = (char *)o.format;
+		src.sep = ',';
+		const int criteo = !strcmp(o.format, "criteo");
+		src.n_dense = criteo ? 13 : 0;
+		src.n_slots = criteo ? 26 : info.n_slots;
+	}
 	src.on_bad = ST_BAD_FAIL;
 	src.max_report = 0;
 	src.limit = -1;
-	src.sep = ',';
-	const int criteo = !strcmp(o.format, "criteo");
-	src.n_dense = criteo ? 13 : 0;
-	src.n_slots = criteo ? 26 : info.n_slots;
 	if (src.n_dense != info.n_dense || src.n_slots != info.n_slots) {
 		fprintf(stderr, "strata %s: incompatible data: the model of %s takes %d dense "
 			"features and %d slots; %s data has %d dense features and %d slots\n", cmd,
 			info.last, info.n_dense, info.n_slots, o.format, src.n_dense, src.n_slots);
 		st_predictor_close(p);
 		free_paths(&o);
+		st_job_free(job);
 		return ST_EXIT_USAGE;
 	}
 
@@ -383,6 +407,7 @@ static int run(int argc, char **argv, const char *cmd)
 				free(tmp);
 				st_predictor_close(p);
 				free_paths(&o);
+				st_job_free(job);
 				return ST_EXIT_FAILED;
 			}
 		}
@@ -433,6 +458,7 @@ static int run(int argc, char **argv, const char *cmd)
 	free(s.buf);
 	st_predictor_close(p);
 	free_paths(&o);
+	st_job_free(job);
 	return status;
 }
 

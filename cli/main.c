@@ -160,7 +160,7 @@ static const char *const help_inspect =
 
 static const char *const help_predict =
 	"usage: strata predict EXPORT_DIR DATA... [--out FILE] [--format criteo|libsvm]\n"
-	"                      [--batch N] [--threads N]\n"
+	"                      [--job JOB.lua] [--batch N] [--threads N]\n"
 	"\n"
 	"Scores DATA with the model exported under EXPORT_DIR: the newest full export\n"
 	"(export-<seq>-full) and the deltas numbered right after it, each verified\n"
@@ -174,6 +174,9 @@ static const char *const help_predict =
 	"\n"
 	"  --out FILE       write the scores to FILE instead of stdout\n"
 	"  --format F       criteo (default: label, 13 integers, 26 categories) or libsvm\n"
+	"  --job JOB.lua    read DATA as the job's eval (else train) source does: any\n"
+	"                   format, a csv schema with list fields, missing keys and\n"
+	"                   dense indicators (instead of --format)\n"
 	"  --batch N        examples per batch (default 4096)\n"
 	"  --threads N      scoring threads (default 1)\n"
 	"\n"
@@ -181,8 +184,8 @@ static const char *const help_predict =
 	"input (no export, data the model cannot take, a bad record).\n";
 
 static const char *const help_eval =
-	"usage: strata eval EXPORT_DIR DATA... [--format criteo|libsvm] [--batch N]\n"
-	"                   [--threads N]\n"
+	"usage: strata eval EXPORT_DIR DATA... [--format criteo|libsvm] [--job JOB.lua]\n"
+	"                   [--batch N] [--threads N]\n"
 	"\n"
 	"Scores DATA as `strata predict` does and prints\n"
 	"  auc X  logloss Y  examples N\n"

@@ -124,5 +124,20 @@ same "the full export alone gives its own scores" "$tmp/pred5.txt" "$fx/expected
 rm "$tmp/ex2/export-000000000000-full/dense.safetensors"
 expect "a lost file" 1 "file 'dense.safetensors': missing" -- "$strata" eval "$tmp/ex2" "$ev"
 
+# --job (issue 18): a csv model with list fields and per-field pooling,
+# scored through the job's eval source (predict reads csv only that way).
+src_root=${ST_SOURCE_ROOT:-.}
+(cd "$src_root" && "$strata" run tests/lua/good_csv_list.lua --quiet \
+   --set "export={dir=\"$tmp/exl\"}" >"$tmp/out" 2>&1) || bad "train the csv list job"
+expect "predict --job reads csv list fields" 0 -- \
+  bash -c 'cd "$1" && "$2" predict "$3" tests/lua/data/lists.csv --job tests/lua/good_csv_list.lua --out "$4"' \
+  _ "$src_root" "$strata" "$tmp/exl" "$tmp/lists.scores"
+if [ "$(wc -l <"$tmp/lists.scores" 2>/dev/null)" = 2 ]; then ok "predict --job: 2 scores"; else bad "predict --job: 2 scores"; fi
+expect "eval --job" 0 "examples 2" -- \
+  bash -c 'cd "$1" && "$2" eval "$3" tests/lua/data/lists.csv --job tests/lua/good_csv_list.lua' \
+  _ "$src_root" "$strata" "$tmp/exl"
+expect "eval of a csv model as criteo is refused" 2 "incompatible data" -- \
+  "$strata" eval "$tmp/exl" "$src_root/tests/lua/data/lists.csv"
+
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
