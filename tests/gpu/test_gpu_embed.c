@@ -85,12 +85,15 @@ static void free_dev(dbatch_t *d)
 	st_gpu_free((void *)d->r.vals);
 }
 
+/* mean: 0 sum, 1 mean, 2 per slot (slot_mean: odd slots mean, even sum,
+ * the layout of csv list fields with their own pooling). */
 static void check_pool(int mean, int uniform_dim)
 {
 	static batch_t b;
+	static const uint8_t alt[S] = { 0, 1, 0, 1, 0 };
 	make_batch(&b, uniform_dim);
 	st_pool_layout_t L = { .n_slots = S, .dim = b.dim, .off = b.off, .width = b.width,
-			       .mean = mean };
+			       .mean = mean == 1, .slot_mean = mean == 2 ? alt : NULL };
 	dbatch_t d;
 	to_dev(&d, &b);
 	st_gpu_pool_t *P;
@@ -126,6 +129,7 @@ static void test_gpu_embed_pool_mean(void **state)
 {
 	check_pool(1, 0);
 	check_pool(1, 16);
+	check_pool(2, 0);       /* per-slot sum and mean (issue 18) */
 }
 
 /* Wide term, fixed column (uniform rows) and per-slot column (col < 0,
