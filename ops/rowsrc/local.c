@@ -173,17 +173,24 @@ int st_rowsrc_local_create(st_rowsrc_t **out, const st_rowsrc_local_cfg_t *cfg)
 		double share = (double)row_b[t] * nslots / (double)total_w;
 		cache_rows[t] = (uint64_t)((double)cfg->mem_bytes * share) / row_b[t];
 		/* One batch may touch batch_size rows of each of the table's
-		 * slots; fewer rows than that cannot hold the working set (the
-		 * paper's pinned working parameters, Appendix D). */
-		uint64_t need = (uint64_t)cfg->batch_size * (uint64_t)nslots;
+		 * slots (max_len of a list field's); fewer rows than that cannot
+		 * hold the working set (the paper's pinned working parameters,
+		 * Appendix D). */
+		const int nkeys = cfg->keys && cfg->keys[t] > nslots ? cfg->keys[t] : nslots;
+		uint64_t need = (uint64_t)cfg->batch_size * (uint64_t)nkeys;
 		if (cache_rows[t] < need) {
+			char what[64];
+			if (nkeys == nslots)
+				snprintf(what, sizeof what, "%d slots", nslots);
+			else
+				snprintf(what, sizeof what, "%d keys of %d slots", nkeys, nslots);
 			st_error("storage.mem = %.1f MiB holds %llu rows of table %d (%llu bytes each), "
-				 "fewer than one batch can use (batch_size %d x %d slots = %llu rows): "
+				 "fewer than one batch can use (batch_size %d x %s = %llu rows): "
 				 "raise storage.mem to at least %.1f MiB or lower "
 				 "stages.read.batch_size",
 				 (double)cfg->mem_bytes / 1048576.0,
 				 (unsigned long long)cache_rows[t], t, (unsigned long long)row_b[t],
-				 cfg->batch_size, nslots, (unsigned long long)need,
+				 cfg->batch_size, what, (unsigned long long)need,
 				 (double)need * (double)total_w / nslots / 1048576.0);
 			return ST_EJOB;
 		}

@@ -24,6 +24,10 @@ typedef struct st_rowsrc_local_cfg {
 	/* [n_tables] the slots whose rows live in each table: storage.mem is
 	 * split over the tables in proportion to row bytes x slots. */
 	const int *slots;
+	/* [n_tables] or NULL (= slots): the most keys one example has in each
+	 * table's slots (a list field with max_len counts max_len, other
+	 * slots 1), for the working-set minimum of storage.mem. */
+	const int *keys;
 	uint32_t ttl;                     /* batches; 0: rows never expire */
 	uint64_t mem_bytes;               /* storage.mem; 0: unlimited */
 	int batch_size;                   /* examples a batch (the working set) */

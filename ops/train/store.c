@@ -39,7 +39,7 @@ int st__trainer_store_create(st_trainer_t *tr, const st_job_t *job)
 		scale = 0.05f;
 	if (!strcmp(type, "lr") || tr->sopt.kind == ST_OPT_FTRL)
 		scale = 0.0f;   /* FTRL's closed form assumes rows start at w = 0 */
-	int *tdim = tr->rows.tdim, nslots[MAX_TABLES] = { 0 };
+	int *tdim = tr->rows.tdim, nslots[MAX_TABLES] = { 0 }, nkeys[MAX_TABLES] = { 0 };
 	st_table_opts_t base[MAX_TABLES];
 	tr->rows.slot_table = calloc((size_t)tr->n_slots, sizeof(int));
 	if (!tr->rows.slot_table)
@@ -72,6 +72,10 @@ int st__trainer_store_create(st_trainer_t *tr, const st_job_t *job)
 		}
 		tr->rows.slot_table[s] = t;
 		nslots[t]++;
+		/* a list field with max_len brings up to max_len keys a row */
+		const st_slot_opt_t *so = job->train.slot_opt && s < job->train.n_slots
+			? &job->train.slot_opt[s] : NULL;
+		nkeys[t] += so && so->list_sep && so->max_len > 1 ? (int)so->max_len : 1;
 	}
 
 	/* TTL (model.ttl) counts batches: the store's clock is the batch
@@ -99,7 +103,8 @@ int st__trainer_store_create(st_trainer_t *tr, const st_job_t *job)
 		ttl32 = ttl > UINT32_MAX / 2 ? UINT32_MAX / 2 : (uint32_t)ttl;
 	}
 	st_rowsrc_local_cfg_t lc = {
-		.n_tables = tr->rows.n_tables, .tables = base, .slots = nslots, .ttl = ttl32,
+		.n_tables = tr->rows.n_tables, .tables = base, .slots = nslots, .keys = nkeys,
+		.ttl = ttl32,
 		.mem_bytes = job->mem_bytes, .batch_size = job->batch_size,
 		.ssd_path = job->ssd_path, .ssd_bytes = job->ssd_bytes,
 		.ssd_file_bytes = job->ssd_file_bytes, .ssd_queue_depth = job->ssd_queue_depth,

@@ -733,6 +733,33 @@ static void test_rowsrc_remote_two_ranks(void **state)
 	}
 }
 
+/* The working-set minimum of storage.mem counts a list field's max_len
+ * keys per example (cfg.keys), not one per slot: room for 512 rows holds a
+ * batch of 100 examples x 1 slot, not one of 100 x 6 keys. */
+static void test_rowsrc_mem_minimum_counts_list_keys(void **state)
+{
+	(void)state;
+	st_rowsrc_local_cfg_t cfg;
+	st_table_opts_t t[1];
+	int slots[1], keys[1] = { 6 };
+	base_cfg(&cfg, t, slots, 1);
+	char *dir = tu_mkdtemp("rowsrc-min");
+	cfg.ssd_path = dir;
+	cfg.mem_bytes = (uint64_t)512 * (DIM0 * sizeof(float) + 39);
+	cfg.ssd_file_bytes = 1 << 20;
+	cfg.ssd_queue_depth = 8;
+	cfg.ssd_lru = 0.5;
+	st_rowsrc_t *r = NULL;
+	assert_int_equal(st_rowsrc_local_create(&r, &cfg), ST_OK);
+	st_rowsrc_destroy(r);
+	cfg.keys = keys;
+	r = NULL;
+	assert_int_equal(st_rowsrc_local_create(&r, &cfg), ST_EJOB);
+	assert_null(r);
+	st__dumpio_rmtree(dir);
+	free(dir);
+}
+
 int main(void)
 {
 	st_optim_cfg_t oc = { .name = "sgd", .lr = 0.5 };
@@ -751,6 +778,7 @@ int main(void)
 		RUN(ttl_sweeps),
 		cmocka_unit_test(test_rowsrc_remote_step_read),
 		cmocka_unit_test(test_rowsrc_remote_waits_for_steps),
+		cmocka_unit_test(test_rowsrc_mem_minimum_counts_list_keys),
 	};
 	int failed = cmocka_run_group_tests(tests, NULL, NULL);
 	st_net_close(g_net);
