@@ -15,7 +15,10 @@
  * in CSR form". Readers append whole rows, so strata keeps one example-major
  * CSR with the slot of every key beside it. Per-slot pooling iterates an
  * example's keys and adds each into its slot's accumulator, which gives the
- * same result with one pass and no second transpose.
+ * same result with one pass and no second transpose. A multi-valued (list)
+ * field's keys are consecutive keys of its slot in the row, in the field's
+ * order (no padding to a maximum length); its pooling is the model's per
+ * slot (ops/nn/nn.h, slot_mean).
  *
  * Ownership: st_batch_create allocates, st_batch_destroy frees. A batch pushed
  * into a queue belongs to the consumer. Not thread-safe: one stage thread owns
