@@ -8,6 +8,7 @@
 #include "ops/dump/ckpt.h"
 #include "ops/dump/ckpt_internal.h"
 #include "runtime/err.h"
+#include "runtime/metrics.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -23,7 +24,29 @@
 
 /* ---------------------------------------------------------------- reading */
 
+/* The progress line of a verification (st_ckpt_verify): bytes of the
+ * files done before this one, and the meter. */
+typedef struct verify_meter {
+	st_meter_t m;
+	uint64_t before;
+} verify_meter_t;
+
+static void verify_progress(void *arg, uint64_t bytes)
+{
+	verify_meter_t *v = arg;
+	st_meter_update(&v->m, (int64_t)((v->before + bytes) >> 20), v->m.total);
+}
+
+static int verify_file(const char *dir, const st_manifest_file_t *f, verify_meter_t *v,
+		       char *err, size_t errlen);
+
 int st_ckpt_verify_file(const char *dir, const st_manifest_file_t *f, char *err, size_t errlen)
+{
+	return verify_file(dir, f, NULL, err, errlen);
+}
+
+static int verify_file(const char *dir, const st_manifest_file_t *f, verify_meter_t *v,
+		       char *err, size_t errlen)
 {
 	char *path = st__ckpt_path_join(dir, f->name);
 	if (!path)
@@ -48,7 +71,7 @@ int st_ckpt_verify_file(const char *dir, const st_manifest_file_t *f, char *err,
 	}
 	st_dumpio_sum_t sum;
 	char e2[512] = "";
-	int rc = st__dumpio_hash_file(path, &sum, e2, sizeof e2);
+	int rc = st__dumpio_hash_file_cb(path, &sum, e2, sizeof e2, v ? verify_progress : NULL, v);
 	free(path);
 	if (rc < 0) {
 		st__dumpio_seterr(err, errlen, "file '%s': %s", f->name, e2);
@@ -76,8 +99,22 @@ int st_ckpt_verify(const char *dir, st_manifest_t **out, char *err, size_t errle
 		return rc;
 	/* A multi-process checkpoint is whole only with every rank's shard. */
 	rc = st_manifest_check_world(m, err, errlen);
-	for (size_t i = 0; i < m->n_files && rc == ST_OK; i++)
-		rc = st_ckpt_verify_file(dir, &m->files[i], err, errlen);
+	/* A checkpoint of many GB takes seconds to hash: a progress line on a
+	 * terminal (runtime/metrics.h; nothing on a file or pipe). */
+	verify_meter_t v = { .before = 0 };
+	char what[96];
+	const char *base = strrchr(dir, '/');
+	snprintf(what, sizeof what, "verifying %s", base ? base + 1 : dir);
+	st_meter_init(&v.m, what, "MiB");
+	uint64_t all = 0;
+	for (size_t i = 0; i < m->n_files; i++)
+		all += m->files[i].bytes;
+	v.m.total = (int64_t)(all >> 20);
+	for (size_t i = 0; i < m->n_files && rc == ST_OK; i++) {
+		rc = verify_file(dir, &m->files[i], &v, err, errlen);
+		v.before += m->files[i].bytes;
+	}
+	st_meter_fini(&v.m);
 	if (rc == ST_OK && out)
 		*out = m;
 	else

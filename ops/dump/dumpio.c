@@ -508,6 +508,12 @@ int st__dumpio_read_all(const char *path, size_t max_len, uint8_t **buf, size_t 
 
 int st__dumpio_hash_file(const char *path, st_dumpio_sum_t *sum, char *err, size_t errlen)
 {
+	return st__dumpio_hash_file_cb(path, sum, err, errlen, NULL, NULL);
+}
+
+int st__dumpio_hash_file_cb(const char *path, st_dumpio_sum_t *sum, char *err, size_t errlen,
+			    void (*progress)(void *arg, uint64_t bytes), void *arg)
+{
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		int e = errno;
@@ -540,6 +546,8 @@ int st__dumpio_hash_file(const char *path, st_dumpio_sum_t *sum, char *err, size
 			break;
 		XXH3_64bits_update(x, b, (size_t)r);
 		total += (uint64_t)r;
+		if (progress)
+			progress(arg, total);
 	}
 	if (rc == ST_OK) {
 		sum->bytes = total;

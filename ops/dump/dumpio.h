@@ -111,6 +111,10 @@ int st__dumpio_read_all(const char *path, size_t max_len, uint8_t **buf, size_t 
 
 /* Size and XXH3-64 of a file, read in chunks. ST_OK or an errno-style code. */
 int st__dumpio_hash_file(const char *path, st_dumpio_sum_t *sum, char *err, size_t errlen);
+/* The same, calling progress(arg, bytes so far) after each buffer read
+ * (progress may be NULL). */
+int st__dumpio_hash_file_cb(const char *path, st_dumpio_sum_t *sum, char *err, size_t errlen,
+			    void (*progress)(void *arg, uint64_t bytes), void *arg);
 
 /* fsyncs a directory (so renames and creations in it are durable). */
 int st__dumpio_fsync_dir(const char *path, char *err, size_t errlen);
