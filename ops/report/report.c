@@ -652,14 +652,15 @@ static void store(struct ctx *c)
 
 	plot_init(&p, "Bytes per tier", "training time (s)", "MB");
 	p.ch.y_zero = 1;
-	const char *mb[] = { "ssd.disk_mb", "ssd.live_mb", "ssd.index_mb", "ssd.read_mb",
-			     "ssd.write_mb" };
-	for (int i = 0; i < 5; i++)
+	const char *mb[] = { "ram_mb", "ssd.disk_mb", "ssd.live_mb", "ssd.index_mb",
+			     "ssd.read_mb", "ssd.write_mb" };
+	for (int i = 0; i < 6; i++)
 		metric_series(c, &p, mb[i], mb[i], r->t);
 	on_time(c, &p);
-	emit(c, &p, why);
-	st_html_raw(c->h, "<p class=\"note\">RAM bytes of the cache are not a metric: each cached "
-		    "row costs its floats plus about 39 bytes (docs/storage.md).</p>\n");
+	emit(c, &p, c->r.log ? NULL : "no --metrics file given");
+	st_html_raw(c->h, "<p class=\"note\">ram_mb: the RAM tier's row slots (floats, metadata "
+		    "and cache words); the hash index and the SSD tier's key index come on top "
+		    "(docs/storage.md).</p>\n");
 }
 
 /* The policy of segment k: the phase's "sync", or the trace's policies. */

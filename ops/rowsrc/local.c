@@ -344,10 +344,13 @@ static void local_metrics(st_rowsrc_t *s, st_metrics_t *m)
 	uint64_t rows = 0, rejected = 0;
 	st_table_stats_t sum = { 0 };
 	st_ssd_stats_t ss = { 0 };
-	uint64_t live_bytes = 0;
+	uint64_t live_bytes = 0, ram_bytes = 0;
 	for (int i = 0; i < L->n_tables; i++) {
 		st_table_stats_t ts;
 		st_table_stats(L->tables[i], &ts);
+		/* the RAM tier's rows, each its row slot (floats, metadata and,
+		 * with an SSD tier, cache words) */
+		ram_bytes += ts.rows * st_table_row_bytes(L->tables[i]);
 		rows += ts.rows + ts.cold_rows;
 		rejected += ts.rejected;
 		sum.hits_lru += ts.hits_lru;
@@ -375,6 +378,7 @@ static void local_metrics(st_rowsrc_t *s, st_metrics_t *m)
 		}
 	}
 	st_metrics_set(m, "rows", (double)rows);
+	st_metrics_set(m, "ram_mb", (double)ram_bytes / 1e6);
 	if (rejected)
 		st_metrics_set(m, "not_admitted", (double)rejected);
 	if (!L->root[0])
