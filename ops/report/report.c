@@ -11,6 +11,13 @@
  *
  * Arrays for the charts come from one arena freed at the end; out of
  * memory is sticky (c->oom) and reported once.
+ *
+ * This file is long because it is the page itself, its sections in reading
+ * order, each a few dozen lines over the same context and chart helpers;
+ * cut into files they would share every helper through a header and the
+ * page's order would no longer be read top to bottom. The drawing is
+ * elsewhere (chart.c, timeline.c, html.c), and so is the reading
+ * (runlog.c, points.c, runtime/trace_read.c).
  */
 #include "ops/report/report.h"
 

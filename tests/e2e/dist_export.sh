@@ -129,7 +129,9 @@ fi
 # to the export after day 6 is the model that scored day 7 before training
 # on it, so strata eval of that chain on day 7 must give the job's own day-7
 # slice AUC and logloss: a deletion missing from a delta would leave the
-# evicted row's old value in the chain, where the job read zeros. 20,000
+# evicted row's old value in the chain, where the job read zeros. (Within
+# 2e-4: the job's slice metrics come from the two ranks' gathered
+# predictions, summed in another order; an ASan run differed by 5e-5.) 20,000
 # rows a day (78 steps of 256 > the TTL of 40 batches) so that rows expire
 # within a day.
 mkdir -p "$tmp/ttl" && (cd "$tmp/ttl" && timeout 180 "$strata" launch -n 2 "$root/jobs/online_days.lua" \
@@ -147,8 +149,8 @@ mkdir -p "$tmp/ttl6" && cp -r "$XT" "$tmp/ttl6/" && rm -rf "$tmp/ttl6/export/exp
 ev=$(grep -o '^auc [0-9.]*  logloss [0-9.]*' "$tmp/out_t6")
 sl=$(grep '^  day-007 ' "$tmp/ttl/log" | awk '{ print $3, $4 }')
 if [ $trc = 0 ] && [ $ndel -ge 5 ] && [ -n "$ev" ] && [ -n "$sl" ] &&
-   same4 "$(echo "$ev" | awk '{ print $2 }')" "${sl% *}" &&
-   same4 "$(echo "$ev" | awk '{ print $4 }')" "${sl#* }"; then
+   awk -v a="$(echo "$ev" | awk '{ print $2 }')" -v b="${sl% *}" -v c="$(echo "$ev" | awk '{ print $4 }')" \
+     -v d="${sl#* }" 'BEGIN { exit !(a - b <= 2e-4 && b - a <= 2e-4 && c - d <= 2e-4 && d - c <= 2e-4) }'; then
   ok "TTL on 2 processes: $ndel deltas delete expired keys; the chain after day 6 scores day 7 as the job did ($sl)"
 else
   bad "TTL deltas on 2 processes (exit $trc): $ndel deltas with deletions, chain eval '$ev' vs job '$sl'"
