@@ -431,10 +431,6 @@ typedef struct chosen {
 	char err[2048];
 } chosen_t;
 
-/* Across processes rank 0 chooses (the ranks would otherwise race a
- * writer or a damage differently) and tells the others, which verify the
- * same checkpoint themselves before they read it. A collective: every
- * rank calls it. */
 /* Another rank than 0, once rank 0 chose dir (having verified every file
  * of it): reads the manifest and verifies again the files this rank will
  * read — the dense file and, on the writer's own world, its own shard; on
@@ -474,6 +470,10 @@ static int verify_mine(st_trainer_t *tr, const char *dir, st_manifest_t **out, c
 	return ST_OK;
 }
 
+/* Across processes rank 0 chooses (the ranks would otherwise race a
+ * writer or a damage differently) and tells the others, which verify the
+ * same checkpoint themselves before they read it. A collective: every
+ * rank calls it. */
 static int choose_dist(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg, char **dir,
 		       st_manifest_t **m, st_trainer_resume_t *out, char *err, size_t errlen)
 {
