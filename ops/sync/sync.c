@@ -123,6 +123,9 @@ size_t st_sync_tensor_floats(const st_model_t *m, int i)
 int st_sync_dense_init(st_sync_dense_t *d, const st_sync_env_t *env)
 {
 	memset(d, 0, sizeof *d);
+	if (pthread_mutex_init(&d->mu, NULL) != 0)
+		return ST_ENOMEM;
+	d->mu_ok = 1;
 	d->t = env->dense_t ? env->dense_t : &d->own_t;
 	d->state = env->dense_state;
 	if (d->state)
@@ -139,6 +142,9 @@ void st_sync_dense_fini(st_sync_dense_t *d)
 {
 	free(d->own_state);
 	d->own_state = d->state = NULL;
+	if (d->mu_ok)
+		pthread_mutex_destroy(&d->mu);
+	d->mu_ok = 0;
 }
 
 int st_sync_hogwild_init(st_sync_hogwild_t *h, const st_sync_env_t *env)
@@ -182,6 +188,8 @@ void st_sync_apply_hogwild(const st_sync_env_t *env, st_sync_dense_t *d, uint64_
 			   st_sync_stats_t *st)
 {
 	uint64_t stale = __atomic_load_n(version, __ATOMIC_RELAXED) - h->v0;
+	if (d->mu_ok)
+		pthread_mutex_lock(&d->mu);
 	uint64_t t = __atomic_add_fetch(d->t, 1, __ATOMIC_RELAXED);
 	for (int i = 0; i < st_model_ntensors(env->model); i++) {
 		const st_tensor_info_t *ti = st_model_tensor(env->model, i);
@@ -198,6 +206,8 @@ void st_sync_apply_hogwild(const st_sync_env_t *env, st_sync_dense_t *d, uint64_
 		st_sync_store_relaxed(env->params + ti->offset, h->tw, len);
 		st_sync_store_relaxed(d->state + so, h->ts, sl);
 	}
+	if (d->mu_ok)
+		pthread_mutex_unlock(&d->mu);
 	for (uint32_t k = 0; k < g->n_rows; k++) {
 		uint32_t u = g->uidx[k];
 		if (g->rows[u])

@@ -40,6 +40,7 @@
 #ifndef ST_SYNC_H
 #define ST_SYNC_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -246,6 +247,10 @@ typedef struct st_sync_dense {
 	uint64_t *t;           /* optimizer steps done so far */
 	float *own_state;      /* allocated by init when env has none, else NULL */
 	uint64_t own_t;
+	/* st_sync_apply_hogwild's dense steps take turns under it (mu_ok:
+	 * initialized) */
+	pthread_mutex_t mu;
+	int mu_ok;
 } st_sync_dense_t;
 
 /* Points d at env's state and step count, or allocates and initializes its
@@ -275,8 +280,15 @@ const float *st_sync_hogwild_read(st_sync_hogwild_t *h, const st_sync_env_t *env
  * optimizer step of every dense tensor (d: the policy's dense state, *d->t
  * the shared step counter) and of every touched row, each read and written
  * with relaxed atomics; *version is the policy's update count and h->v0
- * its value at the worker's read (the staleness). Adds to *st. Thread-safe
- * by design of Hogwild (updates may be lost, never torn). */
+ * its value at the worker's read (the staleness). Adds to *st. The rows
+ * are lock-free, as Hogwild's are (an update may be lost, never torn); the
+ * dense steps take turns under d->mu: two Adam steps interleaved element
+ * by element could pair one worker's new first moment with the other's
+ * old, near-zero second moment and blow the model up in its first steps
+ * (seen in an ASan run of a 2-worker test; the multi-process
+ * shadow policy had the same and takes turns too). A dense step is
+ * O(parameters), 1/minibatch of the step's compute, so the turns cost
+ * little; the workers still read the parameters without a lock. */
 void st_sync_apply_hogwild(const st_sync_env_t *env, st_sync_dense_t *d, uint64_t *version,
 			   st_sync_hogwild_t *h, const st_sync_grads_t *g,
 			   st_sync_stats_t *st);
