@@ -50,6 +50,7 @@ typedef struct launch {
 	int base, world;     /* rank of the first, world size */
 	const char *cluster; /* --cluster FILE or NULL */
 	char coordinator[64];
+	int lfd;             /* rank 0's listening socket (no --cluster), or -1 */
 	char token[40];
 	char **child_argv;
 	pid_t *pid;
@@ -73,20 +74,24 @@ static int usage_error(const char *fmt, const char *arg)
 	return ST_EXIT_USAGE;
 }
 
-/* A port nobody listens on now. Another process may take it before rank 0
- * binds it; rank 0 then fails with a message naming the port. */
-static int free_port(void)
+/* A listening socket on a free port of 127.0.0.1, its port in *port, or -1.
+ * The launcher keeps it open until the ranks are started and hands it to
+ * rank 0 (STRATA_COORDINATOR_FD, runtime/net/boot.c): a port picked by
+ * binding and closing could be taken by any other process — an outgoing
+ * connection's source port, another job's pick — before rank 0 listens. */
+static int listen_port(int *port)
 {
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t len = sizeof a;
-	int port = -1;
-	if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-		port = ntohs(a.sin_port);
+	if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(fd, 128) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&a, &len) == 0) {
+		*port = ntohs(a.sin_port);
+		return fd;
+	}
 	if (fd >= 0)
 		close(fd);
-	return port;
+	return -1;
 }
 
 /* 32 hex digits from /dev/urandom into out[n]: ST_OK or ST_EIO. */
@@ -111,8 +116,9 @@ static int plan(launch_t *l, int n_opt)
 		if (n_opt < 1)
 			return usage_error("%s", "-n N (the number of processes) is required");
 		l->n = l->world = n_opt;
-		int port = free_port();
-		if (port < 0 || random_token(l->token, sizeof l->token) < 0) {
+		int port = -1;
+		l->lfd = listen_port(&port);
+		if (l->lfd < 0 || random_token(l->token, sizeof l->token) < 0) {
 			fprintf(stderr, "strata launch: cannot pick a port or a token: %s\n",
 				strerror(errno));
 			return ST_EXIT_FAILED;
@@ -165,6 +171,12 @@ static void exec_rank(const launch_t *l, int i, pid_t launcher, const sigset_t *
 		setenv("STRATA_COORDINATOR", l->coordinator, 1);
 		setenv("STRATA_TOKEN", l->token, 1);
 		unsetenv("STRATA_CLUSTER");
+		/* Rank 0 gets the listening socket (dup: without close-on-exec). */
+		int fd = l->base + i == 0 && l->world > 1 && l->lfd >= 0 ? dup(l->lfd) : -1;
+		if (fd >= 0)
+			set_int("STRATA_COORDINATOR_FD", fd);
+		else
+			unsetenv("STRATA_COORDINATOR_FD");
 	}
 	signal(SIGINT, SIG_DFL);
 	signal(SIGTERM, SIG_DFL);
@@ -261,6 +273,11 @@ static void run_ranks(launch_t *l)
 		}
 		l->running++;
 	}
+	/* Rank 0 holds the listening socket now; once it ends, the port closes. */
+	if (l->lfd >= 0) {
+		close(l->lfd);
+		l->lfd = -1;
+	}
 	/* After the first forwarded signal the ranks have until `deadline`
 	 * to stop; then the ones left are killed, once. */
 	int stopping = 0, killed = 0;
@@ -323,7 +340,7 @@ int st_cmd_launch(int argc, char **argv)
 		{ "help", no_argument, NULL, O_HELP },
 		{ 0, 0, 0, 0 },
 	};
-	launch_t l = { .stop_timeout = 30 };
+	launch_t l = { .stop_timeout = 30, .lfd = -1 };
 	int n_opt = 0, c;
 	optind = 1;
 	opterr = 0;

@@ -509,9 +509,40 @@ static int serve_table(st_net_t *net, int *fds, void **addrs, size_t *lens, doub
 	return rc;
 }
 
+/* The listening socket `strata launch` opened for this rank 0 and handed
+ * down as STRATA_COORDINATOR_FD (cmd_launch.c): the launcher picks the port
+ * by listening on it, so no other process can take it between the pick and
+ * rank 0's start. The socket, or ST_ENOENT when there is none (unset, not a
+ * socket listening on `port`: then rank 0 listens itself). */
+static int inherited_listener(int port)
+{
+	const char *v = getenv("STRATA_COORDINATOR_FD");
+	char *end;
+	long fd = v && *v ? strtol(v, &end, 10) : -1;
+	if (fd < 0 || fd > 65535 || *end)
+		return ST_ENOENT;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof ss;
+	int acc = 0;
+	socklen_t al = sizeof acc;
+	if (getsockname((int)fd, (struct sockaddr *)&ss, &sl) < 0 ||
+	    getsockopt((int)fd, SOL_SOCKET, SO_ACCEPTCONN, &acc, &al) < 0 || !acc)
+		return ST_ENOENT;
+	int p = ss.ss_family == AF_INET ? ntohs(((struct sockaddr_in *)&ss)->sin_port)
+		: ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port) : -1;
+	if (p != port)
+		return ST_ENOENT;
+	unsetenv("STRATA_COORDINATOR_FD");   /* not for this process's children */
+	fcntl((int)fd, F_SETFD, FD_CLOEXEC);
+	fcntl((int)fd, F_SETFL, fcntl((int)fd, F_GETFL) | O_NONBLOCK);
+	return (int)fd;
+}
+
 static int boot_root(st_net_t *net, const char *host, int port, void **addrs, size_t *lens)
 {
-	int lfd = listen_on(host, port);
+	int lfd = inherited_listener(port);
+	if (lfd < 0)
+		lfd = listen_on(host, port);
 	if (lfd < 0)
 		return lfd;
 	int *fds = net->socks;

@@ -131,7 +131,7 @@ for ((i = 1; i <= 40 && (i <= rounds || landed < 20); i++)); do
   delay=$((delay % (train_ms[n] + 1)))    # ms after training started
   nth=$((RANDOM % (40 / every) + 1))      # the nth checkpoint's .tmp
   ck="checkpoint={dir=\"$tmp/c$i\",every=$every,keep=2}"
-  rm -rf "$tmp/c$i" "$tmp"/out[0-9]*
+  rm -rf "$tmp/c$i" "$tmp"/out[0-9]* "$tmp"/out_crash*
   start_job "$n" "$ssd" "r$i" --set "$ck"
   started "$n" || { bad "round $i: the ranks did not start training within 120 s"; wait_job "$n" 1; continue; }
   what=
@@ -184,6 +184,13 @@ for ((i = 1; i <= 40 && (i <= rounds || landed < 20); i++)); do
   fi
   [ $max -gt $worst ] && worst=$max
   ok_dir=1; check_dir "$tmp/c$i" || ok_dir=0
+  # A victim that ended on its own before the kill: the round tested
+  # nothing, and its output (kept below) says why.
+  if [ $vs != 137 ] && [ $vs != 0 ]; then
+    ok_surv=0; msg+=("rank $victim ended on its own (status $vs) before the kill")
+  fi
+  # The crash run's output stays (out_crash<rank>) for bad() to show.
+  for ((r = 0; r < n; r++)); do mv "$tmp/out$r" "$tmp/out_crash$r" 2>/dev/null; done
   # --resume to the end, on the same world (and SSD paths).
   rm -f "$tmp"/out[0-9]*
   start_job "$n" "$ssd" "r$i" --set "$ck" --resume

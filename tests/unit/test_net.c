@@ -724,6 +724,41 @@ static void test_net_wrong_token(void **state)
 	job_end(&j);
 }
 
+/* Rank 0 takes the listening socket `strata launch` hands down
+ * (STRATA_COORDINATOR_FD) instead of binding the port itself: here the
+ * port is taken by that very socket, so a rank 0 that tried to bind it
+ * would fail (EADDRINUSE) and the job would not form. A variable that names
+ * no listening socket of the port is ignored. */
+static void test_net_inherited_listener(void **state)
+{
+	(void)state;
+	job_t j;
+	job_init(&j, 2);
+	int lfd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t l = sizeof a;
+	assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+	assert_int_equal(listen(lfd, 16), 0);
+	assert_int_equal(getsockname(lfd, (struct sockaddr *)&a, &l), 0);
+	snprintf(j.coord, sizeof j.coord, "127.0.0.1:%d", ntohs(a.sin_port));
+	char v[16];
+	snprintf(v, sizeof v, "%d", lfd);
+	setenv("STRATA_COORDINATOR_FD", v, 1);
+	double deadline = now_s() + JOB_WAIT_S;
+	j.pid[0] = spawn(&j, 0, j.token, body_barrier, 0);
+	unsetenv("STRATA_COORDINATOR_FD");
+	close(lfd);
+	j.pid[1] = spawn(&j, 1, j.token, body_barrier, 0);
+	expect_all_ok(&j, -1, deadline);
+	job_end(&j);
+
+	setenv("STRATA_COORDINATOR_FD", "0", 1);   /* stdin: not a listening socket */
+	run_job(2, body_barrier);
+	setenv("STRATA_COORDINATOR_FD", "not-a-number", 1);
+	run_job(2, body_barrier);
+	unsetenv("STRATA_COORDINATOR_FD");
+}
+
 /* A rank that never comes: the others give up after timeout_s, rank 0
  * naming it. */
 static void test_net_missing_rank(void **state)
@@ -1061,6 +1096,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_net_coll_2),
 		cmocka_unit_test(test_net_coll_4),
 		cmocka_unit_test(test_net_wrong_token),
+		cmocka_unit_test(test_net_inherited_listener),
 		cmocka_unit_test(test_net_missing_rank),
 		cmocka_unit_test(test_net_idle_connections),
 		cmocka_unit_test(test_net_kill_rank),
