@@ -35,6 +35,11 @@ mb=${STRATA_MB:-512}
 blas_threads=${STRATA_BLAS_THREADS:-1}
 # AVX-512 kernels only where the CPU has AVX-512 (SIGILL otherwise).
 grep -qw avx512f /proc/cpuinfo && export OPENBLAS_CORETYPE=SkylakeX
+/usr/bin/python3 -c 'import torch, pandas' 2>/dev/null || {
+	echo "ctr.sh: the PyTorch side needs Debian's python3-torch and python3-pandas" \
+		"(apt-get install python3-torch python3-pandas)" >&2
+	exit 1
+}
 
 [ -x "$build/cli/strata" ] || ninja -C "$build" cli/strata
 [ -x "$build/bench/bench_ctr" ] || ninja -C "$build" bench/bench_ctr

@@ -21,6 +21,11 @@ eval_rows=${3:-20000}
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${TMPDIR:-/tmp}/mhotbench-$rows
 grep -qw avx512f /proc/cpuinfo && export OPENBLAS_CORETYPE=SkylakeX
+/usr/bin/python3 -c 'import torch, pandas' 2>/dev/null || {
+	echo "mhot.sh: the PyTorch side needs Debian's python3-torch and python3-pandas" \
+		"(apt-get install python3-torch python3-pandas)" >&2
+	exit 1
+}
 
 [ -x "$build/cli/strata" ] || ninja -C "$build" cli/strata
 if [ ! -f "$dir/eval.tsv" ]; then

@@ -15,13 +15,14 @@ embedding rows, Adam (lr 1e-3) for the dense tensors; embedding rows start
 uniform(-0.01, 0.01), dense weights uniform(-1/sqrt(in), 1/sqrt(in)), biases 0
 — the settings of bench/ctr_strata.lua.
 
-Loader (a reasonable one, all numpy, no pandas on this machine): each file is
+Loader (numpy parsing, pandas ids): each file is
 read in ~64 MB chunks cut at line ends; a chunk is split on TAB/LF into
 fields, turned into a numpy byte-string array [n × 40]; labels and the 13
 integer fields (empty = 0) are converted by numpy; each categorical field
 (8 hex digits, empty = missing) is viewed as 8 raw bytes = a uint64 and
-mixed with its slot into a 64-bit key. Keys get exact ids by np.unique over
-the train keys (no collisions, like strata's 64-bit store); eval keys never
+mixed with its slot into a 64-bit key. Keys get exact ids from pandas' hash
+table (pd.factorize over the train keys: no collisions, like strata's 64-bit
+store; np.unique + searchsorted took 10x longer); eval keys never
 seen in training map to a zero padding row (strata reads unseen eval keys as
 zeros). Training reads the data in file order, minibatches of 1024, one pass
 per epoch.
@@ -43,6 +44,7 @@ import time
 T0 = time.time()
 
 import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
 N_DENSE, N_SLOTS = 13, 26
@@ -146,16 +148,16 @@ def main():
     paths = sorted(glob.glob(a.train))
     ytr, xtr, ktr = load(paths)
     yev, xev, kev = load([a.eval])
-    uniq = np.unique(ktr[ktr != 0])
+    # ids from pandas' hash table (pd.factorize: one pass, no sort; 10x
+    # faster than np.unique + searchsorted on 48 M keys here); key 0 is a
+    # missing field: it keeps a row of the table but reads the padding row
+    codes, uniq = pd.factorize(ktr.ravel())
     V = len(uniq)
-
-    def ids_of(k):
-        i = np.searchsorted(uniq, k)
-        i[i >= V] = 0
-        ok = (k != 0) & (uniq[i] == k)
-        return np.where(ok, i, V).astype(np.int64)
-
-    ids_tr, ids_ev = torch.from_numpy(ids_of(ktr)), torch.from_numpy(ids_of(kev))
+    id_tr = codes.astype(np.int64).reshape(ktr.shape)
+    id_tr[ktr == 0] = V
+    id_ev = pd.Index(uniq).get_indexer(kev.ravel()).astype(np.int64).reshape(kev.shape)
+    id_ev[(id_ev < 0) | (kev == 0)] = V
+    ids_tr, ids_ev = torch.from_numpy(id_tr), torch.from_numpy(id_ev)
     x_tr, x_ev = torch.from_numpy(xtr), torch.from_numpy(xev)
     y_tr = torch.from_numpy(ytr)
     load_s = time.time() - t

@@ -19,8 +19,16 @@ Loader (numpy, no per-key Python): each file is split into its 40 fields;
 the list fields of every row are joined with '^' and, since every value is
 exactly 8 hex digits, the joined bytes are viewed as 9-byte tokens, so the
 keys come out with one reshape; the per-field key counts are 1 + the
-number of '^'. Keys get exact ids by np.unique (no collisions); unseen eval
-keys map to a zero padding row.
+number of '^'. Keys get exact ids (no collisions) from pandas' hash table,
+pd.factorize, in order of first appearance; eval keys are looked up in it
+(pd.Index.get_indexer), unseen ones map to a zero padding row.
+
+Why this loader (the peer at its best, measured on the 200k-row file, 443
+MB, 48 M keys, on the 2-core machine of docs/benchmarks.md): pandas'
+read_csv (C parser) took 21.1 s against this split's 12.8 s, since every
+list cell becomes a Python str before the join; np.unique + searchsorted
+for the ids took 42.4 s against pd.factorize's 4.5 s. pyarrow is not
+packaged for Debian 12.
 
 Also prints the embedding bytes each system moves per example: EmbeddingBag
 gathers one row per key occurrence (and its sparse gradient has one row per
@@ -38,6 +46,7 @@ import time
 T0 = time.time()
 
 import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
 N_DENSE, N_SLOTS = 13, 26
@@ -95,15 +104,11 @@ def main():
     t = time.time()
     ytr, xtr, ktr, ctr = load(sorted(glob.glob(a.train)))
     yev, xev, kev, cev = load([a.eval])
-    uniq = np.unique(ktr)
+    codes, uniq = pd.factorize(ktr)
     V = len(uniq)
-
-    def ids_of(k):
-        i = np.searchsorted(uniq, k)
-        i[i >= V] = 0
-        return np.where(uniq[i] == k, i, V).astype(np.int64)
-
-    id_tr, id_ev = ids_of(ktr), ids_of(kev)
+    id_tr = codes.astype(np.int64)
+    id_ev = pd.Index(uniq).get_indexer(kev).astype(np.int64)
+    id_ev[id_ev < 0] = V
     # bag b = example * 26 + slot starts at off[b]; row i's keys start at roff[i]
     off_tr = np.concatenate([[0], np.cumsum(ctr.ravel())[:-1]]).astype(np.int64)
     off_ev = np.concatenate([[0], np.cumsum(cev.ravel())[:-1]]).astype(np.int64)
