@@ -26,33 +26,10 @@ base=(tests/e2e/jobs/gen_dnn.lua --quiet --no-pin
 # digits. Comparing printf '%.4f' of X with Y would round twice (0.699950
 # gives 0.7000 where the job printed 0.6999 of 0.69994...).
 same4() { awk -v x="$1" -v y="$2" 'BEGIN { d = x - y; exit !(x != "" && y != "" && d <= 0.0000506 && d >= -0.0000506) }'; }
-# port: a free TCP port for a coordinator, drawn below the kernel's
-# ephemeral range (ip_local_port_range, where connect() takes its source
-# ports). A port from bind(0) is an ephemeral one: between this pick and rank
-# 0's listen, a concurrent test's outgoing connection (UCX opens many) or its
-# own pick could take it, and the job fails to form for a reason that is not
-# the test's (seen once in CI as a dist_crash round whose ranks both exited 1).
-port() {
-  /usr/bin/python3 - <<'PY'
-import random, socket
-lo = 32768
-try:
-    lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
-except (OSError, ValueError, IndexError):
-    pass
-for _ in range(500):
-    p = random.randrange(10000, lo) if lo > 11000 else 0
-    s = socket.socket()
-    try:
-        s.bind(("127.0.0.1", p))
-        print(s.getsockname()[1])
-        break
-    except OSError:
-        pass
-    finally:
-        s.close()
-PY
-}
+# port: a free TCP port for a coordinator (free_port.py: drawn below the
+# ephemeral range, so no outgoing connection can take it before rank 0
+# listens).
+port() { /usr/bin/python3 "$root/tests/e2e/free_port.py"; }
 
 # Ranks started by hand (as a launcher would), so the test knows their pids.
 start_ranks() { # n, token, extra args...

@@ -23,7 +23,7 @@ cd "$root"
 pass=0 fail=0
 ok() { pass=$((pass + 1)); echo "ok   $1"; }
 bad() { fail=$((fail + 1)); echo "FAIL $1"; [ -f "$tmp/out" ] && sed 's/^/     | /' "$tmp/out" | tail -n 20; }
-free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+free_port() { /usr/bin/python3 "$root/tests/e2e/free_port.py" "${1:-1}"; }   # free_port.py: why
 
 "$strata" gen --rows 40000 --eval-rows 4000 --vocab 20000 --seed 4 --out "$tmp/d" >/dev/null 2>&1 ||
   { echo "FAIL gen"; exit 1; }
@@ -147,10 +147,7 @@ fi
 
 # strata launch: rank r on N + r, each with its own examples count.
 if [ "$ucx" = 1 ]; then
-  port=$(free_port)
-  while ! python3 -c "import socket,sys; s=socket.socket(); s.bind(('127.0.0.1', $port + 1))" 2>/dev/null; do
-    port=$(free_port)
-  done
+  port=$(free_port 2)   # N and N + 1
   "$strata" launch -n 2 tests/e2e/jobs/gen_dnn.lua "${base[@]}" --set epochs=1000 \
     --metrics-port "$port" >"$tmp/run.out" 2>&1 &
   pid=$!
