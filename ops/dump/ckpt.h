@@ -153,6 +153,17 @@ void st_ckpt_entries_free(st_ckpt_entry_t *e, size_t n);
  * file, not the directory. */
 int st_ckpt_verify_file(const char *dir, const st_manifest_file_t *f, char *err, size_t errlen);
 
+/* The cheap half of st_ckpt_verify_file: present and of the listed size
+ * (a short file is the common damage), for a file the caller hashes
+ * while it reads it. Same codes and messages. */
+int st_ckpt_check_size(const char *dir, const st_manifest_file_t *f, char *err, size_t errlen);
+
+/* Compares the size and XXH3 of file f, as a reader computed them
+ * (st_rows_reader_sum), with its manifest entry: ST_OK, or ST_ECORRUPT with
+ * st_ckpt_verify_file's message ("file 'x': checksum mismatch (...)"). Pure. */
+int st_ckpt_check_sum(const st_manifest_file_t *f, const st_dumpio_sum_t *sum, char *err,
+		      size_t errlen);
+
 /* Parses dir/manifest.yaml and verifies every file it lists. ST_OK and, if
  * m is non-NULL, *m (free with st_manifest_free); else the first failure. */
 int st_ckpt_verify(const char *dir, st_manifest_t **m, char *err, size_t errlen);
@@ -167,6 +178,31 @@ int st_ckpt_verify(const char *dir, st_manifest_t **m, char *err, size_t errlen)
  */
 int st_ckpt_find_latest(const char *root, char **dir, st_manifest_t **m,
 			st_ckpt_msg_fn *msg, void *arg, char *err, size_t errlen);
+
+/*
+ * st_ckpt_find_latest for a loader that verifies while it loads
+ * (docs/checkpoints.md, "Restore in one pass"):
+ *   - defer (may be NULL) picks the files of manifest m that are checked
+ *     by size only here: the caller hashes them as it reads them and
+ *     compares with st_ckpt_check_sum. Called any number of times per file.
+ *   - rejected (may be NULL): the directory name of a checkpoint this
+ *     function chose before and the caller then found damaged, its step
+ *     and why ("file 'x': checksum mismatch (...)"). It is reported as a
+ *     failed verification would be ("checkpoint ckpt-X: why — falling back
+ *     to ckpt-W") and only checkpoints older than its step are tried.
+ * o may be NULL (st_ckpt_find_latest). Same returns.
+ */
+typedef int st_ckpt_defer_fn(void *arg, const st_manifest_t *m, const st_manifest_file_t *f);
+typedef struct st_ckpt_find_opts {
+	st_ckpt_defer_fn *defer;
+	void *defer_arg;
+	const char *rejected;
+	int64_t rejected_step;
+	const char *why;
+} st_ckpt_find_opts_t;
+int st_ckpt_find_latest_opts(const char *root, const st_ckpt_find_opts_t *o, char **dir,
+			     st_manifest_t **m, st_ckpt_msg_fn *msg, void *arg, char *err,
+			     size_t errlen);
 
 /* Compares a checkpoint's job hash and model description with the current
  * job's (either may be NULL to skip that comparison). ST_OK if they match;

@@ -37,16 +37,31 @@ static void verify_progress(void *arg, uint64_t bytes)
 	st_meter_update(&v->m, (int64_t)((v->before + bytes) >> 20), v->m.total);
 }
 
-static int verify_file(const char *dir, const st_manifest_file_t *f, verify_meter_t *v,
-		       char *err, size_t errlen);
+static int verify_file(const char *dir, const st_manifest_file_t *f, int size_only,
+		       verify_meter_t *v, char *err, size_t errlen);
 
 int st_ckpt_verify_file(const char *dir, const st_manifest_file_t *f, char *err, size_t errlen)
 {
-	return verify_file(dir, f, NULL, err, errlen);
+	return verify_file(dir, f, 0, NULL, err, errlen);
 }
 
-static int verify_file(const char *dir, const st_manifest_file_t *f, verify_meter_t *v,
-		       char *err, size_t errlen)
+int st_ckpt_check_size(const char *dir, const st_manifest_file_t *f, char *err, size_t errlen)
+{
+	return verify_file(dir, f, 1, NULL, err, errlen);
+}
+
+int st_ckpt_check_sum(const st_manifest_file_t *f, const st_dumpio_sum_t *sum, char *err,
+		      size_t errlen)
+{
+	if (sum->xxh3 == f->xxh3 && sum->bytes == f->bytes)
+		return ST_OK;
+	st__dumpio_seterr(err, errlen, "file '%s': checksum mismatch (the manifest says xxh3 %016"
+			  PRIx64 ", the file hashes to %016" PRIx64 ")", f->name, f->xxh3, sum->xxh3);
+	return ST_ECORRUPT;
+}
+
+static int verify_file(const char *dir, const st_manifest_file_t *f, int size_only,
+		       verify_meter_t *v, char *err, size_t errlen)
 {
 	char *path = st__ckpt_path_join(dir, f->name);
 	if (!path)
@@ -69,6 +84,10 @@ static int verify_file(const char *dir, const st_manifest_file_t *f, verify_mete
 				  " bytes, the file has %lld)", f->name, f->bytes, (long long)st.st_size);
 		return ST_ECORRUPT;
 	}
+	if (size_only) {
+		free(path);
+		return ST_OK;
+	}
 	st_dumpio_sum_t sum;
 	char e2[512] = "";
 	int rc = st__dumpio_hash_file_cb(path, &sum, e2, sizeof e2, v ? verify_progress : NULL, v);
@@ -77,15 +96,12 @@ static int verify_file(const char *dir, const st_manifest_file_t *f, verify_mete
 		st__dumpio_seterr(err, errlen, "file '%s': %s", f->name, e2);
 		return rc;
 	}
-	if (sum.xxh3 != f->xxh3 || sum.bytes != f->bytes) {
-		st__dumpio_seterr(err, errlen, "file '%s': checksum mismatch (the manifest says xxh3 %016"
-				  PRIx64 ", the file hashes to %016" PRIx64 ")", f->name, f->xxh3, sum.xxh3);
-		return ST_ECORRUPT;
-	}
-	return ST_OK;
+	return st_ckpt_check_sum(f, &sum, err, errlen);
 }
 
-int st_ckpt_verify(const char *dir, st_manifest_t **out, char *err, size_t errlen)
+/* st_ckpt_verify, with the files defer picks checked by size only. */
+static int verify_dir(const char *dir, st_ckpt_defer_fn *defer, void *arg, st_manifest_t **out,
+		      char *err, size_t errlen)
 {
 	if (out)
 		*out = NULL;
@@ -108,11 +124,14 @@ int st_ckpt_verify(const char *dir, st_manifest_t **out, char *err, size_t errle
 	st_meter_init(&v.m, what, "MiB");
 	uint64_t all = 0;
 	for (size_t i = 0; i < m->n_files; i++)
-		all += m->files[i].bytes;
+		if (!defer || !defer(arg, m, &m->files[i]))
+			all += m->files[i].bytes;
 	v.m.total = (int64_t)(all >> 20);
 	for (size_t i = 0; i < m->n_files && rc == ST_OK; i++) {
-		rc = verify_file(dir, &m->files[i], &v, err, errlen);
-		v.before += m->files[i].bytes;
+		int later = defer && defer(arg, m, &m->files[i]);
+		rc = verify_file(dir, &m->files[i], later, &v, err, errlen);
+		if (!later)
+			v.before += m->files[i].bytes;
 	}
 	st_meter_fini(&v.m);
 	if (rc == ST_OK && out)
@@ -122,8 +141,20 @@ int st_ckpt_verify(const char *dir, st_manifest_t **out, char *err, size_t errle
 	return rc;
 }
 
+int st_ckpt_verify(const char *dir, st_manifest_t **out, char *err, size_t errlen)
+{
+	return verify_dir(dir, NULL, NULL, out, err, errlen);
+}
+
 int st_ckpt_find_latest(const char *root, char **dir, st_manifest_t **m,
 			st_ckpt_msg_fn *msg, void *arg, char *err, size_t errlen)
+{
+	return st_ckpt_find_latest_opts(root, NULL, dir, m, msg, arg, err, errlen);
+}
+
+int st_ckpt_find_latest_opts(const char *root, const st_ckpt_find_opts_t *o, char **dir,
+			     st_manifest_t **m, st_ckpt_msg_fn *msg, void *arg, char *err,
+			     size_t errlen)
 {
 	*dir = NULL;
 	*m = NULL;
@@ -132,9 +163,23 @@ int st_ckpt_find_latest(const char *root, char **dir, st_manifest_t **m,
 	int rc = st_ckpt_list(root, &e, &n, err, errlen);
 	if (rc < 0)
 		return rc;
-	for (size_t i = 0; i < n; i++) {
+	size_t i = 0;
+	if (o && o->rejected) {
+		/* The caller's verdict on a checkpoint this function chose
+		 * before, said as a failed verification would be. */
+		while (i < n && e[i].num >= o->rejected_step)
+			i++;
+		if (i < n)
+			st__ckpt_report(msg, arg, "checkpoint %s: %s — falling back to %s", o->rejected,
+					o->why, e[i].name);
+		else
+			st__ckpt_report(msg, arg, "checkpoint %s: %s — no older checkpoint left",
+					o->rejected, o->why);
+	}
+	for (; i < n; i++) {
 		char why[1024] = "";
-		rc = st_ckpt_verify(e[i].path, m, why, sizeof why);
+		rc = verify_dir(e[i].path, o ? o->defer : NULL, o ? o->defer_arg : NULL, m, why,
+				sizeof why);
 		if (rc == ST_OK) {
 			*dir = e[i].path;
 			e[i].path = NULL;

@@ -148,6 +148,15 @@ int st_rows_reader_next(st_rows_reader_t *r, st_rows_row_t *row);
  * batches (st_table_resolve). */
 int st_rows_reader_next_batch(st_rows_reader_t *r, st_rows_row_t *rows, size_t max);
 
+/* Size and XXH3-64 of the whole file (header, rows, deleted keys and
+ * footer: what a manifest lists, st_dumpio), from the bytes the reader
+ * read, so that a loader verifies a file against its manifest in the pass
+ * that loads it. ST_OK and *sum once the reader reached the end of the
+ * stream: next returned 0, or ST_ECORRUPT for a footer checksum that does
+ * not match; ST_EAGAIN before (and after a failure earlier in the
+ * stream). */
+int st_rows_reader_sum(const st_rows_reader_t *r, st_dumpio_sum_t *sum);
+
 /* The deleted keys, sorted; valid once next has returned 0, owned by r. */
 const uint64_t *st_rows_reader_deleted(const st_rows_reader_t *r, size_t *n);
 

@@ -38,12 +38,16 @@ struct st_rows_reader {
 	uint64_t next_row;     /* rows returned so far */
 	uint64_t last_key;
 	uint64_t footer_sum;
-	XXH3_state_t *xxh;
+	uint8_t footer[ST_ROWS_FOOTER_SIZE]; /* read at open, hashed last */
+	uint64_t size;         /* bytes of the file */
+	XXH3_state_t *xxh;     /* every byte consumed so far, header first */
 	uint8_t *buf;          /* file bytes read ahead; [pos, len) not consumed yet */
 	size_t cap, pos, len;
 	size_t hpos;           /* [hpos, pos) consumed but not hashed yet */
 	uint64_t *deleted;
 	int done;              /* 1 once the checksum is verified */
+	int summed;            /* 1 once file_sum holds the whole file's XXH3 */
+	uint64_t file_sum;
 	int err;
 	char msg[512];
 };
@@ -187,6 +191,8 @@ int st_rows_reader_open(const char *path, st_rows_reader_t **out, char *err, siz
 		goto fail;
 	}
 	r->footer_sum = st__rows_get64(ft + 24);
+	memcpy(r->footer, ft, sizeof ft);
+	r->size = size;
 	XXH3_64bits_update(r->xxh, h, sizeof h);
 	/* Large reads: the file is read once, front to back (and hashed in the
 	 * same large pieces). A batch is what fits (at least one row), so the
@@ -272,6 +278,14 @@ static int finish_read(st_rows_reader_t *r)
 	}
 	hash_consumed(r);
 	uint64_t h = XXH3_64bits_digest(r->xxh);
+	/* The footer's checksum covers every byte before it; a manifest's
+	 * covers the footer too. The state goes on over the footer read at
+	 * open, so a loader can check the file against its manifest without
+	 * a second pass over it (st_rows_reader_sum) — also when the footer
+	 * disagrees, so that the damage is reported as a manifest mismatch. */
+	XXH3_64bits_update(r->xxh, r->footer, sizeof r->footer);
+	r->file_sum = XXH3_64bits_digest(r->xxh);
+	r->summed = 1;
 	if (h != r->footer_sum)
 		return rfail(r, ST_ECORRUPT, "checksum mismatch: the content hashes to %016" PRIx64
 			     " but the footer says %016" PRIx64, h, r->footer_sum);
@@ -319,6 +333,15 @@ int st_rows_reader_next(st_rows_reader_t *r, st_rows_row_t *row)
 {
 	int rc = st_rows_reader_next_batch(r, row, 1);
 	return rc > 0 ? 1 : rc;
+}
+
+int st_rows_reader_sum(const st_rows_reader_t *r, st_dumpio_sum_t *sum)
+{
+	if (!r->summed)
+		return ST_EAGAIN;
+	sum->bytes = r->size;
+	sum->xxh3 = r->file_sum;
+	return ST_OK;
 }
 
 const uint64_t *st_rows_reader_deleted(const st_rows_reader_t *r, size_t *n)

@@ -179,13 +179,51 @@ static void *load_main(void *arg)
 	return NULL;
 }
 
-static int load_rows(st_trainer_t *tr, int k, const char *path, const st_dist_t *filter,
+/*
+ * The verdict on a file hashed while it was loaded (mf: its manifest
+ * entry), given how the load ended (rc) and the reader (NULL when it did
+ * not open). The reader's whole-file sum is there when it reached the end
+ * of the stream; a load that stopped earlier on damaged bytes (a key out
+ * of order, a bad header) hashes the file once more so that the message
+ * is the manifest's, as when every file was verified up front. Damage
+ * sets *damaged and returns ST_ECORRUPT with "file 'x': ..." in err; a
+ * file that matches its manifest keeps rc and err (the writer wrote a bad
+ * file: not something an older checkpoint cures).
+ */
+static int judge(const char *dir, const st_manifest_file_t *mf, st_rows_reader_t *r, int rc,
+		 int *damaged, char *err, size_t errlen)
+{
+	if (!mf || (rc < 0 && rc != ST_ECORRUPT && rc != ST_EFORMAT))
+		return rc;
+	char why[1024];
+	st_dumpio_sum_t sum;
+	int v;
+	if (r && st_rows_reader_sum(r, &sum) == ST_OK)
+		v = st_ckpt_check_sum(mf, &sum, why, sizeof why);
+	else if (rc < 0)
+		v = st_ckpt_verify_file(dir, mf, why, sizeof why);
+	else
+		v = ST_OK;   /* not reached: a load that ended well read to the end */
+	if (v != ST_ECORRUPT && v != ST_ENOENT)
+		return rc;
+	*damaged = 1;
+	snprintf(err, errlen, "%s", why);
+	return ST_ECORRUPT;
+}
+
+/* Loads rows file dir/name into table k. mf: its manifest entry when it is
+ * to be hashed while it loads (the choice checked only its size), else
+ * NULL. */
+static int load_rows(st_trainer_t *tr, int k, const char *dir, const char *name,
+		     const st_manifest_file_t *mf, const st_dist_t *filter, int *damaged,
 		     char *err, size_t errlen)
 {
+	char path[4200];
+	snprintf(path, sizeof path, "%s/%s", dir, name);
 	st_rows_reader_t *r;
 	int rc = st_rows_reader_open(path, &r, err, errlen);
 	if (rc < 0)
-		return rc;
+		return judge(dir, mf, NULL, rc, damaged, err, errlen);
 	const st_rows_info_t *info = st_rows_reader_info(r);
 	if (info->dim != (uint32_t)tr->rows.tdim[k] || info->state_dim != (uint32_t)tr->rows.tstate[k]) {
 		snprintf(err, errlen, "%s: rows of %u + %u floats, the job's table %d has %d + %d",
@@ -221,9 +259,9 @@ static int load_rows(st_trainer_t *tr, int k, const char *path, const st_dist_t 
 	for (int i = 1; ram && i < LOAD_THREADS; i++) {
 		if (pthread_create(&tid[started], NULL, load_main, &L) != 0)
 			break;   /* fewer threads: the same work, slower */
-		char name[16];
-		snprintf(name, sizeof name, "st-resume-%d", i);
-		pthread_setname_np(tid[started], name);
+		char tname[16];
+		snprintf(tname, sizeof tname, "st-resume-%d", i);
+		pthread_setname_np(tid[started], tname);
 		started++;
 	}
 	load_run(&L);
@@ -231,8 +269,9 @@ static int load_rows(st_trainer_t *tr, int k, const char *path, const st_dist_t 
 		pthread_join(tid[i], NULL);
 	st_meter_fini(&L.meter);
 	pthread_mutex_destroy(&L.mu);
+	rc = judge(dir, mf, r, L.rc < 0 ? L.rc : ST_OK, damaged, err, errlen);
 	st_rows_reader_close(r);
-	return L.rc < 0 ? L.rc : ST_OK;
+	return rc;
 }
 
 /*
@@ -373,44 +412,101 @@ int st_trainer_set_aside_damaged(const st_trainer_ckpt_cfg_t *cfg, char *err, si
 	return rc < 0 ? rc : moved;
 }
 
-/* Across processes: whether every rank loaded its part (a collective), so
- * that all go on or none does. A rank that failed said why; the others
- * name it. Also the barrier after which ranks may pull from each other:
- * every shard is loaded. */
-static int agree(st_trainer_t *tr, int rc, char *err, size_t errlen)
+/* Across processes: how every rank's load went (a collective), so that all
+ * go on, all stop, or all try an older checkpoint. A rank that failed said
+ * why; the others name it. A rank that found a file it loads damaged
+ * (*damaged, err = "file 'x': ...") sends why: then every rank returns
+ * ST_ECORRUPT with *damaged and the first such rank's why in err (rank 0
+ * reports it when it chooses again), unless some rank failed otherwise,
+ * which stops all. Also the barrier after which ranks may pull from each
+ * other: every shard is loaded. */
+typedef struct verdict {
+	int32_t rc, damaged;
+	char why[1024];
+} verdict_t;
+
+static int agree(st_trainer_t *tr, int rc, int *damaged, char *err, size_t errlen)
 {
 	st_net_t *net = st_dist_net(tr->dist.d);
 	const int P = st_net_size(net);
-	int32_t mine = rc, *all = calloc((size_t)P, sizeof *all);
+	verdict_t mine = { .rc = rc, .damaged = *damaged };
+	if (*damaged)
+		snprintf(mine.why, sizeof mine.why, "%s", err);
+	verdict_t *all = calloc((size_t)P, sizeof *all);
 	if (!all)
 		return ST_ENOMEM;
 	int g = st_net_allgather(net, &mine, sizeof mine, all);
-	for (int r = 0; g >= 0 && r < P && rc >= 0; r++)
-		if (all[r] < 0) {
-			snprintf(err, errlen, "rank %d could not load its part of the checkpoint (see "
-				 "its messages)", r);
-			rc = all[r] == ST_EINVAL ? ST_EINVAL : ST_EIO;
-		}
-	free(all);
-	if (g < 0 && rc >= 0) {
-		snprintf(err, errlen, "the other ranks: %s", st_strerror(g));
-		rc = g;
+	int bad = -1, dmg = -1;
+	for (int r = 0; g >= 0 && r < P; r++) {
+		if (all[r].rc < 0 && !all[r].damaged && bad < 0)
+			bad = r;
+		if (all[r].damaged && dmg < 0)
+			dmg = r;
 	}
+	const int own_hard = rc < 0 && !*damaged;
+	if (g < 0) {
+		if (!own_hard) {
+			snprintf(err, errlen, "the other ranks: %s", st_strerror(g));
+			rc = g;
+		}
+		*damaged = 0;
+	} else if (bad >= 0) {
+		if (!own_hard) {
+			snprintf(err, errlen, "rank %d could not load its part of the checkpoint (see "
+				 "its messages)", bad);
+			rc = all[bad].rc == ST_EINVAL ? ST_EINVAL : ST_EIO;
+		}
+		*damaged = 0;
+	} else if (dmg >= 0) {
+		snprintf(err, errlen, "%.*s", (int)sizeof all[dmg].why, all[dmg].why);
+		*damaged = 1;
+		rc = ST_ECORRUPT;
+	}
+	free(all);
 	return rc;
 }
 
-/* The newest complete checkpoint that verifies: *dir and *m (the caller's).
- * ST_ENOENT: none at all; ST_ECORRUPT with out->none_verifies: some, none
- * usable. */
-static int choose(const st_trainer_ckpt_cfg_t *cfg, char **dir, st_manifest_t **m,
-		  st_trainer_resume_t *out, char *err, size_t errlen)
+/*
+ * Restore in one pass (docs/checkpoints.md). Verifying every file before
+ * loading read the row files twice — the hash, then the load — and the
+ * rows of a large checkpoint are nearly all of it. So the choice checks
+ * only the size of the row files of tables in RAM, and load_rows hashes
+ * them as it reads them (st_rows_reader_sum): a mismatch is found after
+ * the rows were inserted, so the tables are emptied and the next older
+ * checkpoint is chosen, reported as if its verification had failed.
+ * Everything else is verified before a byte is loaded: the manifest, the
+ * dense file (small), and the row files of tables with an SSD tier, whose
+ * rows go to the SSD store as they load and could not be taken out again
+ * as cheaply (st_table_clear empties RAM tables only).
+ *
+ * st_ckpt_defer_fn: 1 for the row files of tables in RAM (a one-process
+ * file table-K.rows or a shard table-K.rank-R-of-W.rows). Whoever loads
+ * such a file hashes it: on the writer's world each rank its own shard, on
+ * another every rank every shard (load_tables).
+ */
+static int defer_rows(void *arg, const st_manifest_t *m, const st_manifest_file_t *f)
 {
-	damage_t *dmg = calloc(1, sizeof *dmg);
-	if (!dmg) {
-		snprintf(err, errlen, "out of memory");
-		return ST_ENOMEM;
+	(void)m;
+	const st_trainer_t *tr = arg;
+	int k, r, w, n = -1;
+	if (!(sscanf(f->name, "table-%d.rows%n", &k, &n) == 1 && n > 0 && !f->name[n])) {
+		n = -1;
+		if (!(sscanf(f->name, "table-%d.rank-%d-of-%d.rows%n", &k, &r, &w, &n) == 3 &&
+		      n > 0 && !f->name[n]))
+			return 0;
 	}
-	int rc = st_ckpt_find_latest(cfg->dir, dir, m, note_damage, dmg, err, errlen);
+	return k >= 0 && k < tr->rows.n_tables && !st_table_ssd(st__trainer_table(tr, k));
+}
+
+/* The newest complete checkpoint that verifies (the files o->defer picks
+ * by size only; o->rejected reported and passed over): *dir and *m (the
+ * caller's). ST_ENOENT: none at all; ST_ECORRUPT with out->none_verifies:
+ * some, none usable. dmg collects the reports across calls. */
+static int choose(const st_trainer_ckpt_cfg_t *cfg, const st_ckpt_find_opts_t *o,
+		  damage_t *dmg, char **dir, st_manifest_t **m, st_trainer_resume_t *out,
+		  char *err, size_t errlen)
+{
+	int rc = st_ckpt_find_latest_opts(cfg->dir, o, dir, m, note_damage, dmg, err, errlen);
 	if (rc == ST_ENOENT) {
 		note_bare(cfg->dir, dmg);
 		if (dmg->n) {
@@ -420,7 +516,6 @@ static int choose(const st_trainer_ckpt_cfg_t *cfg, char **dir, st_manifest_t **
 			rc = ST_ECORRUPT;
 		}
 	}
-	free(dmg);
 	return rc;
 }
 
@@ -431,14 +526,19 @@ typedef struct chosen {
 	char err[2048];
 } chosen_t;
 
-/* Another rank than 0, once rank 0 chose dir (having verified every file
- * of it): reads the manifest and verifies again the files this rank will
- * read — the dense file and, on the writer's own world, its own shard; on
- * another world every shard, all of which it reads (load_tables). Verifying
- * the other ranks' shards too cost a 2-process restore a second full pass
- * over the checkpoint (docs/benchmarks.md, "Multi-process checkpoints"). */
-static int verify_mine(st_trainer_t *tr, const char *dir, st_manifest_t **out, char *err,
-		       size_t errlen)
+/* Another rank than 0, once rank 0 chose dir (having verified its small
+ * files and row files of tables with an SSD tier, and checked the size of
+ * the others): reads the manifest and verifies again the files this rank
+ * will read — the dense file and, on the writer's own world, its own
+ * shard; on another world every shard, all of which it reads
+ * (load_tables) — the row files of tables in RAM by size only, as they are
+ * hashed while they load. Verifying the other ranks' shards too cost a
+ * 2-process restore a second full pass over the checkpoint
+ * (docs/benchmarks.md, "Multi-process checkpoints"). A file that fails is
+ * damage (*damaged, "file 'x': why" in err, ST_OK and *out): the ranks
+ * agree on it as on damage found while loading. */
+static int verify_mine(st_trainer_t *tr, const char *dir, st_manifest_t **out, int *damaged,
+		       char *err, size_t errlen)
 {
 	char path[4200];
 	snprintf(path, sizeof path, "%s/manifest.yaml", dir);
@@ -459,10 +559,19 @@ static int verify_mine(st_trainer_t *tr, const char *dir, st_manifest_t **out, c
 		     r++)
 			for (size_t j = 0; r != (size_t)me && j < m->parts[r].n_files; j++)
 				theirs |= !strcmp(m->parts[r].files[j], name);
-		if (!theirs)
-			rc = st_ckpt_verify_file(dir, &m->files[i], err, errlen);
+		if (theirs)
+			continue;
+		rc = defer_rows(tr, m, &m->files[i]) ? st_ckpt_check_size(dir, &m->files[i], err, errlen)
+						     : st_ckpt_verify_file(dir, &m->files[i], err, errlen);
+	}
+	if (rc == ST_ECORRUPT || rc == ST_ENOENT) {
+		*damaged = 1;
+		rc = ST_OK;
 	}
 	if (rc < 0) {
+		char why[1024];
+		snprintf(why, sizeof why, "%s", err);
+		snprintf(err, errlen, "%s: %s", dir, why);
 		st_manifest_free(m);
 		return rc;
 	}
@@ -472,10 +581,11 @@ static int verify_mine(st_trainer_t *tr, const char *dir, st_manifest_t **out, c
 
 /* Across processes rank 0 chooses (the ranks would otherwise race a
  * writer or a damage differently) and tells the others, which verify the
- * same checkpoint themselves before they read it. A collective: every
- * rank calls it. */
-static int choose_dist(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg, char **dir,
-		       st_manifest_t **m, st_trainer_resume_t *out, char *err, size_t errlen)
+ * same checkpoint themselves before they read it (verify_mine: *damaged).
+ * A collective: every rank calls it. */
+static int choose_dist(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg,
+		       const st_ckpt_find_opts_t *o, damage_t *dmg, char **dir, st_manifest_t **m,
+		       int *damaged, st_trainer_resume_t *out, char *err, size_t errlen)
 {
 	st_net_t *net = st_dist_net(tr->dist.d);
 	chosen_t *c = calloc(1, sizeof *c);
@@ -484,7 +594,7 @@ static int choose_dist(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg, char 
 		return ST_ENOMEM;
 	}
 	if (st_net_rank(net) == 0) {
-		c->rc = choose(cfg, dir, m, out, err, errlen);
+		c->rc = choose(cfg, o, dmg, dir, m, out, err, errlen);
 		c->none_verifies = out->none_verifies;
 		snprintf(c->dir, sizeof c->dir, "%s", *dir ? *dir : "");
 		snprintf(c->err, sizeof c->err, "%s", err);
@@ -498,57 +608,90 @@ static int choose_dist(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg, char 
 		rc = c->rc;
 		out->none_verifies = c->none_verifies;
 		snprintf(err, errlen, "%s", c->err);
-		if (rc >= 0 && (rc = verify_mine(tr, c->dir, m, err, errlen)) < 0) {
-			char why[1024];
-			snprintf(why, sizeof why, "%s", err);
-			snprintf(err, errlen, "%s: %s", c->dir, why);
-		} else if (rc >= 0 && !(*dir = strdup(c->dir))) {
+		if (rc >= 0)
+			rc = verify_mine(tr, c->dir, m, damaged, err, errlen);
+		if (rc >= 0 && !(*dir = strdup(c->dir)))
 			rc = ST_ENOMEM;
-		}
 	}
 	free(c);
 	return rc < 0 ? rc : ST_OK;
 }
 
-/* Reads every table's rows of checkpoint dir into this rank's tables:
- * from the one file of a one-process checkpoint, or from each rank's shard
- * of a multi-process one; in a multi-process job only the rows this rank
- * owns under the current world (their optimizer state and counters move
- * with them). The same world as the writer's (size, owners, owner
- * function) reads only this rank's own shard. */
-static int load_tables(st_trainer_t *tr, const char *dir, const st_manifest_t *m, char *err,
-		       size_t errlen)
+static const st_manifest_file_t *manifest_file(const st_manifest_t *m, const char *name)
+{
+	for (size_t i = 0; i < m->n_files; i++)
+		if (!strcmp(m->files[i].name, name))
+			return &m->files[i];
+	return NULL;
+}
+
+/* Reads the rows of the tables in RAM (ssd = 0) or of those with an SSD
+ * tier (ssd = 1) of checkpoint dir into this rank's tables: from the one
+ * file of a one-process checkpoint, or from each rank's shard of a
+ * multi-process one; in a multi-process job only the rows this rank owns
+ * under the current world (their optimizer state and counters move with
+ * them). The same world as the writer's (size, owners, owner function)
+ * reads only this rank's own shard. Row files of tables in RAM are hashed
+ * as they load (defer_rows): damage sets *damaged. */
+static int load_tables(st_trainer_t *tr, const char *dir, const st_manifest_t *m, int ssd,
+		       int *damaged, char *err, size_t errlen)
 {
 	st_dist_t *d = tr->dist.d;
 	const int W = (int)m->world_size, me = d ? st_dist_rank(d) : 0;
 	const int same = d && W == st_dist_size(d) && m->owners == st_dist_owners(d) &&
 			 m->owner_salt == st_algo_owner_salt();
-	char name[64], path[4200];
+	char name[64];
 	int rc = ST_OK;
 	for (int k = 0; k < tr->rows.n_tables && rc >= 0; k++) {
+		if (!st_table_ssd(st__trainer_table(tr, k)) != !ssd)
+			continue;
 		for (int r = 0; r < (W > 0 ? W : 1) && rc >= 0; r++) {
 			if (same && r != me)
 				continue;
 			st_export_rows_name(name, sizeof name, k, r, W);
-			snprintf(path, sizeof path, "%s/%s", dir, name);
-			rc = load_rows(tr, k, path, same ? NULL : d, err, errlen);
+			const st_manifest_file_t *mf = manifest_file(m, name);
+			if (mf && !defer_rows(tr, m, mf))
+				mf = NULL;   /* verified before */
+			rc = load_rows(tr, k, dir, name, mf, same ? NULL : d, damaged, err, errlen);
 		}
 	}
 	return rc;
 }
 
-int st_trainer_resume(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg,
-		      st_trainer_resume_t *out, char *err, size_t errlen)
+/* Empties the tables in RAM after a load found damage (nothing else was
+ * changed: see load_one). */
+static int clear_ram_tables(st_trainer_t *tr, char *err, size_t errlen)
 {
-	char *dir = NULL;
-	st_manifest_t *m = NULL;
-	err[0] = 0;
-	out->none_verifies = 0;
-	int rc = tr->dist.d ? choose_dist(tr, cfg, &dir, &m, out, err, errlen)
-			    : choose(cfg, &dir, &m, out, err, errlen);
-	if (rc < 0)
-		return rc;
-	rc = st_ckpt_check_compat(m, cfg->job_hash, cfg->model, err, errlen);
+	for (int k = 0; k < tr->rows.n_tables; k++) {
+		st_table_t *t = st__trainer_table(tr, k);
+		int rc = st_table_ssd(t) ? ST_OK : st_table_clear(t);
+		if (rc < 0) {
+			snprintf(err, errlen, "table %d: cannot empty it after a damaged checkpoint: %s",
+				 k, st_strerror(rc));
+			return rc;
+		}
+	}
+	return ST_OK;
+}
+
+/*
+ * Loads checkpoint dir (manifest m, chosen and verified but for the row
+ * files load_rows hashes) into the trainer. In order: everything that can
+ * be checked without the rows (compatibility, the dense tensors' names and
+ * shapes, the counters), the rows of the tables in RAM, the ranks' verdict
+ * (agree), the rows of the tables with an SSD tier, and only then the dense
+ * parameters and counters: a damage found in the rows (*damaged, on every
+ * rank) has changed the RAM tables alone, which clear_ram_tables empties,
+ * so an older checkpoint — or a start from the beginning, when every one is
+ * damaged — finds the trainer as it was. *damaged may come in set (this
+ * rank's verify_mine found damage): then it loads nothing and only agrees.
+ */
+static int load_one(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg, const char *dir,
+		    const st_manifest_t *m, int *damaged, st_trainer_resume_t *out, char *err,
+		    size_t errlen)
+{
+	int rc = *damaged ? ST_ECORRUPT : st_ckpt_check_compat(m, cfg->job_hash, cfg->model, err,
+								 errlen);
 	st_safetensors_t *f = NULL;
 	char path[4200];
 	if (rc >= 0) {
@@ -557,6 +700,12 @@ int st_trainer_resume(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg,
 	}
 	float *params = st_model_params(tr->model);
 	int nt = st_model_ntensors(tr->model);
+	/* at[i]: tensor i of the model in f; at[nt]: the dense optimizer state */
+	int *at = calloc((size_t)nt + 1, sizeof *at);
+	if (!at && rc >= 0) {
+		snprintf(err, errlen, "out of memory");
+		rc = ST_ENOMEM;
+	}
 	for (int i = 0; i < nt && rc >= 0; i++) {
 		const st_tensor_info_t *ti = st_model_tensor(tr->model, i);
 		size_t numel = 1;
@@ -571,7 +720,7 @@ int st_trainer_resume(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg,
 			rc = ST_EINVAL;
 			break;
 		}
-		memcpy(params + ti->offset, f->tensors[j].f32, sizeof(float) * numel);
+		at[i] = j;
 	}
 	size_t nds = st_sync_dense_state_floats(&tr->pol.env);
 	if (rc >= 0) {
@@ -582,7 +731,7 @@ int st_trainer_resume(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg,
 			snprintf(err, errlen, "%s: optim.dense_state is missing or of another size", path);
 			rc = ST_EINVAL;
 		} else {
-			memcpy(tr->pol.dstate, f->tensors[j].f32, sizeof(float) * nds);
+			at[nt] = j;
 		}
 	}
 	uint64_t dt = 0, gs = 0, ex = 0, pb = 0, pe = 0, pd = 0, bs = 0;
@@ -595,7 +744,22 @@ int st_trainer_resume(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg,
 		rc = ST_EFORMAT;
 	}
 	if (rc >= 0)
-		rc = load_tables(tr, dir, m, err, errlen);
+		rc = load_tables(tr, dir, m, 0, damaged, err, errlen);
+	if (tr->dist.d)
+		rc = agree(tr, rc, damaged, err, errlen);
+	if (rc >= 0) {
+		rc = load_tables(tr, dir, m, 1, damaged, err, errlen);
+		if (tr->dist.d)
+			rc = agree(tr, rc, damaged, err, errlen);
+	}
+	if (rc >= 0) {
+		for (int i = 0; i < nt; i++) {
+			const st_tensor_info_t *ti = st_model_tensor(tr->model, i);
+			memcpy(params + ti->offset, f->tensors[at[i]].f32,
+			       sizeof(float) * f->tensors[at[i]].numel);
+		}
+		memcpy(tr->pol.dstate, f->tensors[at[nt]].f32, sizeof(float) * nds);
+	}
 	/* pass_batches counts read batches of the writer's size; the read stage
 	 * numbers this job's batches (which rank takes which, the interval).
 	 * Checkpoints before batch_size was recorded were read as they are. */
@@ -626,10 +790,53 @@ int st_trainer_resume(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg,
 		out->pass_done = (int)pd;
 		snprintf(out->dir, sizeof out->dir, "%s", dir);
 	}
-	if (tr->dist.d)
-		rc = agree(tr, rc, err, errlen);
+	free(at);
 	st_safetensors_free(f);
-	st_manifest_free(m);
-	free(dir);
+	return rc;
+}
+
+int st_trainer_resume(st_trainer_t *tr, const st_trainer_ckpt_cfg_t *cfg,
+		      st_trainer_resume_t *out, char *err, size_t errlen)
+{
+	err[0] = 0;
+	out->none_verifies = 0;
+	damage_t *dmg = calloc(1, sizeof *dmg);
+	if (!dmg) {
+		snprintf(err, errlen, "out of memory");
+		return ST_ENOMEM;
+	}
+	st_ckpt_find_opts_t o = { .defer = defer_rows, .defer_arg = tr };
+	char rejected[256], why[1024];
+	int rc, damaged;
+	/* Each round passes over the checkpoint it found damaged: the steps
+	 * tried fall, so the loop ends. */
+	do {
+		char *dir = NULL;
+		st_manifest_t *m = NULL;
+		damaged = 0;
+		rc = tr->dist.d ? choose_dist(tr, cfg, &o, dmg, &dir, &m, &damaged, out, err, errlen)
+				: choose(cfg, &o, dmg, &dir, &m, out, err, errlen);
+		if (rc >= 0)
+			rc = load_one(tr, cfg, dir, m, &damaged, out, err, errlen);
+		if (rc >= 0 || !damaged) {
+			damaged = 0;
+		} else {
+			/* Reported by rank 0's next choice, as a failed
+			 * verification: "checkpoint ckpt-X: file 'y': checksum
+			 * mismatch (...) — falling back to ckpt-W". */
+			const char *base = strrchr(dir, '/');
+			base = base ? base + 1 : dir;
+			snprintf(rejected, sizeof rejected, "%s", base);
+			snprintf(why, sizeof why, "%s", err);
+			o.rejected = rejected;
+			o.rejected_step = strtoll(base + 5, NULL, 10);   /* ckpt-<step> */
+			o.why = why;
+			if ((rc = clear_ram_tables(tr, err, errlen)) < 0)
+				damaged = 0;
+		}
+		free(dir);
+		st_manifest_free(m);
+	} while (damaged);
+	free(dmg);
 	return rc;
 }

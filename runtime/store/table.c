@@ -544,6 +544,33 @@ uint64_t st_table_evict_older(st_table_t *t, uint32_t now_step, uint32_t ttl)
 	return total;
 }
 
+int st_table_clear(st_table_t *t)
+{
+	/* The SSD tier's records and cold map would have to go too; nothing
+	 * needs that (resume clears only tables it hashed while loading, and
+	 * those are in RAM). */
+	if (t->ssd)
+		return ST_EINVAL;
+	for (uint32_t sh = 0; sh < t->o.n_shards; sh++) {
+		shard_t *s = &t->shards[sh];
+		pthread_mutex_lock(&s->mu);
+		/* The index keeps its size and the slab its chunks: a reload of
+		 * about as many rows (an older checkpoint) reuses both. Rows are
+		 * handed out from 0 again, so slots fill as in a new table. */
+		memset(s->idx, 0xff, sizeof(uint32_t) * s->cap);
+		s->used = 0;
+		s->free_head = EMPTY;
+		s->n_free = 0;
+		if (s->cand_used)
+			memset(s->cand_used, 0, s->cand_cap);
+		s->cand_n = 0;
+		s->admitted = s->rejected = s->evicted = 0;
+		__atomic_store_n(&s->n, 0, __ATOMIC_RELAXED);
+		pthread_mutex_unlock(&s->mu);
+	}
+	return ST_OK;
+}
+
 void st__table_free_row(const st_table_t *t, shard_t *s, uint32_t r)
 {
 	memcpy(row_ptr(t, s, r), &s->free_head, sizeof s->free_head);

@@ -152,6 +152,14 @@ size_t st_table_row_bytes(const st_table_t *t);
  * other keys may run concurrently. Thread-safe in that sense. */
 uint64_t st_table_evict_older(st_table_t *t, uint32_t now_step, uint32_t ttl);
 
+/* Empties the table as if it were new: no rows, no admission candidates,
+ * counters at 0 (on_evict is not called: nothing was evicted). For a
+ * restore that found the file it loaded damaged after inserting rows from
+ * it. Row pointers handed out before are dangling afterwards. ST_OK, or
+ * ST_EINVAL for a table in cache mode (its SSD tier is not emptied). Not
+ * concurrent with any other call on t. */
+int st_table_clear(st_table_t *t);
+
 /* Fills *s with the table's counters. Thread-safe (a consistent snapshot of
  * each shard, not of the whole table). */
 void st_table_stats(st_table_t *t, st_table_stats_t *s);
