@@ -14,6 +14,9 @@
 #    within 0.001 eval AUC of the uninterrupted run;
 #  - a checkpoint missing a rank's shard is incomplete (inspect) and skipped
 #    by --resume with a message;
+#  - a checkpoint whose rank 1 shard is damaged at its end (found by rank 1
+#    only after loading it): every rank empties its tables and rank 0 falls
+#    back; the uninterrupted run's model;
 #  - a job of allreduce phases resumes at and between phases, bit for bit;
 #  - with the SSD tier on, shards hold both tiers' rows and resume into them;
 #  - a rank that cannot write its shard (no shared folder): nothing published;
@@ -117,6 +120,27 @@ if [ $irc = 1 ] && grep -q "complete: no (rank 1's shard: file 'table-0.rank-1-o
   ok "a checkpoint missing a rank's shard is incomplete and skipped by --resume"
 else
   bad "missing shard (inspect exit $irc)"
+fi
+
+# Rank 1's shard damaged at its end (the last float before the footer):
+# each rank hashes the shard it loads as it loads it, so rank 1 finds this
+# after its rows went in, rank 0 after loading its own good shard. Every
+# rank must empty its tables and rank 0 choose again, past the damaged one
+# (reported as a failed verification), and the model must be the one of
+# ckpt-20 alone: the uninterrupted run's.
+rm -rf "$tmp/h"; mkdir -p "$tmp/h"
+cp -r "$tmp/a/ckpt-000000000020" "$tmp/a/$ckpt30" "$tmp/h/"
+f="$tmp/h/$ckpt30/table-0.rank-1-of-2.rows"
+off=$(($(stat -c %s "$f") - 33))
+b=$(od -An -tu1 -j "$off" -N1 "$f" | tr -d ' ')
+printf "$(printf '\\x%02x' $((b ^ 1)))" | dd of="$f" bs=1 seek="$off" conv=notrunc 2>/dev/null
+STRATA_DIGEST=1 timeout 120 "$strata" launch -n 2 "${base[@]}" "${ar[@]}" "${two[@]}" \
+  --set "$(ck "$tmp/h")" --resume >"$tmp/out_h" 2>&1
+if grep -q "checkpoint $ckpt30: file 'table-0.rank-1-of-2.rows': checksum mismatch .* — falling back to ckpt-000000000020" "$tmp/out_h" &&
+   grep -q "resuming from .*ckpt-000000000020" "$tmp/out_h" && [ "$(digest "$tmp/out_h")" = "$da" ]; then
+  ok "rank 1's shard damaged at its end: found while loading, every rank fell back, the uninterrupted model"
+else
+  bad "damaged shard found while loading: '$(digest "$tmp/out_h")' vs '$da'"
 fi
 
 # Phases (allreduce, then allreduce on the rest): resumed at the phase

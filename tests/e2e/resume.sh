@@ -4,7 +4,9 @@
 # random moments (at least 20 kills that land while it runs) and resumed each
 # time ends with exactly the same parameters — the same dense.safetensors
 # and row files, byte for byte — as an uninterrupted run. Also: a damaged
-# newest checkpoint is skipped with a message, an incompatible job is
+# newest checkpoint is skipped with a message (also when the damage is at
+# the end of a row file, found only after its rows were loaded: the model
+# is then exactly the older checkpoint's), an incompatible job is
 # refused naming the mismatch, an unwritable checkpoint dir is refused
 # before training. Usage: resume.sh PATH/TO/strata
 set -u
@@ -114,6 +116,49 @@ for w in 1 2; do
     bad "kstep, 2 workers: resumed eval auc '$a2' vs '$a1'"
   fi
 done
+
+# Damage at the end of a row file: the last float before the footer. A
+# restore hashes row files while it loads them (docs/operations.md,
+# "Resuming"), so it finds this only after every row of the file went into
+# the table; it must empty the table and fall back, and the run must end
+# exactly as a resume from the older checkpoint alone (STRATA_DIGEST: every
+# row and the dense parameters; the final files byte for byte): no row of
+# the damaged checkpoint may survive.
+flip() { # flip(file, offset from the end): xor one byte with 1
+  local size off b
+  size=$(stat -c %s "$1"); off=$((size - $2))
+  b=$(od -An -tu1 -j "$off" -N1 "$1" | tr -d ' ')
+  printf "$(printf '\\x%02x' $((b ^ 1)))" | dd of="$1" bs=1 seek="$off" conv=notrunc 2>/dev/null
+}
+short=(--set data.train.limit=30000)
+"$strata" run "${args[@]}" "${short[@]}" --set "checkpoint={dir=\"$tmp/e\",every=4,keep=0}" \
+  >"$tmp/out_e" 2>&1
+mapfile -t ecks < <(ls "$tmp/e" | grep '^ckpt-[0-9]*$')
+n=${#ecks[@]}
+if [ "$n" -ge 3 ]; then
+  efinal=${ecks[n - 1]} enew=${ecks[n - 2]} eold=${ecks[n - 3]}
+  rm -rf "$tmp/e1" "$tmp/e2"; mkdir -p "$tmp/e1" "$tmp/e2"
+  cp -r "$tmp/e/$eold" "$tmp/e/$enew" "$tmp/e1/"
+  cp -r "$tmp/e/$eold" "$tmp/e2/"
+  flip "$tmp/e1/$enew/table-0.rows" 33
+  STRATA_DIGEST=1 "$strata" run "${args[@]}" "${short[@]}" \
+    --set "checkpoint={dir=\"$tmp/e1\",every=4,keep=0}" --resume >"$tmp/out" 2>&1
+  rc1=$?
+  STRATA_DIGEST=1 "$strata" run "${args[@]}" "${short[@]}" \
+    --set "checkpoint={dir=\"$tmp/e2\",every=4,keep=0}" --resume >"$tmp/out_e2" 2>&1
+  d1=$(grep -o 'digest [0-9a-f]*' "$tmp/out") d2=$(grep -o 'digest [0-9a-f]*' "$tmp/out_e2")
+  if [ $rc1 -eq 0 ] && [ -n "$d1" ] && [ "$d1" = "$d2" ] &&
+     grep -q "checkpoint $enew: file 'table-0.rows': checksum mismatch (the manifest says xxh3 [0-9a-f]*, the file hashes to [0-9a-f]*) — falling back to $eold" "$tmp/out" &&
+     grep -q "resuming from .*$eold" "$tmp/out" &&
+     cmp -s "$tmp/e/$efinal/table-0.rows" "$tmp/e1/$efinal/table-0.rows" &&
+     cmp -s "$tmp/e/$efinal/dense.safetensors" "$tmp/e1/$efinal/dense.safetensors"; then
+    ok "damage at the end of a row file: found after loading, fell back, the older checkpoint's model ($d1)"
+  else
+    bad "damage at the end of a row file (exit $rc1): '$d1' vs '$d2' from $eold alone"
+  fi
+else
+  bad "damage at the end of a row file: $n checkpoints written, 3 needed"
+fi
 
 # Refusals.
 "$strata" run "${args[@]}" --set "checkpoint={dir=\"$tmp/a\"}" --resume \
