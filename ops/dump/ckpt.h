@@ -181,7 +181,7 @@ int st_ckpt_find_latest(const char *root, char **dir, st_manifest_t **m,
 
 /*
  * st_ckpt_find_latest for a loader that verifies while it loads
- * (docs/checkpoints.md, "Restore in one pass"):
+ * (docs/operations.md, "Restore in one pass"):
  *   - defer (may be NULL) picks the files of manifest m that are checked
  *     by size only here: the caller hashes them as it reads them and
  *     compares with st_ckpt_check_sum. Called any number of times per file.

@@ -5,6 +5,11 @@
  *
  * Threads: resume restores each table from the calling thread and one
  * st-resume-1 helper (load_rows); nothing else runs meanwhile.
+ *
+ * A restore reads each row file once: it hashes the file as it loads it
+ * and, if the file does not match its manifest, empties the tables and
+ * falls back to the next older checkpoint (defer_rows, load_one,
+ * st_trainer_resume).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -467,7 +472,7 @@ static int agree(st_trainer_t *tr, int rc, int *damaged, char *err, size_t errle
 }
 
 /*
- * Restore in one pass (docs/checkpoints.md). Verifying every file before
+ * Restore in one pass (docs/operations.md). Verifying every file before
  * loading read the row files twice — the hash, then the load — and the
  * rows of a large checkpoint are nearly all of it. So the choice checks
  * only the size of the row files of tables in RAM, and load_rows hashes

@@ -119,7 +119,7 @@ done
 
 # Damage at the end of a row file: the last float before the footer. A
 # restore hashes row files while it loads them (docs/operations.md,
-# "Resuming"), so it finds this only after every row of the file went into
+# "Restore in one pass"), so it finds this only after every row of the file went into
 # the table; it must empty the table and fall back, and the run must end
 # exactly as a resume from the older checkpoint alone (STRATA_DIGEST: every
 # row and the dense parameters; the final files byte for byte): no row of

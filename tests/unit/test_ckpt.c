@@ -278,8 +278,8 @@ static int defer_rows(void *arg, const st_manifest_t *m, const st_manifest_file_
 	return !strcmp(f->name, "table-0.rows");
 }
 
-/* Single-pass restore (docs/checkpoints.md): the deferred row files are
- * checked by size only, so a flipped bit is not found by the choice; the
+/* Single-pass restore (docs/operations.md, "Restore in one pass"): the
+ * deferred row files are checked by size only, so a flipped bit is not found by the choice; the
  * loader finds it (its reader's sum against the manifest, with
  * verify_file's message) and rejects the checkpoint, which is reported as
  * a failed verification and passed over. A short deferred file is still
