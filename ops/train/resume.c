@@ -438,8 +438,12 @@ static int agree(st_trainer_t *tr, int rc, int *damaged, char *err, size_t errle
 	if (*damaged)
 		snprintf(mine.why, sizeof mine.why, "%s", err);
 	verdict_t *all = calloc((size_t)P, sizeof *all);
-	if (!all)
+	if (!all) {
+		/* not a damage: no rank may retry alone */
+		*damaged = 0;
+		snprintf(err, errlen, "out of memory");
 		return ST_ENOMEM;
+	}
 	int g = st_net_allgather(net, &mine, sizeof mine, all);
 	int bad = -1, dmg = -1;
 	for (int r = 0; g >= 0 && r < P; r++) {
