@@ -111,6 +111,10 @@ typedef struct st_trainer_resume {
 /* Loads the newest complete checkpoint under cfg->dir into a fresh trainer
  * (parameters, optimizer state, rows of every table, counters); older ones
  * are tried when the newest fails its checksums (each said on stderr).
+ * Row files of tables in RAM are hashed while they load: one found damaged
+ * then leaves the tables emptied and the trainer otherwise untouched
+ * before the next older checkpoint is tried (docs/operations.md, "Restore
+ * in one pass").
  * The checkpoint may come from any number of processes. In a
  * multi-process job (after st_trainer_attach_dist) every rank calls it (it
  * is a collective): rank 0 chooses, every rank loads the rows it owns

@@ -10,6 +10,11 @@
  * and, if the file does not match its manifest, empties the tables and
  * falls back to the next older checkpoint (defer_rows, load_one,
  * st_trainer_resume).
+ *
+ * The file is long because a restore is one sequence — choose, load,
+ * agree across ranks, fall back — whose steps share the damage report and
+ * the manifest; the damaged-checkpoint bookkeeping (damage_t through
+ * st_trainer_set_aside_damaged) is the part that would split off first.
  */
 #include <dirent.h>
 #include <errno.h>
