@@ -1,6 +1,6 @@
 /*
- * model.h — the CTR model presets (lr, dnn, wdl, deepfm, dlrm) built from
- * the layers of nn.h.
+ * model.h — the CTR model presets (lr, dnn, wdl, deepfm, dlrm) built as
+ * layer graphs (graph.h) over the layers of nn.h.
  *
  * A model has two kinds of parameters:
  *  - dense: one contiguous float array (st_model_params), split into named
@@ -32,17 +32,14 @@
 #include <stdint.h>
 
 #include "lang/job.h"
+#include "ops/nn/graph.h"
 #include "runtime/batch.h"
 
 typedef struct st_model st_model_t;
 typedef struct st_model_ws st_model_ws_t;
 
-typedef struct st_tensor_info {
-	const char *name;      /* e.g. "mlp.0.weight" */
-	size_t offset;         /* into st_model_params */
-	int ndim;
-	int shape[2];
-} st_tensor_info_t;
+/* st_tensor_info_t (name, offset into st_model_params, ndim, shape) is
+ * graph.h's: a model's tensors are its graph's. */
 
 /* Builds the preset for examples with n_dense dense features and n_slots
  * slots; dense parameters are initialized from seed (uniform(-1/sqrt(in),

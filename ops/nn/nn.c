@@ -334,6 +334,55 @@ void st_dot_backward(int n, int F, int d, const float *restrict Z,
 	}
 }
 
+/* ---- DCNv2 cross layer (Wang et al. 2020, §3) -----------------------------
+ * The products go through st_linear_*; the element-wise parts of a layer
+ * (x0 ⊙ t + x forward; dY ⊙ X0 and dY ⊙ T backward) are fused into one pass
+ * over the rows each, because at CTR widths (a few hundred) they are memory
+ * bound and a separate pass per operation would read the arrays 2-3 times. */
+
+void st_cross_forward(int n, int d, int r, const float *restrict X0, const float *X,
+		      const float *W, const float *U, const float *b, float *restrict T,
+		      float *Vt, float *Y)
+{
+	if (r > 0) {
+		st_linear_forward(n, d, r, X, W, NULL, Vt);
+		st_linear_forward(n, r, d, Vt, U, b, T);
+	} else {
+		st_linear_forward(n, d, d, X, W, b, T);
+	}
+	/* Y may not alias X (X is read after Y's row is written only row by
+	 * row, but the contract keeps them distinct to stay simple). */
+	for (size_t j = 0; j < (size_t)n * (size_t)d; j++)
+		Y[j] = X0[j] * T[j] + X[j];
+}
+
+void st_cross_backward(int n, int d, int r, const float *restrict X0, const float *X,
+		       const float *W, const float *U, const float *restrict T,
+		       const float *Vt, const float *restrict dY, float *restrict dT,
+		       float *dVt, float *dX, float *restrict dX0, float *dW, float *dU,
+		       float *db)
+{
+	const size_t len = (size_t)n * (size_t)d;
+	if (dX0) {
+		for (size_t j = 0; j < len; j++) {
+			dT[j] = dY[j] * X0[j];
+			dX0[j] += dY[j] * T[j];
+		}
+	} else {
+		for (size_t j = 0; j < len; j++)
+			dT[j] = dY[j] * X0[j];
+	}
+	if (r > 0) {
+		st_linear_backward(n, r, d, Vt, U, dT, dVt, dU, db);
+		st_linear_backward(n, d, r, X, W, dVt, dX, dW, NULL);
+	} else {
+		st_linear_backward(n, d, d, X, W, dT, dX, dW, db);
+	}
+	if (dX)
+		for (size_t j = 0; j < len; j++)
+			dX[j] += dY[j];
+}
+
 /* ---- loss ------------------------------------------------------------------
  * loss(z, y) = −y log σ(z) − (1−y) log(1−σ(z)) = max(z,0) − z y + log1p(e^{−|z|}),
  * which never overflows and keeps full precision for large |z|. Computed in

@@ -112,6 +112,29 @@ void st_dot_forward(int n, int F, int d, const float *Z, float *out);
 void st_dot_backward(int n, int F, int d, const float *Z, const float *dout,
 		     float *dZ);
 
+/* ---- DCNv2 cross layer ---------------------------------------------------
+ * Wang et al., "DCN V2: Improved Deep & Cross Network and Practical Lessons
+ * for Web-scale Learning to Rank Systems" (2020), §3 eq. (1):
+ *   x_{l+1} = x_0 ⊙ (W x_l + b) + x_l,
+ * with W full rank (r == 0: W [d × d], nn.Linear(d, d) layout) or low rank
+ * (§3, eq. (2): W = U Vᵀ, stored as V [r × d] = nn.Linear(d, r, bias=False)
+ * and U [d × r] = nn.Linear(r, d), whose bias is b).
+ * forward: T[n × d] = X Wᵀ + b (low rank: Vt[n × r] = X Vᵀ, T = Vt Uᵀ + b);
+ *          Y[n × d] = X0 ⊙ T + X. T (and Vt) are kept for backward.
+ * backward, given dY[n × d] (scratch dT[n × d], dVt[n × r]):
+ *          dT = dY ⊙ X0;  dX0 += dY ⊙ T (skipped when dX0 is NULL);
+ *          dX = dY + dT · W (low rank: dVt = dT · U, dX = dY + dVt · V;
+ *          overwrites; skipped when dX is NULL);
+ *          dW += dTᵀ X (low rank: dU += dTᵀ Vt, dV += dVtᵀ X); db += Σ dT.
+ * W is V when r > 0 (then U is U; U is unused at r == 0). */
+void st_cross_forward(int n, int d, int r, const float *X0, const float *X,
+		      const float *W, const float *U, const float *b, float *T,
+		      float *Vt, float *Y);
+void st_cross_backward(int n, int d, int r, const float *X0, const float *X,
+		       const float *W, const float *U, const float *T, const float *Vt,
+		       const float *dY, float *dT, float *dVt, float *dX, float *dX0,
+		       float *dW, float *dU, float *db);
+
 /* ---- loss ------------------------------------------------------------------
  * Binary cross-entropy with logits, numerically stable. Returns the SUM of
  * the n losses (the caller divides); prob[i] = σ(logit[i]) when prob is

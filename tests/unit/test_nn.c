@@ -664,6 +664,110 @@ static void loss_fwd(void *ctx, float *out)
 							    1.0f, NULL, NULL);
 }
 
+/* ---- DCNv2 cross layer ----------------------------------------------------
+ * Y = X0 ⊙ (X Wᵀ + b) + X (low rank: W = U V) is bilinear in any single
+ * coordinate of X0, X, W, U, V or b, so the central difference is exact up
+ * to rounding, as for linear. */
+
+enum { CN = 3, CD = 5, CR = 2 };
+
+typedef struct cross_ctx {
+	int r;
+	float X0[CN * CD], X[CN * CD], W[CD * CD], V[CR * CD], U[CD * CR], b[CD];
+	float T[CN * CD], Vt[CN * CR];
+} cross_ctx_t;
+
+static void cross_fwd(void *ctx, float *out)
+{
+	cross_ctx_t *c = ctx;
+	st_cross_forward(CN, CD, c->r, c->X0, c->X, c->r ? c->V : c->W, c->U, c->b, c->T,
+			 c->Vt, out);
+}
+
+static void cross_gradient(int r)
+{
+	cross_ctx_t c = { .r = r };
+	fill(c.X0, CN * CD);
+	fill(c.X, CN * CD);
+	fill(c.W, CD * CD);
+	fill(c.V, CR * CD);
+	fill(c.U, CD * CR);
+	fill(c.b, CD);
+	float out[CN * CD], rr[CN * CD], dT[CN * CD], dVt[CN * CR], dX[CN * CD];
+	float dX0[CN * CD], dW[CD * CD] = { 0 }, dV[CR * CD] = { 0 }, dU[CD * CR] = { 0 };
+	float db[CD] = { 0 };
+	fill(rr, CN * CD);
+	cross_fwd(&c, out);
+	for (int i = 0; i < CN * CD; i++) {
+		dX[i] = 123.0f;   /* overwritten */
+		dX0[i] = 1.0f;    /* accumulated */
+	}
+	st_cross_backward(CN, CD, r, c.X0, c.X, r ? c.V : c.W, c.U, c.T, c.Vt, rr, dT, dVt,
+			  dX, dX0, r ? dV : dW, dU, db);
+	for (int i = 0; i < CN * CD; i++)
+		dX0[i] -= 1.0f;
+	check_grad("cross dX", cross_fwd, &c, c.X, CN * CD, dX, out, CN * CD, rr);
+	check_grad("cross dX0", cross_fwd, &c, c.X0, CN * CD, dX0, out, CN * CD, rr);
+	check_grad("cross db", cross_fwd, &c, c.b, CD, db, out, CN * CD, rr);
+	if (r) {
+		check_grad("cross dV", cross_fwd, &c, c.V, CR * CD, dV, out, CN * CD, rr);
+		check_grad("cross dU", cross_fwd, &c, c.U, CD * CR, dU, out, CN * CD, rr);
+	} else {
+		check_grad("cross dW", cross_fwd, &c, c.W, CD * CD, dW, out, CN * CD, rr);
+	}
+}
+
+static void test_nn_cross_full_rank_gradient(void **state)
+{
+	(void)state;
+	cross_gradient(0);
+}
+
+static void test_nn_cross_low_rank_gradient(void **state)
+{
+	(void)state;
+	cross_gradient(CR);
+}
+
+/* The formula itself, written out for one example in double (the gradient
+ * test alone would pass a consistently wrong forward). */
+static void test_nn_cross_forward_exact(void **state)
+{
+	(void)state;
+	cross_ctx_t c = { .r = 0 };
+	fill(c.X0, CN * CD);
+	fill(c.X, CN * CD);
+	fill(c.W, CD * CD);
+	fill(c.b, CD);
+	float y[CN * CD];
+	cross_fwd(&c, y);
+	for (int i = 0; i < CN; i++)
+		for (int o = 0; o < CD; o++) {
+			double t = c.b[o];
+			for (int k = 0; k < CD; k++)
+				t += (double)c.W[o * CD + k] * c.X[i * CD + k];
+			double want = c.X0[i * CD + o] * t + c.X[i * CD + o];
+			assert_near(y[i * CD + o], want, 1e-5);
+		}
+	/* Low rank: T = (X Vᵀ) Uᵀ + b. */
+	c.r = CR;
+	fill(c.V, CR * CD);
+	fill(c.U, CD * CR);
+	cross_fwd(&c, y);
+	for (int i = 0; i < CN; i++)
+		for (int o = 0; o < CD; o++) {
+			double t = c.b[o];
+			for (int q = 0; q < CR; q++) {
+				double v = 0;
+				for (int k = 0; k < CD; k++)
+					v += (double)c.V[q * CD + k] * c.X[i * CD + k];
+				t += (double)c.U[o * CR + q] * v;
+			}
+			double want = c.X0[i * CD + o] * t + c.X[i * CD + o];
+			assert_near(y[i * CD + o], want, 1e-5);
+		}
+}
+
 static void test_nn_logloss_gradient(void **state)
 {
 	(void)state;
@@ -728,6 +832,9 @@ int main(void)
 		cmocka_unit_test(test_nn_fm_large_dim),
 		cmocka_unit_test(test_nn_dot_gradient),
 		cmocka_unit_test(test_nn_dot_pair_order),
+		cmocka_unit_test(test_nn_cross_full_rank_gradient),
+		cmocka_unit_test(test_nn_cross_low_rank_gradient),
+		cmocka_unit_test(test_nn_cross_forward_exact),
 		cmocka_unit_test(test_nn_logloss_gradient),
 		cmocka_unit_test(test_nn_logloss_exact_and_stable),
 	};
