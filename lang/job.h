@@ -88,7 +88,7 @@ typedef struct st_optim_cfg {
 } st_optim_cfg_t;
 
 typedef struct st_model_cfg {
-	char *type;            /* "lr", "dnn", "wdl", "deepfm", "dlrm" */
+	char *type;            /* "lr", "dnn", "wdl", "deepfm", "dlrm", "dcnv2" */
 	int emb_dim;           /* embedding dimension of every slot (lr: 1) */
 	int *slot_dims;        /* NULL, or n_slot_dims per-slot dimensions overriding emb_dim */
 	int n_slot_dims;
@@ -100,6 +100,8 @@ typedef struct st_model_cfg {
 	int hidden[16];        /* MLP layer sizes (dlrm: the top MLP before the output) */
 	int n_bottom;
 	int bottom[16];        /* dlrm bottom MLP over dense features; last = emb_dim */
+	int n_cross;           /* dcnv2: cross layers (0..16) before the MLP */
+	int cross_rank;        /* dcnv2: rank of each cross layer's W = U Vᵀ; 0 = full */
 	char *activation;      /* "relu" (default) | "sigmoid" | "none", hidden layers */
 	double init_scale;     /* new embedding rows: uniform(-s, s) from (seed, key); lr: 0 */
 	st_optim_cfg_t sparse_opt;  /* embedding rows (and wide weights) */

@@ -1,5 +1,6 @@
 /*
- * model.c — the CTR model presets of model.h (lr, dnn, wdl, deepfm, dlrm),
+ * model.c — the CTR model presets of model.h (lr, dnn, wdl, deepfm, dlrm,
+ * dcnv2),
  * each built as a layer graph (graph.h) from the job's model config.
  *
  * A model is the sparse row layout (which columns of a key's row hold its
@@ -27,6 +28,9 @@
  *   deepfm: the same + fm(embed) as the last term of the add
  *   dlrm:   z0 = mlp"bot"(x); Z = concat(z0, embed);
  *           linear"out"(mlp"mlp"(concat(z0, dot(Z))))
+ *   dcnv2:  linear"out"(mlp"mlp"(cross"cross"(concat(embed, x))))
+ *           (Wang et al. 2020, "DCN V2", §3: the stacked structure; the
+ *           cross layers are nn.h's st_cross_*, full or low rank)
  * with the pairs of dot in nn.h's tril order over Z = [z0, e_1, ..., e_S]
  * (DLRM's interact_features with arch_interaction_itself = False, Naumov et
  * al. 2019 §2.2). The add sums left to right, the order in which the
@@ -43,7 +47,7 @@
 #include "ops/nn/nn.h"
 #include "runtime/err.h"
 
-enum { M_LR, M_DNN, M_WDL, M_DEEPFM, M_DLRM };
+enum { M_LR, M_DNN, M_WDL, M_DEEPFM, M_DLRM, M_DCNV2 };
 enum { ACT_NONE = ST_LGRAPH_ACT_NONE, ACT_RELU = ST_LGRAPH_ACT_RELU,
        ACT_SIGMOID = ST_LGRAPH_ACT_SIGMOID };
 
@@ -69,8 +73,8 @@ struct st_model_ws {
 /* The preset's index, or ST_EINVAL for a name that is none. */
 static int parse_type(const char *s)
 {
-	static const char *names[] = { "lr", "dnn", "wdl", "deepfm", "dlrm" };
-	for (int i = 0; i < 5; i++)
+	static const char *names[] = { "lr", "dnn", "wdl", "deepfm", "dlrm", "dcnv2" };
+	for (int i = 0; i < 6; i++)
 		if (s && !strcmp(s, names[i]))
 			return i;
 	return ST_EINVAL;
@@ -81,7 +85,7 @@ int st_model_create(st_model_t **out, const st_model_cfg_t *cfg, int n_dense,
 {
 	int type = parse_type(cfg->type);
 	if (type < 0) {
-		st_error("model: unknown type '%s' (lr, dnn, wdl, deepfm, dlrm)",
+		st_error("model: unknown type '%s' (lr, dnn, wdl, deepfm, dlrm, dcnv2)",
 			 cfg->type ? cfg->type : "(null)");
 		return ST_EINVAL;
 	}
@@ -103,6 +107,13 @@ int st_model_create(st_model_t **out, const st_model_cfg_t *cfg, int n_dense,
 		st_error("model %s: bad shape (%d dense, %d slots, %d hidden, %d bottom, "
 			 "%d slot dims)", cfg->type, n_dense, n_slots, cfg->n_hidden,
 			 cfg->n_bottom, cfg->slot_dims ? cfg->n_slot_dims : n_slots);
+		return ST_EINVAL;
+	}
+	/* Only dcnv2 reads the cross fields; other presets ignore them, as they
+	 * ignore `bottom`. */
+	if (type == M_DCNV2 && (cfg->n_cross < 0 || cfg->n_cross > 16 || cfg->cross_rank < 0)) {
+		st_error("model dcnv2: cross_layers %d (0..16), cross_rank %d (>= 0; 0 = full "
+			 "rank)", cfg->n_cross, cfg->cross_rank);
 		return ST_EINVAL;
 	}
 	st_model_t *m = calloc(1, sizeof *m);
@@ -222,9 +233,11 @@ int st_model_create(st_model_t **out, const st_model_cfg_t *cfg, int n_dense,
 	} else {
 		int e = st_lgraph_embed(g);
 		int h = st_lgraph_concat(g, 2, (int[]){ e, x });
+		if (type == M_DCNV2)
+			h = st_lgraph_cross(g, h, "cross", cfg->n_cross, cfg->cross_rank);
 		h = st_lgraph_mlp(g, h, "mlp", cfg->n_hidden, cfg->hidden, m->act);
 		logit = st_lgraph_linear(g, h, "out", 1);
-		if (type != M_DNN) {
+		if (type == M_WDL || type == M_DEEPFM) {
 			int terms[4] = { logit, st_lgraph_wide(g), lin, 0 };
 			if (type == M_DEEPFM)
 				terms[3] = st_lgraph_fm(g, e, n_slots);

@@ -1,5 +1,5 @@
 /*
- * model.h — the CTR model presets (lr, dnn, wdl, deepfm, dlrm) built as
+ * model.h — the CTR model presets (lr, dnn, wdl, deepfm, dlrm, dcnv2) built as
  * layer graphs (graph.h) over the layers of nn.h.
  *
  * A model has two kinds of parameters:
@@ -19,6 +19,10 @@
  *   deepfm: logit = MLP(concat(e, x_dense)) + FM(e_1..e_S) + wide + linear(x_dense)
  *   dlrm:   z0 = bottom MLP(x_dense) (last size = emb_dim);
  *           logit = top MLP(concat(z0, dot(z0, e_1..e_S)))        ("bot.<k>...", "mlp.<k>...", "out...")
+ *   dcnv2:  x_0 = concat(e, x_dense); x_{l+1} = x_0 ⊙ (W_l x_l + b_l) + x_l for
+ *           l < n_cross; logit = MLP(x_L)   ("cross.<l>.weight"/"bias", or with
+ *           cross_rank r > 0 W_l = U_l V_lᵀ: "cross.<l>.v.weight" [r×d],
+ *           "cross.<l>.u.weight" [d×r], "cross.<l>.u.bias"; then "mlp...", "out...")
  * Hidden layers use the job's activation; the output layer is linear to 1.
  *
  * Thread-safety: a model is immutable after creation except through its

@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """make_fixtures.py — golden fixtures for tests/unit/test_parity.c.
 
-    /usr/bin/python3 tests/reference/make_fixtures.py [OUT_DIR [OPTIM]]
+    /usr/bin/python3 tests/reference/make_fixtures.py [OUT_DIR [OPTIM|PRESET]]
 
-(OPTIM: only the fixtures of that key of OPTIMS, e.g. multihot.)
+(OPTIM: only the fixtures of that key of OPTIMS, e.g. multihot, or of that
+key of PRESETS, e.g. dcnv2.)
 
 Writes OUT_DIR (default tests/reference/fixtures)/<preset>_<optim>.bin for
 every preset of models.py and every optimizer setting of OPTIMS below: the
@@ -53,7 +54,14 @@ PRESETS = {
     "wdl": ("sigmoid", "sum"),
     "deepfm": ("relu", "mean"),
     "dlrm": ("relu", "sum"),
+    "dcnv2": ("relu", "sum"),
 }
+
+# dcnv2: N_CROSS cross layers over concat(e, x) (width 4 * 4 + 3 = 19), full
+# rank for some optimizer settings and rank CROSS_RANK for the others, so
+# both forms of W meet every kind of update between them.
+N_CROSS, CROSS_RANK = 2, 3
+LOW_RANK_OPTIMS = ("adagrad_row", "adam", "multihot")
 
 
 def opt(name, lr, l2=0.0, rowwise=0, eps=0.0, beta1=0.9, beta2=0.999,
@@ -272,8 +280,10 @@ def make_fixture(preset, oname, seed):
     gen = torch.Generator().manual_seed(seed)
     dim = 1 if preset == "lr" else DIM
     rdim = models.row_dim(preset, dim)
+    rank = CROSS_RANK if oname in LOW_RANK_OPTIMS else 0
     model = models.CTRModel(preset, N_DENSE, N_SLOTS, dim, HIDDEN,
-                            BOTTOM if preset == "dlrm" else (), act)
+                            BOTTOM if preset == "dlrm" else (), act,
+                            n_cross=N_CROSS if preset == "dcnv2" else 0, cross_rank=rank)
     models.init_dense(model, gen)
     scale = 0.0 if sp["name"] == "ftrl" else 0.5
     tables = [(torch.rand(VOCAB[s], rdim, generator=gen) * 2 - 1) * scale
@@ -294,6 +304,8 @@ def make_fixture(preset, oname, seed):
     w.add("cfg.row_dim", u32(rdim))
     w.add("cfg.hidden", u32(*(HIDDEN if preset != "lr" else ())))
     w.add("cfg.bottom", u32(*(BOTTOM if preset == "dlrm" else ())))
+    if preset == "dcnv2":
+        w.add("cfg.cross", u32(N_CROSS, rank))     # cross layers, rank (0 = full)
     if multihot:
         w.add("cfg.slot_pooling", u32(*[2 if m == "mean" else 1 for m in MH_POOL]))
     w.add("cfg.minibatch", u32(MB))
@@ -374,12 +386,12 @@ def main():
     torch.set_num_threads(1)
     here = os.path.dirname(os.path.abspath(__file__))
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "fixtures")
-    only = sys.argv[2] if len(sys.argv) > 2 else None   # e.g. "multihot"
+    only = sys.argv[2] if len(sys.argv) > 2 else None   # e.g. "multihot" or "dcnv2"
     os.makedirs(out, exist_ok=True)
     total = 0
     for pi, preset in enumerate(PRESETS):
         for oi, oname in enumerate(OPTIMS):
-            if only and oname != only:
+            if only and only not in (oname, preset):
                 continue
             path = os.path.join(out, "%s_%s.bin" % (preset, oname))
             make_fixture(preset, oname, 1000 + 10 * pi + oi).save(path)

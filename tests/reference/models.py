@@ -9,6 +9,11 @@ shapes are exactly the dense tensor names of ops/nn/model.h:
   deepfm: logit = out(MLP(concat(e, x))) + FM(e_1..e_S) + wide + dense(x)
   dlrm:   z0 = bot(x) (every bottom layer is followed by the activation, as in DLRM);
           logit = out(MLP(concat(z0, dot(z0, e_1..e_S))))           bot.<k>..., mlp.<k>..., out...
+  dcnv2:  x_0 = concat(e, x); x_{l+1} = x_0 * (W_l x_l + b_l) + x_l  (DCN V2, Wang et al.
+          2020, §3: the stacked structure, cross layers then the deep part);
+          logit = out(MLP(x_L))                                      cross.<l>.weight/bias
+          (full rank) or cross.<l>.v.weight [r x d], cross.<l>.u.weight/bias (W = U V,
+          low rank r), mlp.<k>..., out...
 
 x = log1p(max(x_raw, 0)) unless dense_transform == "none"; e_s is the pooled
 (sum or mean, weighted by the key values) embedding of slot s; wide is the
@@ -28,8 +33,10 @@ import math
 import torch
 from torch import nn
 
-HAS_WIDE = {"lr": True, "dnn": False, "wdl": True, "deepfm": True, "dlrm": False}
-HAS_EMB = {"lr": False, "dnn": True, "wdl": True, "deepfm": True, "dlrm": True}
+HAS_WIDE = {"lr": True, "dnn": False, "wdl": True, "deepfm": True, "dlrm": False,
+            "dcnv2": False}
+HAS_EMB = {"lr": False, "dnn": True, "wdl": True, "deepfm": True, "dlrm": True,
+           "dcnv2": True}
 
 
 def row_dim(preset, dim):
@@ -41,12 +48,25 @@ def act_fn(name):
     return {"relu": torch.relu, "sigmoid": torch.sigmoid, "none": lambda t: t}[name]
 
 
+class LowRank(nn.Module):
+    """W = U V of a low-rank cross layer: v = Linear(d, r, bias=False), then
+    u = Linear(r, d) whose bias is the layer's b (DCN V2 §3, eq. 2)."""
+
+    def __init__(self, d, rank):
+        super().__init__()
+        self.v = nn.Linear(d, rank, bias=False)
+        self.u = nn.Linear(rank, d)
+
+    def forward(self, x):
+        return self.u(self.v(x))
+
+
 class CTRModel(nn.Module):
     """Dense part of a preset. forward(pooled [n,S,d] or None, wide [n] or
     None, x_raw [n,D]) -> logits [n]."""
 
     def __init__(self, preset, n_dense, n_slots, dim, hidden, bottom=(),
-                 activation="relu", dense_transform="log1p"):
+                 activation="relu", dense_transform="log1p", n_cross=0, cross_rank=0):
         super().__init__()
         self.preset, self.n_dense, self.n_slots, self.dim = preset, n_dense, n_slots, dim
         self.act = act_fn(activation)
@@ -70,6 +90,11 @@ class CTRModel(nn.Module):
             self.register_buffer("tri_b", cols, persistent=False)
         else:
             prev = n_slots * dim + n_dense
+        if preset == "dcnv2":
+            # declared before the MLP: state_dict (and strata's tensor) order
+            self.cross = nn.ModuleList(
+                nn.Linear(prev, prev) if cross_rank == 0 else LowRank(prev, cross_rank)
+                for _ in range(n_cross))
         self.mlp = nn.ModuleList()
         for h in hidden:
             self.mlp.append(nn.Linear(prev, h))
@@ -96,6 +121,10 @@ class CTRModel(nn.Module):
             h = torch.cat([z0, G[:, self.tri_a, self.tri_b]], dim=1)
         else:
             h = torch.cat([pooled.reshape(n, -1), x], dim=1)
+        if self.preset == "dcnv2":
+            x0 = h
+            for c in self.cross:
+                h = x0 * c(h) + h
         for lin in self.mlp:
             h = self.act(lin(h))
         logit = self.out(h).squeeze(1)

@@ -16,6 +16,10 @@
 
 enum { ND = 3, NS = 3, NEX = 5, EMB = 4 };
 
+/* dcnv2's cross rank for make_cfg (0 = full rank); the other presets ignore
+ * the cross fields. */
+static int cross_rank;
+
 static void make_cfg(st_model_cfg_t *c, const char *type)
 {
 	memset(c, 0, sizeof *c);
@@ -27,6 +31,8 @@ static void make_cfg(st_model_cfg_t *c, const char *type)
 	c->n_bottom = 2;
 	c->bottom[0] = 7;
 	c->bottom[1] = EMB;
+	c->n_cross = 2;
+	c->cross_rank = cross_rank;
 	/* Smooth activations keep finite differences away from ReLU kinks. */
 	c->activation = (char *)"sigmoid";
 }
@@ -364,6 +370,60 @@ static void test_model_gradcheck_dlrm(void **state)
 	fd_check("dlrm", "mixed", 0);
 }
 
+/* Per-slot dims are fine for dcnv2 (no field pairs): full and low rank. */
+static void test_model_gradcheck_dcnv2(void **state)
+{
+	(void)state;
+	cross_rank = 0;
+	fd_check("dcnv2", "sum", 0);
+	fd_check("dcnv2", "mixed", 1);
+	cross_rank = 2;
+	fd_check("dcnv2", "sum", 0);
+	fd_check("dcnv2", "mean", 1);
+	cross_rank = 0;
+}
+
+/* Tensor names and shapes of both forms, and the bad cross fields. */
+static void test_model_dcnv2_tensors(void **state)
+{
+	(void)state;
+	static const char *full[] = { "cross.0.weight", "cross.0.bias", "cross.1.weight",
+				      "cross.1.bias", "mlp.0.weight", "mlp.0.bias",
+				      "mlp.1.weight", "mlp.1.bias", "out.weight", "out.bias" };
+	check_names("dcnv2", full, 10);
+	st_model_cfg_t c;
+	st_model_t *m;
+	make_cfg(&c, "dcnv2");
+	c.cross_rank = 3;
+	assert_int_equal(st_model_create(&m, &c, 13, 26, 1), ST_OK);
+	const int d = 26 * EMB + 13;
+	const st_tensor_info_t *t = st_model_tensor(m, 0);
+	assert_string_equal(t->name, "cross.0.v.weight");
+	assert_int_equal(t->shape[0], 3);
+	assert_int_equal(t->shape[1], d);
+	t = st_model_tensor(m, 1);
+	assert_string_equal(t->name, "cross.0.u.weight");
+	assert_int_equal(t->shape[0], d);
+	assert_int_equal(t->shape[1], 3);
+	assert_string_equal(st_model_tensor(m, 2)->name, "cross.0.u.bias");
+	t = st_model_tensor(m, st_model_find_tensor(m, "mlp.0.weight"));
+	assert_int_equal(t->shape[1], d);    /* the cross stack keeps the width */
+	assert_int_equal(st_model_row_dim(m, 0), EMB);
+	assert_int_equal(st_model_has_wide(m), 0);
+	st_model_destroy(m);
+	make_cfg(&c, "dcnv2");
+	c.n_cross = 17;
+	assert_int_equal(st_model_create(&m, &c, ND, NS, 1), ST_EINVAL);
+	make_cfg(&c, "dcnv2");
+	c.cross_rank = -1;
+	assert_int_equal(st_model_create(&m, &c, ND, NS, 1), ST_EINVAL);
+	make_cfg(&c, "dcnv2");
+	c.n_cross = 0;                       /* no cross layers: dnn's graph */
+	assert_int_equal(st_model_create(&m, &c, ND, NS, 1), ST_OK);
+	assert_int_equal(st_model_ntensors(m), 6);
+	st_model_destroy(m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -375,6 +435,8 @@ int main(void)
 		cmocka_unit_test(test_model_gradcheck_wdl),
 		cmocka_unit_test(test_model_gradcheck_deepfm),
 		cmocka_unit_test(test_model_gradcheck_dlrm),
+		cmocka_unit_test(test_model_gradcheck_dcnv2),
+		cmocka_unit_test(test_model_dcnv2_tensors),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -62,13 +62,13 @@
 #include "tests/reference/fixture.c"
 
 
-static const char *const presets[] = { "lr", "dnn", "wdl", "deepfm", "dlrm" };
+static const char *const presets[] = { "lr", "dnn", "wdl", "deepfm", "dlrm", "dcnv2" };
 /* "multihot": sgd on list fields pooled per slot (sum or mean, overriding
  * the preset's pooling), the reference pooled by nn.EmbeddingBag with
  * per-sample offsets (make_fixtures.py, MULTIHOT). */
 static const char *const optims[] = { "sgd", "adagrad", "adagrad_row", "adam", "ftrl",
 				      "multihot" };
-#define N_PRESETS 5
+#define N_PRESETS 6
 #define N_OPTIMS 6
 
 /* Everything one fixture needs on the C side. */
@@ -205,6 +205,13 @@ static void par_open(par_t *p, const char *name)
 	c->n_bottom = (int)n;
 	for (size_t i = 0; i < n; i++)
 		c->bottom[i] = (int)h[i];
+	/* dcnv2: cross layers and rank (0 = full), only in its fixtures */
+	h = st_fixture_u32(fx, "cfg.cross", &n);
+	if (h) {
+		assert_int_equal(n, 2);
+		c->n_cross = (int)h[0];
+		c->cross_rank = (int)h[1];
+	}
 	c->init_scale = 0;
 	c->admit_min_count = 0;
 	c->admit_prob = 1.0;
