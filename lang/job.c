@@ -293,6 +293,10 @@ int st_job_dump(const st_job_t *job, FILE *f)
 			fprintf(f, "%s%d", i ? ", " : "", m->bottom[i]);
 		fprintf(f, "}\n");
 	}
+	if (m->type && !strcmp(m->type, "dcnv2")) {
+		fprintf(f, "model.cross_layers = %d\n", m->n_cross);
+		fprintf(f, "model.cross_rank = %d\n", m->cross_rank);
+	}
 	fprintf(f, "model.init_scale = %g\n", m->init_scale);
 	dump_optim(f, "model.sparse_optimizer", &m->sparse_opt);
 	dump_optim(f, "model.dense_optimizer", &m->dense_opt);

@@ -311,6 +311,8 @@ static void convert_model(lua_State *L, int m, st_model_cfg_t *mc)
 	}
 	mc->n_hidden = get_ints(L, m, "hidden", mc->hidden, 16);
 	mc->n_bottom = get_ints(L, m, "bottom", mc->bottom, 16);
+	mc->n_cross = get_i32(L, m, "cross_layers", 0);
+	mc->cross_rank = get_i32(L, m, "cross_rank", 0);
 	mc->activation = get_str(L, m, "activation");
 	mc->init_scale = get_num(L, m, "init_scale", 0.0);
 	convert_optim(L, m, "sparse_opt", &mc->sparse_opt);

@@ -32,12 +32,15 @@
 enum kind { K_STR, K_INT, K_BOOL, K_U64, K_DBL, K_LAYERS, K_SLOTDIMS };
 
 enum {
-	F_OPT = 1,      /* may be absent (strings: NULL; slot_dims: NULL) */
+	F_OPT = 1,      /* may be absent (strings: NULL; slot_dims: NULL; ints: 0,
+			   and an int that is 0 is not written, so configs of
+			   the models before the field stay byte for byte) */
 	F_GRP_S = 2,    /* sparse_opt group: all or none */
 	F_GRP_D = 4,    /* dense_opt group: all or none */
 };
 
-static const char *const type_names[] = { "lr", "dnn", "wdl", "deepfm", "dlrm", NULL };
+static const char *const type_names[] = { "lr", "dnn", "wdl", "deepfm", "dlrm", "dcnv2",
+					   NULL };
 static const char *const pool_names[] = { "sum", "mean", NULL };
 static const char *const act_names[] = { "relu", "sigmoid", "none", NULL };
 static const char *const transform_names[] = { "log1p", "none", NULL };
@@ -76,6 +79,8 @@ static const field_t fields[] = {
 	{ "slot_pooling", K_SLOTDIMS, OFF(slot_pooling), OFF(n_slot_pooling), F_OPT, NULL, 0 },
 	{ "hidden", K_LAYERS, OFF(hidden), OFF(n_hidden), 0, NULL, 1 },
 	{ "bottom", K_LAYERS, OFF(bottom), OFF(n_bottom), 0, NULL, 1 },
+	{ "n_cross", K_INT, OFF(n_cross), 0, F_OPT, NULL, 0 },
+	{ "cross_rank", K_INT, OFF(cross_rank), 0, F_OPT, NULL, 0 },
 	{ "activation", K_STR, OFF(activation), 0, F_OPT, act_names, 0 },
 	{ "dense_transform", K_STR, OFF(dense_transform), 0, F_OPT, transform_names, 0 },
 	{ "init_scale", K_DBL, OFF(init_scale), 0, 0, NULL, 0 },
@@ -175,6 +180,8 @@ int st_modelcfg_encode(const st_model_cfg_t *cfg, char **out, char *err, size_t 
 		}
 		case K_INT:
 		case K_BOOL:
+			if ((f->flags & F_OPT) && *CAT(cfg, f, int) == 0)
+				continue;
 			sb_printf(&b, "%s=%d\n", f->key, *CAT(cfg, f, int));
 			break;
 		case K_U64:

@@ -114,6 +114,10 @@ char *st_trainer_model_desc(const st_job_t *job)
 		for (int i = 0; i < m->n_bottom; i++)
 			put(&s, &len, &cap, "%s%d", i ? "," : "", m->bottom[i]);
 	}
+	/* Only dcnv2 has cross layers; other presets' strings (and hashes) stay
+	 * what they were. */
+	if (m->n_cross || m->cross_rank)
+		put(&s, &len, &cap, " cross=%d rank=%d", m->n_cross, m->cross_rank);
 	put(&s, &len, &cap, " activation=%s pooling=%s dense_transform=%s sparse_opt=%s dense_opt=%s",
 	    m->activation ? m->activation : "relu", m->pooling ? m->pooling : "sum",
 	    m->dense_transform ? m->dense_transform : "log1p",

@@ -41,7 +41,7 @@ local L = {
 S.limits = L
 
 S.formats = { "criteo", "libsvm", "csv" }
-S.models = { "lr", "dnn", "wdl", "deepfm", "dlrm" }
+S.models = { "lr", "dnn", "wdl", "deepfm", "dlrm", "dcnv2" }
 S.optimizers = { "sgd", "adagrad", "adam", "ftrl" }
 -- Sync policies: the registry's table (ops/sync/policies.def), in its
 -- order; S.meta_policies[name] is true for a policy that switches between
@@ -230,6 +230,13 @@ S.model = {
 	dnn = deep, wdl = deep, deepfm = deep,
 	dlrm = with(deep, {
 		{ "bottom", "ints", min = 1, max = L.layer, maxlen = 16 },   -- default {64, emb_dim}
+	}),
+	-- DCNv2 (ops/nn/model.h): cross layers over concat(embeddings, dense)
+	-- before the MLP; cross_rank 0 = full-rank W, r = W = U Vᵀ of rank r
+	-- (validate.lua checks r against the layers' width).
+	dcnv2 = with(deep, {
+		{ "cross_layers", "int", min = 0, max = 16, default = 3 },
+		{ "cross_rank", "int", min = 0, max = L.layer, default = 0 },
 	}),
 }
 -- model.admission: one of the two rules (neither: admit every key).

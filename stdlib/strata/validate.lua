@@ -763,6 +763,26 @@ function V:model(root, v, train)
 		end
 	end
 
+	-- dcnv2: a rank at or above the cross width is a full-rank W stored
+	-- in more parameters; say which field and what 0 means.
+	if name == "dcnv2" then
+		out.cross_layers, out.cross_rank = m.cross_layers or 3, m.cross_rank or 0
+		local width
+		if train and not bad.emb_dim then
+			width = train.n_dense
+			if out.slot_dims then
+				for _, d in ipairs(out.slot_dims) do width = width + d end
+			else
+				width = width + out.emb_dim * train.n_slots
+			end
+		end
+		if width and out.cross_rank > 0 and out.cross_rank >= width then
+			self:ferr(node, "cross_rank", "model.cross_rank must be below the cross " ..
+				"layers' width %d (embeddings + dense features), got %d; 0 means " ..
+				"full rank", width, out.cross_rank)
+		end
+	end
+
 	-- admission = { min_count = n } or { probability = p }.
 	local anode = tbl.admission ~= nil and self:section(node, "admission", tbl.admission)
 	if anode then

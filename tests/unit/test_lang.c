@@ -601,7 +601,7 @@ static void test_lang_unknown_names(void **state)
 	st_diag_free(&d);
 	load_bad("tests/lua/bad_missing.lua", NULL, 0, &d);
 	expect_msg(&d, "tests/lua/bad_missing.lua:7: unknown model type 'dnnn' (did you mean "
-		       "'dnn'?); known models: lr, dnn, wdl, deepfm, dlrm");
+		       "'dnn'?); known models: lr, dnn, wdl, deepfm, dlrm, dcnv2");
 	expect_msg(&d, "tests/lua/bad_missing.lua:6: unknown sync policy 'asynch' (did you mean "
 		       "'async'?); known policies: allreduce, async, hop_bs, bsp, hop_bw, gba, "
 		       "kstep, shadow, hybrid, auto");
@@ -854,6 +854,44 @@ static void test_lang_model_errors(void **state)
 	assert_int_equal(load("tests/lua/good_dlrm.lua", un, 1, 1, &j, &d), ST_EJOB);
 	assert_int_equal(d.n, 1);
 	assert_non_null(strstr(d.msg[0], "unknown model type 'dnnn' (did you mean 'dnn'?)"));
+	st_diag_free(&d);
+}
+
+/* dcnv2's fields reach st_model_cfg_t; the defaults (3 full-rank layers);
+ * `strata check` errors name the field. */
+static void test_lang_dcnv2(void **state)
+{
+	(void)state;
+	st_job_t *j = load_ok("tests/lua/good_dcnv2.lua", NULL, 0);
+	assert_string_equal(j->model.type, "dcnv2");
+	assert_int_equal(j->model.n_cross, 2);
+	assert_int_equal(j->model.cross_rank, 16);
+	assert_int_equal(j->model.n_hidden, 2);
+	assert_int_equal(j->model.emb_dim, 8);
+	st_job_free(j);
+	const char *sets[] = { "model=st.model.dcnv2{}" };
+	j = load_ok("tests/lua/good_dcnv2.lua", sets, 1);
+	assert_int_equal(j->model.n_cross, 3);
+	assert_int_equal(j->model.cross_rank, 0);
+	st_job_free(j);
+	/* other presets leave the cross fields 0 */
+	j = load_ok("tests/lua/good_dlrm.lua", NULL, 0);
+	assert_int_equal(j->model.n_cross, 0);
+	assert_int_equal(j->model.cross_rank, 0);
+	st_job_free(j);
+
+	st_diag_t d = { 0 };
+	load_bad("tests/lua/bad_dcnv2.lua", NULL, 0, &d);
+	expect_msg(&d, "tests/lua/bad_dcnv2.lua:8: model.cross_layers must be <= 16, got 17");
+	expect_msg(&d, "tests/lua/bad_dcnv2.lua:9: model.cross_rank must be below the cross "
+		       "layers' width 221 (embeddings + dense features), got 221; 0 means full "
+		       "rank");
+	st_diag_free(&d);
+	/* cross fields belong to dcnv2 only */
+	const char *wrong[] = { "model=st.model.dnn{cross_layers = 2}" };
+	assert_int_equal(load("tests/lua/good_dcnv2.lua", wrong, 1, 1, &j, &d), ST_EJOB);
+	assert_int_equal(d.n, 1);
+	assert_non_null(strstr(d.msg[0], "cross_layers"));
 	st_diag_free(&d);
 }
 
@@ -1610,6 +1648,7 @@ int main(void)
 		cmocka_unit_test(test_lang_not_a_job),
 		cmocka_unit_test(test_lang_model_deep_fields),
 		cmocka_unit_test(test_lang_model_defaults),
+		cmocka_unit_test(test_lang_dcnv2),
 		cmocka_unit_test(test_lang_model_errors),
 		cmocka_unit_test(test_lang_set_overrides),
 		cmocka_unit_test(test_lang_set_sync),

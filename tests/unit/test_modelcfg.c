@@ -72,6 +72,8 @@ static void check_same(const st_model_cfg_t *a, const st_model_cfg_t *b)
 	assert_memory_equal(a->hidden, b->hidden, sizeof(int) * (size_t)a->n_hidden);
 	assert_int_equal(a->n_bottom, b->n_bottom);
 	assert_memory_equal(a->bottom, b->bottom, sizeof(int) * (size_t)a->n_bottom);
+	assert_int_equal(a->n_cross, b->n_cross);
+	assert_int_equal(a->cross_rank, b->cross_rank);
 	assert_true(same_str(a->activation, b->activation));
 	assert_true(same_dbl(a->init_scale, b->init_scale));
 	check_optim(&a->sparse_opt, &b->sparse_opt, "sparse_opt");
@@ -173,6 +175,31 @@ static void test_modelcfg_roundtrip_presets(void **state)
 	memset(&z, 0, sizeof z);
 	z.type = (char *)"dnn";
 	roundtrip(&z);
+}
+
+/* dcnv2's cross fields round-trip; they are written only when nonzero, so
+ * the text of every other preset is what it was before they existed. */
+static void test_modelcfg_roundtrip_dcnv2(void **state)
+{
+	(void)state;
+	for (int v = 0; v < 3; v++) {
+		st_model_cfg_t c;
+		make_cfg(&c, "dcnv2", v);
+		c.n_cross = 3;
+		c.cross_rank = v;   /* 0 = full rank */
+		roundtrip(&c);
+	}
+	st_model_cfg_t c;
+	make_cfg(&c, "dnn", 0);
+	char *text = NULL;
+	assert_int_equal(st_modelcfg_encode(&c, &text, NULL, 0), ST_OK);
+	assert_null(strstr(text, "cross"));
+	free(text);
+	c.n_cross = 2;
+	assert_int_equal(st_modelcfg_encode(&c, &text, NULL, 0), ST_OK);
+	assert_non_null(strstr(text, "\nn_cross=2\n"));
+	assert_null(strstr(text, "cross_rank"));
+	free(text);
 }
 
 /* The models of every job file strata ships and of the valid test jobs, as
@@ -344,6 +371,7 @@ int main(void)
 	}
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_modelcfg_roundtrip_presets),
+		cmocka_unit_test(test_modelcfg_roundtrip_dcnv2),
 		cmocka_unit_test(test_modelcfg_roundtrip_jobs),
 		cmocka_unit_test(test_modelcfg_text),
 		cmocka_unit_test(test_modelcfg_decode_is_strict),
