@@ -27,6 +27,12 @@
  * two consumers the sum is a + b in one rounding, whatever the order — which
  * is what keeps the presets bit-identical to the hand-written code they
  * replaced.
+ *
+ * The file is long because a node kind is one concept spread over four
+ * switch-like places — its builder (width, tensors, FLOPs), its workspace
+ * buffers, its forward and its backward — and keeping them side by side in
+ * one file is what makes a kind added to one place and missed in another
+ * visible in review. The layer math itself lives in nn.c.
  */
 #include "ops/nn/graph.h"
 
