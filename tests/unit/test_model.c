@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "ops/nn/model.h"
+#include "ops/nn/nn.h"
 #include "runtime/err.h"
 
 enum { ND = 3, NS = 3, NEX = 5, EMB = 4 };
@@ -424,6 +425,154 @@ static void test_model_dcnv2_tensors(void **state)
 	st_model_destroy(m);
 }
 
+/* ---- the graph against a hand-composed reference twin ----------------------
+ * deepfm written out with nn.h's layers in the order the presets were
+ * hand-written before the layer graph (logit = out + wide + linear + fm;
+ * dP = MLP input gradient + FM gradient): st_model_step must agree bit for
+ * bit, so a change to the executor that reorders arithmetic shows here. */
+
+/* Parameters by tensor name. */
+static const float *tp(const st_model_t *m, const float *p, const char *name)
+{
+	int i = st_model_find_tensor(m, name);
+	assert_true(i >= 0);
+	return p + st_model_tensor(m, i)->offset;
+}
+
+static float *tg(const st_model_t *m, float *g, const char *name)
+{
+	return g + st_model_tensor(m, st_model_find_tensor(m, name))->offset;
+}
+
+static void test_model_deepfm_matches_hand_composed(void **state)
+{
+	(void)state;
+	st_model_cfg_t c;
+	make_cfg(&c, "deepfm");
+	c.activation = (char *)"relu";
+	st_model_t *m;
+	assert_int_equal(st_model_create(&m, &c, ND, NS, 9), ST_OK);
+	st_model_ws_t *ws;
+	assert_int_equal(st_model_ws_create(&ws, m, NEX), ST_OK);
+	uint32_t nu;
+	st_batch_t *b = tiny_batch(&nu);
+	const int R = EMB + 1, W = NS * EMB, IN = W + ND;
+	float rowbuf[7 * (EMB + 1)], *rows[7];
+	for (int u = 0; u < 7; u++) {
+		rows[u] = rowbuf + u * R;
+		for (int j = 0; j < R; j++)
+			rows[u][j] = 0.05f * (float)((u * 7 + j * 3) % 11) - 0.25f;
+	}
+	const float *p = st_model_params(m);
+	size_t np = st_model_nparams(m);
+	float *gp = calloc(np, sizeof(float)), *gr = calloc(np, sizeof(float));
+	float gu[7 * (EMB + 1)] = { 0 }, gur[7 * (EMB + 1)] = { 0 }, prob[NEX];
+	double loss = st_model_step(m, ws, b, 0, NEX, rows, p, 0.2f, prob, gp, gu, R);
+
+	/* The twin. */
+	int dim[NS], off[NS];
+	for (int s = 0; s < NS; s++) {
+		dim[s] = EMB;
+		off[s] = s * EMB;
+	}
+	st_pool_layout_t L = { .n_slots = NS, .dim = dim, .off = off, .width = W };
+	float xd[NEX * ND], P[NEX * W], X0[NEX * IN], h0[NEX * 6], h1[NEX * 5];
+	float logit[NEX], tmp[NEX], fm[NEX], dl[NEX], pr[NEX], d1[NEX * 5], d0[NEX * 6];
+	float dX0[NEX * IN], dP[NEX * W], dFM[NEX * W];
+	for (int i = 0; i < NEX * ND; i++)
+		xd[i] = b->dense[i] > 0.0f ? log1pf(b->dense[i]) : 0.0f;
+	st_pool_forward(&L, 0, NEX, b->row_off, b->key_slot, b->key_val, b->key_idx, rows, P);
+	for (int i = 0; i < NEX; i++) {
+		memcpy(X0 + i * IN, P + i * W, sizeof(float) * W);
+		memcpy(X0 + i * IN + W, xd + i * ND, sizeof(float) * ND);
+	}
+	st_linear_forward(NEX, IN, 6, X0, tp(m, p, "mlp.0.weight"), tp(m, p, "mlp.0.bias"), h0);
+	st_relu_forward(NEX * 6, h0, h0);
+	st_linear_forward(NEX, 6, 5, h0, tp(m, p, "mlp.1.weight"), tp(m, p, "mlp.1.bias"), h1);
+	st_relu_forward(NEX * 5, h1, h1);
+	st_linear_forward(NEX, 5, 1, h1, tp(m, p, "out.weight"), tp(m, p, "out.bias"), logit);
+	st_wide_forward(0, NEX, b->row_off, b->key_val, b->key_idx, rows, EMB, tmp);
+	for (int i = 0; i < NEX; i++)
+		logit[i] += tmp[i];
+	st_linear_forward(NEX, ND, 1, xd, tp(m, p, "dense.weight"), tp(m, p, "dense.bias"), tmp);
+	for (int i = 0; i < NEX; i++)
+		logit[i] += tmp[i];
+	st_fm_forward(NEX, NS, EMB, P, fm);
+	for (int i = 0; i < NEX; i++)
+		logit[i] += fm[i];
+	double lr = st_logloss_forward_backward(NEX, logit, b->labels, 0.2f, pr, dl);
+	st_wide_backward(0, NEX, b->row_off, b->key_val, b->key_idx, dl, gur, R, EMB);
+	st_linear_backward(NEX, ND, 1, xd, tp(m, p, "dense.weight"), dl, NULL,
+			   tg(m, gr, "dense.weight"), tg(m, gr, "dense.bias"));
+	st_linear_backward(NEX, 5, 1, h1, tp(m, p, "out.weight"), dl, d1, tg(m, gr, "out.weight"),
+			   tg(m, gr, "out.bias"));
+	st_relu_backward(NEX * 5, h1, d1, d1);
+	st_linear_backward(NEX, 6, 5, h0, tp(m, p, "mlp.1.weight"), d1, d0,
+			   tg(m, gr, "mlp.1.weight"), tg(m, gr, "mlp.1.bias"));
+	st_relu_backward(NEX * 6, h0, d0, d0);
+	st_linear_backward(NEX, IN, 6, X0, tp(m, p, "mlp.0.weight"), d0, dX0,
+			   tg(m, gr, "mlp.0.weight"), tg(m, gr, "mlp.0.bias"));
+	for (int i = 0; i < NEX; i++)
+		memcpy(dP + i * W, dX0 + i * IN, sizeof(float) * W);
+	st_fm_backward(NEX, NS, EMB, P, dl, dFM);
+	for (int j = 0; j < NEX * W; j++)
+		dP[j] += dFM[j];
+	st_pool_backward(&L, 0, NEX, b->row_off, b->key_slot, b->key_val, b->key_idx, dP, gur, R);
+
+	assert_true(loss == lr);
+	assert_memory_equal(prob, pr, sizeof prob);
+	assert_memory_equal(gp, gr, np * sizeof(float));
+	assert_memory_equal(gu, gur, sizeof gu);
+	free(gp);
+	free(gr);
+	st_batch_destroy(b);
+	st_model_ws_destroy(ws);
+	st_model_destroy(m);
+}
+
+/* dcnv2 without cross layers is the dnn's graph: same tensors, same initial
+ * values, same step, bit for bit. */
+static void test_model_dcnv2_without_cross_is_dnn(void **state)
+{
+	(void)state;
+	st_model_cfg_t c;
+	st_model_t *a, *d;
+	make_cfg(&c, "dnn");
+	assert_int_equal(st_model_create(&a, &c, ND, NS, 5), ST_OK);
+	make_cfg(&c, "dcnv2");
+	c.n_cross = 0;
+	assert_int_equal(st_model_create(&d, &c, ND, NS, 5), ST_OK);
+	size_t np = st_model_nparams(a);
+	assert_int_equal(np, st_model_nparams(d));
+	assert_memory_equal(st_model_params(a), st_model_params(d), np * sizeof(float));
+	st_model_ws_t *wa, *wd;
+	assert_int_equal(st_model_ws_create(&wa, a, NEX), ST_OK);
+	assert_int_equal(st_model_ws_create(&wd, d, NEX), ST_OK);
+	uint32_t nu;
+	st_batch_t *b = tiny_batch(&nu);
+	float rowbuf[7 * EMB], *rows[7];
+	for (int u = 0; u < 7; u++) {
+		rows[u] = rowbuf + u * EMB;
+		for (int j = 0; j < EMB; j++)
+			rows[u][j] = 0.03f * (float)((u * 5 + j) % 9) - 0.1f;
+	}
+	float *ga = calloc(np, sizeof(float)), *gd = calloc(np, sizeof(float));
+	float ua[7 * EMB] = { 0 }, ud[7 * EMB] = { 0 }, pa[NEX], pd[NEX];
+	double la = st_model_step(a, wa, b, 0, NEX, rows, st_model_params(a), 1.0f, pa, ga, ua, EMB);
+	double ld = st_model_step(d, wd, b, 0, NEX, rows, st_model_params(d), 1.0f, pd, gd, ud, EMB);
+	assert_true(la == ld);
+	assert_memory_equal(pa, pd, sizeof pa);
+	assert_memory_equal(ga, gd, np * sizeof(float));
+	assert_memory_equal(ua, ud, sizeof ua);
+	free(ga);
+	free(gd);
+	st_batch_destroy(b);
+	st_model_ws_destroy(wa);
+	st_model_ws_destroy(wd);
+	st_model_destroy(a);
+	st_model_destroy(d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -437,6 +586,8 @@ int main(void)
 		cmocka_unit_test(test_model_gradcheck_dlrm),
 		cmocka_unit_test(test_model_gradcheck_dcnv2),
 		cmocka_unit_test(test_model_dcnv2_tensors),
+		cmocka_unit_test(test_model_deepfm_matches_hand_composed),
+		cmocka_unit_test(test_model_dcnv2_without_cross_is_dnn),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
