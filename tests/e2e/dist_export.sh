@@ -153,7 +153,9 @@ if [ $trc = 0 ] && [ $ndel -ge 5 ] && [ -n "$ev" ] && [ -n "$sl" ] &&
      -v d="${sl#* }" 'BEGIN { exit !(a - b <= 2e-4 && b - a <= 2e-4 && c - d <= 2e-4 && d - c <= 2e-4) }'; then
   ok "TTL on 2 processes: $ndel deltas delete expired keys; the chain after day 6 scores day 7 as the job did ($sl)"
 else
+  cp "$tmp/ttl/log" "$tmp/out_ttl_job" 2>/dev/null   # for bad() to show, with out_t6
   bad "TTL deltas on 2 processes (exit $trc): $ndel deltas with deletions, chain eval '$ev' vs job '$sl'"
+  rm -f "$tmp/out_ttl_job"
 fi
 
 # A delta missing rank 1's shard: incomplete; the chain ends before it.
