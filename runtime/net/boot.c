@@ -58,7 +58,7 @@
 
 #define HELLO_MAGIC 0x48425453u   /* "STBH" */
 #define REPLY_MAGIC 0x52425453u   /* "STBR" */
-#define BOOT_VERSION 1u
+#define BOOT_VERSION 2u          /* 2: addresses start with a host id (net.c) */
 #define MAX_ADDR (1u << 16)
 #define HELLO_WAIT_S 10.0         /* a connection must say hello within this */
 

@@ -41,6 +41,7 @@
 #include <assert.h>
 #include <dirent.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -439,21 +440,67 @@ void st__net_peer_gone(st_net_t *net, int r, int how, const char *why)
 	wake_progress(net);
 }
 
-static int create_eps(st_net_t *net, void **addrs)
+/* Every rank's address in the table starts with HOST_ID_LEN bytes naming
+ * its host: "hostname/boot_id". The boot id tells two machines with one
+ * hostname (cloned VMs, containers named alike) apart; processes of one
+ * machine that disagree on the hostname (containers) just count as two
+ * hosts and talk over the network, which is slower but always correct. */
+#define HOST_ID_LEN 128
+
+static void host_id(char id[HOST_ID_LEN])
 {
+	char host[64] = "?", boot[48] = "";
+	if (gethostname(host, sizeof host - 1) < 0)
+		strcpy(host, "?");
+	FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+	if (f) {
+		if (!fgets(boot, sizeof boot, f))
+			boot[0] = 0;
+		fclose(f);
+	}
+	boot[strcspn(boot, "\n")] = 0;
+	memset(id, 0, HOST_ID_LEN);
+	snprintf(id, HOST_ID_LEN, "%s/%s", host, boot);
+}
+
+/*
+ * One endpoint per peer. A peer on another host gets UCX's peer error
+ * handling (TCP, RDMA): UCX then reports a broken connection itself. A peer
+ * on this host gets none (UCP_ERR_HANDLING_MODE_NONE), because in UCX 1.13
+ * that is what lets it pick the shared-memory transports (posix/sysv for
+ * small messages, cma for the rendezvous): they do not advertise peer
+ * failure handling. With UCX_POSIX_ERROR_HANDLING=y they would, but then
+ * a 1 MiB ucx_perftest tag_bw between two processes here fell from 1.4-1.7
+ * to 0.12-0.16 GB/s, slower than TCP. What UCX no longer tells us about
+ * such a peer the monitor does (boot.c: the coordinator's connections
+ * close when a process dies, heartbeats end when it stalls), and
+ * st__net_peer_gone then force-closes the endpoint, which completes every
+ * request to it.
+ */
+static int create_eps(st_net_t *net, void **addrs, const size_t *lens)
+{
+	char me[HOST_ID_LEN];
+	host_id(me);
 	for (int r = 0; r < net->size; r++) {
 		if (r == net->rank)
 			continue;
+		if (lens[r] <= HOST_ID_LEN) {
+			st_error("net: rank %d sent a %zu-byte address, too short to hold a host id",
+				 r, lens[r]);
+			return ST_EPEER;
+		}
+		int shm = net->shm_allowed && !memcmp(addrs[r], me, HOST_ID_LEN);
 		ucp_ep_params_t ep = {
 			.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
 				      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
 				      UCP_EP_PARAM_FIELD_ERR_HANDLER,
-			.address = addrs[r],
-			.err_mode = UCP_ERR_HANDLING_MODE_PEER,
+			.address = (const ucp_address_t *)((char *)addrs[r] + HOST_ID_LEN),
+			.err_mode = shm ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER,
 			.err_handler = { .cb = ep_error, .arg = &net->peers[r] },
 		};
 		pthread_mutex_lock(&net->wmu);
 		ucs_status_t s = ucp_ep_create(net->worker, &ep, &net->peers[r].ep);
+		net->peers[r].shm = shm;
 		pthread_mutex_unlock(&net->wmu);
 		if (s != UCS_OK) {
 			net->peers[r].ep = NULL;
@@ -463,6 +510,49 @@ static int create_eps(st_net_t *net, void **addrs)
 		}
 	}
 	return ST_OK;
+}
+
+int st__net_ep_shm(st_net_t *net, int r)
+{
+	pthread_mutex_lock(&net->wmu);
+	int shm = net->peers[r].shm;
+	pthread_mutex_unlock(&net->wmu);
+	return shm;
+}
+
+int st__net_ep_transports(st_net_t *net, int r, char *out, size_t n)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	if (!f)
+		return ST_EIO;
+	pthread_mutex_lock(&net->wmu);
+	if (net->peers[r].ep && r != net->rank)
+		ucp_ep_print_info(net->peers[r].ep, f);
+	pthread_mutex_unlock(&net->wmu);
+	fclose(f);
+	if (getenv("ST_NET_DEBUG_EPINFO"))
+		fputs(text, stderr);
+	size_t k = 0;
+	out[0] = 0;
+	/* Lane lines read "#   lane[0]:  3:posix/memory.0 md[3] ...": the
+	 * transport/device comes after the resource index. */
+	for (char *line = text, *next; line && *line; line = next) {
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = 0;
+		char *l = strstr(line, "lane["), *c = l ? strchr(l, ':') : NULL;
+		if (!c || !(c = strchr(c + 1, ':')))
+			continue;
+		size_t w = strcspn(c + 1, ". \t");
+		char name[64];
+		snprintf(name, sizeof name, "%.*s", (int)(w < 63 ? w : 63), c + 1);
+		if (!strstr(out, name) && k + w + 2 < n)
+			k += (size_t)snprintf(out + k, n - k, "%s%s", k ? " " : "", name);
+	}
+	free(text);
+	return (int)k;
 }
 
 /* ---- open and close --------------------------------------------------------------- */
@@ -572,13 +662,23 @@ int st_net_open(st_net_t **out, const st_net_cfg_t *cfg)
 		free(net);
 		return ST_ENOMEM;
 	}
+	const char *shm = getenv("STRATA_NET_SHM");
+	if (shm && strcmp(shm, "0") && strcmp(shm, "1"))
+		st_warn("net: STRATA_NET_SHM=%s: expected 0 (no shared memory) or 1; using 1", shm);
+	net->shm_allowed = !shm || strcmp(shm, "0");
 	int rc = ucx_init(net);
 	void **addrs = NULL;
 	size_t *lens = NULL;
-	if (rc == ST_OK && net->size > 1)
-		rc = st__net_boot(net, net->addr, net->addr_len, &addrs, &lens);
+	if (rc == ST_OK && net->size > 1) {
+		/* Our address in the table: the host id, then UCX's. */
+		char *mine = st_xmalloc(HOST_ID_LEN + net->addr_len);
+		host_id(mine);
+		memcpy(mine + HOST_ID_LEN, net->addr, net->addr_len);
+		rc = st__net_boot(net, mine, HOST_ID_LEN + net->addr_len, &addrs, &lens);
+		free(mine);
+	}
 	if (addrs) {
-		rc = create_eps(net, addrs);
+		rc = create_eps(net, addrs, lens);
 		for (int r = 0; r < net->size; r++)
 			free(addrs[r]);
 		free(addrs);

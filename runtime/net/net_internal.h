@@ -120,6 +120,8 @@ typedef struct st__net_peer {
 #if ST_HAVE_UCX
 	ucp_ep_h ep;        /* under wmu; NULL once closed */
 	int ep_failed;      /* UCX reported an error on ep (under wmu) */
+	int shm;            /* ep has no UCX peer error handling (same host: shared
+			     * memory); only the monitor tells this peer's death */
 #endif
 	int rank;
 	struct st_net *net;
@@ -170,6 +172,7 @@ struct st_net {
 	atomic_int stop;
 	atomic_int inflight;           /* UCX requests not yet completed */
 	atomic_int eps_failed;         /* some peer's ep reported an error */
+	int shm_allowed;               /* STRATA_NET_SHM is not 0 */
 #endif
 
 	/* bootstrap and failure monitor (boot.c) */
@@ -235,6 +238,15 @@ void st__net_monitor_stop(st_net_t *net);
 void st__net_boot_close(st_net_t *net);
 
 /* ---- test-only ---------------------------------------------------------------- */
+
+/* The transports UCX chose for the endpoint to rank r, as "tl/dev" names
+ * separated by spaces ("posix/memory cma/memory"), into out[n]; "" for
+ * oneself or a closed endpoint. Returns the length, or ST_EIO when UCX's
+ * description could not be read. Takes wmu. */
+int st__net_ep_transports(st_net_t *net, int r, char *out, size_t n);
+/* 1 when the endpoint to rank r was made for shared memory (same host, no
+ * UCX peer error handling). */
+int st__net_ep_shm(st_net_t *net, int r);
 
 /* Sends len raw bytes as one message to dst, tagged as if on chan from this
  * rank, without a frame: lets a test deliver truncated or corrupt frames. */

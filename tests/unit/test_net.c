@@ -517,10 +517,35 @@ static size_t pmsg_len(int i)
 	return offsetof(pmsg_t, fill) + (size_t)(i * 37 % 200);
 }
 
+/* The transport UCX picked for every peer is the one this job asked for:
+ * shared memory between the processes of one machine (these tests run on
+ * one), TCP when STRATA_NET_SHM=0. Fails rather than let the shared-memory
+ * path fall back to TCP unnoticed, which would still pass every other
+ * test, only slower and with UCX's own error reports. */
+static void check_transport(st_net_t *net)
+{
+	const char *v = getenv("STRATA_NET_SHM");
+	const int want_shm = !v || strcmp(v, "0");
+	for (int p = 0; p < st_net_size(net); p++) {
+		if (p == st_net_rank(net))
+			continue;
+		char tls[256];
+		CHECK(st__net_ep_transports(net, p, tls, sizeof tls) > 0);
+		int shm = strstr(tls, "posix") || strstr(tls, "sysv") || strstr(tls, "cma");
+		if (st__net_ep_shm(net, p) != want_shm || shm != want_shm ||
+		    (want_shm && strstr(tls, "tcp")) || (!want_shm && !strstr(tls, "tcp"))) {
+			fprintf(stderr, "rank %d: to rank %d UCX uses \"%s\", expected %s\n",
+				g_rank, p, tls, want_shm ? "shared memory only" : "tcp");
+			_exit(3);
+		}
+	}
+}
+
 /* All pairs (self included), in order; ANY; send2; 8 MB; empty messages. */
 static int body_p2p(st_net_t *net, job_t *j)
 {
 	const int P = st_net_size(net), r = st_net_rank(net), K = 40;
+	check_transport(net);
 	for (int i = 0; i < K; i++)
 		for (int d = 0; d < P; d++) {
 			pmsg_t m = { r, d, i, { 0 } };
@@ -591,6 +616,15 @@ static int body_p2p(st_net_t *net, job_t *j)
 }
 
 static void test_net_p2p_2(void **state) { (void)state; run_job(2, body_p2p); }
+
+/* STRATA_NET_SHM=0: the same job over TCP (check_transport says so). */
+static void test_net_p2p_2_tcp(void **state)
+{
+	(void)state;
+	setenv("STRATA_NET_SHM", "0", 1);   /* the forked ranks inherit it */
+	run_job(2, body_p2p);
+	unsetenv("STRATA_NET_SHM");
+}
 static void test_net_p2p_4(void **state) { (void)state; run_job(4, body_p2p); }
 
 static uint64_t rng_next(uint64_t *s)
@@ -816,7 +850,7 @@ static void test_net_idle_connections(void **state)
 	/* The hello of boot.c: magic "STBH", version, rank, size, token and
 	 * address lengths; then the token. The address never comes. */
 	int bad = connect_coord(&j, deadline);
-	const uint32_t hello[6] = { 0x48425453u, 1, 1, 2, 5, 100 };
+	const uint32_t hello[6] = { 0x48425453u, 2, 1, 2, 5, 100 };
 	assert_int_equal(send(bad, hello, sizeof hello, 0), (ssize_t)sizeof hello);
 	assert_int_equal(send(bad, "wrong", 5, 0), 5);
 	double t0 = now_s();
@@ -853,6 +887,7 @@ static double elapsed_since(double t0)
 static int body_survivor(st_net_t *net, job_t *j)
 {
 	const int P = st_net_size(net), r = st_net_rank(net), v = g_victim;
+	check_transport(net);   /* the failures below are detected without UCX's help */
 	if (r == v) {
 		for (;;)
 			pause();   /* until the parent's SIGKILL */
@@ -1092,6 +1127,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_net_single),
 		cmocka_unit_test(test_net_p2p_2),
+		cmocka_unit_test(test_net_p2p_2_tcp),
 		cmocka_unit_test(test_net_p2p_4),
 		cmocka_unit_test(test_net_coll_2),
 		cmocka_unit_test(test_net_coll_4),
