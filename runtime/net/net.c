@@ -254,15 +254,25 @@ static void *progress_main(void *arg)
 
 static void send_cb(void *req, ucs_status_t s, void *user)
 {
-	st__net_sreq_t *sr = user;
-	st_net_t *net = sr->net;
+	st__net_ticket_t *t = user;
+	st_net_t *net = t->net;
 	ucp_request_free(req);
 	atomic_fetch_sub(&net->inflight, 1);
 	pthread_mutex_lock(&net->mu);
-	sr->status = status_rc(s);
-	sr->done = 1;
-	pthread_cond_broadcast(&net->sent_cv);
+	if (t->req) {
+		t->req->status = status_rc(s);
+		t->req->done = 1;
+		t->req->ticket = NULL;
+		pthread_cond_broadcast(&net->sent_cv);
+	} else {   /* given up by its waiter: only the ticket is left */
+		st__net_ticket_t **pp = &net->abandoned;
+		while (*pp && *pp != t)
+			pp = &(*pp)->next;
+		if (*pp)
+			*pp = t->next;
+	}
 	pthread_mutex_unlock(&net->mu);
+	free(t);
 }
 
 int st__net_post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan,
@@ -294,15 +304,19 @@ int st__net_post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan,
 		req->done = 1;
 		return rc;
 	}
+	st__net_ticket_t *t = malloc(sizeof *t);
+	if (!t)
+		return ST_ENOMEM;
+	*t = (st__net_ticket_t){ .req = req, .net = net, .hdr = req->hdr };
 	int n = 0;
-	req->iov[n++] = (ucp_dt_iov_t){ &req->hdr, sizeof req->hdr };
+	t->iov[n++] = (ucp_dt_iov_t){ &t->hdr, sizeof t->hdr };
 	if (alen)
-		req->iov[n++] = (ucp_dt_iov_t){ (void *)a, alen };
+		t->iov[n++] = (ucp_dt_iov_t){ (void *)a, alen };
 	if (blen)
-		req->iov[n++] = (ucp_dt_iov_t){ (void *)b, blen };
+		t->iov[n++] = (ucp_dt_iov_t){ (void *)b, blen };
 	ucp_request_param_t p = { .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
 				  UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE,
-				  .cb.send = send_cb, .user_data = req,
+				  .cb.send = send_cb, .user_data = t,
 				  .datatype = ucp_dt_make_iov() };
 	pthread_mutex_lock(&net->wmu);
 	st__net_peer_t *peer = &net->peers[dst];
@@ -311,13 +325,16 @@ int st__net_post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan,
 	pthread_mutex_unlock(&net->mu);
 	ucs_status_ptr_t sp = !alive || !peer->ep || peer->ep_failed
 		? UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET)
-		: ucp_tag_send_nbx(peer->ep, req->iov, (size_t)n, ST__NET_TAG(chan, net->rank), &p);
+		: ucp_tag_send_nbx(peer->ep, t->iov, (size_t)n, ST__NET_TAG(chan, net->rank), &p);
 	int pending = UCS_PTR_IS_PTR(sp) && sp;
 	int rc = pending ? ST_OK : status_rc(UCS_PTR_STATUS(sp));
-	if (pending)
+	if (pending) {
 		atomic_fetch_add(&net->inflight, 1);
-	else
+		req->ticket = t;   /* send_cb cannot run: it needs wmu */
+	} else {
 		req->done = 1, req->status = rc;
+		free(t);
+	}
 	pthread_mutex_unlock(&net->wmu);
 	if (pending)
 		wake_progress(net);
@@ -328,6 +345,32 @@ int st__net_post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan,
 			atomic_fetch_add(&net->bytes_sent_coll, sizeof req->hdr + alen + blen);
 	}
 	return rc;
+}
+
+/*
+ * A send to a peer that is gone and has a shared-memory endpoint can stay
+ * in flight for ever: UCX reports nothing for such a peer and refuses to
+ * force-close its endpoint (UCX 1.13: UCP_EP_CLOSE_FLAG_FORCE needs peer
+ * error handling; "Invalid parameter"). So its waiter gives it up: it
+ * fails with ST_EPEER, and the ticket, which UCX still points to, moves
+ * to net->abandoned until UCX calls back (st_net_close frees the rest
+ * once the worker is gone). The caller's payload is not copied: UCX does
+ * not read it again, since the rendezvous data is fetched by the receiver
+ * and an eager fragment waiting for room in the dead peer's queue never
+ * gets any. Under mu.
+ */
+static int give_up_locked(st_net_t *net, st__net_sreq_t *req)
+{
+	const st__net_peer_t *p = &net->peers[req->dst];
+	if (req->done || p->state == PEER_ALIVE || !p->shm || !req->ticket)
+		return 0;
+	req->ticket->req = NULL;
+	req->ticket->next = net->abandoned;
+	net->abandoned = req->ticket;
+	req->ticket = NULL;
+	req->done = 1;
+	req->status = ST_EPEER;
+	return 1;
 }
 
 int st__net_wait(st_net_t *net, st__net_sreq_t *reqs, int n)
@@ -341,7 +384,7 @@ int st__net_wait(st_net_t *net, st__net_sreq_t *reqs, int n)
 			st__net_poll(net);
 			pthread_mutex_lock(&net->mu);
 		}
-		while (!reqs[i].done)
+		while (!reqs[i].done && !give_up_locked(net, &reqs[i]))
 			pthread_cond_wait(&net->sent_cv, &net->mu);
 		if (reqs[i].status < 0 && rc == ST_OK)
 			rc = reqs[i].status;
@@ -398,20 +441,37 @@ static void close_cb(void *req, ucs_status_t s, void *user)
 	atomic_fetch_sub(&((st_net_t *)user)->inflight, 1);
 }
 
-/* Closes rank r's endpoint without waiting for the peer: every request to
- * it completes (with an error if unfinished). Under wmu. */
+/* Closes rank r's endpoint. One with peer error handling is closed without
+ * waiting for the peer (FORCE): every request to it completes, with an
+ * error if unfinished. A shared-memory one cannot be (UCX refuses FORCE
+ * without peer error handling): while its peer is alive it is flushed and
+ * closed (at st_net_close, after the last messages went out); once the
+ * peer is gone it is only set aside, for ucp_worker_destroy, since a flush
+ * would never end; its waiters give their sends up (give_up_locked).
+ * Under wmu. */
 static void close_ep_locked(st_net_t *net, int r)
 {
 	st__net_peer_t *p = &net->peers[r];
 	if (!p->ep)
 		return;
+	pthread_mutex_lock(&net->mu);
+	int alive = p->state == PEER_ALIVE;
+	pthread_mutex_unlock(&net->mu);
+	if (p->shm && !alive) {
+		p->dead_ep = p->ep;
+		p->ep = NULL;
+		return;
+	}
 	ucp_request_param_t prm = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS |
 				    UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
-				    .flags = UCP_EP_CLOSE_FLAG_FORCE, .cb.send = close_cb,
+				    .flags = p->shm ? 0 : UCP_EP_CLOSE_FLAG_FORCE, .cb.send = close_cb,
 				    .user_data = net };
 	ucs_status_ptr_t sp = ucp_ep_close_nbx(p->ep, &prm);
 	if (UCS_PTR_IS_PTR(sp) && sp)
 		atomic_fetch_add(&net->inflight, 1);
+	else if (UCS_PTR_IS_ERR(sp))
+		st_debug("net: closing the endpoint to rank %d: %s", r,
+			 ucs_status_string(UCS_PTR_STATUS(sp)));
 	p->ep = NULL;
 }
 
@@ -532,8 +592,6 @@ int st__net_ep_transports(st_net_t *net, int r, char *out, size_t n)
 		ucp_ep_print_info(net->peers[r].ep, f);
 	pthread_mutex_unlock(&net->wmu);
 	fclose(f);
-	if (getenv("ST_NET_DEBUG_EPINFO"))
-		fputs(text, stderr);
 	size_t k = 0;
 	out[0] = 0;
 	/* Lane lines read "#   lane[0]:  3:posix/memory.0 md[3] ...": the
@@ -679,6 +737,12 @@ int st_net_open(st_net_t **out, const st_net_cfg_t *cfg)
 	}
 	if (addrs) {
 		rc = create_eps(net, addrs, lens);
+		for (int r = 0; rc == ST_OK && r < net->size && st_log_get_level() <= ST_LOG_DEBUG; r++) {
+			char tls[256];
+			if (r != net->rank && st__net_ep_transports(net, r, tls, sizeof tls) >= 0)
+				st_debug("net: rank %d talks to rank %d over %s%s", net->rank, r, tls,
+					 net->peers[r].shm ? " (same host: no UCX peer error handling)" : "");
+		}
 		for (int r = 0; r < net->size; r++)
 			free(addrs[r]);
 		free(addrs);
@@ -745,7 +809,11 @@ void st_net_close(st_net_t *net)
 	if (net->addr)
 		ucp_worker_release_address(net->worker, net->addr);
 	if (net->worker)
-		ucp_worker_destroy(net->worker);
+		ucp_worker_destroy(net->worker);   /* also the dead peers' shm endpoints */
+	for (st__net_ticket_t *t = net->abandoned, *next; t; t = next) {
+		next = t->next;   /* UCX can no longer call back: the worker is gone */
+		free(t);
+	}
 	if (net->ctx)
 		ucp_cleanup(net->ctx);
 	if (net->epfd >= 0)

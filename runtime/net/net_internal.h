@@ -121,22 +121,37 @@ typedef struct st__net_peer {
 	ucp_ep_h ep;        /* under wmu; NULL once closed */
 	int ep_failed;      /* UCX reported an error on ep (under wmu) */
 	int shm;            /* ep has no UCX peer error handling (same host: shared
-			     * memory); only the monitor tells this peer's death */
+			     * memory); only the monitor tells this peer's death.
+			     * Set before the job starts, read-only after. */
+	ucp_ep_h dead_ep;   /* a gone peer's shm ep, which UCX will not force-close;
+			     * ucp_worker_destroy releases it (wmu) */
 #endif
 	int rank;
 	struct st_net *net;
 } st__net_peer_t;
 
-/* A posted send: the frame and iov live here until it completes. */
+/* What UCX holds of a send in flight: its own copy of the frame header and
+ * the iov, on the heap, so that a waiter may give the send up (the peer is
+ * gone, net.c st__net_wait) and return, freeing its st__net_sreq_t, while
+ * UCX still has the request. The completion callback frees it. */
+typedef struct st__net_ticket {
+	struct st__net_sreq *req;       /* NULL once given up (mu) */
+	struct st__net_ticket *next;    /* in net->abandoned once given up (mu) */
+	struct st_net *net;
+	st__net_frame_t hdr;
+#if ST_HAVE_UCX
+	ucp_dt_iov_t iov[3];
+#endif
+} st__net_ticket_t;
+
+/* A posted send, until st__net_wait returns for it. */
 typedef struct st__net_sreq {
 	st__net_frame_t hdr;
 	int done;           /* under mu */
 	int status;
 	int dst;
 	struct st_net *net;
-#if ST_HAVE_UCX
-	ucp_dt_iov_t iov[3];
-#endif
+	st__net_ticket_t *ticket;   /* UCX's part while in flight (mu) */
 } st__net_sreq_t;
 
 struct st_net {
@@ -173,6 +188,7 @@ struct st_net {
 	atomic_int inflight;           /* UCX requests not yet completed */
 	atomic_int eps_failed;         /* some peer's ep reported an error */
 	int shm_allowed;               /* STRATA_NET_SHM is not 0 */
+	st__net_ticket_t *abandoned;   /* sends given up while UCX held them (mu) */
 #endif
 
 	/* bootstrap and failure monitor (boot.c) */

@@ -944,6 +944,68 @@ static void test_net_kill_rank0(void **state) { (void)state; kill_one(3, 0); }
  * run to form the job in, short enough to wait for a few times. */
 #define STALL_S 3.0
 
+static int g_go[2] = { -1, -1 };   /* the parent writes a byte per survivor: the victim is stopped */
+
+/* Sends that can never complete: 8 MB (the rendezvous: the receiver must
+ * fetch it) and many small ones (they fill its shared-memory queue) to a
+ * rank that is stopped. Over shared memory UCX reports nothing for such a
+ * peer; the sends end with ST_EPEER once the monitor declares it dead
+ * (STALL_S), which force-closes the endpoint, and the survivors go on. */
+static int body_send_stalled(st_net_t *net, job_t *j)
+{
+	const int P = st_net_size(net), r = st_net_rank(net), v = g_victim;
+	check_transport(net);
+	if (r == v) {
+		for (;;)
+			pause();   /* until the parent's SIGSTOP, then SIGKILL */
+	}
+	char go;
+	CHECK(read(g_go[0], &go, 1) == 1);
+	const size_t big = 8u << 20;
+	uint8_t *b = calloc(1, big);
+	CHECK(b);
+	double t0 = now_s();
+	CHECK_RC(st_net_send(net, v, 5, b, big), ST_EPEER);
+	CHECK(elapsed_since(t0) < STALL_S + 10.0);
+	int rc = ST_OK;
+	for (int i = 0; i < 100000 && rc == ST_OK; i++)
+		rc = st_net_send(net, v, 5, b, 1000);
+	CHECK_RC(rc, ST_EPEER);
+	free(b);
+	CHECK_RC(st_net_barrier(net), ST_EPEER);
+	int next = (r + 1) % P == v ? (r + 2) % P : (r + 1) % P;
+	int prev = (r + P - 1) % P == v ? (r + P - 2) % P : (r + P - 1) % P;
+	CHECK_RC(st_net_send(net, next, 6, &r, sizeof r), ST_OK);
+	size_t len;
+	int *got = recv_ok(net, prev, 6, &len);
+	CHECK(len == sizeof(int) && *got == prev);
+	free(got);
+	return 0;
+}
+
+static void test_net_send_to_stalled(void **state)
+{
+	(void)state;
+	job_t j;
+	job_init(&j, 3);
+	j.timeout_s = STALL_S;
+	g_victim = 1;
+	assert_int_equal(pipe(g_go), 0);
+	for (int r = 0; r < 3; r++)
+		j.pid[r] = spawn(&j, r, j.token, body_send_stalled, 0);
+	double deadline = now_s() + JOB_WAIT_S;
+	wait_ready(&j, 3, deadline);
+	kill(j.pid[1], SIGSTOP);
+	assert_int_equal(write(g_go[1], "gg", 2), 2);
+	expect_all_ok(&j, 1, deadline);
+	kill(j.pid[1], SIGKILL);
+	int st = wait_pid(j.pid[1], deadline);
+	assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	close(g_go[0]);
+	close(g_go[1]);
+	job_end(&j);
+}
+
 /* A rank stopped by SIGSTOP closes nothing: only its missing heartbeats
  * tell. The survivors' waits on it (a receive, a barrier) end within
  * STALL_S and a margin, naming it, and they go on among themselves. */
@@ -1101,6 +1163,8 @@ int main(int argc, char **argv)
 #else
 	(void)argv;
 #endif
+	if (getenv("TEST_NET_ONLY"))   /* one test by name (a glob), while debugging */
+		cmocka_set_test_filter(getenv("TEST_NET_ONLY"));
 	snprintf(tmpdir, sizeof tmpdir, "/tmp/st-test-net-XXXXXX");
 	if (!mkdtemp(tmpdir)) {
 		perror("mkdtemp");
@@ -1139,6 +1203,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_net_kill_rank0),
 		cmocka_unit_test(test_net_stall_rank),
 		cmocka_unit_test(test_net_stall_rank0),
+		cmocka_unit_test(test_net_send_to_stalled),
 		cmocka_unit_test(test_net_slow_rank),
 		cmocka_unit_test(test_net_bad_frames),
 	};
