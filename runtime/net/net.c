@@ -438,7 +438,7 @@ int st__net_send_raw(st_net_t *net, int dst, uint32_t chan, const void *bytes, s
 static void close_cb(void *req, ucs_status_t s, void *user)
 {
 	ucp_request_free(req);
-	atomic_fetch_sub(&((st_net_t *)user)->inflight, 1);
+	atomic_fetch_sub(&((st_net_t *)user)->closing, 1);
 }
 
 /* Closes rank r's endpoint. One with peer error handling is closed without
@@ -468,7 +468,7 @@ static void close_ep_locked(st_net_t *net, int r)
 				    .user_data = net };
 	ucs_status_ptr_t sp = ucp_ep_close_nbx(p->ep, &prm);
 	if (UCS_PTR_IS_PTR(sp) && sp)
-		atomic_fetch_add(&net->inflight, 1);
+		atomic_fetch_add(&net->closing, 1);
 	else if (UCS_PTR_IS_ERR(sp))
 		st_debug("net: closing the endpoint to rank %d: %s", r,
 			 ucs_status_string(UCS_PTR_STATUS(sp)));
@@ -764,14 +764,14 @@ static void flush_cb(void *req, ucs_status_t s, void *user)
 {
 	st_net_t *net = user;
 	ucp_request_free(req);
-	atomic_fetch_sub(&net->inflight, 1);
+	atomic_fetch_sub(&net->closing, 1);
 }
 
 /* Waits (at most until deadline) for the progress thread to finish every
- * request in flight. */
+ * flush and close request. */
 static void drain(st_net_t *net, double deadline)
 {
-	while (atomic_load(&net->inflight) > 0 && st__net_now() < deadline) {
+	while (atomic_load(&net->closing) > 0 && st__net_now() < deadline) {
 		wake_progress(net);
 		struct timespec ts = { 0, 1000 * 1000 };
 		nanosleep(&ts, NULL);
@@ -785,12 +785,21 @@ void st_net_close(st_net_t *net)
 	if (net->progress_started) {
 		/* Our last messages reach the live ranks before our goodbye does. */
 		double wait = net->cfg.timeout_s < CLOSE_WAIT_S ? net->cfg.timeout_s : CLOSE_WAIT_S;
+		/* Endpoint by endpoint rather than the whole worker: a send to
+		 * a gone peer over shared memory never completes (give_up_locked),
+		 * and a worker flush would wait for it, CLOSE_WAIT_S at every
+		 * survivor's exit. Gone peers have no endpoint any more. */
 		pthread_mutex_lock(&net->wmu);
-		ucs_status_ptr_t sp = ucp_worker_flush_nbx(net->worker, &(ucp_request_param_t){
-			.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
-			.cb.send = flush_cb, .user_data = net });
-		if (UCS_PTR_IS_PTR(sp) && sp)
-			atomic_fetch_add(&net->inflight, 1);
+		for (int r = 0; r < net->size; r++) {
+			if (!net->peers[r].ep)
+				continue;
+			ucs_status_ptr_t sp = ucp_ep_flush_nbx(net->peers[r].ep, &(ucp_request_param_t){
+				.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+						UCP_OP_ATTR_FIELD_USER_DATA,
+				.cb.send = flush_cb, .user_data = net });
+			if (UCS_PTR_IS_PTR(sp) && sp)
+				atomic_fetch_add(&net->closing, 1);
+		}
 		pthread_mutex_unlock(&net->wmu);
 		drain(net, st__net_now() + wait);
 	}

@@ -186,6 +186,7 @@ struct st_net {
 	int progress_started;
 	atomic_int stop;
 	atomic_int inflight;           /* UCX requests not yet completed */
+	atomic_int closing;            /* of them: flushes and closes (st_net_close waits) */
 	atomic_int eps_failed;         /* some peer's ep reported an error */
 	int shm_allowed;               /* STRATA_NET_SHM is not 0 */
 	st__net_ticket_t *abandoned;   /* sends given up while UCX held them (mu) */
