@@ -5,19 +5,21 @@
 #
 #   bench/net.sh [BUILD_DIR]      (default: build)
 #
-# For each message size (NET_SIZES, default 4 KiB, 64 KiB, 1 MiB, 8 MiB):
-# ucx_perftest tag_bw with UCX's own choice of transport (shared memory),
-# once; then NET_REPEAT (default 3) pairs, back to back so that both halves
-# of a pair see the same load, of ucx_perftest tag_bw over TCP loopback
-# (UCX_TLS=tcp,self: the transport strata's endpoints get on one machine,
-# docs/distributed.md "Messages") and bench_net's p2p bandwidth (P = 2),
-# each with the same number of messages K (512 MiB / size within
-# [20, 20000]). The 8-byte latency the same way: ucx_perftest tag_lat
-# (UCX's choice once, TCP in pairs with bench_net's ping-pong). Then
-# bench_net's allreduce_f32 at P = 2 and 4 (NET_PROCS), once each.
+# For each message size (NET_SIZES, default 4 KiB, 64 KiB, 1 MiB, 8 MiB)
+# and each transport (NET_TRANSPORTS, default "shm tcp"): NET_REPEAT
+# (default 3) pairs, back to back so that both halves of a pair see the
+# same load, of ucx_perftest tag_bw and bench_net's p2p bandwidth (P = 2)
+# on the same transport, each with the same number of messages K (512 MiB
+# / size within [20, 20000]). shm: UCX's own choice on one machine
+# (sysv/posix + cma), which strata's endpoints get by default
+# (docs/distributed.md "Messages"); tcp: UCX_TLS=tcp,self for
+# ucx_perftest and STRATA_NET_SHM=0 for strata, the transport between
+# hosts. The 8-byte latency the same way: ucx_perftest tag_lat against
+# bench_net's ping-pong, per transport. Then bench_net's allreduce_f32 at
+# P = 2 and 4 (NET_PROCS), once each, on the default (shm).
 #
 # Prints medians over the pairs, the median of the pairs' ratios strata /
-# ucx_perftest(tcp) and their range (a noisy machine shows there). GB/s are
+# ucx_perftest (same transport) and their range (a noisy machine shows there). GB/s are
 # 1e9 bytes/s; ucx_perftest's "MB/s" are MiB/s and are converted here.
 # ucx_perftest stops its clock when the sender's last send completes;
 # bench_net when rank 0 has rank 1's ack for the last message (stricter).
@@ -28,6 +30,7 @@ build=${1:-build}
 sizes=${NET_SIZES:-"4096 65536 1048576 8388608"}
 procs=${NET_PROCS:-"2 4"}
 reps=${NET_REPEAT:-3}
+transports=${NET_TRANSPORTS:-"shm tcp"}
 root=$(cd "$(dirname "$0")/.." && pwd)
 bn=$build/bench/bench_net
 if ! ninja -C "$build" bench/bench_net >/dev/null; then
@@ -82,55 +85,65 @@ strata() { # bench_net args... -> its output (in $out); ends the script when ben
 	fi
 }
 
+# A transport's settings: for ucx_perftest (UCX_TLS; "" = UCX's own
+# choice, shared memory between two processes here) and for strata
+# (STRATA_NET_SHM: 1 = endpoints without peer error handling on one host,
+# so UCX picks shared memory; 0 = TCP, as between hosts).
+ucx_tls() { [ "$1" = shm ] && echo "" || echo tcp,self; }
+net_shm() { [ "$1" = shm ] && echo 1 || echo 0; }
+
 echo
-echo "p2p bandwidth, 2 processes, K messages of SIZE bytes, GB/s (1e9 B/s);"
-echo "tcp and strata: medians of $reps back-to-back pairs, ratio: median (range) of the pairs' ratios:"
-printf '%10s %6s %12s %8s %8s %11s %12s\n' bytes K "ucx default" "ucx tcp" strata "strata/tcp" "(range)"
-declare -A tcp_bw
+echo "p2p bandwidth, 2 processes, K messages of SIZE bytes, GB/s (1e9 B/s), per transport"
+echo "(shm: UCX's choice on one machine; tcp: UCX_TLS=tcp,self and STRATA_NET_SHM=0);"
+echo "medians of $reps back-to-back pairs, ratio: median (range) of the pairs' ratios:"
+printf '%10s %6s %5s %8s %8s %12s %12s\n' bytes K tl ucx strata "strata/ucx" "(range)"
+declare -A ucx_bw
 for s in $sizes; do
 	k=$(iters "$s")
 	w=$((k / 10 > 2 ? k / 10 : 2))
-	d=$(mib_to_gb "$(perftest "" -t tag_bw -s "$s" -n "$k" -w "$w" | awk '{print $7}')")
-	ts=() bs=() rs=()
-	for ((i = 0; i < reps; i++)); do
-		t=$(mib_to_gb "$(perftest tcp,self -t tag_bw -s "$s" -n "$k" -w "$w" | awk '{print $7}')")
-		strata -n 2 --what bw --size "$s" --iters "$k"
-		b=$(echo "$out" | awk -v s="$s" '$1 == "p2p" && $2 == s {print $5}')
-		ts+=("$t") bs+=("$b") rs+=("$(ratio "$b" "$t")")
+	for tl in $transports; do
+		us=() bs=() rs=()
+		for ((i = 0; i < reps; i++)); do
+			u=$(mib_to_gb "$(perftest "$(ucx_tls $tl)" -t tag_bw -s "$s" -n "$k" -w "$w" |
+				awk '{print $7}')")
+			STRATA_NET_SHM=$(net_shm $tl) strata -n 2 --what bw --size "$s" --iters "$k"
+			b=$(echo "$out" | awk -v s="$s" '$1 == "p2p" && $2 == s {print $5}')
+			us+=("$u") bs+=("$b") rs+=("$(ratio "$b" "$u")")
+		done
+		ucx_bw[$tl.$s]=$(median "${us[@]}")
+		printf '%10s %6s %5s %8s %8s %12s %12s\n' "$s" "$k" "$tl" "${ucx_bw[$tl.$s]}" \
+			"$(median "${bs[@]}")" "$(median "${rs[@]}")" "($(range "${rs[@]}"))"
 	done
-	tcp_bw[$s]=$(median "${ts[@]}")
-	printf '%10s %6s %12s %8s %8s %11s %12s\n' "$s" "$k" "$d" "${tcp_bw[$s]}" \
-		"$(median "${bs[@]}")" "$(median "${rs[@]}")" "($(range "${rs[@]}"))"
 done
 
 echo
 echo "8-byte latency, one way (round trip / 2), microseconds, of 10000 round trips;"
-echo "tcp and strata: medians over $reps back-to-back pairs:"
-ld=$(perftest "" -t tag_lat -s 8 -n 10000 -w 1000)
-tmean=() tmed=() smean=() smed=() rmean=() rmed=()
-for ((i = 0; i < reps; i++)); do
-	lt=$(perftest tcp,self -t tag_lat -s 8 -n 10000 -w 1000)
-	strata -n 2 --what lat --lat-iters 10000
-	sl=$(echo "$out" | awk '$1 == "lat"')
-	tmean+=("$(echo "$lt" | awk '{print $4}')") tmed+=("$(echo "$lt" | awk '{print $3}')")
-	smean+=("$(echo "$sl" | awk '{print $6}')") smed+=("$(echo "$sl" | awk '{print $7}')")
-	rmean+=("$(ratio "${smean[i]}" "${tmean[i]}")") rmed+=("$(ratio "${smed[i]}" "${tmed[i]}")")
+echo "medians over $reps back-to-back pairs, ratio: median (range) of the pairs' ratios:"
+printf '%5s %9s %9s %9s %9s %11s %14s\n' tl "ucx mean" "ucx med" "st mean" "st med" \
+	"st/ucx med" "(range)"
+for tl in $transports; do
+	umean=() umed=() smean=() smed=() rmed=()
+	for ((i = 0; i < reps; i++)); do
+		lt=$(perftest "$(ucx_tls $tl)" -t tag_lat -s 8 -n 10000 -w 1000)
+		STRATA_NET_SHM=$(net_shm $tl) strata -n 2 --what lat --lat-iters 10000
+		sl=$(echo "$out" | awk '$1 == "lat"')
+		umean+=("$(echo "$lt" | awk '{print $4}')") umed+=("$(echo "$lt" | awk '{print $3}')")
+		smean+=("$(echo "$sl" | awk '{print $6}')") smed+=("$(echo "$sl" | awk '{print $7}')")
+		rmed+=("$(ratio "${smed[i]}" "${umed[i]}")")
+	done
+	printf '%5s %9s %9s %9s %9s %11s %14s\n' "$tl" "$(median "${umean[@]}")" \
+		"$(median "${umed[@]}")" "$(median "${smean[@]}")" "$(median "${smed[@]}")" \
+		"$(median "${rmed[@]}")" "($(range "${rmed[@]}"))"
 done
-printf '%-22s %8s %8s\n' "" mean median
-printf '%-22s %8s %8s\n' "ucx_perftest default" "$(echo "$ld" | awk '{print $4}')" \
-	"$(echo "$ld" | awk '{print $3}')"
-printf '%-22s %8s %8s\n' "ucx_perftest tcp" "$(median "${tmean[@]}")" "$(median "${tmed[@]}")"
-printf '%-22s %8s %8s\n' "strata" "$(median "${smean[@]}")" "$(median "${smed[@]}")"
-printf '%-22s %8s %8s   (ranges %s, %s)\n' "strata / tcp" "$(median "${rmean[@]}")" \
-	"$(median "${rmed[@]}")" "$(range "${rmean[@]}")" "$(range "${rmed[@]}")"
 
-# The allreduce's physical reference: one TCP stream's bandwidth at 1 MiB
-# from above (each rank sends and receives 2(P-1)/P x 4N bytes at once, so
-# busbw = that stream's bandwidth would be a good transport).
-ref=${tcp_bw[1048576]:-}
+# The allreduce's physical reference: ucx_perftest's shared-memory
+# bandwidth at 1 MiB from above (each rank sends and receives 2(P-1)/P x 4N
+# bytes at once, so busbw = that stream's bandwidth would be a good
+# transport).
+ref=${ucx_bw[shm.1048576]:-}
 echo
 echo "allreduce_f32 (st_net_allreduce_f32: direct reduce-scatter + allgather, rank-order sums):"
-printf '%3s %9s %6s %10s %9s %9s %16s\n' P floats K ms algbw busbw "busbw/tcp 1MiB"
+printf '%3s %9s %6s %10s %9s %9s %16s\n' P floats K ms algbw busbw "busbw/shm 1MiB"
 for P in $procs; do
 	strata -n "$P" --what allreduce
 	echo "$out" | awk '$1 == "allreduce"' |
