@@ -368,6 +368,30 @@ static void job_init(job_t *j, int P)
 	assert_int_equal(pipe(j->ready), 0);
 }
 
+/* The transport UCX picked for every peer is the one this job asked for:
+ * shared memory between the processes of one machine (these tests run on
+ * one), TCP when STRATA_NET_SHM=0. Fails rather than let the shared-memory
+ * path fall back to TCP unnoticed, which would still pass every other
+ * test, only slower and with UCX's own error reports. */
+static void check_transport(st_net_t *net)
+{
+	const char *v = getenv("STRATA_NET_SHM");
+	const int want_shm = !v || strcmp(v, "0");
+	for (int p = 0; p < st_net_size(net); p++) {
+		if (p == st_net_rank(net))
+			continue;
+		char tls[256];
+		CHECK(st__net_ep_transports(net, p, tls, sizeof tls) > 0);
+		int shm = strstr(tls, "posix") || strstr(tls, "sysv") || strstr(tls, "cma");
+		if (st__net_ep_shm(net, p) != want_shm || shm != want_shm ||
+		    (want_shm && strstr(tls, "tcp")) || (!want_shm && !strstr(tls, "tcp"))) {
+			fprintf(stderr, "rank %d: to rank %d UCX uses \"%s\", expected %s\n",
+				g_rank, p, tls, want_shm ? "shared memory only" : "tcp");
+			_exit(3);
+		}
+	}
+}
+
 /* Forks rank `rank` with `token`; it opens the transport, runs body and
  * exits with its status (10 when st_net_open said ST_EPEER). With
  * capture, its stderr goes to j->log[rank]. */
@@ -398,6 +422,10 @@ static pid_t spawn(job_t *j, int rank, const char *token, body_fn body, int capt
 		_exit(rc == ST_EPEER ? 10 : 11);
 	}
 	CHECK(st_net_rank(net) == rank && st_net_size(net) == j->P);
+	/* Before the parent hears "ready" and may kill a rank: every test's
+	 * job, the kill and stall tests included, runs on the transport it
+	 * asked for. */
+	check_transport(net);
 	char one = 1;
 	CHECK(write(j->ready[1], &one, 1) == 1);
 	int status = body(net, j);
@@ -517,35 +545,10 @@ static size_t pmsg_len(int i)
 	return offsetof(pmsg_t, fill) + (size_t)(i * 37 % 200);
 }
 
-/* The transport UCX picked for every peer is the one this job asked for:
- * shared memory between the processes of one machine (these tests run on
- * one), TCP when STRATA_NET_SHM=0. Fails rather than let the shared-memory
- * path fall back to TCP unnoticed, which would still pass every other
- * test, only slower and with UCX's own error reports. */
-static void check_transport(st_net_t *net)
-{
-	const char *v = getenv("STRATA_NET_SHM");
-	const int want_shm = !v || strcmp(v, "0");
-	for (int p = 0; p < st_net_size(net); p++) {
-		if (p == st_net_rank(net))
-			continue;
-		char tls[256];
-		CHECK(st__net_ep_transports(net, p, tls, sizeof tls) > 0);
-		int shm = strstr(tls, "posix") || strstr(tls, "sysv") || strstr(tls, "cma");
-		if (st__net_ep_shm(net, p) != want_shm || shm != want_shm ||
-		    (want_shm && strstr(tls, "tcp")) || (!want_shm && !strstr(tls, "tcp"))) {
-			fprintf(stderr, "rank %d: to rank %d UCX uses \"%s\", expected %s\n",
-				g_rank, p, tls, want_shm ? "shared memory only" : "tcp");
-			_exit(3);
-		}
-	}
-}
-
 /* All pairs (self included), in order; ANY; send2; 8 MB; empty messages. */
 static int body_p2p(st_net_t *net, job_t *j)
 {
 	const int P = st_net_size(net), r = st_net_rank(net), K = 40;
-	check_transport(net);
 	for (int i = 0; i < K; i++)
 		for (int d = 0; d < P; d++) {
 			pmsg_t m = { r, d, i, { 0 } };
@@ -887,7 +890,6 @@ static double elapsed_since(double t0)
 static int body_survivor(st_net_t *net, job_t *j)
 {
 	const int P = st_net_size(net), r = st_net_rank(net), v = g_victim;
-	check_transport(net);   /* the failures below are detected without UCX's help */
 	if (r == v) {
 		for (;;)
 			pause();   /* until the parent's SIGKILL */
@@ -954,7 +956,6 @@ static int g_go[2] = { -1, -1 };   /* the parent writes a byte per survivor: the
 static int body_send_stalled(st_net_t *net, job_t *j)
 {
 	const int P = st_net_size(net), r = st_net_rank(net), v = g_victim;
-	check_transport(net);
 	if (r == v) {
 		for (;;)
 			pause();   /* until the parent's SIGSTOP, then SIGKILL */
