@@ -31,12 +31,18 @@
  * so the worker is given only the interface that reaches the coordinator
  * (pick_devices): the loopback for a job on one machine.
  *
- * Failure: endpoints use UCP_ERR_HANDLING_MODE_PEER. When a rank is known
- * gone, its endpoint is closed with FORCE, which completes every request
- * to it with an error, so no send waits for a dead rank. A UCX error on an
- * endpoint makes later sends to that rank fail; the rank counts as dead
- * only when the coordinator says so (or, once no coordinator is left, on
- * the UCX error itself).
+ * Failure: endpoints to other hosts use UCP_ERR_HANDLING_MODE_PEER; those
+ * to processes of this host use none, so that UCX can pick shared memory
+ * (create_eps; STRATA_NET_SHM=0 turns that off). When a rank is known
+ * gone, a PEER endpoint is closed with FORCE, which completes every
+ * request to it with an error, so no send waits for a dead rank. A
+ * shared-memory endpoint cannot be force-closed and UCX reports nothing on
+ * it: its senders give their requests up once the rank is marked gone
+ * (give_up_locked), and the endpoint waits for ucp_worker_destroy. A UCX
+ * error on an endpoint makes later sends to that rank fail; the rank
+ * counts as dead only when the coordinator says so (or, once no
+ * coordinator is left, on the UCX error itself; a shared-memory peer then
+ * goes unnoticed by the transport, and only a wait with a timeout ends).
  */
 #include <assert.h>
 #include <dirent.h>
