@@ -37,6 +37,11 @@
  * which peers are alive, so this bounds every wait on a stopped process
  * without bounding the legitimate waits on a slow one.
  *
+ * Once rank 0 is gone nobody watches the others: over TCP and RDMA UCX
+ * still reports a lost connection (net.c), and for peers on this host
+ * (shared memory, where UCX reports nothing) the monitor checks every
+ * beat whether their processes still exist (st__net_check_pids).
+ *
  * Records are 8 bytes, sent whole by one send() each; only the monitor
  * thread reads and (until st__net_monitor_stop has ended it, and writes
  * the goodbye) writes the sockets, so each socket has one user at a time.
@@ -792,6 +797,10 @@ static void *monitor_main(void *arg)
 			}
 		int k = poll(p, (nfds_t)np, (int)((next_beat - now) * 1000) + 1);
 		now = st__net_now();
+		/* Without a coordinator, nothing tells a death on a shared-memory
+		 * endpoint (UCX reports none there): look at the processes. */
+		if (!atomic_load(&net->detector_up))
+			st__net_check_pids(net);
 		if (k < 0)
 			continue;
 		if (p[0].revents)

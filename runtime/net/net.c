@@ -41,12 +41,13 @@
  * (give_up_locked), and the endpoint waits for ucp_worker_destroy. A UCX
  * error on an endpoint makes later sends to that rank fail; the rank
  * counts as dead only when the coordinator says so (or, once no
- * coordinator is left, on the UCX error itself; a shared-memory peer then
- * goes unnoticed by the transport, and only a wait with a timeout ends).
+ * coordinator is left, on the UCX error itself, and for a shared-memory
+ * peer when its process no longer exists: st__net_check_pids).
  */
 #include <assert.h>
 #include <dirent.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -515,15 +516,18 @@ void st__net_peer_gone(st_net_t *net, int r, int how, const char *why)
 }
 
 /* Every rank's address in the table starts with HOST_ID_LEN bytes naming
- * its host: "hostname/boot_id". The boot id tells two machines with one
- * hostname (cloned VMs, containers named alike) apart; processes of one
- * machine that disagree on the hostname (containers) just count as two
- * hosts and talk over the network, which is slower but always correct. */
+ * its host, "hostname/boot_id/pid namespace", then its pid (4 bytes), then
+ * UCX's address. The boot id tells two machines with one hostname (cloned
+ * VMs, containers named alike) apart; the pid namespace makes the pid
+ * meaningful to the ranks that share the host id (st__net_check_pids).
+ * Processes of one machine that disagree on any of it (containers) just
+ * count as two hosts and talk over the network: slower, always correct. */
 #define HOST_ID_LEN 128
+#define ADDR_HDR_LEN (HOST_ID_LEN + 4)
 
 static void host_id(char id[HOST_ID_LEN])
 {
-	char host[64] = "?", boot[48] = "";
+	char host[64] = "?", boot[48] = "", ns[64] = "";
 	if (gethostname(host, sizeof host - 1) < 0)
 		strcpy(host, "?");
 	FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
@@ -533,8 +537,37 @@ static void host_id(char id[HOST_ID_LEN])
 		fclose(f);
 	}
 	boot[strcspn(boot, "\n")] = 0;
+	ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+	ns[n > 0 ? n : 0] = 0;
 	memset(id, 0, HOST_ID_LEN);
-	snprintf(id, HOST_ID_LEN, "%s/%s", host, boot);
+	snprintf(id, HOST_ID_LEN, "%s/%s/%s", host, boot, ns);
+}
+
+/* A rank's table entry: host id, pid, UCX address. Caller frees. */
+static void *addr_entry(st_net_t *net, size_t *len)
+{
+	char *e = st_xmalloc(ADDR_HDR_LEN + net->addr_len);
+	host_id(e);
+	int32_t pid = (int32_t)getpid();
+	memcpy(e + HOST_ID_LEN, &pid, 4);
+	memcpy(e + ADDR_HDR_LEN, net->addr, net->addr_len);
+	*len = ADDR_HDR_LEN + net->addr_len;
+	return e;
+}
+
+void st__net_check_pids(st_net_t *net)
+{
+	for (int r = 0; r < net->size; r++) {
+		st__net_peer_t *p = &net->peers[r];
+		if (!p->shm || !p->pid || !st_net_alive(net, r))
+			continue;
+		if (kill(p->pid, 0) < 0 && errno == ESRCH) {
+			char why[96];
+			snprintf(why, sizeof why, "its process (pid %d on this host) is gone",
+				 (int)p->pid);
+			st__net_peer_gone(net, r, PEER_DEAD, why);
+		}
+	}
 }
 
 /*
@@ -558,17 +591,20 @@ static int create_eps(st_net_t *net, void **addrs, const size_t *lens)
 	for (int r = 0; r < net->size; r++) {
 		if (r == net->rank)
 			continue;
-		if (lens[r] <= HOST_ID_LEN) {
+		if (lens[r] <= ADDR_HDR_LEN) {
 			st_error("net: rank %d sent a %zu-byte address, too short to hold a host id",
 				 r, lens[r]);
 			return ST_EPEER;
 		}
 		int shm = net->shm_allowed && !memcmp(addrs[r], me, HOST_ID_LEN);
+		int32_t pid;
+		memcpy(&pid, (char *)addrs[r] + HOST_ID_LEN, 4);
+		net->peers[r].pid = shm ? pid : 0;
 		ucp_ep_params_t ep = {
 			.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
 				      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
 				      UCP_EP_PARAM_FIELD_ERR_HANDLER,
-			.address = (const ucp_address_t *)((char *)addrs[r] + HOST_ID_LEN),
+			.address = (const ucp_address_t *)((char *)addrs[r] + ADDR_HDR_LEN),
 			.err_mode = shm ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER,
 			.err_handler = { .cb = ep_error, .arg = &net->peers[r] },
 		};
@@ -742,11 +778,9 @@ int st_net_open(st_net_t **out, const st_net_cfg_t *cfg)
 	void **addrs = NULL;
 	size_t *lens = NULL;
 	if (rc == ST_OK && net->size > 1) {
-		/* Our address in the table: the host id, then UCX's. */
-		char *mine = st_xmalloc(HOST_ID_LEN + net->addr_len);
-		host_id(mine);
-		memcpy(mine + HOST_ID_LEN, net->addr, net->addr_len);
-		rc = st__net_boot(net, mine, HOST_ID_LEN + net->addr_len, &addrs, &lens);
+		size_t len;
+		void *mine = addr_entry(net, &len);
+		rc = st__net_boot(net, mine, len, &addrs, &lens);
 		free(mine);
 	}
 	if (addrs) {

@@ -123,6 +123,7 @@ typedef struct st__net_peer {
 	int shm;            /* ep has no UCX peer error handling (same host: shared
 			     * memory); only the monitor tells this peer's death.
 			     * Set before the job starts, read-only after. */
+	int pid;            /* its process id, for a shm peer (same pid namespace) */
 	ucp_ep_h dead_ep;   /* a gone peer's shm ep, which UCX will not force-close;
 			     * ucp_worker_destroy releases it (wmu) */
 #endif
@@ -237,6 +238,11 @@ int st__net_wait(st_net_t *net, st__net_sreq_t *reqs, int n);
 #define ST__NET_POLL_S 50e-6
 /* Progresses the worker if nobody else is (net.c); 1 if it did. */
 int st__net_poll(st_net_t *net);
+/* Marks dead every shared-memory peer whose process no longer exists.
+ * The monitor calls it once the coordinator is gone: then nobody else
+ * would tell such a peer's death (UCX reports nothing on those
+ * endpoints). */
+void st__net_check_pids(st_net_t *net);
 /* The monitor learned that rank r left or died: deliver what already
  * arrived from it, mark it, close its endpoint. */
 void st__net_peer_gone(st_net_t *net, int r, int how, const char *why);

@@ -942,6 +942,53 @@ static void kill_one(int P, int victim)
 static void test_net_kill_rank(void **state) { (void)state; kill_one(4, 2); }
 static void test_net_kill_rank0(void **state) { (void)state; kill_one(3, 0); }
 
+/* After rank 0 is gone nobody forwards deaths, and UCX reports none on a
+ * shared-memory endpoint: rank 1 still learns that rank 2 died, from its
+ * process being gone, and its receive from rank 2 ends. */
+static int g_back[2] = { -1, -1 };   /* rank 1 tells the parent it saw rank 0 die */
+
+static int body_after_rank0(st_net_t *net, job_t *j)
+{
+	if (st_net_rank(net) != 1) {
+		for (;;)
+			pause();   /* until the parent's SIGKILL */
+	}
+	void *buf;
+	size_t len;
+	CHECK_RC(st_net_recv(net, 0, 5, &buf, &len, NULL, -1), ST_EPEER);
+	CHECK(write(g_back[1], "x", 1) == 1);
+	double t0 = now_s();
+	CHECK_RC(st_net_recv(net, 2, 5, &buf, &len, NULL, -1), ST_EPEER);
+	CHECK(elapsed_since(t0) < 10.0);
+	CHECK(!st_net_alive(net, 2));
+	return 0;
+}
+
+static void test_net_kill_after_rank0(void **state)
+{
+	(void)state;
+	job_t j;
+	job_init(&j, 3);
+	assert_int_equal(pipe(g_back), 0);
+	for (int r = 0; r < 3; r++)
+		j.pid[r] = spawn(&j, r, j.token, body_after_rank0, r == 1);
+	double deadline = now_s() + JOB_WAIT_S;
+	wait_ready(&j, 3, deadline);
+	kill(j.pid[0], SIGKILL);
+	struct pollfd p = { .fd = g_back[0], .events = POLLIN };
+	assert_int_equal(poll(&p, 1, (int)(JOB_WAIT_S * 1000)), 1);
+	kill(j.pid[2], SIGKILL);
+	for (int r = 0; r < 3; r += 2) {
+		int st = wait_pid(j.pid[r], deadline);
+		assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	}
+	expect_exit(j.pid[1], 0, deadline, "rank 1 of 3");
+	assert_true(log_has(j.log[1], "rank 2 died (its process (pid"));
+	close(g_back[0]);
+	close(g_back[1]);
+	job_end(&j);
+}
+
 /* The stall timeout of the tests below: long enough for a loaded sanitizer
  * run to form the job in, short enough to wait for a few times. */
 #define STALL_S 3.0
@@ -1202,6 +1249,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_net_idle_connections),
 		cmocka_unit_test(test_net_kill_rank),
 		cmocka_unit_test(test_net_kill_rank0),
+		cmocka_unit_test(test_net_kill_after_rank0),
 		cmocka_unit_test(test_net_stall_rank),
 		cmocka_unit_test(test_net_stall_rank0),
 		cmocka_unit_test(test_net_send_to_stalled),
