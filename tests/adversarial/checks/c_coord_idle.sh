@@ -18,7 +18,7 @@ env "${env[@]}" STRATA_RANK=0 "$strata" run "${base[@]}" >"$tmp/out0" 2>&1 &
 r0=$!
 pids+=("$r0")
 
-# The intruder: 4 idle connections, then a hello (magic "STBH", version 1,
+# The intruder: 4 idle connections, then a hello (magic "STBH", version 2,
 # rank 1, size 2, token length 5, address length 100) with a wrong token
 # and no address; it reports how soon the refusal came, then stays idle.
 python3 - "$port" >"$tmp/intruder" 2>&1 <<'PY' &
@@ -33,7 +33,7 @@ def conn():
     sys.exit("rank 0 does not listen")
 idle = [conn() for _ in range(4)]
 bad = conn()
-bad.sendall(struct.pack("<6I", 0x48425453, 1, 1, 2, 5, 100) + b"wrong")
+bad.sendall(struct.pack("<6I", 0x48425453, 2, 1, 2, 5, 100) + b"wrong")
 t0 = time.time()
 bad.settimeout(15)
 reply = b""
