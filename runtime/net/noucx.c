@@ -56,3 +56,15 @@ int st__net_poll(st_net_t *net)
 	assert(!"no st_net_t without UCX");
 	return 0;
 }
+
+int st__net_ep_transports(st_net_t *net, int r, char *out, size_t n)
+{
+	assert(!"no st_net_t without UCX");
+	return ST_EINVAL;
+}
+
+int st__net_ep_shm(st_net_t *net, int r)
+{
+	assert(!"no st_net_t without UCX");
+	return 0;
+}
