@@ -297,6 +297,18 @@ int st_job_dump(const st_job_t *job, FILE *f)
 		fprintf(f, "model.cross_layers = %d\n", m->n_cross);
 		fprintf(f, "model.cross_rank = %d\n", m->cross_rank);
 	}
+	for (int i = 0; i < m->n_nodes; i++) {
+		const st_model_node_t *nd = &m->nodes[i];
+		fprintf(f, "model.layers[%d] = %s kind=%d in={", i + 1, nd->name, nd->kind);
+		for (int k = 0; k < nd->n_in; k++)
+			fprintf(f, "%s%d", k ? ", " : "", nd->in[k]);
+		fprintf(f, "} sizes={");
+		for (int k = 0; k < nd->n_sizes; k++)
+			fprintf(f, "%s%d", k ? ", " : "", nd->sizes[k]);
+		fprintf(f, "} a=%d b=%d\n", nd->a, nd->b);
+	}
+	if (m->n_nodes)
+		fprintf(f, "model.output = %s\n", m->nodes[m->node_out].name);
 	fprintf(f, "model.init_scale = %g\n", m->init_scale);
 	dump_optim(f, "model.sparse_optimizer", &m->sparse_opt);
 	dump_optim(f, "model.dense_optimizer", &m->dense_opt);

@@ -87,8 +87,31 @@ typedef struct st_optim_cfg {
 	double l1, beta;       /* ftrl: l1 (0), beta (1.0); ftrl's alpha is lr */
 } st_optim_cfg_t;
 
+/* One layer of a model declared as a graph in the job file (type "graph";
+ * ops/nn/graph.h's builders, docs/models.md). Fixed-size so a config stays
+ * a plain value: nothing to free, copies are deep. */
+enum st_node_kind {
+	ST_NODE_EMBED, ST_NODE_DENSE, ST_NODE_WIDE, ST_NODE_CONCAT, ST_NODE_MLP,
+	ST_NODE_LINEAR, ST_NODE_FM, ST_NODE_DOT, ST_NODE_ADD, ST_NODE_CROSS,
+	ST_NODE_NKINDS
+};
+#define ST_MODEL_MAX_NODES 32
+#define ST_NODE_MAX_IN 16
+typedef struct st_model_node {
+	int kind;              /* enum st_node_kind */
+	char name[32];         /* the layer's name: the prefix of its tensors */
+	int n_in;
+	int in[ST_NODE_MAX_IN];   /* indices of earlier nodes */
+	int n_sizes;
+	int sizes[16];         /* mlp: layer sizes */
+	/* dense: a = 1 for log1p; mlp: a = activation (0 none, 1 relu,
+	 * 2 sigmoid: enum st_lgraph_act); linear: a = out; fm, dot: a = fields;
+	 * cross: a = layers, b = rank (0 = full). */
+	int a, b;
+} st_model_node_t;
+
 typedef struct st_model_cfg {
-	char *type;            /* "lr", "dnn", "wdl", "deepfm", "dlrm", "dcnv2" */
+	char *type;            /* "lr", "dnn", "wdl", "deepfm", "dlrm", "dcnv2", "graph" */
 	int emb_dim;           /* embedding dimension of every slot (lr: 1) */
 	int *slot_dims;        /* NULL, or n_slot_dims per-slot dimensions overriding emb_dim */
 	int n_slot_dims;
@@ -119,6 +142,11 @@ typedef struct st_model_cfg {
 	double l2;             /* == sparse_opt.l2 */
 	double init_accum;     /* == sparse_opt.init_accum */
 	char *dense_transform; /* "log1p" (default) | "none" */
+	/* type "graph": the layers in order (inputs above readers) and the
+	 * output node's index; 0 nodes for the presets. */
+	int n_nodes;
+	int node_out;
+	st_model_node_t nodes[ST_MODEL_MAX_NODES];
 } st_model_cfg_t;
 
 /* Sync policy: a name plus numeric parameters kept as key/value pairs. */

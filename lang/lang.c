@@ -289,6 +289,46 @@ static void convert_optim(lua_State *L, int t, const char *k, st_optim_cfg_t *o)
 	lua_pop(L, 1);
 }
 
+/* A graph model's normalized layers (validate.lua's V:graph: nodes = {
+ * {kind=, name=, inputs={...}, sizes={...}, a=, b=} }, output) into mc. */
+static void convert_nodes(lua_State *L, int m, st_model_cfg_t *mc)
+{
+	static const char *const kinds[] = { "embed", "dense", "wide", "concat", "mlp",
+					     "linear", "fm", "dot", "add", "cross" };
+	int t = push_table(L, m, "nodes");
+	if (!t)
+		return;
+	lua_Unsigned len = lua_rawlen(L, t);
+	if (len > ST_MODEL_MAX_NODES)
+		luaL_error(L, "the model lists %I layers, at most %d fit; the validator "
+			   "should have refused it", (lua_Integer)len, ST_MODEL_MAX_NODES);
+	for (int i = 1; i <= (int)len; i++) {
+		lua_rawgeti(L, t, i);
+		int nt = lua_gettop(L);
+		st_model_node_t *nd = &mc->nodes[i - 1];
+		char *kind = get_str(L, nt, "kind");
+		char *name = get_str(L, nt, "name");
+		nd->kind = -1;
+		for (int k = 0; k < ST_NODE_NKINDS; k++)
+			if (kind && !strcmp(kind, kinds[k]))
+				nd->kind = k;
+		if (nd->kind < 0 || !name || strlen(name) >= sizeof nd->name)
+			luaL_error(L, "model layer %d: kind '%s' or name not what the "
+				   "validator allows", i, kind ? kind : "?");
+		strcpy(nd->name, name);
+		free(kind);
+		free(name);
+		nd->n_in = get_ints(L, nt, "inputs", nd->in, ST_NODE_MAX_IN);
+		nd->n_sizes = get_ints(L, nt, "sizes", nd->sizes, 16);
+		nd->a = get_i32(L, nt, "a", 0);
+		nd->b = get_i32(L, nt, "b", 0);
+		lua_pop(L, 1);
+	}
+	lua_pop(L, 1);
+	mc->n_nodes = (int)len;
+	mc->node_out = get_i32(L, m, "output", 0);
+}
+
 /* The normalized model table at index m (validate.lua's V:model). */
 static void convert_model(lua_State *L, int m, st_model_cfg_t *mc)
 {
@@ -327,6 +367,7 @@ static void convert_model(lua_State *L, int m, st_model_cfg_t *mc)
 	mc->l2 = mc->sparse_opt.l2;
 	mc->init_accum = mc->sparse_opt.init_accum;
 	mc->dense_transform = get_str(L, m, "dense_transform");
+	convert_nodes(L, m, mc);
 }
 
 /* One normalized policy table {name=, params={{key=, num=, str=}...},

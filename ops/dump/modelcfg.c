@@ -40,7 +40,10 @@ enum {
 };
 
 static const char *const type_names[] = { "lr", "dnn", "wdl", "deepfm", "dlrm", "dcnv2",
-					   NULL };
+					   "graph", NULL };
+/* enum st_node_kind's names (lang/job.h), the first word of a node line. */
+static const char *const node_kinds[] = { "embed", "dense", "wide", "concat", "mlp",
+					  "linear", "fm", "dot", "add", "cross", NULL };
 static const char *const pool_names[] = { "sum", "mean", NULL };
 static const char *const act_names[] = { "relu", "sigmoid", "none", NULL };
 static const char *const transform_names[] = { "log1p", "none", NULL };
@@ -94,6 +97,8 @@ static const field_t fields[] = {
 	{ "lr_dense", K_DBL, OFF(lr_dense), 0, 0, NULL, 0 },
 	{ "l2", K_DBL, OFF(l2), 0, 0, NULL, 0 },
 	{ "init_accum", K_DBL, OFF(init_accum), 0, 0, NULL, 0 },
+	/* a graph's output node; the nodes are node.<i> lines after these */
+	{ "node_out", K_INT, OFF(node_out), 0, F_OPT, NULL, 0 },
 };
 #define N_FIELDS (sizeof fields / sizeof fields[0])
 
@@ -148,6 +153,43 @@ static void put_list(sbuf_t *b, const char *key, const int *v, int n)
 	for (int i = 0; i < n; i++)
 		sb_printf(b, "%s%d", i ? "," : "", v[i]);
 	sb_printf(b, "\n");
+}
+
+/* One layer of a graph model as "node.<i>=<kind> <name>[ in=a,b][ key=v...]":
+ * the keys per kind are dense log1p, mlp sizes and act, linear size, fm and
+ * dot fields, cross layers and rank (lang/job.h's a and b, by name). */
+static const char *const act_words[] = { "none", "relu", "sigmoid", NULL };
+
+static int put_node(sbuf_t *b, int i, const st_model_node_t *nd, char *err, size_t errlen)
+{
+	if (nd->kind < 0 || nd->kind >= ST_NODE_NKINDS || !memchr(nd->name, 0, sizeof nd->name) ||
+	    !nd->name[0] || strpbrk(nd->name, " =,\n\r") || nd->n_in < 0 ||
+	    nd->n_in > ST_NODE_MAX_IN || nd->n_sizes < 0 || nd->n_sizes > MAX_LAYERS ||
+	    (nd->kind == ST_NODE_MLP && (nd->a < 0 || nd->a > 2))) {
+		st__dumpio_seterr(err, errlen, "model config: node %d is malformed", i);
+		return ST_EINVAL;
+	}
+	sb_printf(b, "node.%d=%s %s", i, node_kinds[nd->kind], nd->name);
+	if (nd->n_in) {
+		sb_printf(b, " in=");
+		for (int k = 0; k < nd->n_in; k++)
+			sb_printf(b, "%s%d", k ? "," : "", nd->in[k]);
+	}
+	switch (nd->kind) {
+	case ST_NODE_DENSE: sb_printf(b, " log1p=%d", nd->a); break;
+	case ST_NODE_MLP:
+		sb_printf(b, " sizes=");
+		for (int k = 0; k < nd->n_sizes; k++)
+			sb_printf(b, "%s%d", k ? "," : "", nd->sizes[k]);
+		sb_printf(b, " act=%s", act_words[nd->a]);
+		break;
+	case ST_NODE_LINEAR: sb_printf(b, " size=%d", nd->a); break;
+	case ST_NODE_FM:
+	case ST_NODE_DOT: sb_printf(b, " fields=%d", nd->a); break;
+	case ST_NODE_CROSS: sb_printf(b, " layers=%d rank=%d", nd->a, nd->b); break;
+	}
+	sb_printf(b, "\n");
+	return ST_OK;
 }
 
 int st_modelcfg_encode(const st_model_cfg_t *cfg, char **out, char *err, size_t errlen)
@@ -222,6 +264,19 @@ int st_modelcfg_encode(const st_model_cfg_t *cfg, char **out, char *err, size_t 
 			put_list(&b, f->key, v, n);
 			break;
 		}
+		}
+	}
+	if (cfg->n_nodes < 0 || cfg->n_nodes > ST_MODEL_MAX_NODES) {
+		st__dumpio_seterr(err, errlen, "model config: %d nodes (0..%d)", cfg->n_nodes,
+				  ST_MODEL_MAX_NODES);
+		free(b.p);
+		return ST_EINVAL;
+	}
+	for (int i = 0; i < cfg->n_nodes; i++) {
+		int rc = put_node(&b, i, &cfg->nodes[i], err, errlen);
+		if (rc < 0) {
+			free(b.p);
+			return rc;
 		}
 	}
 	if (b.oom) {
@@ -413,6 +468,83 @@ static int set_value(st_model_cfg_t *cfg, const field_t *f, const char *v, int l
 	return ST_EFORMAT;
 }
 
+/* Parses "<kind> <name>[ key=value...]" (put_node's line) as node <idx>,
+ * which must be the next one (node.0, node.1, ... in order, each input an
+ * earlier node). ST_OK or ST_EFORMAT (message). Modifies v. */
+static int parse_node(st_model_cfg_t *cfg, const char *idx, char *v, int line, char *err,
+		      size_t errlen)
+{
+	int64_t i;
+	if (parse_i64(idx, 0, ST_MODEL_MAX_NODES - 1, &i) < 0 || i != cfg->n_nodes) {
+		st__dumpio_seterr(err, errlen, "line %d: node.%.20s is not node.%d (nodes come "
+				  "in order, at most %d)", line, idx, cfg->n_nodes, ST_MODEL_MAX_NODES);
+		return ST_EFORMAT;
+	}
+	st_model_node_t *nd = &cfg->nodes[i];
+	memset(nd, 0, sizeof *nd);
+	nd->kind = -1;
+	int ntok = 0, bad = 0;
+	for (char *save = NULL, *t = strtok_r(v, " ", &save); t && !bad;
+	     t = strtok_r(NULL, " ", &save), ntok++) {
+		if (ntok == 0) {
+			for (int k = 0; node_kinds[k]; k++)
+				if (!strcmp(t, node_kinds[k]))
+					nd->kind = k;
+			bad = nd->kind < 0;
+			continue;
+		}
+		if (ntok == 1) {
+			bad = strlen(t) >= sizeof nd->name || strchr(t, '=');
+			if (!bad)
+				strcpy(nd->name, t);
+			continue;
+		}
+		char *e = strchr(t, '=');
+		if (!e) {
+			bad = 1;
+			break;
+		}
+		*e++ = 0;
+		int *list = NULL, n = 0;
+		int64_t x = 0;
+		if (!strcmp(t, "in") || !strcmp(t, "sizes")) {
+			int in = t[0] == 'i';
+			if (parse_list(e, in ? 0 : 1, in ? ST_NODE_MAX_IN : MAX_LAYERS, 0, &list,
+				       &n) < 0) {
+				bad = 1;
+				break;
+			}
+			for (int k = 0; in && k < n; k++)
+				bad |= list[k] >= i;
+			memcpy(in ? nd->in : nd->sizes, list, sizeof(int) * (size_t)n);
+			*(in ? &nd->n_in : &nd->n_sizes) = n;
+			free(list);
+		} else if (!strcmp(t, "act")) {
+			nd->a = -1;
+			for (int k = 0; act_words[k]; k++)
+				if (!strcmp(e, act_words[k]))
+					nd->a = k;
+			bad = nd->a < 0;
+		} else if (parse_i64(e, 0, INT32_MAX, &x) < 0) {
+			bad = 1;
+		} else if (!strcmp(t, "log1p") || !strcmp(t, "size") || !strcmp(t, "fields") ||
+			   !strcmp(t, "layers")) {
+			nd->a = (int)x;
+		} else if (!strcmp(t, "rank")) {
+			nd->b = (int)x;
+		} else {
+			bad = 1;
+		}
+	}
+	if (bad || ntok < 2) {
+		st__dumpio_seterr(err, errlen, "line %d: node.%d is not '<kind> <name>[ in=i,j]"
+				  "[ key=value...]' with a known kind and keys", line, (int)i);
+		return ST_EFORMAT;
+	}
+	cfg->n_nodes++;
+	return ST_OK;
+}
+
 int st_modelcfg_decode(const char *text, st_model_cfg_t *cfg, char *err, size_t errlen)
 {
 	memset(cfg, 0, sizeof *cfg);
@@ -449,6 +581,10 @@ int st_modelcfg_decode(const char *text, st_model_cfg_t *cfg, char *err, size_t 
 			break;
 		}
 		*eq = 0;
+		if (!strncmp(buf, "node.", 5)) {
+			rc = parse_node(cfg, buf + 5, eq + 1, line, err, errlen);
+			continue;
+		}
 		size_t i;
 		for (i = 0; i < N_FIELDS && strcmp(fields[i].key, buf); i++)
 			;
@@ -485,6 +621,12 @@ int st_modelcfg_decode(const char *text, st_model_cfg_t *cfg, char *err, size_t 
 				st__dumpio_seterr(err, errlen, "%s is missing", f->key);
 			rc = ST_EFORMAT;
 		}
+	}
+	if (rc == ST_OK && cfg->type && !strcmp(cfg->type, "graph") &&
+	    (cfg->n_nodes == 0 || cfg->node_out >= cfg->n_nodes)) {
+		st__dumpio_seterr(err, errlen, "a graph model needs node.<i> lines up to its "
+				  "node_out %d (has %d)", cfg->node_out, cfg->n_nodes);
+		rc = ST_EFORMAT;
 	}
 	if (rc == ST_ENOMEM)
 		st__dumpio_seterr(err, errlen, "model config: out of memory");

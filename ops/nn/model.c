@@ -47,7 +47,7 @@
 #include "ops/nn/nn.h"
 #include "runtime/err.h"
 
-enum { M_LR, M_DNN, M_WDL, M_DEEPFM, M_DLRM, M_DCNV2 };
+enum { M_LR, M_DNN, M_WDL, M_DEEPFM, M_DLRM, M_DCNV2, M_GRAPH };
 enum { ACT_NONE = ST_LGRAPH_ACT_NONE, ACT_RELU = ST_LGRAPH_ACT_RELU,
        ACT_SIGMOID = ST_LGRAPH_ACT_SIGMOID };
 
@@ -73,11 +73,78 @@ struct st_model_ws {
 /* The preset's index, or ST_EINVAL for a name that is none. */
 static int parse_type(const char *s)
 {
-	static const char *names[] = { "lr", "dnn", "wdl", "deepfm", "dlrm", "dcnv2" };
-	for (int i = 0; i < 6; i++)
+	static const char *names[] = { "lr", "dnn", "wdl", "deepfm", "dlrm", "dcnv2",
+				       "graph" };
+	for (int i = 0; i < 7; i++)
 		if (s && !strcmp(s, names[i]))
 			return i;
 	return ST_EINVAL;
+}
+
+/* A graph config's node list is well formed: kinds known, inputs earlier
+ * nodes, counts in range, the output a node. (Shapes are the builders'.)
+ * validate.lua refuses all of this with the layer's line; this guards
+ * configs read back from checkpoints and API callers. */
+static int check_nodes(const st_model_cfg_t *cfg)
+{
+	if (cfg->n_nodes < 1 || cfg->n_nodes > ST_MODEL_MAX_NODES || cfg->node_out < 0 ||
+	    cfg->node_out >= cfg->n_nodes) {
+		st_error("model graph: %d layers (1..%d), output %d", cfg->n_nodes,
+			 ST_MODEL_MAX_NODES, cfg->node_out);
+		return ST_EINVAL;
+	}
+	for (int i = 0; i < cfg->n_nodes; i++) {
+		const st_model_node_t *nd = &cfg->nodes[i];
+		int bad = nd->kind < 0 || nd->kind >= ST_NODE_NKINDS || nd->n_in < 0 ||
+			  nd->n_in > ST_NODE_MAX_IN || nd->n_sizes < 0 || nd->n_sizes > 16 ||
+			  !memchr(nd->name, 0, sizeof nd->name);
+		for (int k = 0; !bad && k < nd->n_in; k++)
+			bad = nd->in[k] < 0 || nd->in[k] >= i;
+		for (int k = 0; !bad && k < nd->n_sizes; k++)
+			bad = nd->sizes[k] < 1;
+		if (bad) {
+			st_error("model graph: layer %d is malformed (kind %d, %d inputs, each an "
+				 "earlier layer; %d sizes >= 1)", i, nd->kind, nd->n_in, nd->n_sizes);
+			return ST_EINVAL;
+		}
+	}
+	return ST_OK;
+}
+
+/* Calls the builders for cfg's nodes in order (so tensor order = layer
+ * order, prefixes = layer names) and returns the output's graph id, or the
+ * first builder's error code. A layer's inputs are the graph ids of earlier
+ * layers (an mlp of no sizes or 0 cross layers is its input's id). */
+static int build_nodes(st_lgraph_t *g, const st_model_cfg_t *cfg)
+{
+	int id[ST_MODEL_MAX_NODES];
+	for (int i = 0; i < cfg->n_nodes; i++) {
+		const st_model_node_t *nd = &cfg->nodes[i];
+		int in[ST_NODE_MAX_IN];
+		for (int k = 0; k < nd->n_in; k++)
+			in[k] = id[nd->in[k]];
+		int in0 = nd->n_in ? in[0] : ST_EINVAL;
+		switch (nd->kind) {
+		case ST_NODE_EMBED: id[i] = st_lgraph_embed(g); break;
+		case ST_NODE_DENSE: id[i] = st_lgraph_dense(g, nd->a); break;
+		case ST_NODE_WIDE: id[i] = st_lgraph_wide(g); break;
+		case ST_NODE_CONCAT: id[i] = st_lgraph_concat(g, nd->n_in, in); break;
+		case ST_NODE_MLP:
+			id[i] = st_lgraph_mlp(g, in0, nd->name, nd->n_sizes, nd->sizes, nd->a);
+			break;
+		case ST_NODE_LINEAR: id[i] = st_lgraph_linear(g, in0, nd->name, nd->a); break;
+		case ST_NODE_FM: id[i] = st_lgraph_fm(g, in0, nd->a); break;
+		case ST_NODE_DOT: id[i] = st_lgraph_dot(g, in0, nd->a); break;
+		case ST_NODE_ADD: id[i] = st_lgraph_add(g, nd->n_in, in); break;
+		case ST_NODE_CROSS:
+			id[i] = st_lgraph_cross(g, in0, nd->name, nd->a, nd->b);
+			break;
+		default: id[i] = ST_EINVAL; break;
+		}
+		if (id[i] < 0)
+			return id[i];
+	}
+	return id[cfg->node_out];
 }
 
 int st_model_create(st_model_t **out, const st_model_cfg_t *cfg, int n_dense,
@@ -85,7 +152,7 @@ int st_model_create(st_model_t **out, const st_model_cfg_t *cfg, int n_dense,
 {
 	int type = parse_type(cfg->type);
 	if (type < 0) {
-		st_error("model: unknown type '%s' (lr, dnn, wdl, deepfm, dlrm, dcnv2)",
+		st_error("model: unknown type '%s' (lr, dnn, wdl, deepfm, dlrm, dcnv2, graph)",
 			 cfg->type ? cfg->type : "(null)");
 		return ST_EINVAL;
 	}
@@ -116,6 +183,8 @@ int st_model_create(st_model_t **out, const st_model_cfg_t *cfg, int n_dense,
 			 "rank)", cfg->n_cross, cfg->cross_rank);
 		return ST_EINVAL;
 	}
+	if (type == M_GRAPH && check_nodes(cfg) < 0)
+		return ST_EINVAL;
 	st_model_t *m = calloc(1, sizeof *m);
 	if (!m)
 		return ST_ENOMEM;
@@ -135,6 +204,8 @@ int st_model_create(st_model_t **out, const st_model_cfg_t *cfg, int n_dense,
 		return ST_ENOMEM;
 	}
 	m->has_wide = type == M_LR || type == M_WDL || type == M_DEEPFM;
+	for (int i = 0; type == M_GRAPH && i < cfg->n_nodes; i++)
+		m->has_wide |= cfg->nodes[i].kind == ST_NODE_WIDE;
 	int rc = ST_OK;
 	for (int s = 0; s < n_slots; s++) {
 		int d = type == M_LR ? 0 : cfg->slot_dims ? cfg->slot_dims[s] : cfg->emb_dim;
@@ -213,6 +284,15 @@ int st_model_create(st_model_t **out, const st_model_cfg_t *cfg, int n_dense,
 		return rc;
 	}
 	st_lgraph_t *g = m->g;
+	if (type == M_GRAPH) {
+		rc = st_lgraph_finish(g, build_nodes(g, cfg), seed);
+		if (rc < 0) {
+			st_model_destroy(m);
+			return rc;
+		}
+		*out = m;
+		return ST_OK;
+	}
 	int x = st_lgraph_dense(g, m->log1p);
 	int lin = m->has_wide ? st_lgraph_linear(g, x, "dense", 1) : -1;
 	int logit;

@@ -118,6 +118,20 @@ char *st_trainer_model_desc(const st_job_t *job)
 	 * what they were. */
 	if (m->n_cross || m->cross_rank)
 		put(&s, &len, &cap, " cross=%d rank=%d", m->n_cross, m->cross_rank);
+	/* A graph's layers (none for the presets, whose strings stay as they
+	 * were): kind, name, inputs, sizes and the two ints of lang/job.h. */
+	for (int i = 0; i < m->n_nodes; i++) {
+		const st_model_node_t *nd = &m->nodes[i];
+		put(&s, &len, &cap, " node%d=%d:%s:", i, nd->kind, nd->name);
+		for (int k = 0; k < nd->n_in; k++)
+			put(&s, &len, &cap, "%s%d", k ? "," : "", nd->in[k]);
+		put(&s, &len, &cap, ":");
+		for (int k = 0; k < nd->n_sizes; k++)
+			put(&s, &len, &cap, "%s%d", k ? "," : "", nd->sizes[k]);
+		put(&s, &len, &cap, ":%d:%d", nd->a, nd->b);
+	}
+	if (m->n_nodes)
+		put(&s, &len, &cap, " output=%d", m->node_out);
 	put(&s, &len, &cap, " activation=%s pooling=%s dense_transform=%s sparse_opt=%s dense_opt=%s",
 	    m->activation ? m->activation : "relu", m->pooling ? m->pooling : "sum",
 	    m->dense_transform ? m->dense_transform : "log1p",

@@ -73,12 +73,14 @@ end
 
 -- Message for an unknown constructor name. `plural` non-nil appends the list
 -- of known names always; data formats list them only when nothing is close.
+-- known.listed, when set, is the list to show (st.model's presets, while
+-- "graph" is suggested but not listed).
 function M.unknown(what, name, known, plural, list_always)
 	local s = M.suggest(name, known)
 	local msg = "unknown " .. what .. " '" .. tostring(name) .. "'"
 	if s then msg = msg .. " (did you mean '" .. s .. "'?)" end
 	if list_always or not s then
-		msg = msg .. "; known " .. plural .. ": " .. table.concat(known, ", ")
+		msg = msg .. "; known " .. plural .. ": " .. table.concat(known.listed or known, ", ")
 	end
 	return msg
 end

@@ -5,6 +5,7 @@
 -- Reading a member st does not have (st.daat) is an error naming it, like
 -- reading an undefined global.
 local common = require "strata.common"
+local schema = require "strata.schema"
 
 local st = {
 	job = common.constructor("job", "job", "st.job"),
@@ -12,11 +13,15 @@ local st = {
 	stragglers = common.constructor("stragglers", "stragglers", "st.stragglers"),
 	data = require "strata.data",
 	model = require "strata.model",
+	-- st.layer.<kind>{ inputs..., fields }: the nodes of st.model.graph
+	-- (kinds and fields in schema.lua's S.layer; checks in validate.lua's
+	-- V:graph). The list part names the layer's inputs.
+	layer = common.namespace("layer", "st.layer", schema.layers, "layer kind", "layers", true),
 	optim = require "strata.optim",
 	sync = require "strata.sync",
 	version = "0.1.0",
 }
-local names = { "job", "gen", "stragglers", "data", "model", "optim", "sync", "version" }
+local names = { "job", "gen", "stragglers", "data", "model", "layer", "optim", "sync", "version" }
 
 return setmetatable(st, {
 	__index = function(_, k)

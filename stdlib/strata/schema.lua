@@ -42,6 +42,12 @@ S.limits = L
 
 S.formats = { "criteo", "libsvm", "csv" }
 S.models = { "lr", "dnn", "wdl", "deepfm", "dlrm", "dcnv2" }
+-- Every st.model.<type>: the presets and "graph" (a model written layer by
+-- layer). Messages about an unknown type list the presets (`listed`).
+S.model_types = { "lr", "dnn", "wdl", "deepfm", "dlrm", "dcnv2", "graph", listed = S.models }
+-- Layer kinds of st.model.graph (ops/nn/graph.h's node kinds, in the order
+-- of enum st_node_kind in lang/job.h).
+S.layers = { "embed", "dense", "wide", "concat", "mlp", "linear", "fm", "dot", "add", "cross" }
 S.optimizers = { "sgd", "adagrad", "adam", "ftrl" }
 -- Sync policies: the registry's table (ops/sync/policies.def), in its
 -- order; S.meta_policies[name] is true for a policy that switches between
@@ -238,6 +244,41 @@ S.model = {
 		{ "cross_layers", "int", min = 0, max = 16, default = 3 },
 		{ "cross_rank", "int", min = 0, max = L.layer, default = 0 },
 	}),
+	-- A layer graph written in the job (docs/models.md, "Writing a model in
+	-- the job file"): `layers` is a list of { name, st.layer.<kind>{...} },
+	-- `output` names the 1-wide logit. validate.lua (V:graph) checks it.
+	graph = {
+		{ "optimizer", "section" },
+		{ "l2", "num", min = 0, max = L.flt_max, default = 0.0 },
+		{ "sparse_optimizer", "section" },
+		{ "dense_optimizer", "section" },
+		{ "emb_dim", "dims", min = 1, max = L.emb_dim, default = 8 },
+		{ "pooling", "str", enum = { "sum", "mean" }, default = "sum" },
+		{ "init_scale", "num", min = 0, max = L.flt_max, default = 0.01 },
+		{ "admission", "section" },
+		{ "ttl", "int", min = 0, default = 0 },
+		{ "layers", "section" },
+		{ "output", "str", required = true, nonempty = true },
+	},
+}
+-- The fields of each st.layer.<kind>{...}, besides its inputs (the list
+-- part: names of layers above it). `inputs` is how many it takes: a number,
+-- or { min } for "at least".
+S.layer = {
+	embed = { inputs = 0 },
+	dense = { inputs = 0, { "transform", "str", enum = { "log1p", "none" }, default = "log1p" } },
+	wide = { inputs = 0 },
+	concat = { inputs = { 1 } },
+	mlp = { inputs = 1,
+		{ "sizes", "ints", required = true, min = 1, max = L.layer, maxlen = 16 },
+		{ "activation", "str", enum = { "relu", "sigmoid", "none" }, default = "relu" } },
+	linear = { inputs = 1, { "size", "int", min = 1, max = L.layer, default = 1 } },
+	fm = { inputs = 1, { "fields", "int", min = 1, max = L.slots } },
+	dot = { inputs = 1, { "fields", "int", min = 2, max = 1024 } },
+	add = { inputs = { 2 } },
+	cross = { inputs = 1,
+		{ "layers", "int", min = 0, max = 16, default = 3 },
+		{ "rank", "int", min = 0, max = L.layer, default = 0 } },
 }
 -- model.admission: one of the two rules (neither: admit every key).
 S.admission = {

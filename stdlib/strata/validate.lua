@@ -681,10 +681,213 @@ local function optim_cfg(name, p, lr, model_l2, init_accum)
 	}
 end
 
+-- A layer graph (st.model.graph): `layers` is a list of { name,
+-- st.layer.<kind>{ inputs..., fields } } in an order where every input is
+-- above its reader, `output` names the 1-wide logit. Walks the list once,
+-- computes each layer's width (docs/models.md's table; needs the train
+-- data's slots, else widths go unchecked) and reports at the layer's
+-- constructor call, naming it. Fills out.nodes (kind, name, 0-based input
+-- indices, sizes, a, b: what lang.c copies into st_model_node_t) and
+-- out.output (0-based).
+local LAYER_ARGS = {   -- the ints a and b of each kind (lang/job.h)
+	dense = function(f) return f.transform == "log1p" and 1 or 0, 0 end,
+	mlp = function(f)
+		return f.activation == "sigmoid" and 2 or f.activation == "none" and 0 or 1, 0
+	end,
+	linear = function(f) return f.size, 0 end,
+	fm = function(f, fields) return fields, 0 end,
+	dot = function(f, fields) return fields, 0 end,
+	cross = function(f) return f.layers, f.rank end,
+}
+
+function V:graph(node, tbl, out, train)
+	local layers = tbl.layers
+	local lnode = layers ~= nil and self:section(node, "layers", layers)
+	if layers == nil then
+		return self:err(node.loc, "missing required field 'model.layers' (a list of " ..
+			"{ name, st.layer.<kind>{...} })")
+	end
+	if not lnode then return end
+	local nerr = #self.errs
+	local dims
+	if train then
+		dims = {}
+		for s = 1, train.n_slots do
+			dims[s] = out.slot_dims and out.slot_dims[s] or out.emb_dim
+		end
+	end
+	local index, width, nodes, read, seen = {}, {}, {}, {}, {}
+	local later = {}
+	for i, e in ipairs(layers) do
+		if type(e) == "table" and type(e[1]) == "string" then later[e[1]] = i end
+	end
+	for i, e in ipairs(layers) do
+		local where = "model.layers[" .. i .. "]"
+		local lt = type(e) == "table" and common.tag(e[2])
+		local loc = (lt and lt.where) or lnode.loc
+		if type(e) ~= "table" or common.tag(e) or type(e[1]) ~= "string" or
+				not lt or lt.kind ~= "layer" or e[3] ~= nil then
+			self:err(loc, "%s must be { \"name\", st.layer.<kind>{...} }", where)
+			goto continue
+		end
+		local name, l, kind = e[1], e[2], lt.name
+		local function lerr(fmt, ...)
+			self:err(loc, "layer '%s': " .. fmt, name, ...)
+		end
+		if not name:match("^[%a_][%w_]*$") or #name > 31 then
+			lerr("the name must be a Lua identifier of at most 31 characters")
+			goto continue
+		end
+		if seen[name] then
+			lerr("%s is named '%s' already (%s); give each layer its own name",
+				where, name, seen[name])
+			goto continue
+		end
+		seen[name] = loc
+		local spec = schema.layer[kind]
+		local lrec = { path = "model.layers." .. name, loc = loc,
+			line = tonumber(loc:match(":(%d+)$")) }
+		local fields = {}
+		for k, v in pairs(l) do
+			if math.type(k) ~= "integer" then fields[k] = v end
+		end
+		local f = self:record(lrec, fields, spec)
+		-- Inputs: the list part, each a layer above this one.
+		local ins, iw, ok = {}, {}, true
+		for k = 1, #l do
+			local x = l[k]
+			if type(x) ~= "string" then
+				lerr("input %d must be a layer's name, got %s", k, show(x))
+				ok = false
+			elseif index[x] == nil then
+				if later[x] and later[x] >= i then
+					lerr("input '%s' is %s; a layer reads only the layers above it",
+						x, x == name and "the layer itself" or "defined below it")
+				else
+					lerr("input '%s' is no layer%s", x, common.did_you_mean(x,
+						(function() local t = {} for n in pairs(index) do
+							t[#t + 1] = n end table.sort(t) return t end)()))
+				end
+				ok = false
+			else
+				ins[#ins + 1] = index[x] - 1
+				iw[#iw + 1] = width[index[x]]
+				read[x] = true
+			end
+		end
+		local want = spec.inputs
+		local min = type(want) == "table" and want[1] or want
+		if #l < min or (type(want) == "number" and #l > want) then
+			lerr("%s takes %s input%s, got %d", kind, type(want) == "table" and
+				("at least " .. min) or tostring(want), min == 1 and "" or "s", #l)
+			ok = false
+		end
+		-- Width (nil when unknown: no train data, or a bad input).
+		local w, fields_n
+		local known = ok and dims ~= nil
+		for _, x in ipairs(iw) do if x == nil then known = false end end
+		if kind == "embed" then
+			if dims then
+				w = 0
+				for _, d in ipairs(dims) do w = w + d end
+			end
+		elseif kind == "dense" then
+			w = train and train.n_dense
+		elseif kind == "wide" then
+			w = 1
+		elseif not known then
+			w = nil
+		elseif kind == "concat" then
+			w = 0
+			for _, x in ipairs(iw) do w = w + x end
+		elseif kind == "mlp" then
+			w = f.sizes and f.sizes[#f.sizes]
+		elseif kind == "linear" then
+			w = f.size
+		elseif kind == "add" then
+			w = iw[1]
+			for k, x in ipairs(iw) do
+				if x ~= w then
+					lerr("add input '%s' is %d wide but '%s' is %d; every input " ..
+						"needs the same width", l[k], x, l[1], w)
+					w = nil
+					break
+				end
+			end
+		elseif kind == "fm" or kind == "dot" then
+			-- fields default: the width over the common slot dim.
+			fields_n = f.fields
+			if not fields_n then
+				local d = dims[1]
+				for _, x in ipairs(dims) do if x ~= d then d = nil break end end
+				if d and iw[1] % d == 0 then fields_n = iw[1] // d end
+			end
+			if not fields_n or iw[1] % fields_n ~= 0 or
+					(kind == "dot" and fields_n < 2) then
+				lerr("%s input '%s' is %d wide, not %s fields of equal width%s",
+					kind, l[1], iw[1], fields_n and tostring(fields_n) or "whole",
+					f.fields and "" or "; set fields = <count>")
+				fields_n = nil
+			else
+				w = kind == "fm" and 1 or fields_n * (fields_n - 1) // 2
+			end
+		elseif kind == "cross" then
+			w = iw[1]
+			if f.rank > 0 and f.rank >= w then
+				lerr("cross input '%s' is %d wide; rank %d must be below it " ..
+					"(0 means full rank)", l[1], w, f.rank)
+			end
+		end
+		if (kind == "fm" or kind == "dot") and not fields_n then
+			fields_n = f.fields or 0
+		end
+		width[i] = w
+		index[name] = i
+		local a, b = 0, 0
+		if LAYER_ARGS[kind] then a, b = LAYER_ARGS[kind](f, fields_n) end
+		nodes[i] = { kind = kind, name = name, inputs = ins,
+			sizes = kind == "mlp" and (f.sizes or {}) or {}, a = a, b = b, loc = loc }
+		::continue::
+	end
+	if #layers == 0 then
+		self:err(lnode.loc, "model.layers is empty; list at least the layers up to " ..
+			"the output")
+	elseif #layers > 32 then
+		self:err(lnode.loc, "model.layers has %d layers, at most 32 fit", #layers)
+	end
+	out.nodes = nodes
+	local o = tbl.output
+	if type(o) == "string" and o ~= "" then
+		if not index[o] then
+			self:ferr(node, "output", "model.output '%s' is no layer%s", o,
+				common.did_you_mean(o, (function() local t = {} for n in pairs(index) do
+					t[#t + 1] = n end table.sort(t) return t end)()))
+		else
+			out.output = index[o] - 1
+			read[o] = true
+			local w = width[index[o]]
+			if w and w ~= 1 then
+				self:ferr(node, "output", "model.output '%s' is %d wide; the output is " ..
+					"the logit, 1 wide (end with st.layer.linear{ \"%s\", size = 1 })",
+					o, w, o)
+			end
+			-- A layer nothing reads would take parameters no gradient
+			-- reaches. (Only on an otherwise sound graph: a layer with a bad
+			-- input leaves its inputs unread, and that is no news.)
+			for _, n in ipairs(#self.errs == nerr and nodes or {}) do
+				if n and not read[n.name] then
+					self:err(n.loc, "layer '%s' is read by no layer and is not the " ..
+						"output; remove it or read it", n.name)
+				end
+			end
+		end
+	end
+end
+
 function V:model(root, v, train)
 	if v == nil then v = "lr" end
 	local node, name, tbl, extra = self:kinded(root, "model", v, "model", "type",
-		schema.models, "model type", "models", true, true, "lr")
+		schema.model_types, "model type", "models", true, true, "lr")
 	if not node then return nil end
 	local m, bad = self:record(node, tbl, schema.model[name], extra)
 	local out = {
@@ -781,6 +984,10 @@ function V:model(root, v, train)
 				"layers' width %d (embeddings + dense features), got %d; 0 means " ..
 				"full rank", width, out.cross_rank)
 		end
+	end
+
+	if name == "graph" then
+		self:graph(node, tbl, out, train)
 	end
 
 	-- admission = { min_count = n } or { probability = p }.

@@ -895,6 +895,95 @@ static void test_lang_dcnv2(void **state)
 	st_diag_free(&d);
 }
 
+/* st.model.graph: the layers reach st_model_cfg_t in order (inputs as
+ * indices of earlier layers, the output's index); every shape error is
+ * reported at its layer's line, naming the layer. */
+static void test_lang_graph(void **state)
+{
+	(void)state;
+	st_job_t *j = load_ok("tests/lua/good_graph.lua", NULL, 0);
+	assert_string_equal(j->model.type, "graph");
+	assert_int_equal(j->model.emb_dim, 8);
+	assert_int_equal(j->model.n_nodes, 6);
+	assert_int_equal(j->model.node_out, 5);
+	const st_model_node_t *nd = j->model.nodes;
+	assert_int_equal(nd[0].kind, ST_NODE_EMBED);
+	assert_string_equal(nd[0].name, "e");
+	assert_int_equal(nd[1].kind, ST_NODE_DENSE);
+	assert_int_equal(nd[1].a, 1);                /* log1p */
+	assert_int_equal(nd[2].kind, ST_NODE_CONCAT);
+	assert_int_equal(nd[2].n_in, 2);
+	assert_int_equal(nd[2].in[0], 0);
+	assert_int_equal(nd[2].in[1], 1);
+	assert_int_equal(nd[3].kind, ST_NODE_CROSS);
+	assert_int_equal(nd[3].a, 2);
+	assert_int_equal(nd[3].b, 16);
+	assert_int_equal(nd[4].kind, ST_NODE_MLP);
+	assert_string_equal(nd[4].name, "mlp");
+	assert_int_equal(nd[4].n_sizes, 2);
+	assert_int_equal(nd[4].sizes[1], 32);
+	assert_int_equal(nd[4].a, 1);                /* relu */
+	assert_int_equal(nd[5].kind, ST_NODE_LINEAR);
+	assert_int_equal(nd[5].in[0], 4);
+	assert_int_equal(nd[5].a, 1);
+	st_job_free(j);
+	/* the presets carry no layers */
+	j = load_ok("tests/lua/good_dcnv2.lua", NULL, 0);
+	assert_int_equal(j->model.n_nodes, 0);
+	st_job_free(j);
+
+	st_diag_t d = { 0 };
+	load_bad("tests/lua/bad_graph.lua", NULL, 0, &d);
+	expect_msg(&d, "tests/lua/bad_graph.lua:11: layer 'c': cross input 'x0' is 221 wide; "
+		       "rank 221 must be below it (0 means full rank)");
+	expect_msg(&d, "tests/lua/bad_graph.lua:12: layer 's': add input 'x' is 13 wide but "
+		       "'c' is 221; every input needs the same width");
+	expect_msg(&d, "tests/lua/bad_graph.lua:13: layer 'h': input 'q' is no layer (did you "
+		       "mean 'c'?)");
+	expect_msg(&d, "tests/lua/bad_graph.lua:13: layer 'h': mlp takes 1 input, got 2");
+	expect_msg(&d, "tests/lua/bad_graph.lua:14: layer 'h2': input 'later' is defined below "
+		       "it; a layer reads only the layers above it");
+	expect_msg(&d, "tests/lua/bad_graph.lua:15: layer 'e': model.layers[8] is named 'e' "
+		       "already (tests/lua/bad_graph.lua:8); give each layer its own name");
+	expect_msg(&d, "tests/lua/bad_graph.lua:16: layer 'later': fm input 'x0' is 221 wide, "
+		       "not whole fields of equal width; set fields = <count>");
+	expect_msg(&d, "tests/lua/bad_graph.lua:19: model.output 'h3' is 16 wide; the output "
+		       "is the logit, 1 wide (end with st.layer.linear{ \"h3\", size = 1 })");
+	assert_int_equal(d.n, 8);
+	st_diag_free(&d);
+
+	/* a layer reading itself, an unknown layer kind, an unknown field, a
+	 * missing output */
+	const char *self[] = { "model.layers={{'e',st.layer.embed{}},{'o',st.layer.linear{'o'}}}",
+			       "model.output='o'" };
+	assert_int_equal(load("tests/lua/good_graph.lua", self, 2, 1, &j, &d), ST_EJOB);
+	assert_int_equal(d.n, 1);
+	assert_non_null(strstr(d.msg[0], ": layer 'o': input 'o' is the layer itself; a layer "
+				   "reads only the layers above it"));
+	st_diag_free(&d);
+	const char *kind[] = { "model.layers={{'e',st.layer.embd{}}}" };
+	assert_int_equal(load("tests/lua/good_graph.lua", kind, 1, 1, &j, &d), ST_EJOB);
+	assert_non_null(strstr(d.msg[0], "unknown layer kind 'embd' (did you mean 'embed'?)"));
+	st_diag_free(&d);
+	const char *field[] = { "model.layers={{'e',st.layer.embed{}},"
+				"{'out',st.layer.linear{'e',sise=1}}}" };
+	assert_int_equal(load("tests/lua/good_graph.lua", field, 1, 1, &j, &d), ST_EJOB);
+	assert_non_null(strstr(d.msg[0], "unknown field 'sise' in model.layers.out (did you "
+				   "mean 'size'?)"));
+	st_diag_free(&d);
+	const char *dead[] = { "model.layers={{'e',st.layer.embed{}},{'x',st.layer.dense{}},"
+			       "{'out',st.layer.linear{'e'}}}", "model.output='out'" };
+	assert_int_equal(load("tests/lua/good_graph.lua", dead, 2, 1, &j, &d), ST_EJOB);
+	assert_int_equal(d.n, 1);
+	assert_non_null(strstr(d.msg[0], ": layer 'x' is read by no layer and is not the "
+				   "output; remove it or read it"));
+	st_diag_free(&d);
+	const char *noout[] = { "model.output=nil" };
+	assert_int_equal(load("tests/lua/good_graph.lua", noout, 1, 1, &j, &d), ST_EJOB);
+	assert_non_null(strstr(d.msg[0], "missing required field 'model.output'"));
+	st_diag_free(&d);
+}
+
 /* ---- --set ------------------------------------------------------------ */
 
 static void test_lang_set_overrides(void **state)
@@ -1649,6 +1738,7 @@ int main(void)
 		cmocka_unit_test(test_lang_model_deep_fields),
 		cmocka_unit_test(test_lang_model_defaults),
 		cmocka_unit_test(test_lang_dcnv2),
+		cmocka_unit_test(test_lang_graph),
 		cmocka_unit_test(test_lang_model_errors),
 		cmocka_unit_test(test_lang_set_overrides),
 		cmocka_unit_test(test_lang_set_sync),

@@ -573,6 +573,145 @@ static void test_model_dcnv2_without_cross_is_dnn(void **state)
 	st_model_destroy(d);
 }
 
+/* Two models built from a and b step bit for bit alike: same parameter
+ * count and initial values, same loss, probabilities, dense and row
+ * gradients on tiny_batch (rows EMB + 1 wide, so a wide column exists). */
+static void assert_same_model(const st_model_cfg_t *ca, const st_model_cfg_t *cb)
+{
+	enum { RW = EMB + 1 };
+	st_model_t *a, *d;
+	assert_int_equal(st_model_create(&a, ca, ND, NS, 5), ST_OK);
+	assert_int_equal(st_model_create(&d, cb, ND, NS, 5), ST_OK);
+	size_t np = st_model_nparams(a);
+	assert_int_equal(np, st_model_nparams(d));
+	assert_int_equal(st_model_ntensors(a), st_model_ntensors(d));
+	for (int t = 0; t < st_model_ntensors(a); t++)
+		assert_string_equal(st_model_tensor(a, t)->name, st_model_tensor(d, t)->name);
+	assert_int_equal(st_model_has_wide(a), st_model_has_wide(d));
+	assert_int_equal(st_model_max_row_dim(a), st_model_max_row_dim(d));
+	assert_memory_equal(st_model_params(a), st_model_params(d), np * sizeof(float));
+	assert_true(st_model_flops_per_example(a) == st_model_flops_per_example(d));
+	st_model_ws_t *wa, *wd;
+	assert_int_equal(st_model_ws_create(&wa, a, NEX), ST_OK);
+	assert_int_equal(st_model_ws_create(&wd, d, NEX), ST_OK);
+	uint32_t nu;
+	st_batch_t *b = tiny_batch(&nu);
+	float rowbuf[7 * RW], *rows[7];
+	for (int u = 0; u < 7; u++) {
+		rows[u] = rowbuf + u * RW;
+		for (int j = 0; j < RW; j++)
+			rows[u][j] = 0.03f * (float)((u * 5 + j) % 9) - 0.1f;
+	}
+	float *ga = calloc(np, sizeof(float)), *gd = calloc(np, sizeof(float));
+	float ua[7 * RW] = { 0 }, ud[7 * RW] = { 0 }, pa[NEX], pd[NEX];
+	double la = st_model_step(a, wa, b, 0, NEX, rows, st_model_params(a), 1.0f, pa, ga, ua, RW);
+	double ld = st_model_step(d, wd, b, 0, NEX, rows, st_model_params(d), 1.0f, pd, gd, ud, RW);
+	assert_true(la == ld);
+	assert_memory_equal(pa, pd, sizeof pa);
+	assert_memory_equal(ga, gd, np * sizeof(float));
+	assert_memory_equal(ua, ud, sizeof ua);
+	free(ga);
+	free(gd);
+	st_batch_destroy(b);
+	st_model_ws_destroy(wa);
+	st_model_ws_destroy(wd);
+	st_model_destroy(a);
+	st_model_destroy(d);
+}
+
+/* Appends a node to a graph config; returns its index. in: -1 ends. */
+static int node(st_model_cfg_t *c, int kind, const char *name, int a, int b, const int *in)
+{
+	st_model_node_t *nd = &c->nodes[c->n_nodes];
+	nd->kind = kind;
+	strcpy(nd->name, name);
+	for (nd->n_in = 0; in && in[nd->n_in] >= 0; nd->n_in++)
+		nd->in[nd->n_in] = in[nd->n_in];
+	nd->a = a;
+	nd->b = b;
+	return c->n_nodes++;
+}
+
+static int mlp_node(st_model_cfg_t *c, const char *name, int in, int n, const int *sizes)
+{
+	int i = node(c, ST_NODE_MLP, name, ST_LGRAPH_ACT_SIGMOID, 0, (int[]){ in, -1 });
+	c->nodes[i].n_sizes = n;
+	memcpy(c->nodes[i].sizes, sizes, sizeof(int) * (size_t)n);
+	return i;
+}
+
+/* The presets declared as graphs (what a job file's st.model.graph gives
+ * lang.c) build the presets' models bit for bit: the graph path adds no
+ * arithmetic of its own, only the order the layers are listed in. */
+static void test_model_graph_matches_presets(void **state)
+{
+	(void)state;
+	static const char *const presets[] = { "dnn", "deepfm", "dcnv2", "dlrm" };
+	for (int r = 0; r < 2; r++)
+		for (size_t p = 0; p < sizeof presets / sizeof *presets; p++) {
+			cross_rank = r * 2;
+			if (r && strcmp(presets[p], "dcnv2"))
+				continue;
+			st_model_cfg_t pc, gc;
+			make_cfg(&pc, presets[p]);
+			make_cfg(&gc, "graph");
+			st_model_cfg_t *g = &gc;
+			const char *t = presets[p];
+			if (!strcmp(t, "dlrm")) {
+				int x = node(g, ST_NODE_DENSE, "x", 1, 0, NULL);
+				int z0 = mlp_node(g, "bot", x, pc.n_bottom, pc.bottom);
+				int e = node(g, ST_NODE_EMBED, "e", 0, 0, NULL);
+				int Z = node(g, ST_NODE_CONCAT, "Z", 0, 0, (int[]){ z0, e, -1 });
+				int d = node(g, ST_NODE_DOT, "d", NS + 1, 0, (int[]){ Z, -1 });
+				int top = node(g, ST_NODE_CONCAT, "top", 0, 0, (int[]){ z0, d, -1 });
+				int h = mlp_node(g, "mlp", top, pc.n_hidden, pc.hidden);
+				g->node_out = node(g, ST_NODE_LINEAR, "out", 1, 0, (int[]){ h, -1 });
+			} else {
+				int fm = !strcmp(t, "deepfm");
+				int x = node(g, ST_NODE_DENSE, "x", 1, 0, NULL);
+				int lin = fm ? node(g, ST_NODE_LINEAR, "dense", 1, 0, (int[]){ x, -1 }) : -1;
+				int e = node(g, ST_NODE_EMBED, "e", 0, 0, NULL);
+				int h = node(g, ST_NODE_CONCAT, "x0", 0, 0, (int[]){ e, x, -1 });
+				if (!strcmp(t, "dcnv2"))
+					h = node(g, ST_NODE_CROSS, "cross", pc.n_cross, pc.cross_rank,
+						 (int[]){ h, -1 });
+				h = mlp_node(g, "mlp", h, pc.n_hidden, pc.hidden);
+				g->node_out = node(g, ST_NODE_LINEAR, "out", 1, 0, (int[]){ h, -1 });
+				if (fm) {
+					int w = node(g, ST_NODE_WIDE, "w", 0, 0, NULL);
+					int f = node(g, ST_NODE_FM, "f", NS, 0, (int[]){ e, -1 });
+					g->node_out = node(g, ST_NODE_ADD, "sum", 0, 0,
+							   (int[]){ g->node_out, w, lin, f, -1 });
+				}
+			}
+			assert_same_model(&pc, &gc);
+		}
+	cross_rank = 0;
+}
+
+/* A malformed node list (an input below its reader, an output past the
+ * end) is refused at creation, not run. */
+static void test_model_graph_bad_nodes(void **state)
+{
+	(void)state;
+	st_model_cfg_t c;
+	st_model_t *m;
+	make_cfg(&c, "graph");
+	assert_int_equal(st_model_create(&m, &c, ND, NS, 1), ST_EINVAL);   /* no nodes */
+	int e = node(&c, ST_NODE_EMBED, "e", 0, 0, NULL);
+	node(&c, ST_NODE_LINEAR, "out", 1, 0, (int[]){ 2, -1 });   /* reads node 2 */
+	c.node_out = 1;
+	assert_int_equal(st_model_create(&m, &c, ND, NS, 1), ST_EINVAL);
+	c.nodes[1].in[0] = e;
+	c.node_out = 2;
+	assert_int_equal(st_model_create(&m, &c, ND, NS, 1), ST_EINVAL);
+	c.node_out = 0;                     /* the embeddings: not 1 wide */
+	assert_int_equal(st_model_create(&m, &c, ND, NS, 1), ST_EINVAL);
+	c.node_out = 1;
+	assert_int_equal(st_model_create(&m, &c, ND, NS, 1), ST_OK);
+	st_model_destroy(m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -588,6 +727,8 @@ int main(void)
 		cmocka_unit_test(test_model_dcnv2_tensors),
 		cmocka_unit_test(test_model_deepfm_matches_hand_composed),
 		cmocka_unit_test(test_model_dcnv2_without_cross_is_dnn),
+		cmocka_unit_test(test_model_graph_matches_presets),
+		cmocka_unit_test(test_model_graph_bad_nodes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -87,6 +87,21 @@ static void check_same(const st_model_cfg_t *a, const st_model_cfg_t *b)
 	assert_true(same_dbl(a->l2, b->l2));
 	assert_true(same_dbl(a->init_accum, b->init_accum));
 	assert_true(same_str(a->dense_transform, b->dense_transform));
+	/* a graph's layers (0 for the presets) */
+	assert_int_equal(a->n_nodes, b->n_nodes);
+	assert_int_equal(a->node_out, b->node_out);
+	for (int i = 0; i < a->n_nodes; i++) {
+		const st_model_node_t *x = &a->nodes[i], *y = &b->nodes[i];
+		assert_int_equal(x->kind, y->kind);
+		assert_string_equal(x->name, y->name);
+		assert_int_equal(x->n_in, y->n_in);
+		assert_memory_equal(x->in, y->in, sizeof(int) * (size_t)x->n_in);
+		assert_int_equal(x->n_sizes, y->n_sizes);
+		assert_memory_equal(x->sizes, y->sizes, sizeof(int) * (size_t)x->n_sizes);
+		/* a and b are written only for the kinds that read them */
+		assert_int_equal(x->a, y->a);
+		assert_int_equal(x->b, y->b);
+	}
 }
 
 /* encode -> decode -> same fields, and encode again -> same text. */
@@ -362,6 +377,70 @@ static void test_modelcfg_encode_refuses(void **state)
 	assert_false(st_modelcfg_equal(&a, &b));
 }
 
+/* A graph model's layers round-trip as node.<i> lines after every other
+ * key (pinned text), and the decoder refuses node lines out of order, with
+ * an input that is not an earlier node, or of an unknown kind, and a graph
+ * without its nodes. */
+static void test_modelcfg_graph_nodes(void **state)
+{
+	(void)state;
+	st_model_cfg_t c;
+	make_cfg(&c, "graph", 0);
+	static const struct { int kind; const char *name; int n_in, in[4], a, b; } ls[] = {
+		{ ST_NODE_DENSE, "x", 0, { 0 }, 1, 0 },
+		{ ST_NODE_LINEAR, "dense", 1, { 0 }, 1, 0 },
+		{ ST_NODE_EMBED, "e", 0, { 0 }, 0, 0 },
+		{ ST_NODE_CONCAT, "x0", 2, { 2, 0 }, 0, 0 },
+		{ ST_NODE_CROSS, "c", 1, { 3 }, 3, 8 },
+		{ ST_NODE_MLP, "mlp", 1, { 4 }, 2, 0 },
+		{ ST_NODE_LINEAR, "out", 1, { 5 }, 1, 0 },
+		{ ST_NODE_WIDE, "w", 0, { 0 }, 0, 0 },
+		{ ST_NODE_FM, "f", 1, { 2 }, 26, 0 },
+		{ ST_NODE_DOT, "d", 1, { 2 }, 26, 0 },
+		{ ST_NODE_ADD, "sum", 4, { 6, 7, 1, 8 }, 0, 0 },
+	};
+	for (int i = 0; i < (int)(sizeof ls / sizeof *ls); i++) {
+		st_model_node_t *nd = &c.nodes[i];
+		nd->kind = ls[i].kind;
+		strcpy(nd->name, ls[i].name);
+		nd->n_in = ls[i].n_in;
+		memcpy(nd->in, ls[i].in, sizeof nd->in[0] * 4);
+		nd->a = ls[i].a;
+		nd->b = ls[i].b;
+	}
+	c.nodes[5].n_sizes = 2;
+	c.nodes[5].sizes[0] = 64;
+	c.nodes[5].sizes[1] = 32;
+	c.n_nodes = (int)(sizeof ls / sizeof *ls);
+	c.node_out = 10;
+	roundtrip(&c);
+	char *text = NULL;
+	assert_int_equal(st_modelcfg_encode(&c, &text, NULL, 0), ST_OK);
+	assert_non_null(strstr(text, "\nnode_out=10\nnode.0=dense x log1p=1\n"
+				     "node.1=linear dense in=0 size=1\nnode.2=embed e\n"
+				     "node.3=concat x0 in=2,0\nnode.4=cross c in=3 layers=3 rank=8\n"
+				     "node.5=mlp mlp in=4 sizes=64,32 act=sigmoid\n"
+				     "node.6=linear out in=5 size=1\nnode.7=wide w\n"
+				     "node.8=fm f in=2 fields=26\nnode.9=dot d in=2 fields=26\n"
+				     "node.10=add sum in=6,7,1,8\n"));
+	free(text);
+	/* the presets write no node lines */
+	make_cfg(&c, "dnn", 0);
+	assert_int_equal(st_modelcfg_encode(&c, &text, NULL, 0), ST_OK);
+	assert_null(strstr(text, "node"));
+	free(text);
+
+	bad(BASE "node.1=embed e\n", "line 13: node.1 is not node.0");
+	bad(BASE "node.0=embed e\nnode.1=linear o in=1 size=1\n", "line 14: node.1 is not");
+	bad(BASE "node.0=attention a\n", "line 13: node.0 is not '<kind> <name>");
+	bad(BASE "node.0=embed\n", "node.0 is not");
+	bad(BASE "node.0=embed e rank=x\n", "node.0 is not");
+	bad(BASE "node.0=mlp m sizes=4 act=gelu\n", "node.0 is not");
+	bad("type=graph\nemb_dim=8\nhidden=\nbottom=\ninit_scale=0\nadmit_min_count=0\n"
+	    "admit_prob=0\nttl_steps=0\nlr=0\nlr_dense=0\nl2=0\ninit_accum=0\n",
+	    "a graph model needs node.<i> lines");
+}
+
 int main(void)
 {
 	const char *root = getenv("ST_SOURCE_ROOT");
@@ -376,6 +455,7 @@ int main(void)
 		cmocka_unit_test(test_modelcfg_text),
 		cmocka_unit_test(test_modelcfg_decode_is_strict),
 		cmocka_unit_test(test_modelcfg_encode_refuses),
+		cmocka_unit_test(test_modelcfg_graph_nodes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
