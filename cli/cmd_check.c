@@ -5,6 +5,8 @@
  */
 #include "cli.h"
 #include "lang/lang.h"
+#include "ops/nn/graph.h"
+#include "ops/nn/model.h"
 #include "ops/runner/runner.h"
 #include "runtime/err.h"
 #include "runtime/graph.h"
@@ -49,6 +51,58 @@ static void print_dot(const st_job_t *job, const st_place_req_t *place)
 	printf("}\n");
 }
 
+/* The dense model as its layer graph: one line per node with its output
+ * width, parameters and FLOPs per example (forward + backward). A graph
+ * model's nodes carry their layer names; an mlp of no sizes or a cross of
+ * no layers makes no node (it is its input). */
+static void print_model(const st_job_t *job)
+{
+	const st_model_cfg_t *mc = &job->model;
+	st_model_t *m = NULL;
+	if (st_model_create(&m, mc, job->train.n_dense, job->train.n_slots, job->seed) < 0) {
+		printf("\nmodel %s: cannot be built (see above)\n", mc->type);
+		return;
+	}
+	const st_lgraph_t *g = st_model_graph(m);
+	int n = st_lgraph_nnodes(g);
+	const char *name[64] = { 0 };
+	int id[ST_MODEL_MAX_NODES], next = 0;
+	for (int i = 0; i < mc->n_nodes; i++) {
+		const st_model_node_t *nd = &mc->nodes[i];
+		if ((nd->kind == ST_NODE_MLP && nd->n_sizes == 0) ||
+		    (nd->kind == ST_NODE_CROSS && nd->a == 0)) {
+			id[i] = id[nd->in[0]];
+			continue;
+		}
+		id[i] = next++;
+		if (id[i] < 64)
+			name[id[i]] = nd->name;
+	}
+	printf("\nmodel %s: %d nodes, %zu dense parameters, %.4g MFLOP per example "
+	       "(forward + backward)\n", mc->type, n, st_model_nparams(m),
+	       st_model_flops_per_example(m) / 1e6);
+	printf("  %3s  %-16s %-7s %-20s %8s %12s %14s\n", "#", "layer", "kind", "inputs",
+	       "width", "parameters", "FLOPs/example");
+	for (int i = 0; i < n; i++) {
+		st_lgraph_node_info_t in;
+		if (st_lgraph_node_info(g, i, &in) < 0)
+			break;
+		char ins[64] = "-";
+		size_t o = 0;
+		for (int k = 0; k < in.n_in && o < sizeof ins; k++)
+			if (in.in[k] < 64 && name[in.in[k]])
+				o += (size_t)snprintf(ins + o, sizeof ins - o, "%s%s", k ? "," : "",
+						      name[in.in[k]]);
+			else
+				o += (size_t)snprintf(ins + o, sizeof ins - o, "%s%d", k ? "," : "",
+						      in.in[k]);
+		printf("  %3d  %-16s %-7s %-20s %8d %12zu %14.0f\n", i,
+		       i < 64 && name[i] ? name[i] : "", in.kind, ins, in.width, in.nparams,
+		       in.flops);
+	}
+	st_model_destroy(m);
+}
+
 int st_cmd_plan(int argc, char **argv)
 {
 	st_cli_opts_t o;
@@ -91,6 +145,7 @@ int st_cmd_plan(int argc, char **argv)
 	}
 	printf("\ngraph:\n");
 	st_graph_print(g, stdout);
+	print_model(job);
 	printf("\nplacement:\n");
 	for (int i = 0; i < ST_RUNNER_NSTAGES; i++) {
 		printf("  %-6s package %d%s%s%s  cpus", st_runner_stage_names[i], place[i].package,

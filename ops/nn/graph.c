@@ -76,6 +76,8 @@ typedef struct node {
 	int n_layers;          /* mlp, cross */
 	layer_t L[MAX_LAYERS];
 	int need_grad;
+	size_t p0;             /* the graph's nparams and flops when the node */
+	double f0;             /* was made: its own are the growth up to the next */
 } node_t;
 
 typedef struct tensor {
@@ -245,6 +247,8 @@ static int new_node(st_lgraph_t *g, int kind, int n_in, const int *in, int width
 	for (int i = 0; i < n_in; i++)
 		nd->in[i] = in[i];
 	nd->width = width;
+	nd->p0 = g->nparams;
+	nd->f0 = g->flops;
 	return g->n_nodes++;
 }
 
@@ -488,6 +492,23 @@ float *st_lgraph_params(st_lgraph_t *g) { return g->params; }
 int st_lgraph_ntensors(const st_lgraph_t *g) { return g->ntensors; }
 int st_lgraph_nnodes(const st_lgraph_t *g) { return g->n_nodes; }
 double st_lgraph_flops_per_example(const st_lgraph_t *g) { return g->flops; }
+
+int st_lgraph_node_info(const st_lgraph_t *g, int node, st_lgraph_node_info_t *out)
+{
+	if (node < 0 || node >= g->n_nodes)
+		return ST_EINVAL;
+	const node_t *nd = &g->node[node];
+	int last = node + 1 == g->n_nodes;
+	out->kind = kind_name[nd->kind];
+	out->width = nd->width;
+	out->n_in = nd->n_in;
+	out->in = nd->in;
+	/* A builder adds its tensors and FLOPs after making its node and
+	 * before the next builder runs. */
+	out->nparams = (last ? g->nparams : g->node[node + 1].p0) - nd->p0;
+	out->flops = (last ? g->flops : g->node[node + 1].f0) - nd->f0;
+	return ST_OK;
+}
 
 int st_lgraph_width(const st_lgraph_t *g, int node)
 {

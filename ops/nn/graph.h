@@ -117,6 +117,19 @@ int st_lgraph_nnodes(const st_lgraph_t *g);
 int st_lgraph_width(const st_lgraph_t *g, int node);
 /* Dense FLOPs of one example's forward + backward. */
 double st_lgraph_flops_per_example(const st_lgraph_t *g);
+/* One node, for printing a model (strata plan): its kind ("mlp"), output
+ * width, inputs (node ids; the graph's memory, valid while it lives), and
+ * its own share of the dense parameters and of the FLOPs per example (the
+ * nodes' shares sum to st_lgraph_nparams and _flops_per_example). ST_OK or
+ * ST_EINVAL for a node that is none. Thread-safe. */
+typedef struct st_lgraph_node_info {
+	const char *kind;
+	int width, n_in;
+	const int *in;
+	size_t nparams;
+	double flops;
+} st_lgraph_node_info_t;
+int st_lgraph_node_info(const st_lgraph_t *g, int node, st_lgraph_node_info_t *out);
 
 /* ---- running (after st_lgraph_finish) ----------------------------------- */
 

@@ -353,6 +353,8 @@ int st_model_row_dim(const st_model_t *m, int slot) { return m->row_dim[slot]; }
 int st_model_max_row_dim(const st_model_t *m) { return m->max_row_dim; }
 int st_model_has_wide(const st_model_t *m) { return m->has_wide; }
 
+const st_lgraph_t *st_model_graph(const st_model_t *m) { return m->g; }
+
 double st_model_flops_per_example(const st_model_t *m)
 {
 	return st_lgraph_flops_per_example(m->g);

@@ -64,6 +64,10 @@ int st_model_row_dim(const st_model_t *m, int slot);
 int st_model_max_row_dim(const st_model_t *m);
 int st_model_has_wide(const st_model_t *m);
 
+/* The model's layer graph (owned by the model; for printing it: strata
+ * plan). */
+const st_lgraph_t *st_model_graph(const st_model_t *m);
+
 /* Dense FLOPs of one example's forward + backward (for GFLOP/s reports). */
 double st_model_flops_per_example(const st_model_t *m);
 

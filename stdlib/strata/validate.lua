@@ -734,8 +734,10 @@ function V:graph(node, tbl, out, train)
 		local function lerr(fmt, ...)
 			self:err(loc, "layer '%s': " .. fmt, name, ...)
 		end
-		if not name:match("^[%a_][%w_]*$") or #name > 31 then
-			lerr("the name must be a Lua identifier of at most 31 characters")
+		-- 16 characters: the tensor names it prefixes ("<name>.15.v.weight")
+		-- fit the graph's 32.
+		if not name:match("^[%a_][%w_]*$") or #name > 16 then
+			lerr("the name must be a Lua identifier of at most 16 characters")
 			goto continue
 		end
 		if seen[name] then

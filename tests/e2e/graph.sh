@@ -82,5 +82,13 @@ if "$strata" eval "$tmp/x" "$tmp/d/eval.tsv" >"$tmp/out" 2>&1; then
   else bad "strata eval on a graph's export: '$got', trainer '$want'"; fi
 else bad "strata eval on a graph's export"; fi
 
+# strata plan prints the graph: one line per layer, with its parameters.
+if "$strata" plan tests/lua/good_graph.lua >"$tmp/out" 2>&1 &&
+   grep -q "^model graph: 6 nodes, 30907 dense parameters" "$tmp/out" &&
+   grep -Eq "^ +3  c +cross +x0 +221 +14586 +88842$" "$tmp/out" &&
+   grep -Eq "^ +5  out +linear +mlp +1 +33 +192$" "$tmp/out"; then
+  ok "strata plan prints a graph's layers, parameters and FLOPs"
+else bad "strata plan prints a graph's layers, parameters and FLOPs"; fi
+
 echo "graph: $pass passed, $fail failed"
 [ $fail -eq 0 ]

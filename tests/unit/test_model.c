@@ -591,6 +591,21 @@ static void assert_same_model(const st_model_cfg_t *ca, const st_model_cfg_t *cb
 	assert_int_equal(st_model_max_row_dim(a), st_model_max_row_dim(d));
 	assert_memory_equal(st_model_params(a), st_model_params(d), np * sizeof(float));
 	assert_true(st_model_flops_per_example(a) == st_model_flops_per_example(d));
+	/* the nodes' shares (strata plan's lines) add up to the whole */
+	const st_lgraph_t *gg = st_model_graph(d);
+	size_t sp = 0;
+	double sf = 0;
+	for (int i = 0; i < st_lgraph_nnodes(gg); i++) {
+		st_lgraph_node_info_t ni;
+		assert_int_equal(st_lgraph_node_info(gg, i, &ni), ST_OK);
+		assert_int_equal(ni.width, st_lgraph_width(gg, i));
+		sp += ni.nparams;
+		sf += ni.flops;
+	}
+	assert_int_equal(st_lgraph_node_info(gg, st_lgraph_nnodes(gg), &(st_lgraph_node_info_t){ 0 }),
+			 ST_EINVAL);
+	assert_int_equal(sp, np);
+	assert_true(fabs(sf - st_model_flops_per_example(d)) <= 1e-9 * sf);
 	st_model_ws_t *wa, *wd;
 	assert_int_equal(st_model_ws_create(&wa, a, NEX), ST_OK);
 	assert_int_equal(st_model_ws_create(&wd, d, NEX), ST_OK);
