@@ -754,6 +754,9 @@ function V:graph(node, tbl, out, train)
 			if math.type(k) ~= "integer" then fields[k] = v end
 		end
 		local f = self:record(lrec, fields, spec)
+		if kind == "mlp" and f.sizes and #f.sizes == 0 then
+			lerr("mlp sizes must list at least one layer size")
+		end
 		-- Inputs: the list part, each a layer above this one.
 		local ins, iw, ok = {}, {}, true
 		for k = 1, #l do

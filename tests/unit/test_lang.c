@@ -978,6 +978,12 @@ static void test_lang_graph(void **state)
 	assert_non_null(strstr(d.msg[0], ": layer 'x' is read by no layer and is not the "
 				   "output; remove it or read it"));
 	st_diag_free(&d);
+	const char *nosizes[] = { "model.layers={{'e',st.layer.embed{}},"
+				  "{'h',st.layer.mlp{'e',sizes={}}},{'out',st.layer.linear{'h'}}}" };
+	assert_int_equal(load("tests/lua/good_graph.lua", nosizes, 1, 1, &j, &d), ST_EJOB);
+	assert_non_null(strstr(d.msg[0], ": layer 'h': mlp sizes must list at least one "
+				   "layer size"));
+	st_diag_free(&d);
 	const char *noout[] = { "model.output=nil" };
 	assert_int_equal(load("tests/lua/good_graph.lua", noout, 1, 1, &j, &d), ST_EJOB);
 	assert_non_null(strstr(d.msg[0], "missing required field 'model.output'"));
