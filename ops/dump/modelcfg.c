@@ -160,10 +160,24 @@ static void put_list(sbuf_t *b, const char *key, const int *v, int n)
  * dot fields, cross layers and rank (lang/job.h's a and b, by name). */
 static const char *const act_words[] = { "none", "relu", "sigmoid", NULL };
 
+/* A layer name as the job language allows it (validate.lua): a Lua
+ * identifier of 1..16 characters, since it prefixes tensor names. */
+static int layer_name_ok(const char *s, size_t cap)
+{
+	size_t n = strnlen(s, cap);
+	if (n == 0 || n > 16 || (*s >= '0' && *s <= '9'))
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+		      (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
+			return 0;
+	return 1;
+}
+
 static int put_node(sbuf_t *b, int i, const st_model_node_t *nd, char *err, size_t errlen)
 {
 	if (nd->kind < 0 || nd->kind >= ST_NODE_NKINDS || !memchr(nd->name, 0, sizeof nd->name) ||
-	    !nd->name[0] || strpbrk(nd->name, " =,\n\r") || nd->n_in < 0 ||
+	    !layer_name_ok(nd->name, sizeof nd->name) || nd->n_in < 0 ||
 	    nd->n_in > ST_NODE_MAX_IN || nd->n_sizes < 0 || nd->n_sizes > MAX_LAYERS ||
 	    (nd->kind == ST_NODE_MLP && (nd->a < 0 || nd->a > 2))) {
 		st__dumpio_seterr(err, errlen, "model config: node %d is malformed", i);
@@ -494,7 +508,7 @@ static int parse_node(st_model_cfg_t *cfg, const char *idx, char *v, int line, c
 			continue;
 		}
 		if (ntok == 1) {
-			bad = strlen(t) >= sizeof nd->name || strchr(t, '=');
+			bad = !layer_name_ok(t, strlen(t));
 			if (!bad)
 				strcpy(nd->name, t);
 			continue;

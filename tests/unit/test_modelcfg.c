@@ -424,6 +424,10 @@ static void test_modelcfg_graph_nodes(void **state)
 				     "node.8=fm f in=2 fields=26\nnode.9=dot d in=2 fields=26\n"
 				     "node.10=add sum in=6,7,1,8\n"));
 	free(text);
+	/* encode refuses a name decode would refuse */
+	strcpy(c.nodes[0].name, "a b");
+	assert_int_equal(st_modelcfg_encode(&c, &text, NULL, 0), ST_EINVAL);
+	assert_null(text);
 	/* the presets write no node lines */
 	make_cfg(&c, "dnn", 0);
 	assert_int_equal(st_modelcfg_encode(&c, &text, NULL, 0), ST_OK);
@@ -434,6 +438,9 @@ static void test_modelcfg_graph_nodes(void **state)
 	bad(BASE "node.0=embed e\nnode.1=linear o in=1 size=1\n", "line 14: node.1 is not");
 	bad(BASE "node.0=attention a\n", "line 13: node.0 is not '<kind> <name>");
 	bad(BASE "node.0=embed\n", "node.0 is not");
+	bad(BASE "node.0=embed 0e\n", "node.0 is not");
+	bad(BASE "node.0=embed e.w\n", "node.0 is not");
+	bad(BASE "node.0=embed abcdefghijklmnopq\n", "node.0 is not");   /* 17 characters */
 	bad(BASE "node.0=embed e rank=x\n", "node.0 is not");
 	bad(BASE "node.0=mlp m sizes=4 act=gelu\n", "node.0 is not");
 	bad("type=graph\nemb_dim=8\nhidden=\nbottom=\ninit_scale=0\nadmit_min_count=0\n"
