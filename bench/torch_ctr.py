@@ -66,11 +66,16 @@ def parse_chunk(buf):
     d = a[:, 1:1 + N_DENSE]
     dense = np.where(d == b"", b"0", d).astype(np.float32)
     raw = np.ascontiguousarray(a[:, 1 + N_DENSE:].astype("S8")).view(np.uint64)
-    missing = raw == 0
+    return labels, dense, slot_keys(raw)
+
+
+def slot_keys(raw):
+    """[n, 26] values (8 raw bytes as a uint64; 0 = missing) -> 64-bit keys
+    mixing value and slot; a missing value stays 0."""
     slot = np.arange(1, N_SLOTS + 1, dtype=np.uint64)
-    keys = (raw ^ (slot * MIX)) * MIX     # 64-bit mix of (value, slot)
-    keys[missing] = 0
-    return labels, dense, keys
+    keys = (raw ^ (slot * MIX)) * MIX
+    keys[raw == 0] = 0
+    return keys
 
 
 def load(paths):
@@ -101,7 +106,6 @@ def load_pandas(paths):
     L, D, K = [], [], []
     dt = {c: np.float32 for c in range(1 + N_DENSE)}
     dt.update({c: "S8" for c in range(1 + N_DENSE, N_COLS)})
-    slot = np.arange(1, N_SLOTS + 1, dtype=np.uint64)
     for p in paths:
         for df in pd.read_csv(p, sep="\t", header=None, names=range(N_COLS), dtype=dt,
                               engine="c", na_filter=True, keep_default_na=False,
@@ -109,10 +113,7 @@ def load_pandas(paths):
             L.append(df[0].to_numpy(np.float32))
             D.append(df.iloc[:, 1:1 + N_DENSE].fillna(0).to_numpy(np.float32))
             c = df.iloc[:, 1 + N_DENSE:].fillna("").to_numpy()
-            raw = np.ascontiguousarray(c.astype("S8")).view(np.uint64)
-            keys = (raw ^ (slot * MIX)) * MIX
-            keys[raw == 0] = 0
-            K.append(keys)
+            K.append(slot_keys(np.ascontiguousarray(c.astype("S8")).view(np.uint64)))
     return np.concatenate(L), np.concatenate(D), np.concatenate(K)
 
 
