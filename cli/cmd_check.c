@@ -67,7 +67,9 @@ static void print_model(const st_job_t *job)
 	int n = st_lgraph_nnodes(g);
 	const char *name[64] = { 0 };
 	int id[ST_MODEL_MAX_NODES], next = 0;
-	for (int i = 0; i < mc->n_nodes; i++) {
+	/* A preset's layers come from its Lua function (lang/job.h). */
+	int n_nodes = mc->n_nodes ? mc->n_nodes : mc->n_preset_nodes;
+	for (int i = 0; i < n_nodes; i++) {
 		const st_model_node_t *nd = &mc->nodes[i];
 		if ((nd->kind == ST_NODE_MLP && nd->n_sizes == 0) ||
 		    (nd->kind == ST_NODE_CROSS && nd->a == 0)) {

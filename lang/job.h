@@ -147,6 +147,15 @@ typedef struct st_model_cfg {
 	int n_nodes;
 	int node_out;
 	st_model_node_t nodes[ST_MODEL_MAX_NODES];
+	/* A preset's layers as its Lua function built them (stdlib/strata/
+	 * presets.lua), held in nodes[0 .. n_preset_nodes-1] with output
+	 * preset_out, while n_nodes stays 0: the config still reads, saves and
+	 * hashes as the preset it names, whose fields determine these layers.
+	 * st_model_create builds them; 0 (a config read back from a checkpoint
+	 * or an export, an API caller's) builds the preset with the C reference
+	 * twin, the same model. Not saved (ops/dump/modelcfg.c). */
+	int n_preset_nodes;
+	int preset_out;
 } st_model_cfg_t;
 
 /* Sync policy: a name plus numeric parameters kept as key/value pairs. */

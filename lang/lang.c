@@ -368,6 +368,13 @@ static void convert_model(lua_State *L, int m, st_model_cfg_t *mc)
 	mc->init_accum = mc->sparse_opt.init_accum;
 	mc->dense_transform = get_str(L, m, "dense_transform");
 	convert_nodes(L, m, mc);
+	if (mc->type && strcmp(mc->type, "graph")) {
+		/* A preset's layers (presets.lua): built, not saved (job.h). */
+		mc->n_preset_nodes = mc->n_nodes;
+		mc->preset_out = mc->node_out;
+		mc->n_nodes = 0;
+		mc->node_out = 0;
+	}
 }
 
 /* One normalized policy table {name=, params={{key=, num=, str=}...},

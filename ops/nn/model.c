@@ -3,6 +3,14 @@
  * dcnv2),
  * each built as a layer graph (graph.h) from the job's model config.
  *
+ * The presets are Lua functions (stdlib/strata/presets.lua): a job's preset
+ * arrives with the layers its function built (cfg->n_preset_nodes, lang/
+ * job.h), and those are built here as a graph written in the job is. The
+ * hand-written builders at the end of st_model_create are the reference
+ * twin (STYLE.md): they build a preset config without layers (checkpoints
+ * and exports, which save the preset's fields and not its layers; API
+ * callers), and tests/unit/test_presets.c checks the two bit for bit.
+ *
  * A model is the sparse row layout (which columns of a key's row hold its
  * embedding and its wide weight, how slots pool) plus one graph that holds
  * the dense parameters and runs the layers. This file validates the config
@@ -85,15 +93,15 @@ static int parse_type(const char *s)
  * nodes, counts in range, the output a node. (Shapes are the builders'.)
  * validate.lua refuses all of this with the layer's line; this guards
  * configs read back from checkpoints and API callers. */
-static int check_nodes(const st_model_cfg_t *cfg)
+static int check_nodes(const st_model_cfg_t *cfg, int n_nodes, int node_out)
 {
-	if (cfg->n_nodes < 1 || cfg->n_nodes > ST_MODEL_MAX_NODES || cfg->node_out < 0 ||
-	    cfg->node_out >= cfg->n_nodes) {
-		st_error("model graph: %d layers (1..%d), output %d", cfg->n_nodes,
-			 ST_MODEL_MAX_NODES, cfg->node_out);
+	if (n_nodes < 1 || n_nodes > ST_MODEL_MAX_NODES || node_out < 0 ||
+	    node_out >= n_nodes) {
+		st_error("model %s: %d layers (1..%d), output %d", cfg->type, n_nodes,
+			 ST_MODEL_MAX_NODES, node_out);
 		return ST_EINVAL;
 	}
-	for (int i = 0; i < cfg->n_nodes; i++) {
+	for (int i = 0; i < n_nodes; i++) {
 		const st_model_node_t *nd = &cfg->nodes[i];
 		int bad = nd->kind < 0 || nd->kind >= ST_NODE_NKINDS || nd->n_in < 0 ||
 			  nd->n_in > ST_NODE_MAX_IN || nd->n_sizes < 0 || nd->n_sizes > 16 ||
@@ -103,10 +111,32 @@ static int check_nodes(const st_model_cfg_t *cfg)
 		for (int k = 0; !bad && k < nd->n_sizes; k++)
 			bad = nd->sizes[k] < 1;
 		if (bad) {
-			st_error("model graph: layer %d is malformed (kind %d, %d inputs, each an "
-				 "earlier layer; %d sizes >= 1)", i, nd->kind, nd->n_in, nd->n_sizes);
+			st_error("model %s: layer %d is malformed (kind %d, %d inputs, each an "
+				 "earlier layer; %d sizes >= 1)", cfg->type, i, nd->kind, nd->n_in,
+				 nd->n_sizes);
 			return ST_EINVAL;
 		}
+	}
+	return ST_OK;
+}
+
+/* A preset's nodes (from presets.lua via validate.lua) must fit the row
+ * layout the preset gives its keys: a wide column exactly for lr, wdl and
+ * deepfm, and no embedding for lr (its rows hold the wide weight alone). A
+ * config that disagrees was edited by hand or written by another strata. */
+static int check_preset_nodes(int type, const st_model_cfg_t *cfg)
+{
+	int wide = 0, embed = 0;
+	for (int i = 0; i < cfg->n_preset_nodes; i++) {
+		wide |= cfg->nodes[i].kind == ST_NODE_WIDE;
+		embed |= cfg->nodes[i].kind == ST_NODE_EMBED;
+	}
+	int want_wide = type == M_LR || type == M_WDL || type == M_DEEPFM;
+	if (wide != want_wide || (type == M_LR && embed)) {
+		st_error("model %s: its layers %s a wide layer%s, which the preset's rows do "
+			 "not fit; use type 'graph' for a model of other layers", cfg->type,
+			 wide ? "have" : "lack", type == M_LR && embed ? " and an embedding" : "");
+		return ST_EINVAL;
 	}
 	return ST_OK;
 }
@@ -115,10 +145,10 @@ static int check_nodes(const st_model_cfg_t *cfg)
  * order, prefixes = layer names) and returns the output's graph id, or the
  * first builder's error code. A layer's inputs are the graph ids of earlier
  * layers (an mlp of no sizes or 0 cross layers is its input's id). */
-static int build_nodes(st_lgraph_t *g, const st_model_cfg_t *cfg)
+static int build_nodes(st_lgraph_t *g, const st_model_cfg_t *cfg, int n_nodes, int node_out)
 {
 	int id[ST_MODEL_MAX_NODES];
-	for (int i = 0; i < cfg->n_nodes; i++) {
+	for (int i = 0; i < n_nodes; i++) {
 		const st_model_node_t *nd = &cfg->nodes[i];
 		int in[ST_NODE_MAX_IN];
 		for (int k = 0; k < nd->n_in; k++)
@@ -144,7 +174,7 @@ static int build_nodes(st_lgraph_t *g, const st_model_cfg_t *cfg)
 		if (id[i] < 0)
 			return id[i];
 	}
-	return id[cfg->node_out];
+	return id[node_out];
 }
 
 int st_model_create(st_model_t **out, const st_model_cfg_t *cfg, int n_dense,
@@ -183,7 +213,13 @@ int st_model_create(st_model_t **out, const st_model_cfg_t *cfg, int n_dense,
 			 "rank)", cfg->n_cross, cfg->cross_rank);
 		return ST_EINVAL;
 	}
-	if (type == M_GRAPH && check_nodes(cfg) < 0)
+	/* The layers to build: a graph's, or a preset's from its Lua function
+	 * (none: the preset's C reference twin below builds it). */
+	int n_nodes = type == M_GRAPH ? cfg->n_nodes : cfg->n_preset_nodes;
+	int node_out = type == M_GRAPH ? cfg->node_out : cfg->preset_out;
+	if ((type == M_GRAPH || n_nodes) && check_nodes(cfg, n_nodes, node_out) < 0)
+		return ST_EINVAL;
+	if (type != M_GRAPH && n_nodes && check_preset_nodes(type, cfg) < 0)
 		return ST_EINVAL;
 	st_model_t *m = calloc(1, sizeof *m);
 	if (!m)
@@ -284,8 +320,10 @@ int st_model_create(st_model_t **out, const st_model_cfg_t *cfg, int n_dense,
 		return rc;
 	}
 	st_lgraph_t *g = m->g;
-	if (type == M_GRAPH) {
-		rc = st_lgraph_finish(g, build_nodes(g, cfg), seed);
+	if (n_nodes) {
+		/* A graph, or a preset's graph from its Lua function (presets.lua):
+		 * the same builders as below, called in the order of the nodes. */
+		rc = st_lgraph_finish(g, build_nodes(g, cfg, n_nodes, node_out), seed);
 		if (rc < 0) {
 			st_model_destroy(m);
 			return rc;
@@ -293,6 +331,11 @@ int st_model_create(st_model_t **out, const st_model_cfg_t *cfg, int n_dense,
 		*out = m;
 		return ST_OK;
 	}
+	/* The reference twin of the Lua presets (stdlib/strata/presets.lua):
+	 * configs without nodes (checkpoints and exports written before the
+	 * presets were Lua, API callers) build here. test_presets.c checks the
+	 * two give the same tensors, values, forward and gradients bit for
+	 * bit. */
 	int x = st_lgraph_dense(g, m->log1p);
 	int lin = m->has_wide ? st_lgraph_linear(g, x, "dense", 1) : -1;
 	int logit;

@@ -19,6 +19,14 @@ function M.tag(t)
 	return tags[t]
 end
 
+-- Moves where a constructor-made table says it was made ("file:line"): the
+-- preset functions (presets.lua) make their layers and then point them at
+-- the job line that asked for the preset, so a message about a layer names
+-- a line of the job, not of the stdlib.
+function M.set_where(t, where)
+	if tags[t] then tags[t].where = where end
+end
+
 -- Levenshtein distance, used for "did you mean" suggestions.
 local function distance(a, b)
 	local la, lb = #a, #b

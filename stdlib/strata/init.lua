@@ -21,10 +21,20 @@ local st = {
 	sync = require "strata.sync",
 	version = "0.1.0",
 }
-local names = { "job", "gen", "stragglers", "data", "model", "layer", "optim", "sync", "version" }
+local names = { "job", "gen", "stragglers", "data", "model", "layer", "presets", "optim", "sync", "version" }
 
 return setmetatable(st, {
 	__index = function(_, k)
+		-- st.presets.<name>{ options }: a preset's layers as a table
+		-- { layers = ..., output = ... } for st.model.graph, to extend
+		-- (presets.lua; docs/models.md, "The presets as graphs"). Loaded
+		-- on first use: a job that names no preset function needs only
+		-- the constructor modules above.
+		if k == "presets" then
+			local p = require("strata.presets").public
+			rawset(st, "presets", p)
+			return p
+		end
 		error("st has no field '" .. tostring(k) .. "'" ..
 			common.did_you_mean(k, names), 2)
 	end,

@@ -16,6 +16,7 @@
 -- table is plain (no metatables) and fully defaulted.
 local common = require "strata.common"
 local schema = require "strata.schema"
+local presets = require "strata.presets"
 local core = select(3, ...)
 
 local M = {}
@@ -891,6 +892,7 @@ end
 
 function V:model(root, v, train)
 	if v == nil then v = "lr" end
+	local nerr = #self.errs
 	local node, name, tbl, extra = self:kinded(root, "model", v, "model", "type",
 		schema.model_types, "model type", "models", true, true, "lr")
 	if not node then return nil end
@@ -993,6 +995,13 @@ function V:model(root, v, train)
 
 	if name == "graph" then
 		self:graph(node, tbl, out, train)
+	elseif #self.errs == nerr then
+		-- A preset is the graph its Lua function builds (presets.lua), from
+		-- the fields checked above, through the same checks as a graph
+		-- written in the job: out.nodes is what ops/nn/model.c builds. Only
+		-- when the preset's own fields are sound, so a bad field is reported
+		-- once, at its line, in the preset's words.
+		self:graph(node, presets.graph(name, out, node.loc), out, train)
 	end
 
 	-- admission = { min_count = n } or { probability = p }.
