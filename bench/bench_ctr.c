@@ -3,7 +3,11 @@
  * "(b) training only" half of bench/ctr.sh; docs/benchmarks.md "Training
  * speed against PyTorch").
  *
- *   bench_ctr JOB [--set key=value ...]
+ *   bench_ctr JOB [--set key=value ...] [--twin]
+ *
+ * --twin builds a preset's dense model with its C reference twin
+ * (ops/nn/model.c) instead of the layers its Lua function built
+ * (stdlib/strata/presets.lua): bench/presets_ab.sh times the two.
  *
  * Loads the job (as `strata run` does, with the --set overrides), reads every
  * train and eval file of it into batches of job batch_size with st_reader
@@ -152,14 +156,16 @@ static int run_pass(const st_job_t *job, st_trainer_t *tr, mem_src_t *m)
 int main(int argc, char **argv)
 {
 	const char *sets[64];
-	int n_sets = 0;
+	int n_sets = 0, twin = 0;
 	if (argc < 2) {
-		fprintf(stderr, "usage: bench_ctr JOB [--set key=value ...]\n");
+		fprintf(stderr, "usage: bench_ctr JOB [--set key=value ...] [--twin]\n");
 		return 2;
 	}
 	for (int i = 2; i < argc; i++) {
 		if (!strcmp(argv[i], "--set") && i + 1 < argc && n_sets < 64)
 			sets[n_sets++] = argv[++i];
+		else if (!strcmp(argv[i], "--twin"))
+			twin = 1;
 		else {
 			fprintf(stderr, "bench_ctr: unexpected argument %s\n", argv[i]);
 			return 2;
@@ -174,6 +180,13 @@ int main(int argc, char **argv)
 		st_diag_free(&diag);
 		return 1;
 	}
+
+	if (twin && !job->model.n_preset_nodes) {
+		fprintf(stderr, "bench_ctr: --twin: model '%s' is no preset\n", job->model.type);
+		return 2;
+	}
+	if (twin)
+		job->model.n_preset_nodes = 0;   /* lang/job.h: 0 = the C twin */
 
 	mem_src_t tr_src = { 0 }, ev_src = { 0 };
 	double t0 = now_s();
@@ -204,7 +217,8 @@ int main(int argc, char **argv)
 	double eval_s = now_s() - t0;
 	double ex = (double)tr_src.rows * job->epochs;
 	double exs = ex / train_s;
-	printf("strata bench_ctr: %s, %d workers, minibatch %d, batch %d\n", job->model.type,
+	printf("strata bench_ctr: %s (%s), %d workers, minibatch %d, batch %d\n",
+	       job->model.type, twin ? "C twin" : job->model.n_preset_nodes ? "Lua preset" : "graph",
 	       st_trainer_workers(tr), job->minibatch, job->batch_size);
 	printf("  load %.2f s (%llu train + %llu eval rows, not timed below)\n", load_s,
 	       (unsigned long long)tr_src.rows, (unsigned long long)ev_src.rows);
