@@ -297,9 +297,14 @@ int st_job_dump(const st_job_t *job, FILE *f)
 		fprintf(f, "model.cross_layers = %d\n", m->n_cross);
 		fprintf(f, "model.cross_rank = %d\n", m->cross_rank);
 	}
-	for (int i = 0; i < m->n_nodes; i++) {
+	/* A graph's layers, or a preset's as its Lua function built them
+	 * (model.preset_layers: what st_model_create builds; not saved). */
+	int graph = m->n_nodes > 0;
+	int n_nodes = graph ? m->n_nodes : m->n_preset_nodes;
+	const char *key = graph ? "layers" : "preset_layers";
+	for (int i = 0; i < n_nodes; i++) {
 		const st_model_node_t *nd = &m->nodes[i];
-		fprintf(f, "model.layers[%d] = %s kind=%d in={", i + 1, nd->name, nd->kind);
+		fprintf(f, "model.%s[%d] = %s kind=%d in={", key, i + 1, nd->name, nd->kind);
 		for (int k = 0; k < nd->n_in; k++)
 			fprintf(f, "%s%d", k ? ", " : "", nd->in[k]);
 		fprintf(f, "} sizes={");
@@ -307,8 +312,9 @@ int st_job_dump(const st_job_t *job, FILE *f)
 			fprintf(f, "%s%d", k ? ", " : "", nd->sizes[k]);
 		fprintf(f, "} a=%d b=%d\n", nd->a, nd->b);
 	}
-	if (m->n_nodes)
-		fprintf(f, "model.output = %s\n", m->nodes[m->node_out].name);
+	if (n_nodes)
+		fprintf(f, "model.%s = %s\n", graph ? "output" : "preset_output",
+			m->nodes[graph ? m->node_out : m->preset_out].name);
 	fprintf(f, "model.init_scale = %g\n", m->init_scale);
 	dump_optim(f, "model.sparse_optimizer", &m->sparse_opt);
 	dump_optim(f, "model.dense_optimizer", &m->dense_opt);

@@ -4,7 +4,8 @@
 # the same model digest, progressive and eval metrics as the presets; a
 # graph's checkpoint resumes bit for bit; its export, read back by
 # `strata eval` (the node.<i> lines of its model config rebuild the graph),
-# scores the eval data as the trainer did. Usage: graph.sh PATH/TO/strata
+# scores the eval data as the trainer did; the presets' Lua functions
+# (st.presets.*) give the presets' models. Usage: graph.sh PATH/TO/strata
 set -u
 strata=$1
 root=${ST_SOURCE_ROOT:?}
@@ -89,6 +90,19 @@ if "$strata" plan tests/lua/good_graph.lua >"$tmp/out" 2>&1 &&
    grep -Eq "^ +5  out +linear +mlp +1 +33 +192$" "$tmp/out"; then
   ok "strata plan prints a graph's layers, parameters and FLOPs"
 else bad "strata plan prints a graph's layers, parameters and FLOPs"; fi
+
+# The presets are Lua functions (stdlib/strata/presets.lua): called from
+# the job and handed to st.model.graph, dnn's trains to the preset's digest
+# and metrics; a preset job's plan names the function's layers.
+run dnn_fn "st.model.graph { emb_dim = 8, $opt, layers = st.presets.dnn { hidden = { 32, 16 } }.layers,
+  output = \"out\" }"
+same "st.presets.dnn in st.model.graph: same digest and metrics as the preset" dnn dnn_fn
+if "$strata" plan tests/lua/good_dcnv2.lua >"$tmp/out" 2>&1 &&
+   grep -Eq "^model dcnv2: 6 nodes, [0-9]+ dense parameters" "$tmp/out" &&
+   grep -Eq "^ +3  cross +cross +x0 " "$tmp/out" &&
+   grep -Eq "^ +5  out +linear +mlp +1 " "$tmp/out"; then
+  ok "strata plan prints a preset's layers by their names in presets.lua"
+else bad "strata plan prints a preset's layers by their names in presets.lua"; fi
 
 echo "graph: $pass passed, $fail failed"
 [ $fail -eq 0 ]
