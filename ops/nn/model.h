@@ -46,7 +46,9 @@ typedef struct st_model_ws st_model_ws_t;
  * graph.h's: a model's tensors are its graph's. */
 
 /* Builds the preset for examples with n_dense dense features and n_slots
- * slots; dense parameters are initialized from seed (uniform(-1/sqrt(in),
+ * slots: from the layers of cfg (type "graph": nodes; a preset: its Lua
+ * function's layers, n_preset_nodes, lang/job.h), or, for a preset config
+ * without layers, with the preset's C reference twin (the same model); dense parameters are initialized from seed (uniform(-1/sqrt(in),
  * 1/sqrt(in)) per layer, biases 0). ST_OK, ST_EINVAL (bad shape, message
  * logged) or ST_ENOMEM. Caller destroys. */
 int st_model_create(st_model_t **out, const st_model_cfg_t *cfg, int n_dense,
