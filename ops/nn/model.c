@@ -132,10 +132,13 @@ static int check_preset_nodes(int type, const st_model_cfg_t *cfg)
 		embed |= cfg->nodes[i].kind == ST_NODE_EMBED;
 	}
 	int want_wide = type == M_LR || type == M_WDL || type == M_DEEPFM;
-	if (wide != want_wide || (type == M_LR && embed)) {
-		st_error("model %s: its layers %s a wide layer%s, which the preset's rows do "
-			 "not fit; use type 'graph' for a model of other layers", cfg->type,
-			 wide ? "have" : "lack", type == M_LR && embed ? " and an embedding" : "");
+	const char *why = wide && !want_wide ? "has a wide layer, but its rows have no wide column"
+			  : !wide && want_wide ? "has no wide layer, but its rows have a wide column"
+			  : type == M_LR && embed ? "has an embedding layer, but lr's rows have no embedding"
+						  : NULL;
+	if (why) {
+		st_error("model %s: the preset's layer list %s; use type 'graph' for a model of "
+			 "other layers", cfg->type, why);
 		return ST_EINVAL;
 	}
 	return ST_OK;

@@ -450,6 +450,41 @@ static void test_presets_saved_configs(void **state)
 	}
 }
 
+/* A preset's layers that do not fit the preset's rows (a wide layer the
+ * preset has no column for, or none where it has one; an embedding for lr,
+ * whose rows hold the wide weight alone) are refused at creation, as a
+ * config edited by hand would be. */
+static void test_presets_layers_must_fit_rows(void **state)
+{
+	(void)state;
+	st_job_t *dnn = load_job(NULL, "st.model.dnn { emb_dim = 4, hidden = { 6 } }", 1, NULL,
+				 NULL);
+	st_job_t *wdl = load_job(NULL, "st.model.wdl { emb_dim = 4, hidden = { 6 } }", 1, NULL,
+				 NULL);
+	st_model_t *m;
+	st_model_cfg_t c = wdl->model;                  /* wdl's rows, dnn's layers */
+	memcpy(c.nodes, dnn->model.nodes, sizeof c.nodes);
+	c.n_preset_nodes = dnn->model.n_preset_nodes;
+	c.preset_out = dnn->model.preset_out;
+	assert_int_equal(st_model_create(&m, &c, ND, NS, 1), ST_EINVAL);
+	c = dnn->model;                                 /* dnn's rows, wdl's layers */
+	memcpy(c.nodes, wdl->model.nodes, sizeof c.nodes);
+	c.n_preset_nodes = wdl->model.n_preset_nodes;
+	c.preset_out = wdl->model.preset_out;
+	assert_int_equal(st_model_create(&m, &c, ND, NS, 1), ST_EINVAL);
+	c = wdl->model;                                 /* lr's rows, wdl's layers */
+	c.type = (char *)"lr";
+	assert_int_equal(st_model_create(&m, &c, ND, NS, 1), ST_EINVAL);
+	c.preset_out = c.n_preset_nodes;                /* an output past the end */
+	c.type = wdl->model.type;
+	assert_int_equal(st_model_create(&m, &c, ND, NS, 1), ST_EINVAL);
+	c.preset_out = wdl->model.preset_out;           /* as loaded: builds */
+	assert_int_equal(st_model_create(&m, &c, ND, NS, 1), ST_OK);
+	st_model_destroy(m);
+	st_job_free(dnn);
+	st_job_free(wdl);
+}
+
 int main(void)
 {
 	const char *root = getenv("ST_SOURCE_ROOT");
@@ -468,6 +503,7 @@ int main(void)
 		cmocka_unit_test(test_presets_extend),
 		cmocka_unit_test(test_presets_errors),
 		cmocka_unit_test(test_presets_saved_configs),
+		cmocka_unit_test(test_presets_layers_must_fit_rows),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
