@@ -2,7 +2,7 @@
 # presets_ab.sh — the dnn preset through its Lua function (the layers of
 # stdlib/strata/presets.lua, the default) against its C reference twin
 # (bench_ctr --twin, ops/nn/model.c's hand-written builders), in one run,
-# interleaved (Lua twin Lua twin ...) so drift of the machine hits both
+# interleaved (Lua twin, twin Lua, ...) so drift of the machine hits both
 # alike. Both build the same graph for the same executor, so the expected
 # ratio is 1; this shows it (docs/benchmarks.md, "Presets as Lua").
 #
@@ -28,11 +28,17 @@ sets=(--set "data.train.path=\"$dir/train-*.tsv\"" --set "data.eval.path=\"$dir/
       --set stages.train.workers=1 --set stages.train.minibatch=1024)
 lua=() twin=() auc_l='' auc_t=''
 field() { sed -n "s/.*\"$1\": \([0-9.]*\).*/\1/p"; }
-for r in $(seq "$reps"); do
+run_lua() {
 	out=$("$build/bench/bench_ctr" "$root/bench/ctr_strata.lua" "${sets[@]}" | tail -1)
 	lua+=("$(field train_ex_per_s <<<"$out")"); auc_l=$(field eval_auc <<<"$out")
+}
+run_twin() {
 	out=$("$build/bench/bench_ctr" "$root/bench/ctr_strata.lua" "${sets[@]}" --twin | tail -1)
 	twin+=("$(field train_ex_per_s <<<"$out")"); auc_t=$(field eval_auc <<<"$out")
+}
+# A B B A ...: neither path always runs first (page cache, CPU boost).
+for r in $(seq "$reps"); do
+	if [ $((r % 2)) -eq 1 ]; then run_lua; run_twin; else run_twin; run_lua; fi
 	echo "rep $r: lua ${lua[-1]} ex/s, twin ${twin[-1]} ex/s"
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
