@@ -8,7 +8,8 @@
 #
 #   bench/presets_ab.sh [ROWS] [REPS]     (defaults: 300000 rows, 5 reps)
 #
-# Model: bench/ctr_strata.lua (26 slots × emb_dim 16, 13 dense, MLP
+# First the model step alone (bench_presets, the same job's model). Then
+# the pipeline. Model: bench/ctr_strata.lua (26 slots × emb_dim 16, 13 dense, MLP
 # 400-400-400) with 1 worker × minibatch 1024, as bench/ctr.sh runs it;
 # data: `strata gen --rows ROWS --eval-rows ROWS/10` in $TMPDIR. Prints
 # each run's training examples/s (bench_ctr: data already in memory), the
@@ -21,7 +22,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD:-$root/build}
 dir=${TMPDIR:-/tmp}/strata-presets-ab-$rows
 export OPENBLAS_NUM_THREADS=1
-ninja -C "$build" cli/strata bench/bench_ctr >/dev/null
+ninja -C "$build" cli/strata bench/bench_ctr bench/bench_presets >/dev/null
+# The model step alone (bench_presets: min and median of 60 alternated
+# steps of each, minibatch 512), then the whole pipeline.
+"$build/bench/bench_presets" "$root/bench/ctr_strata.lua" 60
 [ -f "$dir/eval.tsv" ] ||
 	"$build/cli/strata" gen --rows "$rows" --eval-rows $((rows / 10)) --out "$dir" >/dev/null
 sets=(--set "data.train.path=\"$dir/train-*.tsv\"" --set "data.eval.path=\"$dir/eval.tsv\""
