@@ -20,6 +20,18 @@
  * element its own sum: vectorizing the loop does not reorder it), then sends
  * the result to everyone. Every element is summed once, in rank order, by
  * one rank, so every rank gets the same bits, equal to a sequential sum.
+ * A ring (NCCL's) would add chunk c in the order c+1, c+2, ..., c: the same
+ * bytes per rank, 2(P-1)/P x 4N, but P different summation orders, so
+ * rank-order determinism (and the bit-equality of P processes with one
+ * process of P workers, docs/distributed.md) rules it out.
+ *
+ * Chunked and pipelined: each chunk moves in segments of net->coll_seg
+ * floats (ST__NET_COLL_SEG). Every reduce-scatter segment is posted at
+ * once; the owner adds segment j as soon as all its contributions are in
+ * and sends it on (allgather) while segment j + 1 is still arriving, so
+ * the adds, both phases and the transfers overlap. Messages of one source
+ * on one channel arrive in order (net.c), so segments need no index. Their
+ * receive buffers come from pool.c and go back to it.
  *
  * Threads: one thread per process at a time calls these (net.h).
  */
@@ -45,15 +57,32 @@ typedef struct coll {
 	uint64_t seq;
 	int failed;            /* the failure is logged once */
 	int n_sends;
-	st__net_sreq_t *reqs;  /* size entries */
+	st__net_sreq_t *reqs;  /* one per send the collective may post */
 	coll_hdr_t *hdrs;
 } coll_t;
 
-static void coll_begin(coll_t *c, st_net_t *net, uint32_t op)
+/* ceil(log2 P): the rounds of a dissemination barrier or a binomial tree. */
+static unsigned log2_ceil(int P)
+{
+	unsigned k = 0;
+	while ((1 << k) < P)
+		k++;
+	return k;
+}
+
+/* Starts a collective that posts at most max_sends sends. */
+static void coll_begin(coll_t *c, st_net_t *net, uint32_t op, size_t max_sends)
 {
 	*c = (coll_t){ .net = net, .op = op, .seq = ++net->coll_seq };
-	c->reqs = st_xcalloc((size_t)net->size, sizeof *c->reqs);
-	c->hdrs = st_xcalloc((size_t)net->size, sizeof *c->hdrs);
+	/* Its message rounds on the critical path (st_net_coll_rounds): a
+	 * step's latency cost, whatever the bytes. */
+	const int P = net->size;
+	const unsigned rounds = P < 2 ? 0 : op == OP_ALLREDUCE ? 2 : op == OP_ALLGATHER ? 1
+		: log2_ceil(P);
+	atomic_fetch_add(&net->coll_rounds, rounds);
+	max_sends = max_sends ? max_sends : 1;
+	c->reqs = st_xcalloc(max_sends, sizeof *c->reqs);
+	c->hdrs = st_xcalloc(max_sends, sizeof *c->hdrs);
 }
 
 static int coll_fail(coll_t *c, int rc, int rank, const char *what)
@@ -116,14 +145,14 @@ static int coll_recv(coll_t *c, int src, uint32_t phase, void **msg, size_t *len
 		if (*len >= sizeof h)
 			memcpy(&h, *msg, sizeof h);
 		if (*len >= sizeof h && h.seq < c->seq) {   /* from an abandoned collective */
-			free(*msg);
+			st__net_pool_put(net, *msg);
 			continue;
 		}
 		if (*len >= sizeof h && h.seq == c->seq && h.op == c->op && h.phase == phase) {
 			*len -= sizeof h;
 			return ST_OK;
 		}
-		free(*msg);
+		st__net_pool_put(net, *msg);
 		*msg = NULL;
 		st_error("net: rank %d sent %s #%llu (phase %u) while rank %d is in %s #%llu: every "
 			 "rank must call the collectives in the same order", src,
@@ -143,7 +172,7 @@ static int coll_recv_into(coll_t *c, int src, uint32_t phase, void *out, size_t 
 	if (rc < 0)
 		return rc;
 	if (got != len) {
-		free(msg);
+		st__net_pool_put(c->net, msg);
 		st_error("net: %s #%llu: rank %d contributed %zu bytes, rank %d %zu: every rank "
 			 "must pass the same size", op_name[c->op], (unsigned long long)c->seq, src,
 			 got, c->net->rank, len);
@@ -152,14 +181,14 @@ static int coll_recv_into(coll_t *c, int src, uint32_t phase, void *out, size_t 
 	}
 	if (len)
 		memcpy(out, (char *)msg + sizeof(coll_hdr_t), len);
-	free(msg);
+	st__net_pool_put(c->net, msg);
 	return ST_OK;
 }
 
 int st_net_barrier(st_net_t *net)
 {
 	coll_t c;
-	coll_begin(&c, net, OP_BARRIER);
+	coll_begin(&c, net, OP_BARRIER, (size_t)net->size);
 	int rc = ST_OK, P = net->size, r = net->rank;
 	/* Dissemination: after round k every rank has heard, through a chain,
 	 * from the 2^(k+1) ranks before it. */
@@ -174,7 +203,7 @@ int st_net_barrier(st_net_t *net)
 int st_net_allgather(st_net_t *net, const void *mine, size_t len, void *out)
 {
 	coll_t c;
-	coll_begin(&c, net, OP_ALLGATHER);
+	coll_begin(&c, net, OP_ALLGATHER, (size_t)net->size);
 	int rc = ST_OK, P = net->size, r = net->rank;
 	if (len)
 		memcpy((char *)out + (size_t)r * len, mine, len);
@@ -198,23 +227,37 @@ static void add_f32(float *restrict acc, const float *restrict x, size_t n)
 		acc[i] += x[i];
 }
 
-/* Rank r's chunk: the contributions of every rank added in rank order. */
-static int reduce_mine(coll_t *c, float *buf, size_t lo, size_t cnt)
+/* A chunk travels in segments of at most `seg` floats (the last one
+ * shorter): segment j of the chunk that starts at lo covers
+ * [lo + j seg, min(lo + (j + 1) seg, lo + cnt)). */
+static size_t n_segs(size_t cnt, size_t seg)
+{
+	return (cnt + seg - 1) / seg;
+}
+
+static size_t seg_len(size_t cnt, size_t seg, size_t j)
+{
+	return cnt - j * seg < seg ? cnt - j * seg : seg;
+}
+
+/* Segment j of rank r's chunk (at acc, cnt floats): the contributions of
+ * every rank added in rank order. */
+static int reduce_seg(coll_t *c, float *acc, size_t cnt)
 {
 	void *first = NULL;
-	float *acc = buf + lo;
+	float *sum = acc;
 	int rc = ST_OK;
 	for (int s = 0; rc == ST_OK && s < c->net->size; s++) {
 		if (s == c->net->rank) {
 			if (s > 0)
-				add_f32(acc, buf + lo, cnt);
+				add_f32(sum, acc, cnt);
 			continue;
 		}
 		void *msg;
 		size_t len;
 		rc = coll_recv(c, s, 0, &msg, &len);
 		if (rc == ST_OK && len != cnt * sizeof(float)) {
-			free(msg);
+			st__net_pool_put(c->net, msg);
 			st_error("net: allreduce #%llu: rank %d sent %zu floats where %zu were due: "
 				 "every rank must pass the same n", (unsigned long long)c->seq, s,
 				 len / sizeof(float), cnt);
@@ -226,46 +269,59 @@ static int reduce_mine(coll_t *c, float *buf, size_t lo, size_t cnt)
 		const float *x = (const float *)((char *)msg + sizeof(coll_hdr_t));
 		if (s == 0) {   /* x0 starts the sum; our own part is added in its turn */
 			first = msg;
-			acc = (float *)x;
+			sum = (float *)x;
 		} else {
-			add_f32(acc, x, cnt);
-			free(msg);
+			add_f32(sum, x, cnt);
+			st__net_pool_put(c->net, msg);
 		}
 	}
-	if (rc == ST_OK && acc != buf + lo)
-		memcpy(buf + lo, acc, cnt * sizeof(float));
-	free(first);
+	if (rc == ST_OK && sum != acc)
+		memcpy(acc, sum, cnt * sizeof(float));
+	st__net_pool_put(c->net, first);
 	return rc;
 }
 
 int st_net_allreduce_f32(st_net_t *net, float *buf, size_t n)
 {
 	int P = net->size, r = net->rank, rc = ST_OK;
-	coll_t c;
-	coll_begin(&c, net, OP_ALLREDUCE);
+	const size_t seg = net->coll_seg;
 	const size_t lo = chunk_lo(n, P, r), cnt = chunk_lo(n, P, r + 1) - lo;
-	/* 1. reduce-scatter: chunk d goes to rank d. */
-	for (int s = 1; rc == ST_OK && s < P; s++) {
-		int d = (r + s) % P;
-		size_t dlo = chunk_lo(n, P, d), dcnt = chunk_lo(n, P, d + 1) - dlo;
-		if (dcnt)
-			rc = coll_send(&c, d, 0, buf + dlo, dcnt * sizeof(float));
+	/* Chunk 0 is the largest; every send of both phases may be in flight. */
+	const size_t max_segs = n_segs(chunk_lo(n, P, 1), seg);
+	coll_t c;
+	coll_begin(&c, net, OP_ALLREDUCE, 2 * (size_t)(P - 1) * max_segs);
+	/* 1. reduce-scatter: segment j of chunk d goes to rank d, every
+	 * segment posted at once, segment-major so that every owner can start
+	 * adding its first segment while the rest are on their way. */
+	for (size_t j = 0; j < max_segs; j++)
+		for (int s = 1; rc == ST_OK && s < P; s++) {
+			int d = (r + s) % P;
+			size_t dlo = chunk_lo(n, P, d), dcnt = chunk_lo(n, P, d + 1) - dlo;
+			if (j < n_segs(dcnt, seg))
+				rc = coll_send(&c, d, 0, buf + dlo + j * seg,
+					       seg_len(dcnt, seg, j) * sizeof(float));
+		}
+	const int n_scatter = c.n_sends;
+	/* Our own chunk, a segment at a time: sum it, then send it to the
+	 * others at once (2. allgather), while the later segments arrive. */
+	for (size_t j = 0; rc == ST_OK && P > 1 && j < n_segs(cnt, seg); j++) {
+		float *acc = buf + lo + j * seg;
+		size_t len = seg_len(cnt, seg, j);
+		rc = reduce_seg(&c, acc, len);
+		for (int s = 1; rc == ST_OK && s < P; s++)
+			rc = coll_send(&c, (r + s) % P, 1, acc, len * sizeof(float));
 	}
-	if (rc == ST_OK && cnt && P > 1)
-		rc = reduce_mine(&c, buf, lo, cnt);
 	/* The other chunks are overwritten below: their sends must be done. */
-	int w = st__net_wait(net, c.reqs, c.n_sends);
+	int w = st__net_wait(net, c.reqs, n_scatter);
 	if (w < 0 && rc == ST_OK)
 		rc = coll_fail(&c, w, c.reqs[0].dst, "is gone (a send failed)");
-	c.n_sends = 0;
-	/* 2. allgather of the reduced chunks. */
-	for (int s = 1; rc == ST_OK && cnt && s < P; s++)
-		rc = coll_send(&c, (r + s) % P, 1, buf + lo, cnt * sizeof(float));
-	for (int s = 0; rc == ST_OK && s < P; s++) {
-		size_t slo = chunk_lo(n, P, s), scnt = chunk_lo(n, P, s + 1) - slo;
-		if (s != r && scnt)
-			rc = coll_recv_into(&c, s, 1, buf + slo, scnt * sizeof(float));
-	}
+	for (size_t j = 0; rc == ST_OK && j < max_segs; j++)
+		for (int s = 0; rc == ST_OK && s < P; s++) {
+			size_t slo = chunk_lo(n, P, s), scnt = chunk_lo(n, P, s + 1) - slo;
+			if (s != r && j < n_segs(scnt, seg))
+				rc = coll_recv_into(&c, s, 1, buf + slo + j * seg,
+						    seg_len(scnt, seg, j) * sizeof(float));
+		}
 	return coll_end(&c, rc);
 }
 
@@ -273,7 +329,7 @@ int st_net_bcast(st_net_t *net, int root, void *buf, size_t len)
 {
 	int P = net->size, vr = (net->rank - root + P) % P, rc = ST_OK;
 	coll_t c;
-	coll_begin(&c, net, OP_BCAST);
+	coll_begin(&c, net, OP_BCAST, (size_t)P);
 	/* Binomial tree over ranks relative to root: receive from the parent
 	 * (vr minus its lowest set bit), then send to vr + 2^k below it. */
 	int mask = 1;

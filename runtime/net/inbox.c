@@ -41,6 +41,7 @@ int st__net_inbox_init(st_net_t *net)
 	}
 	pthread_mutex_init(&net->mu, NULL);
 	pthread_cond_init(&net->sent_cv, NULL);
+	st__net_pool_init(net);
 	return ST_OK;
 }
 
@@ -68,6 +69,7 @@ void st__net_inbox_fini(st_net_t *net)
 	net->chans = NULL;
 	pthread_cond_destroy(&net->sent_cv);
 	pthread_mutex_destroy(&net->mu);
+	st__net_pool_fini(net);
 }
 
 static st__net_chan_t *chan_locked(st_net_t *net, uint32_t chan)
@@ -325,6 +327,11 @@ uint64_t st_net_bytes_sent(const st_net_t *net)
 uint64_t st_net_bytes_sent_coll(const st_net_t *net)
 {
 	return atomic_load(&((st_net_t *)net)->bytes_sent_coll);
+}
+
+uint64_t st_net_coll_rounds(const st_net_t *net)
+{
+	return atomic_load(&((st_net_t *)net)->coll_rounds);
 }
 
 uint64_t st_net_msgs_sent(const st_net_t *net)

@@ -151,7 +151,9 @@ static void take_locked(st_net_t *net, ucp_tag_message_h msg, const ucp_tag_recv
 	}
 	st__net_msg_t *m = calloc(1, sizeof *m);
 	size_t len = info->length - sizeof(st__net_frame_t);
-	void *buf = m ? malloc(len ? len : 1) : NULL;
+	/* The collectives' large messages in warm reused buffers (pool.c). */
+	void *buf = !m ? NULL : chan == ST__NET_COLL_CHAN ? st__net_pool_get(net, len)
+		: malloc(len ? len : 1);
 	if (!buf) {
 		free(m);
 		st_error("net: out of memory for a %zu-byte message from rank %d", len, src);
@@ -766,6 +768,7 @@ int st_net_open(st_net_t **out, const st_net_cfg_t *cfg)
 	net->rank = cfg->rank;
 	net->size = cfg->size;
 	net->wake_fd = net->epfd = -1;
+	net->coll_seg = ST__NET_COLL_SEG;
 	if (st__net_inbox_init(net) < 0) {
 		free(net);
 		return ST_ENOMEM;

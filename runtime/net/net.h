@@ -154,5 +154,10 @@ uint64_t st_net_msgs_sent(const st_net_t *net);
  * bcast, barrier: channels >= 0xff00) — a lockstep policy's dense traffic,
  * where the rest is rows to and from their owners. */
 uint64_t st_net_bytes_sent_coll(const st_net_t *net);
+/* Message rounds of the collectives this process took part in: each
+ * collective counts the rounds on its critical path (allreduce 2,
+ * allgather 1, barrier and bcast ceil(log2 P); none at P = 1), the latency
+ * terms of a step-time model (docs/benchmarks.md, "Scaling model"). */
+uint64_t st_net_coll_rounds(const st_net_t *net);
 
 #endif

@@ -12,7 +12,8 @@
  * ucp_worker_progress, so under wmu). `mu` guards the inbox, the peer
  * states and the send completions. Lock order: wmu before mu (a UCX
  * callback delivering a message takes mu). Nobody takes wmu while holding
- * mu, and no lock is held while blocking on a socket.
+ * mu, and no lock is held while blocking on a socket. `pool_mu` (pool.c,
+ * the collectives' receive buffers) is a leaf: nothing is taken under it.
  */
 #ifndef ST_NET_INTERNAL_H
 #define ST_NET_INTERNAL_H
@@ -171,9 +172,18 @@ struct st_net {
 	/* counters */
 	atomic_uint_fast64_t bytes_sent, msgs_sent, frames_dropped;
 	atomic_uint_fast64_t bytes_sent_coll;   /* of bytes_sent: on channels >= 0xff00 */
+	atomic_uint_fast64_t coll_rounds;       /* st_net_coll_rounds */
 
 	/* collectives (coll.c), used by one thread at a time */
 	uint64_t coll_seq;
+	size_t coll_seg;               /* allreduce segment, floats (ST__NET_COLL_SEG) */
+
+	/* receive buffers of the collectives (pool.c), under pool_mu */
+	pthread_mutex_t pool_mu;
+	struct st__net_pooled { void *buf; size_t cap; } *pool;
+	int pool_n;
+	size_t pool_bytes;
+	uint64_t pool_hits;
 
 #if ST_HAVE_UCX
 	/* UCX (net.c) */
@@ -224,6 +234,27 @@ int st__net_stalled(st_net_t *net, int r);
  * messages before leaving, so it may well have finished its part. */
 int st__net_recv(st_net_t *net, int src, uint32_t chan, void **buf, size_t *len, int *from,
 		 double timeout_s, int fail_any, int *gone);
+
+/* pool.c: large receive buffers of the collectives' channel, reused. */
+typedef struct st__net_pooled st__net_pooled_t;
+#define ST__NET_POOL_MIN ((size_t)64 << 10)   /* smaller ones: plain malloc */
+void st__net_pool_init(st_net_t *net);
+void st__net_pool_fini(st_net_t *net);
+/* A buffer of at least len bytes (len >= ST__NET_POOL_MIN: from the cache
+ * when one fits), malloc'd either way: free() or st__net_pool_put releases
+ * it. NULL when out of memory. Thread-safe. */
+void *st__net_pool_get(st_net_t *net, size_t len);
+/* Gives a malloc'd buffer back to the cache, or frees it. Thread-safe. */
+void st__net_pool_put(st_net_t *net, void *buf);
+/* Test-only: how many st__net_pool_get calls the cache served. */
+uint64_t st__net_pool_hits(st_net_t *net);
+
+/* coll.c: the allreduce moves each rank's chunk in segments of this many
+ * floats (1 MiB), so that adding, sending and receiving overlap. Measured
+ * on the 2-core VM (docs/benchmarks.md, "Collectives against OpenMPI"):
+ * 64Ki-float segments lost up to 2x at P = 2 to per-message costs (a
+ * rendezvous handshake each), 1Mi-float ones gained nothing over 256Ki. */
+#define ST__NET_COLL_SEG ((size_t)256 << 10)
 
 /* net.c */
 /* Posts a send of a (+ b) to dst on chan (any channel, reserved ones too).

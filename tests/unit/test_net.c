@@ -702,6 +702,60 @@ static int body_coll(st_net_t *net, job_t *j)
 static void test_net_coll_2(void **state) { (void)state; run_job(2, body_coll); }
 static void test_net_coll_4(void **state) { (void)state; run_job(4, body_coll); }
 
+/* The allreduce's segments (coll.c): each rank's chunk moves in pieces of
+ * net->coll_seg floats. With 7-float segments, sizes that divide by
+ * neither P nor 7 give chunks of different segment counts (n = 22 at P = 3:
+ * chunks of 8, 7, 7 floats, so 2, 1, 1 segments), empty chunks (n < P),
+ * short last segments; then the default segment on a size just past it.
+ * Every result bit-equal to the rank-order sequential sum, as body_coll;
+ * the receive buffers reused; the collectives' rounds counted. */
+static int body_coll_segments(st_net_t *net, job_t *j)
+{
+	const int P = st_net_size(net), r = st_net_rank(net);
+	static const size_t small[] = { 1, 2, 3, 6, 7, 8, 13, 14, 15, 20, 21, 22, 23, 29, 1001 };
+	const size_t big = 3 * ST__NET_COLL_SEG + 5;
+	const uint64_t rounds0 = st_net_coll_rounds(net);
+	for (size_t t = 0; t <= sizeof small / sizeof *small; t++) {
+		const int last = t == sizeof small / sizeof *small;
+		size_t n = last ? big : small[t];
+		net->coll_seg = last ? ST__NET_COLL_SEG : 7;
+		float *buf = malloc(n * sizeof(float)), *ref = malloc(n * sizeof(float)),
+		      *x = malloc(n * sizeof(float));
+		CHECK(buf && ref && x);
+		contribution(buf, n, r);
+		contribution(ref, n, 0);
+		for (int s = 1; s < P; s++) {
+			contribution(x, n, s);
+			for (size_t i = 0; i < n; i++)
+				ref[i] += x[i];
+		}
+		CHECK_RC(st_net_allreduce_f32(net, buf, n), ST_OK);
+		CHECK(!memcmp(buf, ref, n * sizeof(float)));
+		free(buf);
+		free(ref);
+		free(x);
+	}
+	/* Large segments arrive in reused buffers (pool.c): a second call of
+	 * the same size is served from what the first gave back. */
+	float *z = calloc(big, sizeof(float));
+	CHECK(z);
+	CHECK_RC(st_net_allreduce_f32(net, z, big), ST_OK);
+	const uint64_t hits = st__net_pool_hits(net);
+	CHECK_RC(st_net_allreduce_f32(net, z, big), ST_OK);
+	CHECK(st__net_pool_hits(net) > hits);
+	free(z);
+	CHECK_RC(st_net_barrier(net), ST_OK);
+	/* The latency count: 2 rounds per allreduce, ceil(log2 P) per barrier,
+	 * however many segments moved. */
+	const uint64_t n_ar = sizeof small / sizeof *small + 3, lg = P > 2 ? 2 : 1;
+	CHECK(st_net_coll_rounds(net) - rounds0 == 2 * n_ar + lg);
+	return 0;
+}
+
+static void test_net_coll_segments_2(void **state) { (void)state; run_job(2, body_coll_segments); }
+static void test_net_coll_segments_3(void **state) { (void)state; run_job(3, body_coll_segments); }
+static void test_net_coll_segments_4(void **state) { (void)state; run_job(4, body_coll_segments); }
+
 static void *cancel_waiter(void *arg)
 {
 	void *buf;
@@ -1243,6 +1297,9 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_net_p2p_4),
 		cmocka_unit_test(test_net_coll_2),
 		cmocka_unit_test(test_net_coll_4),
+		cmocka_unit_test(test_net_coll_segments_2),
+		cmocka_unit_test(test_net_coll_segments_3),
+		cmocka_unit_test(test_net_coll_segments_4),
 		cmocka_unit_test(test_net_wrong_token),
 		cmocka_unit_test(test_net_inherited_listener),
 		cmocka_unit_test(test_net_missing_rank),
