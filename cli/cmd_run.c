@@ -263,9 +263,10 @@ static void on_train_end(void *ud, const st_runner_totals_t *t)
 		       (double)t->all_examples / (t->all_secs > 0 ? t->all_secs : 1));
 		printf("  progressive  auc %.4f  logloss %.4f  (rank 0's examples)\n", t->auc,
 		       t->logloss);
-		printf("  network      %.1f MB sent, %.0f bytes per example\n",
-		       (double)t->all_bytes_sent / 1e6,
-		       t->all_examples ? (double)t->all_bytes_sent / (double)t->all_examples : 0);
+		printf("  network      %.1f MB sent, %.0f bytes per example, %.2f round trips "
+		       "per step\n", (double)t->all_bytes_sent / 1e6,
+		       t->all_examples ? (double)t->all_bytes_sent / (double)t->all_examples : 0,
+		       t->all_steps ? (double)t->all_round_trips / (double)t->all_steps : 0);
 		if (t->has_digest)
 			printf("  model        digest %016llx  %llu rows\n",
 			       (unsigned long long)t->digest, (unsigned long long)t->digest_rows);

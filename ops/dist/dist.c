@@ -138,9 +138,12 @@ int st_dist_pull(st_dist_t *d, const uint64_t *keys, const uint8_t *table, uint3
 	memset(buf, 0, sizeof(float) * stride * (size_t)n);
 	if (tokens)
 		memset(tokens, 0, sizeof(uint64_t) * (size_t)d->P);
+	int asked = 0;
 	for (int o = 0; o < d->owners; o++) {
 		if (o == d->rank || !cnt[o])
 			continue;
+		if (!asked++)   /* the owners answer in parallel: one round trip */
+			stat_add(&d->st.round_trips, 1);
 		if ((rc = ob_keys(&d->pull_out[o], &h0, keys, table, P[o], cnt[o], 0)) < 0)
 			return rc;
 		if ((rc = st_net_send(d->net, o, CH_REQ, d->pull_out[o].p, d->pull_out[o].len)) < 0) {
@@ -376,6 +379,7 @@ static int dense_call(st_dist_t *d, wire_hdr_t *h, const float *grad, float *par
 		pthread_mutex_unlock(&d->mu);
 		return rc;
 	}
+	stat_add(&d->st.round_trips, 1);   /* the request and the parameters back */
 	int rc = grad ? st_net_send2(d->net, 0, CH_REQ, h, sizeof *h, grad, sizeof(float) * np)
 		      : st_net_send(d->net, 0, CH_REQ, h, sizeof *h);
 	if (rc < 0) {
@@ -763,4 +767,5 @@ void st_dist_stats(const st_dist_t *d, st_dist_stats_t *out)
 	out->bytes_sent = st_net_bytes_sent(d->net);
 	out->bytes_coll = st_net_bytes_sent_coll(d->net);
 	out->msgs_sent = st_net_msgs_sent(d->net);
+	out->round_trips += st_net_coll_rounds(d->net);
 }

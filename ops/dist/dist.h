@@ -241,6 +241,13 @@ typedef struct st_dist_stats {
 	uint64_t bytes_sent, msgs_sent;
 	uint64_t bytes_coll;              /* of bytes_sent: the collectives' (dense) */
 	uint64_t pulls_remote, keys_remote, keys_local;
+	/* Round trips on a step's critical path: pulls that asked at least
+	 * one other rank (one round trip, however many owners answer in
+	 * parallel), dense exchanges with rank 0 (async, gba, bsp, hop_*:
+	 * gradient out, parameters back; rank 0's own workers none) plus the
+	 * collectives' rounds (st_net_coll_rounds). One-way pushes are not
+	 * counted. */
+	uint64_t round_trips;
 	uint64_t pushes, rows_pushed;     /* received and applied by this owner */
 	uint64_t buf_steps;               /* buffered global steps applied here */
 	uint64_t buf_rows_dropped;        /* row gradients dropped as too stale here */

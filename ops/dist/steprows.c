@@ -182,9 +182,12 @@ int st_dist_pull_step(st_dist_t *d, st_dist_stepbuf_t *s, const uint64_t *keys,
 			return rc;
 		stat_add(&d->st.keys_local, cnt[d->rank]);
 	}
+	int asked = 0;
 	for (int o = 0; o < d->owners; o++) {
 		if (o == d->rank || !cnt[o])
 			continue;
+		if (!asked++)   /* the owners answered in parallel: one round trip */
+			stat_add(&d->st.round_trips, 1);
 		if ((rc = receive(d, s, o, table, cnt[o], buf, stride, ok)) < 0)
 			return rc;
 		stat_add(&d->st.pulls_remote, 1);

@@ -108,6 +108,7 @@ int st__runner_dist_join(st_runner_t *r)
 
 typedef struct rank_sum {
 	uint64_t examples, bytes, rows;
+	uint64_t round_trips, steps;
 	uint64_t digest;
 	double secs;
 } rank_sum_t;
@@ -117,7 +118,8 @@ int st__runner_dist_totals(st_runner_t *r, st_runner_totals_t *t)
 	const int rank = st_net_rank(r->net), P = st_net_size(r->net);
 	st_dist_stats_t ds;
 	st_trainer_dist_stats(r->model, &ds);
-	rank_sum_t me = { .examples = t->examples, .bytes = ds.bytes_sent, .secs = t->secs };
+	rank_sum_t me = { .examples = t->examples, .bytes = ds.bytes_sent, .secs = t->secs,
+			  .round_trips = ds.round_trips, .steps = st_trainer_dist_steps(r->model) };
 	if (r->opts.digest)
 		me.digest = st_trainer_digest(r->model, rank == 0, &me.rows);
 	t->rank = rank;
@@ -135,12 +137,16 @@ int st__runner_dist_totals(st_runner_t *r, st_runner_totals_t *t)
 			s.examples += all[i].examples;
 			s.bytes += all[i].bytes;
 			s.rows += all[i].rows;
+			s.round_trips += all[i].round_trips;
+			s.steps += all[i].steps;
 			s.digest ^= all[i].digest;
 			s.secs = all[i].secs > s.secs ? all[i].secs : s.secs;
 		}
 		t->all_examples = s.examples;
 		t->all_secs = s.secs;
 		t->all_bytes_sent = s.bytes;
+		t->all_round_trips = s.round_trips;
+		t->all_steps = s.steps;
 		t->has_digest = r->opts.digest;
 		t->digest = s.digest;
 		t->digest_rows = s.rows;

@@ -170,6 +170,8 @@ typedef struct st_runner_totals {
 	uint64_t all_examples;      /* summed over the ranks */
 	double all_secs;            /* the slowest rank's */
 	uint64_t all_bytes_sent;    /* network bytes, summed over the ranks */
+	uint64_t all_round_trips;   /* round trips (st_dist_stats_t), summed over the ranks */
+	uint64_t all_steps;         /* training steps, summed over the ranks */
 } st_runner_totals_t;
 
 /* Messages. level is ST_LOG_INFO, ST_LOG_WARN or ST_LOG_ERROR

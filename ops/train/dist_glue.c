@@ -129,6 +129,11 @@ void st_trainer_dist_stats(const st_trainer_t *tr, st_dist_stats_t *out)
 	st_dist_stats(tr->dist.d, out);
 }
 
+uint64_t st_trainer_dist_steps(const st_trainer_t *tr)
+{
+	return tr->dist.d ? __atomic_load_n(&tr->dist.steps, __ATOMIC_RELAXED) : 0;
+}
+
 /* ---- steps across ranks ------------------------------------------------- */
 
 /* Multi-process lockstep: every rank's examples for the next step; *tot is
@@ -237,6 +242,11 @@ void st__trainer_dist_metrics(st_trainer_t *tr)
 	st_metrics_set(tr->metrics, "net_bytes_sent", (double)ds.bytes_sent);
 	st_metrics_set(tr->metrics, "net_bytes_coll", (double)ds.bytes_coll);
 	st_metrics_set(tr->metrics, "net_msgs_sent", (double)ds.msgs_sent);
+	/* The latency side of a step (docs/benchmarks.md, "Scaling model"). */
+	st_metrics_set(tr->metrics, "net_round_trips", (double)ds.round_trips);
+	if (tr->dist.steps)
+		st_metrics_set(tr->metrics, "net_round_trips_per_step",
+			       (double)ds.round_trips / (double)tr->dist.steps);
 	st_metrics_set(tr->metrics, "dist_keys_remote", (double)ds.keys_remote);
 	st_metrics_set(tr->metrics, "dist_keys_local", (double)ds.keys_local);
 	st_metrics_set(tr->metrics, "dist_rows_pushed", (double)ds.rows_pushed);

@@ -228,6 +228,9 @@ int st_trainer_dist_leave(st_trainer_t *tr, int *lost);
  * st_trainer_eval_result then covers them all. */
 int st_trainer_dist_eval_gather(st_trainer_t *tr);
 void st_trainer_dist_stats(const st_trainer_t *tr, struct st_dist_stats *out);
+/* Training steps this process took in the multi-process job (batches with
+ * examples, every worker's); 0 without one. Read after the pass. */
+uint64_t st_trainer_dist_steps(const st_trainer_t *tr);
 /* An order-independent digest of the rows in this process's tables and,
  * with with_dense, the dense parameters; *rows = the rows counted. Equal
  * digests mean equal models (floats and optimizer state) for testing. */

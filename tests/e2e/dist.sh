@@ -32,6 +32,15 @@ for P in 2 4; do
   else
     bad "allreduce on $P processes: '$dP' vs '$d1', $(evalauc "$tmp/outP") vs $(evalauc "$tmp/out1")"
   fi
+  # Round trips per step (the scaling model's latency term): each step is
+  # one pull, the step's allgather of example counts and the allreduce's 2
+  # rounds; the job's setup and finish add a little over its steps.
+  rt=$(grep -o '[0-9.]* round trips per step' "$tmp/outP" | cut -d' ' -f1)
+  if awk -v x="$rt" 'BEGIN { exit !(x != "" && x >= 4 && x < 5) }'; then
+    ok "allreduce on $P processes: $rt round trips per step"
+  else
+    bad "allreduce on $P processes: '$rt' round trips per step, expected 4 (+ setup and finish)"
+  fi
 done
 
 # List fields (issue 18): multi-hot rows read as 26 '^' lists, a dnn whose
