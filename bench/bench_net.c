@@ -305,10 +305,10 @@ static void rank_main(const opts_t *o, int rank, const char *coord, const char *
 			printf("\nallreduce_f32 on %d ranks. Deterministic: every element is summed in "
 			       "rank order,\n((x0 + x1) + x2) + ..., by the one rank that owns its chunk. "
 			       "Algorithm\n(runtime/net/coll.c): direct reduce-scatter (each rank sends "
-			       "chunk c straight\nto rank c, P-1 messages at once; rank c adds them in "
-			       "rank order), then direct\nallgather (rank c sends its summed chunk to "
-			       "the P-1 others). Each rank sends\n2(P-1)/P x 4N bytes, as a ring does, "
-			       "in 2 steps instead of 2(P-1).\nms = the slowest rank's time per call; "
+			       "chunk c straight\nto rank c; rank c adds them in rank order), then direct "
+			       "allgather (rank c\nsends its summed chunk to the P-1 others), in 1 MiB "
+			       "segments, pipelined. Each\nrank sends 2(P-1)/P x 4N bytes, as a ring "
+			       "does.\nms = the slowest rank's time per call; "
 			       "algbw = 4N / time; busbw = algbw x 2(P-1)/P.\n", o->P);
 			printf("%-10s %10s %8s %9s %9s %9s %9s\n", "what", "floats", "K", "total_s", "ms",
 			       "algbw", "busbw");

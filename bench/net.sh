@@ -24,7 +24,7 @@
 # ucx_perftest stops its clock when the sender's last send completes;
 # bench_net when rank 0 has rank 1's ack for the last message (stricter).
 # Exits 77 when ucx_perftest or a UCX build of bench_net is missing, 1 when
-# a run fails.
+# a run fails. The allreduce against OpenMPI's: bench/coll_mpi.sh.
 set -eu
 build=${1:-build}
 sizes=${NET_SIZES:-"4096 65536 1048576 8388608"}
@@ -142,7 +142,7 @@ done
 # transport).
 ref=${ucx_bw[shm.1048576]:-}
 echo
-echo "allreduce_f32 (st_net_allreduce_f32: direct reduce-scatter + allgather, rank-order sums):"
+echo "allreduce_f32 (st_net_allreduce_f32: direct reduce-scatter + allgather in 1 MiB segments, rank-order sums):"
 printf '%3s %9s %6s %10s %9s %9s %16s\n' P floats K ms algbw busbw "busbw/shm 1MiB"
 for P in $procs; do
 	strata -n "$P" --what allreduce
