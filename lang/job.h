@@ -22,7 +22,9 @@ enum st_col_kind { ST_COL_IGNORE = 0, ST_COL_LABEL, ST_COL_DENSE, ST_COL_CAT };
 enum st_missing { ST_MISSING_DROP = 0, ST_MISSING_KEY = 1 };
 
 /* Per-slot pooling of a field (model.slot_pooling): 0 = model.pooling. */
-enum st_pooling { ST_POOLING_MODEL = 0, ST_POOLING_SUM = 1, ST_POOLING_MEAN = 2 };
+/* NONE: keep the sequence for an attention layer (graph models only). */
+enum st_pooling { ST_POOLING_MODEL = 0, ST_POOLING_SUM = 1, ST_POOLING_MEAN = 2,
+		  ST_POOLING_NONE = 3 };
 
 /* Options of one categorical slot of a CSV source (docs/job-language.md,
  * "List fields"). */
@@ -93,7 +95,7 @@ typedef struct st_optim_cfg {
 enum st_node_kind {
 	ST_NODE_EMBED, ST_NODE_DENSE, ST_NODE_WIDE, ST_NODE_CONCAT, ST_NODE_MLP,
 	ST_NODE_LINEAR, ST_NODE_FM, ST_NODE_DOT, ST_NODE_ADD, ST_NODE_CROSS,
-	ST_NODE_NKINDS
+	ST_NODE_ATTENTION, ST_NODE_NKINDS
 };
 #define ST_MODEL_MAX_NODES 32
 #define ST_NODE_MAX_IN 16
@@ -106,8 +108,10 @@ typedef struct st_model_node {
 	int sizes[16];         /* mlp: layer sizes */
 	/* dense: a = 1 for log1p; mlp: a = activation (0 none, 1 relu,
 	 * 2 sigmoid: enum st_lgraph_act); linear: a = out; fm, dot: a = fields;
-	 * cross: a = layers, b = rank (0 = full). */
-	int a, b;
+	 * cross: a = layers, b = rank (0 = full); attention: a = query slot,
+	 * b = key (sequence) slot, c = activation (as mlp's a), sizes = its
+	 * hidden sizes (may be none). */
+	int a, b, c;
 } st_model_node_t;
 
 typedef struct st_model_cfg {

@@ -294,7 +294,8 @@ static void convert_optim(lua_State *L, int t, const char *k, st_optim_cfg_t *o)
 static void convert_nodes(lua_State *L, int m, st_model_cfg_t *mc)
 {
 	static const char *const kinds[] = { "embed", "dense", "wide", "concat", "mlp",
-					     "linear", "fm", "dot", "add", "cross" };
+					     "linear", "fm", "dot", "add", "cross",
+					     "attention" };
 	int t = push_table(L, m, "nodes");
 	if (!t)
 		return;
@@ -322,6 +323,7 @@ static void convert_nodes(lua_State *L, int m, st_model_cfg_t *mc)
 		nd->n_sizes = get_ints(L, nt, "sizes", nd->sizes, 16);
 		nd->a = get_i32(L, nt, "a", 0);
 		nd->b = get_i32(L, nt, "b", 0);
+		nd->c = get_i32(L, nt, "c", 0);
 		lua_pop(L, 1);
 	}
 	lua_pop(L, 1);

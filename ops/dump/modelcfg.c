@@ -43,7 +43,8 @@ static const char *const type_names[] = { "lr", "dnn", "wdl", "deepfm", "dlrm", 
 					   "graph", NULL };
 /* enum st_node_kind's names (lang/job.h), the first word of a node line. */
 static const char *const node_kinds[] = { "embed", "dense", "wide", "concat", "mlp",
-					  "linear", "fm", "dot", "add", "cross", NULL };
+					  "linear", "fm", "dot", "add", "cross", "attention",
+					  NULL };
 static const char *const pool_names[] = { "sum", "mean", NULL };
 static const char *const act_names[] = { "relu", "sigmoid", "none", NULL };
 static const char *const transform_names[] = { "log1p", "none", NULL };
@@ -157,7 +158,8 @@ static void put_list(sbuf_t *b, const char *key, const int *v, int n)
 
 /* One layer of a graph model as "node.<i>=<kind> <name>[ in=a,b][ key=v...]":
  * the keys per kind are dense log1p, mlp sizes and act, linear size, fm and
- * dot fields, cross layers and rank (lang/job.h's a and b, by name). */
+ * dot fields, cross layers and rank, attention query and keys (slots),
+ * sizes and act (lang/job.h's a, b and c, by name). */
 static const char *const act_words[] = { "none", "relu", "sigmoid", NULL };
 
 /* A layer name as the job language allows it (validate.lua): a Lua
@@ -179,7 +181,9 @@ static int put_node(sbuf_t *b, int i, const st_model_node_t *nd, char *err, size
 	if (nd->kind < 0 || nd->kind >= ST_NODE_NKINDS || !memchr(nd->name, 0, sizeof nd->name) ||
 	    !layer_name_ok(nd->name, sizeof nd->name) || nd->n_in < 0 ||
 	    nd->n_in > ST_NODE_MAX_IN || nd->n_sizes < 0 || nd->n_sizes > MAX_LAYERS ||
-	    (nd->kind == ST_NODE_MLP && (nd->a < 0 || nd->a > 2))) {
+	    (nd->kind == ST_NODE_MLP && (nd->a < 0 || nd->a > 2)) ||
+	    (nd->kind == ST_NODE_ATTENTION && (nd->c < 0 || nd->c > 2 || nd->a < 0 ||
+					       nd->b < 0))) {
 		st__dumpio_seterr(err, errlen, "model config: node %d is malformed", i);
 		return ST_EINVAL;
 	}
@@ -201,6 +205,15 @@ static int put_node(sbuf_t *b, int i, const st_model_node_t *nd, char *err, size
 	case ST_NODE_FM:
 	case ST_NODE_DOT: sb_printf(b, " fields=%d", nd->a); break;
 	case ST_NODE_CROSS: sb_printf(b, " layers=%d rank=%d", nd->a, nd->b); break;
+	case ST_NODE_ATTENTION:
+		sb_printf(b, " query=%d keys=%d", nd->a, nd->b);
+		if (nd->n_sizes) {
+			sb_printf(b, " sizes=");
+			for (int k = 0; k < nd->n_sizes; k++)
+				sb_printf(b, "%s%d", k ? "," : "", nd->sizes[k]);
+		}
+		sb_printf(b, " act=%s", act_words[nd->c]);
+		break;
 	}
 	sb_printf(b, "\n");
 	return ST_OK;
@@ -497,7 +510,7 @@ static int parse_node(st_model_cfg_t *cfg, const char *idx, char *v, int line, c
 	st_model_node_t *nd = &cfg->nodes[i];
 	memset(nd, 0, sizeof *nd);
 	nd->kind = -1;
-	int ntok = 0, bad = 0;
+	int ntok = 0, bad = 0, slots = 0;   /* attention: query= and keys= seen */
 	for (char *save = NULL, *t = strtok_r(v, " ", &save); t && !bad;
 	     t = strtok_r(NULL, " ", &save), ntok++) {
 		if (ntok == 0) {
@@ -534,11 +547,13 @@ static int parse_node(st_model_cfg_t *cfg, const char *idx, char *v, int line, c
 			*(in ? &nd->n_in : &nd->n_sizes) = n;
 			free(list);
 		} else if (!strcmp(t, "act")) {
-			nd->a = -1;
+			/* mlp's activation is a, attention's c (lang/job.h) */
+			int *act = nd->kind == ST_NODE_ATTENTION ? &nd->c : &nd->a;
+			*act = -1;
 			for (int k = 0; act_words[k]; k++)
 				if (!strcmp(e, act_words[k]))
-					nd->a = k;
-			bad = nd->a < 0;
+					*act = k;
+			bad = *act < 0;
 		} else if (parse_i64(e, 0, INT32_MAX, &x) < 0) {
 			bad = 1;
 		} else if (!strcmp(t, "log1p") || !strcmp(t, "size") || !strcmp(t, "fields") ||
@@ -546,10 +561,20 @@ static int parse_node(st_model_cfg_t *cfg, const char *idx, char *v, int line, c
 			nd->a = (int)x;
 		} else if (!strcmp(t, "rank")) {
 			nd->b = (int)x;
+		} else if (!strcmp(t, "keys")) {
+			nd->b = (int)x;
+			slots |= 2;
+		} else if (!strcmp(t, "query")) {
+			nd->a = (int)x;
+			slots |= 1;
 		} else {
 			bad = 1;
 		}
 	}
+	/* An attention layer reads two different slots; a line without them
+	 * (as "attention a") is no layer. */
+	if (nd->kind == ST_NODE_ATTENTION && (slots != 3 || nd->a == nd->b))
+		bad = 1;
 	if (bad || ntok < 2) {
 		st__dumpio_seterr(err, errlen, "line %d: node.%d is not '<kind> <name>[ in=i,j]"
 				  "[ key=value...]' with a known kind and keys", line, (int)i);

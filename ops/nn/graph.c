@@ -36,6 +36,8 @@
  */
 #include "ops/nn/graph.h"
 
+#include "ops/nn/attention.h"
+
 #include <assert.h>
 #include <math.h>
 #include <stdio.h>
@@ -45,10 +47,10 @@
 #include "runtime/err.h"
 
 enum { N_EMBED, N_DENSE, N_WIDE, N_CONCAT, N_MLP, N_LINEAR, N_FM, N_DOT, N_ADD,
-       N_CROSS };
+       N_CROSS, N_ATTN };
 
 static const char *const kind_name[] = { "embed", "dense", "wide", "concat", "mlp",
-					 "linear", "fm", "dot", "add", "cross" };
+					 "linear", "fm", "dot", "add", "cross", "attention" };
 
 #define MAX_NODES 64
 #define MAX_IN 16
@@ -73,7 +75,8 @@ typedef struct node {
 	int log1p;             /* dense */
 	int fields, d;         /* fm, dot */
 	int rank;              /* cross */
-	int n_layers;          /* mlp, cross */
+	int n_layers;          /* mlp, cross, attention (its MLP's layers) */
+	st_attn_shape_t attn;  /* attention */
 	layer_t L[MAX_LAYERS];
 	int need_grad;
 	size_t p0;             /* the graph's nparams and flops when the node */
@@ -93,6 +96,10 @@ typedef struct init_item {
 
 struct st_lgraph {
 	st_lgraph_sparse_t sp;
+	/* The embed node's layout: sp.pool, or (when sp.seq marks sequence
+	 * slots) a copy with those slots 0 wide, owned here. */
+	st_pool_layout_t epool;
+	int *edim, *eoff;
 	int n_dense;
 	int uniform_wide;      /* every slot's wide column is the same */
 	int n_nodes, out, finished;
@@ -112,6 +119,8 @@ struct st_lgraph_ws {
 	float *out[MAX_NODES], *grad[MAX_NODES];
 	float *aux[MAX_NODES][MAX_AUX];
 	uint8_t gset[MAX_NODES];   /* backward: grad[i] holds a value */
+	float *const *rows;        /* the last forward's rows (attention's
+				      backward reads the keys' embeddings) */
 	float *dbuf[2];            /* ping-pong for the hidden layers' dX */
 	float *acc;                /* a second consumer's gradient, added in;
 				      a cross layer's dT */
@@ -129,6 +138,26 @@ int st_lgraph_create(st_lgraph_t **out, const st_lgraph_sparse_t *sp, int n_dens
 	g->n_dense = n_dense;
 	g->out = -1;
 	g->uniform_wide = 1;
+	g->epool = sp->pool;
+	if (sp->seq) {
+		/* A sequence slot is read by the attention nodes that attend over
+		 * it; the pooled embeddings leave it out (0 wide). */
+		int S = sp->pool.n_slots;
+		g->edim = calloc((size_t)S + 1, sizeof(int));
+		g->eoff = calloc((size_t)S + 1, sizeof(int));
+		if (!g->edim || !g->eoff) {
+			st_lgraph_destroy(g);
+			return ST_ENOMEM;
+		}
+		g->epool.width = 0;
+		for (int s = 0; s < S; s++) {
+			g->edim[s] = sp->seq[s] ? 0 : sp->pool.dim[s];
+			g->eoff[s] = g->epool.width;
+			g->epool.width += g->edim[s];
+		}
+		g->epool.dim = g->edim;
+		g->epool.off = g->eoff;
+	}
 	if (sp->wide_col)
 		for (int s = 1; s < sp->pool.n_slots; s++)
 			g->uniform_wide &= sp->wide_col[s] == sp->wide_col[0];
@@ -142,6 +171,8 @@ void st_lgraph_destroy(st_lgraph_t *g)
 		return;
 	free(g->tensors);
 	free(g->init);
+	free(g->edim);
+	free(g->eoff);
 	free(g->params);
 	free(g);
 }
@@ -254,7 +285,7 @@ static int new_node(st_lgraph_t *g, int kind, int n_in, const int *in, int width
 
 int st_lgraph_embed(st_lgraph_t *g)
 {
-	return new_node(g, N_EMBED, 0, NULL, g->sp.pool.width);
+	return new_node(g, N_EMBED, 0, NULL, g->epool.width);
 }
 
 int st_lgraph_dense(st_lgraph_t *g, int log1p)
@@ -442,12 +473,67 @@ int st_lgraph_cross(st_lgraph_t *g, int in, const char *prefix, int n_layers, in
 	return id;
 }
 
+int st_lgraph_attention(st_lgraph_t *g, const char *prefix, int q_slot, int k_slot,
+			int n_hidden, const int *hidden, int act)
+{
+	const st_pool_layout_t *P = &g->sp.pool;
+	int S = P->n_slots;
+	if (q_slot < 0 || q_slot >= S || k_slot < 0 || k_slot >= S || q_slot == k_slot) {
+		st_error("attention %s: query slot %d and key slot %d must be two slots of "
+			 "0..%d", prefix, q_slot, k_slot, S - 1);
+		return ST_EINVAL;
+	}
+	if (P->dim[q_slot] != P->dim[k_slot] || P->dim[k_slot] < 1) {
+		st_error("attention %s: the query slot %d is %d wide and the key slot %d is %d; "
+			 "both need the same embedding dim", prefix, q_slot, P->dim[q_slot],
+			 k_slot, P->dim[k_slot]);
+		return ST_EINVAL;
+	}
+	if (n_hidden < 0 || n_hidden > ST_ATTN_MAX_HIDDEN || act < 0 || act > 2) {
+		st_error("attention %s: %d hidden layers (0..%d), activation %d", prefix,
+			 n_hidden, ST_ATTN_MAX_HIDDEN, act);
+		return ST_EINVAL;
+	}
+	for (int l = 0; l < n_hidden; l++)
+		if (hidden[l] < 1) {
+			st_error("attention %s: hidden layer %d has size %d (need >= 1)", prefix,
+				 l, hidden[l]);
+			return ST_EINVAL;
+		}
+	const int d = P->dim[k_slot];
+	int id = new_node(g, N_ATTN, 0, NULL, d);
+	if (id < 0)
+		return id;
+	node_t *nd = &g->node[id];
+	nd->attn = (st_attn_shape_t){ .d = d, .q_slot = q_slot, .k_slot = k_slot, .act = act,
+				      .n_hidden = n_hidden, .chunk = 512 };
+	for (int l = 0; l < n_hidden; l++)
+		nd->attn.hidden[l] = hidden[l];
+	nd->n_layers = n_hidden + 1;
+	/* <prefix>.att.<l>, l = 0..n_hidden: a PyTorch module's
+	 * att = nn.ModuleList([Linear(4d, h_0), ..., Linear(h_last, 1)]). */
+	double f0 = g->flops;
+	char name[40];
+	int in = 4 * d, rc;
+	for (int l = 0; l <= n_hidden; l++) {
+		int out = l < n_hidden ? hidden[l] : 1;
+		snprintf(name, sizeof name, "%s.att.%d", prefix, l);
+		if ((rc = add_linear(g, &nd->L[l], name, in, out, 1)) < 0)
+			return rc;
+		in = out;
+	}
+	/* Per key of the sequence (the length varies by example). */
+	g->flops = f0 + st_attn_flops_per_key(&nd->attn);
+	return id;
+}
+
 /* Marks which nodes need a gradient (see the header comment). */
 static void mark_grads(st_lgraph_t *g)
 {
 	for (int i = 0; i < g->n_nodes; i++) {
 		node_t *nd = &g->node[i];
-		nd->need_grad = nd->kind == N_EMBED || nd->kind == N_WIDE || nd->n_layers > 0;
+		nd->need_grad = nd->kind == N_EMBED || nd->kind == N_WIDE || nd->kind == N_ATTN ||
+				nd->n_layers > 0;
 		for (int k = 0; k < nd->n_in; k++)
 			nd->need_grad |= g->node[nd->in[k]].need_grad;
 	}
@@ -579,6 +665,12 @@ int st_lgraph_ws_create(st_lgraph_ws_t **out, const st_lgraph_t *g, uint32_t max
 		WS(ws->out[i], n * w);
 		if (nd->need_grad || i == g->out)
 			WS(ws->grad[i], n * w);
+		if (nd->kind == N_ATTN) {
+			/* Its scratch is per chunk of keys, not per example. */
+			size_t bytes = st_attn_scratch_bytes(&nd->attn, (uint32_t)n);
+			WS(ws->aux[i][0], bytes / sizeof(float));
+			continue;
+		}
 		size_t asz[MAX_AUX];
 		int na = aux_sizes(nd, asz);
 		for (int a = 0; a < na; a++)
@@ -687,7 +779,7 @@ static void forward_node(const st_lgraph_t *g, st_lgraph_ws_t *ws, int id,
 	switch (nd->kind) {
 	case N_EMBED:
 		if (W > 0)
-			st_pool_forward(&g->sp.pool, r0, n, b->row_off, b->key_slot, b->key_val,
+			st_pool_forward(&g->epool, r0, n, b->row_off, b->key_slot, b->key_val,
 					b->key_idx, rows, Y);
 		break;
 	case N_DENSE:
@@ -757,6 +849,16 @@ static void forward_node(const st_lgraph_t *g, st_lgraph_ws_t *ws, int id,
 		}
 		break;
 	}
+	case N_ATTN: {
+		const float *Wl[MAX_LAYERS], *bl[MAX_LAYERS];
+		for (int l = 0; l < nd->n_layers; l++) {
+			Wl[l] = params + nd->L[l].w;
+			bl[l] = params + nd->L[l].b;
+		}
+		st_attn_forward(&nd->attn, r0, n, b->row_off, b->key_slot, b->key_val,
+				b->key_idx, rows, Wl, bl, ws->aux[id][0], Y);
+		break;
+	}
 	}
 }
 
@@ -765,6 +867,7 @@ const float *st_lgraph_forward(const st_lgraph_t *g, st_lgraph_ws_t *ws,
 			      float *const *rows, const float *params)
 {
 	assert(g->finished && n <= ws->max_n);
+	ws->rows = rows;
 	for (int i = 0; i < g->n_nodes; i++)
 		forward_node(g, ws, i, b, r0, n, rows, params);
 	return ws->out[g->out];
@@ -804,7 +907,7 @@ static void backward_node(const st_lgraph_t *g, st_lgraph_ws_t *ws, int id,
 	switch (nd->kind) {
 	case N_EMBED:
 		if (W > 0)
-			st_pool_backward(&g->sp.pool, r0, n, b->row_off, b->key_slot, b->key_val,
+			st_pool_backward(&g->epool, r0, n, b->row_off, b->key_slot, b->key_val,
 					 b->key_idx, dY, gu, gstride);
 		break;
 	case N_DENSE:
@@ -915,6 +1018,20 @@ static void backward_node(const st_lgraph_t *g, st_lgraph_ws_t *ws, int id,
 				dst[j] = cur[j] + dx0[j];
 			grad_end(ws, in0, in_len);
 		}
+		break;
+	}
+	case N_ATTN: {
+		const float *Wl[MAX_LAYERS], *bl[MAX_LAYERS];
+		float *dW[MAX_LAYERS], *db[MAX_LAYERS];
+		for (int l = 0; l < nd->n_layers; l++) {
+			Wl[l] = params + nd->L[l].w;
+			bl[l] = params + nd->L[l].b;
+			dW[l] = gparams + nd->L[l].w;
+			db[l] = gparams + nd->L[l].b;
+		}
+		st_attn_backward(&nd->attn, r0, n, b->row_off, b->key_slot, b->key_val,
+				 b->key_idx, ws->rows, Wl, bl, dY, ws->aux[id][0], dW, db, gu,
+				 gstride);
 		break;
 	}
 	}

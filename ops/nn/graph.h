@@ -16,7 +16,8 @@
  * Every node outputs n × width floats (row-major, one row per example):
  *
  *   kind     builder              width            parameters (nn.Linear layout)
- *   embed    st_lgraph_embed       sum of slot dims none (sparse rows: pooled, nn.h)
+ *   embed    st_lgraph_embed       sum of slot dims none (sparse rows: pooled, nn.h;
+ *                                  but sequences    a sequence slot is attention's)
  *   dense    st_lgraph_dense       n_dense          none (log1p(max(x, 0)) or x)
  *   wide     st_lgraph_wide        1                none (the wide column of each row)
  *   concat   st_lgraph_concat      sum of inputs    none
@@ -26,6 +27,7 @@
  *   dot      st_lgraph_dot         F(F-1)/2         none (input = F fields of d)
  *   add      st_lgraph_add         common width     none (element-wise sum)
  *   cross    st_lgraph_cross       input width      DCNv2 layers, see st_lgraph_cross
+ *   attention st_lgraph_attention  the keys' dim    DIN activation unit, <p>.att.<l>.*
  *
  * Dense parameters live in one contiguous array owned by the graph, split
  * into named tensors in creation order (the order the builders were called);
@@ -65,6 +67,10 @@ enum st_lgraph_act { ST_LGRAPH_ACT_NONE, ST_LGRAPH_ACT_RELU, ST_LGRAPH_ACT_SIGMO
 typedef struct st_lgraph_sparse {
 	st_pool_layout_t pool;
 	const int *wide_col;
+	/* NULL, or [n_slots] (caller's, outlives the graph): nonzero marks a
+	 * sequence slot (a list field with pooling = "none"), which the embed
+	 * node leaves out (0 wide) and attention nodes read key by key. */
+	const uint8_t *seq;
 } st_lgraph_sparse_t;
 
 /* Empty graph over examples with n_dense dense features and the sparse
@@ -100,6 +106,16 @@ int st_lgraph_add(st_lgraph_t *g, int n_in, const int *in);
  * tensors prefix.<l>.v.weight [r × d], prefix.<l>.u.weight [d × r],
  * prefix.<l>.u.bias [d]. n_layers == 0 returns `in`. */
 int st_lgraph_cross(st_lgraph_t *g, int in, const char *prefix, int n_layers, int rank);
+
+/* DIN's target attention (ops/nn/attention.h; Zhou et al. 2018, §4.3):
+ * out = Σ_t MLP_att([k_t, q, k_t − q, k_t ⊙ q]) k_t over the keys k_t of
+ * sequence slot k_slot, with q the embedding of slot q_slot (both read from
+ * the sparse rows; no graph input). Width: the slots' common dim d.
+ * Tensors prefix.att.<l>.weight / .bias for l = 0..n_hidden: hidden layers
+ * of hidden[l] with act (enum st_lgraph_act), then one to 1 (no
+ * activation). FLOPs are counted per key of the sequence. */
+int st_lgraph_attention(st_lgraph_t *g, const char *prefix, int q_slot, int k_slot,
+			int n_hidden, const int *hidden, int act);
 
 /* Declares `out` (width 1) the logit, allocates and initializes the dense
  * parameters from seed (weights uniform(-1/sqrt(in), 1/sqrt(in)) in tensor

@@ -65,6 +65,7 @@ struct st_model {
 	int *dim, *off, *row_dim;   /* [n_slots] */
 	int *wide_col;              /* [n_slots]: column of the wide weight */
 	uint8_t *slot_mean;         /* NULL or [n_slots]: per-field pooling (nn.h) */
+	uint8_t *seq;               /* NULL or [n_slots]: pooling "none" (graph.h) */
 	int width;                  /* sum of embedding dims */
 	int max_row_dim, has_wide;
 	int emb_d;                  /* common dim (deepfm, dlrm), else 0 */
@@ -171,6 +172,10 @@ static int build_nodes(st_lgraph_t *g, const st_model_cfg_t *cfg, int n_nodes, i
 		case ST_NODE_ADD: id[i] = st_lgraph_add(g, nd->n_in, in); break;
 		case ST_NODE_CROSS:
 			id[i] = st_lgraph_cross(g, in0, nd->name, nd->a, nd->b);
+			break;
+		case ST_NODE_ATTENTION:
+			id[i] = st_lgraph_attention(g, nd->name, nd->a, nd->b, nd->n_sizes,
+						    nd->sizes, nd->c);
 			break;
 		default: id[i] = ST_EINVAL; break;
 		}
@@ -309,6 +314,25 @@ int st_model_create(st_model_t **out, const st_model_cfg_t *cfg, int n_dense,
 			m->slot_mean[s] = (uint8_t)(p == ST_POOLING_MODEL ? m->mean
 									  : p == ST_POOLING_MEAN);
 		}
+		/* Sequences (pooling "none") are for a graph's attention layers;
+		 * a preset would pool nothing of them, so it refuses them. */
+		for (int s = 0; s < n_slots && rc == ST_OK; s++) {
+			if (cfg->slot_pooling[s] != ST_POOLING_NONE)
+				continue;
+			if (type != M_GRAPH) {
+				st_error("model %s: slot %d has pooling 'none' (a sequence); only "
+					 "a graph model's attention layer reads one", cfg->type, s);
+				rc = ST_EINVAL;
+			} else if (!m->seq && !(m->seq = calloc((size_t)n_slots, 1))) {
+				rc = ST_ENOMEM;
+			} else {
+				m->seq[s] = 1;
+			}
+		}
+		if (rc < 0) {
+			st_model_destroy(m);
+			return rc;
+		}
 	}
 	m->pool = (st_pool_layout_t){ .n_slots = n_slots, .dim = m->dim, .off = m->off,
 				      .width = m->width, .mean = m->mean,
@@ -316,7 +340,8 @@ int st_model_create(st_model_t **out, const st_model_cfg_t *cfg, int n_dense,
 
 	/* The preset's graph. Builders pass a negative id on, so the chain is
 	 * checked once, at finish. Tensor order = builder call order. */
-	st_lgraph_sparse_t sp = { .pool = m->pool, .wide_col = m->has_wide ? m->wide_col : NULL };
+	st_lgraph_sparse_t sp = { .pool = m->pool, .wide_col = m->has_wide ? m->wide_col : NULL,
+				  .seq = m->seq };
 	rc = st_lgraph_create(&m->g, &sp, n_dense);
 	if (rc < 0) {
 		st_model_destroy(m);
@@ -389,6 +414,7 @@ void st_model_destroy(st_model_t *m)
 	free(m->row_dim);
 	free(m->wide_col);
 	free(m->slot_mean);
+	free(m->seq);
 	free(m);
 }
 

@@ -101,6 +101,7 @@ static void check_same(const st_model_cfg_t *a, const st_model_cfg_t *b)
 		/* a and b are written only for the kinds that read them */
 		assert_int_equal(x->a, y->a);
 		assert_int_equal(x->b, y->b);
+		assert_int_equal(x->c, y->c);
 	}
 }
 
@@ -448,6 +449,47 @@ static void test_modelcfg_graph_nodes(void **state)
 	    "a graph model needs node.<i> lines");
 }
 
+/* An attention layer (DIN) round-trips as "attention <name> query=<slot>
+ * keys=<slot>[ sizes=...] act=<act>", with or without hidden sizes, and a
+ * slot_pooling of 3 (none) beside it; a line without both slots, or with
+ * the same slot twice, is refused. */
+static void test_modelcfg_attention_node(void **state)
+{
+	(void)state;
+	st_model_cfg_t c;
+	make_cfg(&c, "graph", 0);
+	for (int s = 0; s < 26; s++)
+		pool26[s] = s == 25 ? ST_POOLING_NONE : ST_POOLING_MODEL;
+	c.slot_pooling = pool26;
+	c.n_slot_pooling = 26;
+	memset(c.nodes, 0, sizeof c.nodes);
+	c.nodes[0] = (st_model_node_t){ .kind = ST_NODE_EMBED, .name = "e" };
+	c.nodes[1] = (st_model_node_t){ .kind = ST_NODE_ATTENTION, .name = "din", .a = 3,
+					.b = 25, .c = 2, .n_sizes = 2, .sizes = { 36, 8 } };
+	c.nodes[2] = (st_model_node_t){ .kind = ST_NODE_CONCAT, .name = "x", .n_in = 2,
+					.in = { 0, 1 } };
+	c.nodes[3] = (st_model_node_t){ .kind = ST_NODE_LINEAR, .name = "out", .n_in = 1,
+					.in = { 2 }, .a = 1 };
+	c.n_nodes = 4;
+	c.node_out = 3;
+	roundtrip(&c);
+	char *text = NULL;
+	assert_int_equal(st_modelcfg_encode(&c, &text, NULL, 0), ST_OK);
+	assert_non_null(strstr(text, "\nnode.1=attention din query=3 keys=25 sizes=36,8 "
+				     "act=sigmoid\n"));
+	free(text);
+	c.nodes[1].n_sizes = 0;   /* no hidden layer: the linear map to 1 alone */
+	c.nodes[1].c = 0;
+	roundtrip(&c);
+	assert_int_equal(st_modelcfg_encode(&c, &text, NULL, 0), ST_OK);
+	assert_non_null(strstr(text, "\nnode.1=attention din query=3 keys=25 act=none\n"));
+	free(text);
+	bad(BASE "node.0=attention a query=1\n", "node.0 is not");
+	bad(BASE "node.0=attention a keys=1\n", "node.0 is not");
+	bad(BASE "node.0=attention a query=1 keys=1\n", "node.0 is not");
+	bad(BASE "node.0=attention a query=1 keys=2 act=gelu\n", "node.0 is not");
+}
+
 int main(void)
 {
 	const char *root = getenv("ST_SOURCE_ROOT");
@@ -463,6 +505,7 @@ int main(void)
 		cmocka_unit_test(test_modelcfg_decode_is_strict),
 		cmocka_unit_test(test_modelcfg_encode_refuses),
 		cmocka_unit_test(test_modelcfg_graph_nodes),
+		cmocka_unit_test(test_modelcfg_attention_node),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
