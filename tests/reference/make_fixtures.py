@@ -55,7 +55,18 @@ PRESETS = {
     "deepfm": ("relu", "mean"),
     "dlrm": ("relu", "sum"),
     "dcnv2": ("relu", "sum"),
+    "din": ("relu", "sum"),
 }
+
+# din (a layer graph, jobs/din.lua; models.DIN): DIN's attention over slot
+# DIN_K (MULTI_SLOT: 0-3 weighted keys, an empty sequence in ~25% of the
+# examples) with slot DIN_Q's embedding as the query; its MLP has hidden
+# sizes DIN_ATT with DIN_ATT_ACT. The C side builds the graph by hand from
+# record cfg.din (u32: query slot, key slot, activation as lang/job.h's
+# mlp a — 0 none, 1 relu, 2 sigmoid — then the hidden sizes); slot DIN_K
+# has pooling "none" (cfg.slot_pooling 3). In the multihot fixture the
+# query slot (1) pools by sum, so q is its sum as attention.h defines it.
+DIN_Q, DIN_K, DIN_ATT, DIN_ATT_ACT = 1, 3, (8, 4), "sigmoid"
 
 # dcnv2: N_CROSS cross layers over concat(e, x) (width 4 * 4 + 3 = 19), full
 # rank for some optimizer settings and rank CROSS_RANK for the others, so
@@ -281,11 +292,21 @@ def make_fixture(preset, oname, seed):
     dim = 1 if preset == "lr" else DIM
     rdim = models.row_dim(preset, dim)
     rank = CROSS_RANK if oname in LOW_RANK_OPTIMS else 0
-    model = models.CTRModel(preset, N_DENSE, N_SLOTS, dim, HIDDEN,
-                            BOTTOM if preset == "dlrm" else (), act,
-                            n_cross=N_CROSS if preset == "dcnv2" else 0, cross_rank=rank)
+    if preset == "din":
+        model = models.DIN(N_DENSE, N_SLOTS, dim, HIDDEN, DIN_ATT, act, DIN_ATT_ACT,
+                           DIN_Q, DIN_K)
+    else:
+        model = models.CTRModel(preset, N_DENSE, N_SLOTS, dim, HIDDEN,
+                                BOTTOM if preset == "dlrm" else (), act,
+                                n_cross=N_CROSS if preset == "dcnv2" else 0,
+                                cross_rank=rank)
     models.init_dense(model, gen)
     scale = 0.0 if sp["name"] == "ftrl" else 0.5
+    if preset == "din" and scale:
+        # Attention weights a key by a product of embeddings, so its
+        # gradients scale with |row|^2 and more: larger rows give the
+        # fixture attention gradients far above the comparison's atol.
+        scale = 1.5
     tables = [(torch.rand(VOCAB[s], rdim, generator=gen) * 2 - 1) * scale
               for s in range(N_SLOTS)]
     multihot = oname == "multihot"
@@ -306,8 +327,15 @@ def make_fixture(preset, oname, seed):
     w.add("cfg.bottom", u32(*(BOTTOM if preset == "dlrm" else ())))
     if preset == "dcnv2":
         w.add("cfg.cross", u32(N_CROSS, rank))     # cross layers, rank (0 = full)
-    if multihot:
-        w.add("cfg.slot_pooling", u32(*[2 if m == "mean" else 1 for m in MH_POOL]))
+    pools = [2 if m == "mean" else 1 for m in MH_POOL] if multihot else None
+    if preset == "din":
+        acts = {"none": 0, "relu": 1, "sigmoid": 2}
+        w.add("cfg.din", u32(DIN_Q, DIN_K, acts[DIN_ATT_ACT], *DIN_ATT))
+        pools = pools or [1] * N_SLOTS
+        pools[DIN_K] = 3                          # none: the sequence
+        assert pools[DIN_Q] == 1, "the query slot must pool by sum"
+    if pools:
+        w.add("cfg.slot_pooling", u32(*pools))
     w.add("cfg.minibatch", u32(MB))
     w.add("cfg.steps", u32(STEPS))
     for tag, o in (("sparse", sp), ("dense", dn)):
@@ -352,7 +380,15 @@ def make_fixture(preset, oname, seed):
                                        torch.from_numpy(b["slots"].astype(np.int64)),
                                        torch.from_numpy(b["local"]),
                                        torch.from_numpy(b["vals"]))
-        logit = model(pooled, wide, torch.from_numpy(b["dense"]))
+        if preset == "din":
+            K, ex = models.sequence(tabs, DIN_K, dim, MB,
+                                    torch.from_numpy(b["row_off"].astype(np.int64)),
+                                    torch.from_numpy(b["slots"].astype(np.int64)),
+                                    torch.from_numpy(b["local"]),
+                                    torch.from_numpy(b["vals"]))
+            logit = model(pooled, K, ex, torch.from_numpy(b["dense"]))
+        else:
+            logit = model(pooled, wide, torch.from_numpy(b["dense"]))
         loss = lossf(logit, torch.from_numpy(b["labels"]))
         loss.backward()
         touched = sorted(set(zip(b["slots"].tolist(), b["local"].tolist())))

@@ -14,6 +14,9 @@ shapes are exactly the dense tensor names of ops/nn/model.h:
           logit = out(MLP(x_L))                                      cross.<l>.weight/bias
           (full rank) or cross.<l>.v.weight [r x d], cross.<l>.u.weight/bias (W = U V,
           low rank r), mlp.<k>..., out...
+  din:    (a layer graph, jobs/din.lua) logit = out(MLP(concat(e_s for s != k_slot,
+          att(q, K), x))) with att = DIN's activation unit over the sequence slot
+          k_slot, q = e_{q_slot} (Zhou et al. 2018, §4.3; class DIN)   din.att.<l>...
 
 x = log1p(max(x_raw, 0)) unless dense_transform == "none"; e_s is the pooled
 (sum or mean, weighted by the key values) embedding of slot s; wide is the
@@ -34,9 +37,9 @@ import torch
 from torch import nn
 
 HAS_WIDE = {"lr": True, "dnn": False, "wdl": True, "deepfm": True, "dlrm": False,
-            "dcnv2": False}
+            "dcnv2": False, "din": False}
 HAS_EMB = {"lr": False, "dnn": True, "wdl": True, "deepfm": True, "dlrm": True,
-           "dcnv2": True}
+           "dcnv2": True, "din": True}
 
 
 def row_dim(preset, dim):
@@ -134,6 +137,74 @@ class CTRModel(nn.Module):
             s = pooled.sum(dim=1)
             logit = logit + 0.5 * (s * s - (pooled * pooled).sum(dim=1)).sum(dim=1)
         return logit
+
+
+class Attention(nn.Module):
+    """DIN's local activation unit (Zhou et al., KDD 2018, §4.3), as
+    ops/nn/attention.h: w_t = MLP([k_t, q, k_t - q, k_t * q]) with hidden
+    layers and the activation, then a linear layer to 1; out = sum_t w_t k_t
+    (no softmax). att = ModuleList of the Linears: att.<l>.weight/bias."""
+
+    def __init__(self, dim, hidden, activation):
+        super().__init__()
+        self.act = act_fn(activation)
+        self.att = nn.ModuleList()
+        prev = 4 * dim
+        for h in list(hidden) + [1]:
+            self.att.append(nn.Linear(prev, h))
+            prev = h
+
+    def forward(self, q, K, ex):
+        """q [n, d] queries, K [P, d] the keys of every example in order,
+        ex [P] the example of each key -> [n, d]."""
+        Q = q[ex]
+        h = torch.cat([K, Q, K - Q, K * Q], dim=1)
+        for i, lin in enumerate(self.att):
+            h = lin(h)
+            if i + 1 < len(self.att):
+                h = self.act(h)
+        return torch.zeros_like(q).index_add(0, ex, h * K)
+
+
+class DIN(nn.Module):
+    """jobs/din.lua's graph: logit = out(MLP(concat(e (every slot but the
+    sequence, in slot order), din(q = e_{q_slot}, keys of k_slot), x)))."""
+
+    def __init__(self, n_dense, n_slots, dim, hidden, att_hidden, activation,
+                 att_activation, q_slot, k_slot, dense_transform="log1p"):
+        super().__init__()
+        self.q_slot, self.k_slot = q_slot, k_slot
+        self.act = act_fn(activation)
+        self.dense_transform = dense_transform
+        self.din = Attention(dim, att_hidden, att_activation)   # first: tensor order
+        self.mlp = nn.ModuleList()
+        prev = (n_slots - 1) * dim + dim + n_dense
+        for h in hidden:
+            self.mlp.append(nn.Linear(prev, h))
+            prev = h
+        self.out = nn.Linear(prev, 1)
+
+    def forward(self, pooled, K, ex, x_raw):
+        """pooled [n, S, d] (the sequence slot's entry is ignored; the
+        query slot's must be its sum pooling), K [P, d] and ex [P] the
+        sequence's keys (sequence()), x_raw [n, D] -> logits [n]."""
+        x = x_raw if self.dense_transform == "none" else torch.log1p(torch.clamp(x_raw, min=0.0))
+        n, S = pooled.shape[0], pooled.shape[1]
+        keep = [s for s in range(S) if s != self.k_slot]
+        a = self.din(pooled[:, self.q_slot, :], K, ex)
+        h = torch.cat([pooled[:, keep, :].reshape(n, -1), a, x], dim=1)
+        for lin in self.mlp:
+            h = self.act(lin(h))
+        return self.out(h).squeeze(1)
+
+
+def sequence(tables, k_slot, dim, n, row_off, slots, local, vals):
+    """The keys of slot k_slot in CSR order: K [P, dim] = val * row, and
+    ex [P] the example of each (torch tensors in, as pool's)."""
+    counts = row_off[1:] - row_off[:-1]
+    ex = torch.repeat_interleave(torch.arange(n), counts)
+    sel = slots == k_slot
+    return tables[k_slot][local[sel]][:, :dim] * vals[sel].unsqueeze(1), ex[sel]
 
 
 def pool(preset, tables, dim, mean, n, row_off, slots, local, vals):

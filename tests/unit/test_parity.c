@@ -62,13 +62,16 @@
 #include "tests/reference/fixture.c"
 
 
-static const char *const presets[] = { "lr", "dnn", "wdl", "deepfm", "dlrm", "dcnv2" };
+/* "din": a layer graph (jobs/din.lua) with DIN's target attention, built
+ * by din_graph from the fixture's cfg.din. */
+static const char *const presets[] = { "lr", "dnn", "wdl", "deepfm", "dlrm", "dcnv2",
+				       "din" };
 /* "multihot": sgd on list fields pooled per slot (sum or mean, overriding
  * the preset's pooling), the reference pooled by nn.EmbeddingBag with
  * per-sample offsets (make_fixtures.py, MULTIHOT). */
 static const char *const optims[] = { "sgd", "adagrad", "adagrad_row", "adam", "ftrl",
 				      "multihot" };
-#define N_PRESETS 6
+#define N_PRESETS 7
 #define N_OPTIMS 6
 
 /* Everything one fixture needs on the C side. */
@@ -153,6 +156,39 @@ static uint32_t u32_of(const st_fixture_t *fx, const char *name)
 	return v[0];
 }
 
+/* The din fixtures' graph (models.DIN): embed e (every slot but the
+ * sequence), attention "din" over cfg.din = { query slot, key slot,
+ * activation, hidden... }, dense x, concat(e, din, x), mlp "mlp" of
+ * cfg.hidden with the preset's activation, linear "out". */
+static void din_graph(const st_fixture_t *fx, st_model_cfg_t *c)
+{
+	size_t n;
+	const uint32_t *d = st_fixture_u32(fx, "cfg.din", &n);
+	assert_non_null(d);
+	assert_true(n >= 3 && n - 3 <= 16);
+	st_model_node_t *nd = c->nodes;
+	memset(c->nodes, 0, sizeof c->nodes);
+	nd[0] = (st_model_node_t){ .kind = ST_NODE_EMBED, .name = "e" };
+	nd[1] = (st_model_node_t){ .kind = ST_NODE_ATTENTION, .name = "din", .a = (int)d[0],
+				   .b = (int)d[1], .c = (int)d[2], .n_sizes = (int)n - 3 };
+	for (size_t k = 3; k < n; k++)
+		nd[1].sizes[k - 3] = (int)d[k];
+	nd[2] = (st_model_node_t){ .kind = ST_NODE_DENSE, .name = "x",
+				   .a = !strcmp(c->dense_transform, "log1p") };
+	nd[3] = (st_model_node_t){ .kind = ST_NODE_CONCAT, .name = "h", .n_in = 3,
+				   .in = { 0, 1, 2 } };
+	nd[4] = (st_model_node_t){ .kind = ST_NODE_MLP, .name = "mlp", .n_in = 1, .in = { 3 },
+				   .n_sizes = c->n_hidden,
+				   .a = !strcmp(c->activation, "relu") ? 1
+					: !strcmp(c->activation, "sigmoid") ? 2 : 0 };
+	memcpy(nd[4].sizes, c->hidden, sizeof(int) * (size_t)c->n_hidden);
+	nd[5] = (st_model_node_t){ .kind = ST_NODE_LINEAR, .name = "out", .n_in = 1,
+				   .in = { 4 }, .a = 1 };
+	c->n_nodes = 6;
+	c->node_out = 5;
+	c->type = "graph";
+}
+
 /* Loads the fixture, fills the job by hand, creates the model and loads the
  * initial dense tensors (by name, shapes checked) and rows. */
 static void par_open(par_t *p, const char *name)
@@ -212,6 +248,8 @@ static void par_open(par_t *p, const char *name)
 		c->n_cross = (int)h[0];
 		c->cross_rank = (int)h[1];
 	}
+	if (!strcmp(c->type, "din"))
+		din_graph(fx, c);
 	c->init_scale = 0;
 	c->admit_min_count = 0;
 	c->admit_prob = 1.0;
