@@ -41,6 +41,8 @@ static const numopt_t opt_days = { .name = "--days", .lo = 0, .hi = ST_GEN_MAX_D
 static const numopt_t opt_drift = { .name = "--drift", .lo = 0, .hi = 1 };
 static const numopt_t opt_mhot = { .name = "--multi-hot", .lo = 1, .hi = ST_GEN_MAX_LIST,
 				   .whole = 1 };
+static const numopt_t opt_hist = { .name = "--history", .lo = 1, .hi = ST_GEN_MAX_LIST,
+				   .whole = 1 };
 
 /* Prints "strata gen: --X must be a ... number between LO and HI, got 'S'"
  * and, when the value overflowed or passed a bound, says so. */
@@ -113,7 +115,7 @@ static void progress(int64_t done, int64_t total, void *arg)
 int st_cmd_gen(int argc, char **argv)
 {
 	enum { O_ROWS = 1, O_OUT, O_SEED, O_ZIPF, O_VOCAB, O_FILES, O_EVAL, O_THREADS,
-	       O_DAYS, O_DRIFT, O_MHOT, O_HELP };
+	       O_DAYS, O_DRIFT, O_MHOT, O_HIST, O_HELP };
 	static const struct option longopts[] = {
 		{ "rows", required_argument, NULL, O_ROWS },
 		{ "out", required_argument, NULL, O_OUT },
@@ -126,6 +128,7 @@ int st_cmd_gen(int argc, char **argv)
 		{ "days", required_argument, NULL, O_DAYS },
 		{ "drift", required_argument, NULL, O_DRIFT },
 		{ "multi-hot", required_argument, NULL, O_MHOT },
+		{ "history", required_argument, NULL, O_HIST },
 		{ "help", no_argument, NULL, O_HELP },
 		{ 0, 0, 0, 0 },
 	};
@@ -193,6 +196,11 @@ int st_cmd_gen(int argc, char **argv)
 				return ST_EXIT_USAGE;
 			o.multi_hot = (int)v;
 			break;
+		case O_HIST:
+			if (parse_num(&opt_hist, optarg, &v, NULL))
+				return ST_EXIT_USAGE;
+			o.history = (int)v;
+			break;
 		case O_HELP:
 			st_cli_help_for("gen", stdout);
 			return ST_EXIT_OK;
@@ -223,6 +231,11 @@ int st_cmd_gen(int argc, char **argv)
 	if (o.days > 0 && o.multi_hot) {
 		fprintf(stderr, "strata gen: --multi-hot cannot be used with --days (the drifting "
 				"model is single-hot)\n");
+		return ST_EXIT_USAGE;
+	}
+	if (o.history && (o.days > 0 || o.multi_hot)) {
+		fprintf(stderr, "strata gen: --history cannot be used with --days or --multi-hot "
+				"(the history is a field of its own beside single-hot fields)\n");
 		return ST_EXIT_USAGE;
 	}
 	if (o.days > 0 && o.rows < o.days) {

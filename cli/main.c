@@ -124,7 +124,7 @@ static const char *const help_plan =
 static const char *const help_gen =
 	"usage: strata gen --rows N --out DIR [--seed S] [--zipf A] [--vocab V]\n"
 	"                  [--files F] [--eval-rows N] [--threads T]\n"
-	"                  [--days D [--drift X]] [--multi-hot L]\n"
+	"                  [--days D [--drift X]] [--multi-hot L] [--history L]\n"
 	"\n"
 	"Writes synthetic Criteo TSV files DIR/train-00000.tsv ... (and DIR/eval.tsv\n"
 	"when --eval-rows > 0). Categorical values follow a Zipf power law with\n"
@@ -144,7 +144,13 @@ static const char *const help_gen =
 	"to 100, L = 19 averages 10) joined by '^'; the hidden model sums the list's\n"
 	"weights over sqrt(length), so pooling the list beats its first key. Read\n"
 	"the files with st.data.csv { sep = \"\\t\", header = false, columns = {...} }\n"
-	"and list columns (docs/job-language.md).\n";
+	"and list columns (docs/job-language.md).\n"
+	"\n"
+	"--history L (1..100; not with --days or --multi-hot) adds two columns: a\n"
+	"candidate's category and a '^'-joined history of 0..L categories (64 of\n"
+	"them); the click logit rises with the share of the history in the\n"
+	"candidate's category, a signal only a model that compares the two finds\n"
+	"(DIN's st.layer.attention; jobs/din.lua).\n";
 
 static const char *const help_inspect =
 	"usage: strata inspect PATH\n"

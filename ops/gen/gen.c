@@ -32,6 +32,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ops/gen/history.h"
 #include "ops/read/read.h"
 #include "runtime/err.h"
 
@@ -358,6 +359,14 @@ static double gen_features(const st_gen_t *g, int sday, int mday, uint64_t row,
 		if (cat_sigma[s] > 0.0 && !dense_only)
 			logit += cat_weight(g, mday, s, h);
 	}
+	r->has_hist = g->o.history > 0;
+	if (r->has_hist) {
+		r->hist_seed = seed;
+		double t = st__gen_history(seed, row, g->o.history, &r->n_hist, r->hist_cat,
+					   &r->cand_cat);
+		if (!dense_only)
+			logit += t;
+	}
 	return logit;
 }
 
@@ -398,6 +407,8 @@ double st_gen_logit(const st_gen_t *g, int day, const st_gen_row_t *r)
 			w += cat_weight(g, day, s, hash3(g->o.seed, (uint64_t)s + 1, idx[i]));
 		l += w / sqrt((double)r->n_keys[s]);
 	}
+	if (r->has_hist)
+		l += st__gen_history_term(r->n_hist, r->hist_cat, r->cand_cat);
 	return l + g->b0[day];
 }
 
@@ -526,6 +537,13 @@ int st_gen_create(st_gen_t **out, const st_gen_opts_t *o)
 			 "with days, 0 <= drift <= 1", o->days, o->drift, ST_GEN_MAX_DAYS);
 		return ST_EINVAL;
 	}
+	if (o->history < 0 || o->history > ST_GEN_MAX_LIST ||
+	    (o->history && (o->days || o->multi_hot))) {
+		st_error("gen: bad options (history %d, days %d, multi_hot %d): need 0 <= "
+			 "history <= %d, and no days or multi_hot with history", o->history,
+			 o->days, o->multi_hot, ST_GEN_MAX_LIST);
+		return ST_EINVAL;
+	}
 	if (o->multi_hot < 0 || o->multi_hot > ST_GEN_MAX_LIST || (o->multi_hot && o->days)) {
 		st_error("gen: bad options (multi_hot %d, days %d): need 0 <= multi_hot <= %d, "
 			 "and no days with multi_hot", o->multi_hot, o->days, ST_GEN_MAX_LIST);
@@ -594,6 +612,23 @@ static inline char *put_int(char *p, int64_t v)
 	return p;
 }
 
+/* The history's two columns (when the row has them) and the newline. */
+static char *put_history(const st_gen_row_t *r, char *p)
+{
+	if (r->has_hist) {
+		*p++ = '\t';
+		p = put_hex8(p, st__gen_history_value(r->hist_seed, 0, r->cand_cat));
+		*p++ = '\t';
+		for (int t = 0; t < r->n_hist; t++) {
+			if (t)
+				*p++ = '^';
+			p = put_hex8(p, st__gen_history_value(r->hist_seed, 1, r->hist_cat[t]));
+		}
+	}
+	*p++ = '\n';
+	return p;
+}
+
 int st_gen_format(const st_gen_row_t *r, char *buf)
 {
 	char *p = buf;
@@ -608,14 +643,14 @@ int st_gen_format(const st_gen_row_t *r, char *buf)
 		if (!(r->cat_missing & (1u << s)))
 			p = put_hex8(p, r->cat[s]);
 	}
-	*p++ = '\n';
-	return (int)(p - buf);
+	return (int)(put_history(r, p) - buf);
 }
 
 size_t st_gen_max_line(const st_gen_t *g)
 {
 	return ST_GEN_MAX_LINE + (size_t)ST_GEN_N_CAT * 9 *
-		(size_t)(g->o.multi_hot > 1 ? g->o.multi_hot - 1 : 0);
+		(size_t)(g->o.multi_hot > 1 ? g->o.multi_hot - 1 : 0) +
+		(size_t)(g->o.history ? 10 + 9 * g->o.history : 0);
 }
 
 int st_gen_format_list(const st_gen_t *g, const st_gen_row_t *r, char *buf)
@@ -655,6 +690,8 @@ int st_gen_fill_batch(const st_gen_t *g, uint64_t first_row, st_batch_t *b,
 int st_gen_fill_batch_ex(const st_gen_t *g, uint64_t first_row, st_batch_t *b,
 			 uint32_t n, int first_only)
 {
+	if (g->o.history)
+		return ST_EINVAL;   /* files only (gen.h) */
 	if (!g->o.multi_hot)
 		return st_gen_day_fill_batch(g, 0, first_row, b, n);
 	if (b->n_dense != ST_GEN_N_DENSE || b->n_slots != ST_GEN_N_CAT ||
@@ -701,7 +738,7 @@ int st_gen_fill_batch_ex(const st_gen_t *g, uint64_t first_row, st_batch_t *b,
 int st_gen_day_fill_batch(const st_gen_t *g, int day, uint64_t first_row,
 			  st_batch_t *b, uint32_t n)
 {
-	if (g->o.multi_hot && day == 0)
+	if ((g->o.multi_hot || g->o.history) && day == 0)
 		return st_gen_fill_batch_ex(g, first_row, b, n, 0);
 	if (b->n_dense != ST_GEN_N_DENSE || b->n_slots != ST_GEN_N_CAT ||
 	    n > b->cap - b->n)

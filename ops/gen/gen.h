@@ -44,6 +44,9 @@
  * key only sees 1/sqrt(n) of it. Files print a list as its keys' hex values
  * joined by '^' (read them with st.data.csv, sep "\t", no header, list
  * columns: docs/job-language.md); the output is not the single-hot one.
+ * History (opts.history = L > 0, days and multi_hot 0; issue 19): two more
+ * columns, a candidate's category and a '^'-joined history of 0..L
+ * categories, whose match adds to the logit (ops/gen/history.h).
  * (Days:) st_gen_write then writes day-000.tsv .. day-<D-1>.tsv (rows split
  * evenly, in order) and eval.tsv from the last day's distribution.
  */
@@ -76,6 +79,10 @@ typedef struct st_gen_opts {
 				per day (unused when days == 0) */
 	int multi_hot;       /* 0: one key per field; 1..ST_GEN_MAX_LIST: lists of
 				1..multi_hot keys (days must be 0) */
+	int history;         /* 0: none; 1..ST_GEN_MAX_LIST: a behaviour history of
+				0..history items with a target-dependent signal,
+				two more columns (ops/gen/history.h; days and
+				multi_hot must be 0; files only, no fill_batch) */
 } st_gen_opts_t;
 
 /* One generated row, before it is printed. */
@@ -96,6 +103,12 @@ typedef struct st_gen_row {
 	 * it); NULL: not stored. */
 	uint8_t n_keys[ST_GEN_N_CAT];
 	uint64_t *list_idx;
+	/* History (opts.history > 0, else has_hist = 0): the candidate's and
+	 * the n_hist history items' categories (ops/gen/history.h). */
+	uint8_t has_hist, n_hist;
+	uint16_t cand_cat;
+	uint64_t hist_seed;  /* the generator's seed, for printing the values */
+	uint16_t hist_cat[ST_GEN_MAX_LIST];
 } st_gen_row_t;
 
 typedef struct st_gen st_gen_t;

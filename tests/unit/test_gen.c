@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "ops/gen/gen.h"
+#include "ops/gen/history.h"
 #include "ops/metrics/auc.h"
 #include "ops/read/read.h"
 #include "runtime/err.h"
@@ -942,6 +943,97 @@ static void test_gen_multihot(void **state)
 	assert_int_equal(st_gen_create(&g, &o), ST_EINVAL);
 }
 
+/* --history L: every other field of a row is what it is without history
+ * (the label aside: the logit moves), the file's last two columns are the
+ * candidate and the '^'-joined history, lengths are uniform in 0..L, the
+ * logit is st_gen_logit's and gains beta × the matching share, and clicks
+ * do rise with that share; days, multi-hot and fill_batch refuse it. */
+static void test_gen_history(void **state)
+{
+	(void)state;
+	enum { L = 8, N = 6000 };
+	char *d = make_tmpdir();
+	st_gen_opts_t o, o0;
+	gen_opts(&o, d, 23, 2);
+	o.rows = N;
+	o.files = 1;
+	o.eval_rows = 0;
+	o.history = L;
+	o0 = o;
+	o0.history = 0;
+	assert_int_equal(st_gen_write(&o, NULL, NULL), ST_OK);
+	st_gen_t *g, *g0;
+	assert_int_equal(st_gen_create(&g, &o), ST_OK);
+	assert_int_equal(st_gen_create(&g0, &o0), ST_OK);
+	char *p = train_name(d, 0);
+	size_t len;
+	char *text = read_all(p, &len);
+	assert_non_null(text);
+	char *line = text, buf[2048], buf0[ST_GEN_MAX_LINE];
+	assert_true(st_gen_max_line(g) <= sizeof buf);
+	st_gen_row_t r, r0;
+	r.list_idx = r0.list_idx = NULL;
+	long lens = 0, empty = 0;
+	double clicks[2] = { 0 }, rows[2] = { 0 };
+	for (int i = 0; i < N; i++) {
+		st_gen_row(g, (uint64_t)i, &r);
+		st_gen_row(g0, (uint64_t)i, &r0);
+		int n = st_gen_format(&r, buf), n0 = st_gen_format(&r0, buf0);
+		buf[n] = 0;
+		assert_memory_equal(line, buf, (size_t)n);   /* the file is the rows */
+		/* fields 2..40 as without history, then two more columns */
+		assert_memory_equal(buf + 1, buf0 + 1, (size_t)n0 - 2);
+		assert_int_equal(buf[n0 - 1], '\t');
+		assert_true(st_gen_logit(g, 0, &r) == r.logit);
+		assert_true(r.has_hist && r.n_hist <= L && r.cand_cat < ST_GEN_HIST_CATS);
+		int m = 0;
+		for (int t = 0; t < r.n_hist; t++)
+			m += r.hist_cat[t] == r.cand_cat;
+		double term = r.n_hist ? ST_GEN_HIST_BETA * m / r.n_hist : 0.0;
+		assert_true(fabs(st__gen_history_term(r.n_hist, r.hist_cat, r.cand_cat) - term) <
+			    1e-12);
+		/* the history column: n_hist 8-digit values joined by '^' */
+		const char *h = strrchr(buf, '\t') + 1;
+		int seps = 0;
+		for (const char *c = h; *c != '\n'; c++)
+			seps += *c == '^';
+		assert_int_equal(strchr(h, '\n') - h, r.n_hist ? 9 * r.n_hist - 1 : 0);
+		assert_int_equal(seps, r.n_hist ? r.n_hist - 1 : 0);
+		lens += r.n_hist;
+		empty += r.n_hist == 0;
+		int hi = r.n_hist && 2 * m > r.n_hist;   /* most of the history matches */
+		clicks[hi] += r.label;
+		rows[hi] += 1;
+		line += n;
+	}
+	/* uniform 0..L: mean L / 2, 1 / (L + 1) empty */
+	assert_true(fabs((double)lens / N - L / 2.0) < 0.15);
+	assert_true(fabs((double)empty / N - 1.0 / (L + 1)) < 0.02);
+	/* beta 3 on a share above 1/2 lifts the click rate by far more than
+	 * sampling noise (~0.02 on these counts) */
+	assert_true(rows[1] > 300);
+	assert_true(clicks[1] / rows[1] - clicks[0] / rows[0] > 0.2);
+
+	st_batch_t *b;
+	assert_int_equal(st_batch_create(&b, 4, 13, 28, 64), ST_OK);
+	assert_int_equal(st_gen_fill_batch(g, 0, b, 4), ST_EINVAL);   /* files only */
+	st_batch_destroy(b);
+	free(text);
+	free(p);
+	st_gen_destroy(g);
+	st_gen_destroy(g0);
+	rm_dir(d, 1);
+	free(d);
+	o.days = 2;
+	assert_int_equal(st_gen_create(&g, &o), ST_EINVAL);
+	o.days = 0;
+	o.multi_hot = 2;
+	assert_int_equal(st_gen_create(&g, &o), ST_EINVAL);
+	o.multi_hot = 0;
+	o.history = ST_GEN_MAX_LIST + 1;
+	assert_int_equal(st_gen_create(&g, &o), ST_EINVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -961,6 +1053,7 @@ int main(void)
 		cmocka_unit_test(test_gen_days_popularity_drift),
 		cmocka_unit_test(test_gen_days_stale_model_auc_decays),
 		cmocka_unit_test(test_gen_multihot),
+		cmocka_unit_test(test_gen_history),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
