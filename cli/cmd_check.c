@@ -83,7 +83,8 @@ static void print_model(const st_job_t *job)
 	printf("\nmodel %s: %d nodes, %zu dense parameters, %.4g MFLOP per example "
 	       "(forward + backward)\n", mc->type, n, st_model_nparams(m),
 	       st_model_flops_per_example(m) / 1e6);
-	printf("  %3s  %-16s %-7s %-20s %8s %12s %14s\n", "#", "layer", "kind", "inputs",
+	int per_key = 0;
+	printf("  %3s  %-16s %-9s %-20s %8s %12s %14s\n", "#", "layer", "kind", "inputs",
 	       "width", "parameters", "FLOPs/example");
 	for (int i = 0; i < n; i++) {
 		st_lgraph_node_info_t in;
@@ -98,10 +99,17 @@ static void print_model(const st_job_t *job)
 			else
 				o += (size_t)snprintf(ins + o, sizeof ins - o, "%s%d", k ? "," : "",
 						      in.in[k]);
-		printf("  %3d  %-16s %-7s %-20s %8d %12zu %14.0f\n", i,
+		printf("  %3d  %-16s %-9s %-20s %8d %12zu %14.0f%s\n", i,
 		       i < 64 && name[i] ? name[i] : "", in.kind, ins, in.width, in.nparams,
-		       in.flops);
+		       in.flops, strcmp(in.kind, "attention") ? "" : " *");
+		per_key |= !strcmp(in.kind, "attention");
 	}
+	/* An attention layer's cost grows with the example's sequence, which
+	 * the plan does not know: its FLOPs (and the total's share of them)
+	 * are for one key. */
+	if (per_key)
+		printf("  * per key of the attended sequence: an example costs this times "
+		       "its sequence's length\n");
 	st_model_destroy(m);
 }
 

@@ -283,7 +283,9 @@ int st_job_dump(const st_job_t *job, FILE *f)
 	if (m->slot_pooling) {
 		fprintf(f, "model.slot_pooling = {");
 		for (int i = 0; i < m->n_slot_pooling; i++)
-			fprintf(f, "%s%s", i ? ", " : "", m->slot_pooling[i] == ST_POOLING_MEAN ? "mean" : "sum");
+			fprintf(f, "%s%s", i ? ", " : "",
+				m->slot_pooling[i] == ST_POOLING_MEAN ? "mean"
+				: m->slot_pooling[i] == ST_POOLING_NONE ? "none" : "sum");
 		fprintf(f, "}\n");
 	}
 	put_str(f, "model.activation", m->activation);
@@ -310,7 +312,10 @@ int st_job_dump(const st_job_t *job, FILE *f)
 		fprintf(f, "} sizes={");
 		for (int k = 0; k < nd->n_sizes; k++)
 			fprintf(f, "%s%d", k ? ", " : "", nd->sizes[k]);
-		fprintf(f, "} a=%d b=%d\n", nd->a, nd->b);
+		fprintf(f, "} a=%d b=%d", nd->a, nd->b);
+		if (nd->kind == ST_NODE_ATTENTION)   /* its activation */
+			fprintf(f, " c=%d", nd->c);
+		fprintf(f, "\n");
 	}
 	if (n_nodes)
 		fprintf(f, "model.%s = %s\n", graph ? "output" : "preset_output",

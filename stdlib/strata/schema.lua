@@ -47,7 +47,8 @@ S.models = { "lr", "dnn", "wdl", "deepfm", "dlrm", "dcnv2" }
 S.model_types = { "lr", "dnn", "wdl", "deepfm", "dlrm", "dcnv2", "graph", listed = S.models }
 -- Layer kinds of st.model.graph (ops/nn/graph.h's node kinds, in the order
 -- of enum st_node_kind in lang/job.h).
-S.layers = { "embed", "dense", "wide", "concat", "mlp", "linear", "fm", "dot", "add", "cross" }
+S.layers = { "embed", "dense", "wide", "concat", "mlp", "linear", "fm", "dot", "add", "cross",
+	"attention" }
 S.optimizers = { "sgd", "adagrad", "adam", "ftrl" }
 -- Sync policies: the registry's table (ops/sync/policies.def), in its
 -- order; S.meta_policies[name] is true for a policy that switches between
@@ -279,6 +280,15 @@ S.layer = {
 	cross = { inputs = 1,
 		{ "layers", "int", min = 0, max = 16, default = 3 },
 		{ "rank", "int", min = 0, max = L.layer, default = 0 } },
+	-- DIN's target attention (ops/nn/attention.h): query = a single-valued
+	-- cat field (the candidate item), keys = a list field with pooling =
+	-- "none" (the behaviour sequence), both named in data.train; hidden =
+	-- the attention MLP's sizes before its layer to 1 ({} = that layer alone)
+	attention = { inputs = 0,
+		{ "query", "str", required = true, nonempty = true },
+		{ "keys", "str", required = true, nonempty = true },
+		{ "hidden", "ints", min = 1, max = L.layer, maxlen = 15, default = { 36 } },
+		{ "activation", "str", enum = { "relu", "sigmoid", "none" }, default = "relu" } },
 }
 -- model.admission: one of the two rules (neither: admit every key).
 S.admission = {

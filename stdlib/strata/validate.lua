@@ -561,6 +561,9 @@ function V:schema_columns(node, v, src)
 		seen[name] = true
 		if opts[name] then bycol[i] = opts[name] end
 	end
+	-- every column's name, so that a plain cat field has one too (an
+	-- attention layer names its fields)
+	bycol.names = header
 	for _, name in ipairs(order) do
 		if not seen[name] then
 			self:err(sn.loc, "%s.schema names column '%s', which is not in the " ..
@@ -625,7 +628,7 @@ function V:source(dnode, key, v, gen)
 						list = o.list or "", max_len = o.max_len or 0,
 						keep_last = o.keep == "last", pooling = o.pooling or "",
 						missing = (o.missing or s.missing) == "key" and 1 or 0,
-						loc = o.line, name = o.name,
+						loc = o.line, name = o.name or (opts and opts.names and opts.names[i]),
 					}
 				end
 			end
@@ -700,6 +703,46 @@ local LAYER_ARGS = {   -- the ints a and b of each kind (lang/job.h)
 	dot = function(f, fields) return fields, 0 end,
 	cross = function(f) return f.layers, f.rank end,
 }
+
+-- st.layer.attention's two fields as 1-based slots of the train data
+-- (either nil after reporting through lerr): the query a single-valued
+-- named cat field, the keys a named list field with pooling = "none".
+local function attention_slots(lerr, f, train)
+	local opts = train.slot_opts
+	if not opts then
+		lerr("attention reads fields by name, and data.train (%s) has no " ..
+			"named fields; use st.data.csv with named cat fields", train.format)
+		return nil
+	end
+	if not f.query or not f.keys then return nil end
+	local names, by = {}, {}
+	for i, o in ipairs(opts) do
+		if o.name then
+			names[#names + 1] = o.name
+			by[o.name] = i
+		end
+	end
+	local function find(role, nm)
+		local i = by[nm]
+		if not i then
+			lerr("%s '%s' is no named cat field of data.train%s", role, nm,
+				common.did_you_mean(nm, names))
+		end
+		return i
+	end
+	local q, k = find("query", f.query), find("keys", f.keys)
+	if k and (opts[k].list == "" or opts[k].pooling ~= "none") then
+		lerr("keys '%s' must be a list field with pooling = 'none' (the sequence " ..
+			"that attention reads key by key)", f.keys)
+		k = nil
+	end
+	if q and opts[q].list ~= "" then
+		lerr("query '%s' is a list field; the query is one item (a single-valued " ..
+			"cat field, e.g. the candidate's id)", f.query)
+		q = nil
+	end
+	return q, k
+end
 
 function V:graph(node, tbl, out, train)
 	local layers = tbl.layers
@@ -792,10 +835,26 @@ function V:graph(node, tbl, out, train)
 		local w, fields_n
 		local known = ok and dims ~= nil
 		for _, x in ipairs(iw) do if x == nil then known = false end end
+		local aq, ak   -- attention: its slots (1-based)
 		if kind == "embed" then
 			if dims then
+				-- A sequence (pooling "none") is attention's, not embed's.
 				w = 0
-				for _, d in ipairs(dims) do w = w + d end
+				for s, d in ipairs(dims) do
+					local o = train.slot_opts and train.slot_opts[s]
+					if not (o and o.pooling == "none") then w = w + d end
+				end
+			end
+		elseif kind == "attention" then
+			if train then
+				aq, ak = attention_slots(lerr, f, train)
+				if aq and ak and dims[aq] ~= dims[ak] then
+					lerr("query '%s' has emb_dim %d but keys '%s' have %d; attention " ..
+						"compares them coordinate by coordinate, so give both the " ..
+						"same dimension", f.query, dims[aq], f.keys, dims[ak])
+				elseif aq and ak then
+					w = dims[ak]
+				end
 			end
 		elseif kind == "dense" then
 			w = train and train.n_dense
@@ -849,10 +908,17 @@ function V:graph(node, tbl, out, train)
 		end
 		width[i] = w
 		index[name] = i
-		local a, b = 0, 0
+		local a, b, c = 0, 0, 0
 		if LAYER_ARGS[kind] then a, b = LAYER_ARGS[kind](f, fields_n) end
+		local sizes = kind == "mlp" and (f.sizes or {}) or {}
+		if kind == "attention" then
+			-- 0-based slots; c = the activation as mlp's a
+			a, b = (aq or 1) - 1, (ak or 1) - 1
+			c = LAYER_ARGS.mlp(f)
+			sizes = f.hidden or {}
+		end
 		nodes[i] = { kind = kind, name = name, inputs = ins,
-			sizes = kind == "mlp" and (f.sizes or {}) or {}, a = a, b = b, loc = loc }
+			sizes = sizes, a = a, b = b, c = c, loc = loc }
 		::continue::
 	end
 	if #layers == 0 then
@@ -906,13 +972,25 @@ function V:model(root, v, train)
 	}
 
 	-- Per-field pooling (data.train's list fields) overrides model.pooling;
-	-- slot_pooling holds one entry per slot (1 sum, 2 mean) when any field
-	-- sets its own. "none" keeps the sequence for a model that attends over
-	-- it, and no preset does yet.
+	-- slot_pooling holds one entry per slot (1 sum, 2 mean, 3 none) when any
+	-- field sets its own. "none" keeps the sequence for a graph's
+	-- st.layer.attention (keys = the field); no preset attends over one.
+	local attended = {}
+	if name == "graph" and type(tbl.layers) == "table" then
+		for _, e in ipairs(tbl.layers) do
+			local lt = type(e) == "table" and common.tag(e[2])
+			if lt and lt.kind == "layer" and lt.name == "attention" and
+					type(e[2].keys) == "string" then
+				attended[e[2].keys] = true
+			end
+		end
+	end
 	if train and train.slot_opts then
 		local own = false
 		for _, o in ipairs(train.slot_opts) do
-			if o.pooling == "none" then
+			if o.pooling == "none" and o.name and attended[o.name] then
+				own = true
+			elseif o.pooling == "none" then
 				self:err(o.loc or node.loc, "data.train field '%s' has pooling = 'none' " ..
 					"(keep the sequence), but model '%s' pools every field into one " ..
 					"vector and no preset attends over a sequence yet; use pooling = " ..
@@ -924,8 +1002,8 @@ function V:model(root, v, train)
 		if own then
 			local sp = {}
 			for i, o in ipairs(train.slot_opts) do
-				local p = o.pooling ~= "" and o.pooling ~= "none" and o.pooling or out.pooling
-				sp[i] = p == "mean" and 2 or 1
+				local p = o.pooling ~= "" and o.pooling or out.pooling
+				sp[i] = p == "mean" and 2 or p == "none" and 3 or 1
 			end
 			out.slot_pooling = sp
 		end

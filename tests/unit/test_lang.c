@@ -895,6 +895,73 @@ static void test_lang_dcnv2(void **state)
 	st_diag_free(&d);
 }
 
+/* st.layer.attention (DIN): its fields become 0-based slots, its
+ * activation c and hidden sizes; the sequence's slot pools "none" (3);
+ * each bad field is reported at the layer's line, naming the layer, and a
+ * sequence no attention layer reads keeps the message it had. */
+static void test_lang_attention(void **state)
+{
+	(void)state;
+	st_job_t *j = load_ok("tests/lua/good_din.lua", NULL, 0);
+	assert_string_equal(j->model.type, "graph");
+	const st_model_node_t *nd = j->model.nodes;
+	assert_int_equal(j->model.n_nodes, 6);
+	assert_int_equal(nd[1].kind, ST_NODE_ATTENTION);
+	assert_string_equal(nd[1].name, "din");
+	assert_int_equal(nd[1].n_in, 0);
+	assert_int_equal(nd[1].a, 0);                /* query: site, slot 0 */
+	assert_int_equal(nd[1].b, 1);                /* keys: clicks, slot 1 */
+	assert_int_equal(nd[1].c, 2);                /* sigmoid */
+	assert_int_equal(nd[1].n_sizes, 2);
+	assert_int_equal(nd[1].sizes[0], 12);
+	assert_int_equal(nd[1].sizes[1], 6);
+	assert_int_equal(nd[3].n_in, 3);
+	assert_int_equal(nd[3].in[1], 1);            /* concat reads the attention */
+	assert_int_equal(j->model.n_slot_pooling, 3);
+	assert_int_equal(j->model.slot_pooling[0], ST_POOLING_SUM);
+	assert_int_equal(j->model.slot_pooling[1], ST_POOLING_NONE);
+	assert_int_equal(j->model.slot_pooling[2], ST_POOLING_SUM);
+	st_job_free(j);
+	/* hidden = {} is the linear layer to 1 alone; the default is { 36 } relu */
+	const char *none[] = { "model.layers={{'e',st.layer.embed{}},{'din',st.layer.attention{"
+			       "query='site',keys='clicks',hidden={}}},{'h',st.layer.concat{'e',"
+			       "'din'}},{'out',st.layer.linear{'h'}}}", "model.output='out'" };
+	j = load_ok("tests/lua/good_din.lua", none, 2);
+	assert_int_equal(j->model.nodes[1].n_sizes, 0);
+	assert_int_equal(j->model.nodes[1].c, 1);     /* relu */
+	st_job_free(j);
+	none[0] = "model.layers={{'e',st.layer.embed{}},{'din',st.layer.attention{"
+		  "query='site',keys='clicks'}},{'h',st.layer.concat{'e','din'}},"
+		  "{'out',st.layer.linear{'h'}}}";
+	j = load_ok("tests/lua/good_din.lua", none, 2);
+	assert_int_equal(j->model.nodes[1].n_sizes, 1);
+	assert_int_equal(j->model.nodes[1].sizes[0], 36);
+	st_job_free(j);
+
+	st_diag_t d = { 0 };
+	load_bad("tests/lua/bad_din.lua", NULL, 0, &d);
+	expect_msg(&d, "tests/lua/bad_din.lua:9: data.train field 'tags' has pooling = 'none' "
+		       "(keep the sequence), but model 'graph' pools every field into one vector "
+		       "and no preset attends over a sequence yet; use pooling = 'sum' or 'mean'");
+	expect_msg(&d, "tests/lua/bad_din.lua:15: layer 'a1': query 'sites' is no named cat "
+		       "field of data.train (did you mean 'site'?)");
+	expect_msg(&d, "tests/lua/bad_din.lua:16: layer 'a2': query 'site' has emb_dim 4 but "
+		       "keys 'clicks' have 8; attention compares them coordinate by coordinate, "
+		       "so give both the same dimension");
+	expect_msg(&d, "tests/lua/bad_din.lua:17: layer 'a3': keys 'site' must be a list field "
+		       "with pooling = 'none' (the sequence that attention reads key by key)");
+	expect_msg(&d, "tests/lua/bad_din.lua:17: layer 'a3': query 'tags' is a list field; the "
+		       "query is one item (a single-valued cat field, e.g. the candidate's id)");
+	assert_int_equal(d.n, 5);
+	st_diag_free(&d);
+	/* criteo fields have no names */
+	const char *crit[] = { "data.train=st.data.criteo{path='tests/lua/data/train-*.tsv'}" };
+	expect_only("tests/lua/good_din.lua", crit, 1,
+		    "tests/lua/good_din.lua:18: layer 'din': attention reads fields by name, and "
+		    "data.train (criteo) has no named fields; use st.data.csv with named cat "
+		    "fields");
+}
+
 /* st.model.graph: the layers reach st_model_cfg_t in order (inputs as
  * indices of earlier layers, the output's index); every shape error is
  * reported at its layer's line, naming the layer. */
@@ -1745,6 +1812,7 @@ int main(void)
 		cmocka_unit_test(test_lang_model_defaults),
 		cmocka_unit_test(test_lang_dcnv2),
 		cmocka_unit_test(test_lang_graph),
+		cmocka_unit_test(test_lang_attention),
 		cmocka_unit_test(test_lang_model_errors),
 		cmocka_unit_test(test_lang_set_overrides),
 		cmocka_unit_test(test_lang_set_sync),
