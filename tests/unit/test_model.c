@@ -696,6 +696,43 @@ static void test_model_graph_bad_nodes(void **state)
 	st_model_destroy(m);
 }
 
+/* A sequence slot (pooling "none") is only for a graph's attention layer:
+ * a preset refuses it; a graph with attention over it builds, its embed
+ * leaves the slot out, and its tensors are the attention's then the rest. */
+static void test_model_sequence_slot(void **state)
+{
+	(void)state;
+	int pool[NS] = { ST_POOLING_MODEL, ST_POOLING_MODEL, ST_POOLING_NONE };
+	st_model_cfg_t c;
+	st_model_t *m = NULL;
+	make_cfg(&c, "dnn");
+	c.slot_pooling = pool;
+	c.n_slot_pooling = NS;
+	assert_int_equal(st_model_create(&m, &c, ND, NS, 1), ST_EINVAL);
+	assert_null(m);
+	make_cfg(&c, "graph");
+	c.slot_pooling = pool;
+	c.n_slot_pooling = NS;
+	c.nodes[0] = (st_model_node_t){ .kind = ST_NODE_EMBED, .name = "e" };
+	c.nodes[1] = (st_model_node_t){ .kind = ST_NODE_ATTENTION, .name = "din", .a = 0,
+				       .b = 2, .c = 1, .n_sizes = 1, .sizes = { 6 } };
+	c.nodes[2] = (st_model_node_t){ .kind = ST_NODE_CONCAT, .name = "h", .n_in = 2,
+				       .in = { 0, 1 } };
+	c.nodes[3] = (st_model_node_t){ .kind = ST_NODE_LINEAR, .name = "out", .n_in = 1,
+				       .in = { 2 }, .a = 1 };
+	c.n_nodes = 4;
+	c.node_out = 3;
+	assert_int_equal(st_model_create(&m, &c, ND, NS, 1), ST_OK);
+	const st_lgraph_t *g = st_model_graph(m);
+	assert_int_equal(st_lgraph_width(g, 0), 2 * EMB);   /* slots 0 and 1 */
+	assert_int_equal(st_lgraph_width(g, 1), EMB);
+	assert_string_equal(st_model_tensor(m, 0)->name, "din.att.0.weight");
+	assert_string_equal(st_model_tensor(m, 3)->name, "din.att.1.bias");
+	assert_string_equal(st_model_tensor(m, 4)->name, "out.weight");
+	assert_int_equal(st_model_tensor(m, 4)->shape[1], 3 * EMB);
+	st_model_destroy(m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -713,6 +750,7 @@ int main(void)
 		cmocka_unit_test(test_model_dcnv2_without_cross_is_dnn),
 		cmocka_unit_test(test_model_graph_matches_presets),
 		cmocka_unit_test(test_model_graph_bad_nodes),
+		cmocka_unit_test(test_model_sequence_slot),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
