@@ -42,7 +42,7 @@ for seed in $seeds; do
 	done
 	for m in din sum; do
 		/usr/bin/python3 "$root/bench/torch_din.py" --train "$dir/train-*.tsv" \
-			--eval "$dir/eval.tsv" --model "$m" --seed "$seed" | head -n 1 |
+			--eval "$dir/eval.tsv" --model "$m" --seed "$seed" | grep '^torch' |
 			sed "s/^/seed $seed: /"
 	done
 done
