@@ -157,7 +157,10 @@ int st_rowsrc_local_create(st_rowsrc_t **out, const st_rowsrc_local_cfg_t *cfg)
 		return ST_EINVAL;
 	uint64_t total_w = 0, row_b[ST_ROWSRC_MAX_TABLES];
 	for (int t = 0; t < nt; t++) {
-		size_t floats = (size_t)cfg->tables[t].dim + cfg->tables[t].state_dim;
+		/* Compact rows (storage.row_precision) take fewer words, so the
+		 * same storage.mem caches more of them. */
+		size_t floats = (size_t)st_rowfmt_words(cfg->tables[t].row_prec, cfg->tables[t].dim) +
+				cfg->tables[t].state_dim;
 		row_b[t] = floats * sizeof(float) + ROW_OVERHEAD;
 		total_w += row_b[t] * (uint64_t)cfg->slots[t];
 	}
@@ -231,7 +234,8 @@ int st_rowsrc_local_create(st_rowsrc_t **out, const st_rowsrc_local_cfg_t *cfg)
 			snprintf(dir, sizeof dir, "%s/t%d", L->root, t);
 			so = (st_ssd_opts_t){
 				.dir = dir,
-				.payload_bytes = (uint32_t)((to.dim + to.state_dim + 2) * sizeof(float)),
+				.payload_bytes = (uint32_t)((st_rowfmt_words(to.row_prec, to.dim) + to.state_dim + 2) *
+							  sizeof(float)),
 				.file_bytes = cfg->ssd_file_bytes,
 				.queue_depth = (uint32_t)cfg->ssd_queue_depth,
 				.budget_bytes = cfg->ssd_bytes / (uint64_t)nt,

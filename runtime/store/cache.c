@@ -497,7 +497,7 @@ int st_table_foreach_all(st_table_t *t, void (*fn)(uint64_t key, float *row, voi
 	if (!t->ssd)
 		return ST_OK;
 	enum { CHUNK = 1024 };
-	const size_t rowf = (size_t)t->o.dim + t->o.state_dim + META_WORDS;
+	const size_t rowf = (size_t)t->ew + t->o.state_dim + META_WORDS;
 	float *buf = malloc(sizeof(float) * rowf * CHUNK);
 	uint64_t *keys = malloc(sizeof(uint64_t) * CHUNK);
 	st_ssd_loc_t *locs = malloc(sizeof(st_ssd_loc_t) * CHUNK);

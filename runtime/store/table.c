@@ -54,7 +54,7 @@ int st_table_create(st_table_t **out, const st_table_opts_t *o)
 	uint32_t ns = o->n_shards ? o->n_shards : 64;
 	if (o->dim < 1 || o->dim > (1u << 20) || o->state_dim > (1u << 20) ||
 	    (ns & (ns - 1)) || ns > (1u << 16) || !(o->init_scale >= 0.0f) ||
-	    !(o->admit_prob >= 0.0))
+	    !(o->admit_prob >= 0.0) || o->row_prec < ST_ROW_FP32 || o->row_prec > ST_ROW_FP16)
 		return ST_EINVAL;
 	st_table_t *t = calloc(1, sizeof *t);
 	if (!t)
@@ -62,7 +62,8 @@ int st_table_create(st_table_t **out, const st_table_opts_t *o)
 	t->o = *o;
 	t->o.n_shards = ns;
 	t->lead = o->cache_rows ? CACHE_WORDS : 0;
-	t->stride = t->lead + o->dim + o->state_dim + META_WORDS;
+	t->ew = st_rowfmt_words(o->row_prec, o->dim);
+	t->stride = t->lead + t->ew + o->state_dim + META_WORDS;
 	if (o->cache_rows && !o->ssd) {
 		free(t);
 		return ST_EINVAL;
@@ -205,17 +206,29 @@ void st__table_init_row(const st_table_t *t, uint64_t key, float *row)
 {
 	uint64_t base = mix64(key ^ mix64(t->o.seed + UINT64_C(0x632be59bd9b4e019)));
 	float a = t->o.init_scale;
-	for (uint32_t j = 0; j < t->o.dim; j++) {
-		if (a == 0.0f) {
-			row[j] = 0.0f;
-			continue;
+	/* A compact row is drawn in fp32 as an fp32 row is, then rounded
+	 * (a chunk at a time), so both start from the same values. */
+	float tmp[64];
+	for (uint32_t j0 = 0; j0 < t->o.dim; j0 += 64) {
+		const uint32_t n = t->o.dim - j0 < 64 ? t->o.dim - j0 : 64;
+		float *dst = t->o.row_prec == ST_ROW_FP32 ? row + j0 : tmp;
+		for (uint32_t i = 0; i < n; i++) {
+			const uint32_t j = j0 + i;
+			if (a == 0.0f) {
+				dst[i] = 0.0f;
+				continue;
+			}
+			uint64_t h = mix64(base + (uint64_t)j * UINT64_C(0x9e3779b97f4a7c15));
+			float u = (float)(h >> 40) * 0x1.0p-24f;   /* [0, 1) */
+			dst[i] = (2.0f * u - 1.0f) * a;
 		}
-		uint64_t h = mix64(base + (uint64_t)j * UINT64_C(0x9e3779b97f4a7c15));
-		float u = (float)(h >> 40) * 0x1.0p-24f;   /* [0, 1) */
-		row[j] = (2.0f * u - 1.0f) * a;
+		if (t->o.row_prec != ST_ROW_FP32)
+			st_rowfmt_encode(t->o.row_prec, tmp, (uint16_t *)(void *)row + j0, n);
 	}
+	if (t->ew * 2 > t->o.dim && t->o.row_prec != ST_ROW_FP32)
+		((uint16_t *)(void *)row)[t->o.dim] = 0;   /* the pad: bytes on SSD stay defined */
 	for (uint32_t j = 0; j < t->o.state_dim; j++)
-		row[t->o.dim + j] = t->o.state_init;
+		row[t->ew + j] = t->o.state_init;
 	st_table_meta_t *m = meta_of(t, row);
 	m->last_step = 0;
 	m->freq = 0;
@@ -617,7 +630,12 @@ void st_table_stats(st_table_t *t, st_table_stats_t *out)
 
 uint32_t st_table_row_floats(const st_table_t *t)
 {
-	return t->o.dim + t->o.state_dim;
+	return t->ew + t->o.state_dim;
+}
+
+int st_table_row_prec(const st_table_t *t)
+{
+	return t->o.row_prec;
 }
 
 size_t st_table_row_bytes(const st_table_t *t)

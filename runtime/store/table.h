@@ -8,6 +8,11 @@
  *
  *   float emb[dim] | float state[state_dim] | uint32 last_step | uint32 freq
  *
+ * or, with row_prec bf16 / fp16 (storage.row_precision, rowfmt.h), emb as
+ * dim 16-bit values padded to a 4-byte word: the state (fp32) then starts
+ * st_rowfmt_words(row_prec, dim) words into the row. The table only
+ * initializes rows in that format; readers decode (st_rowfmt_decode).
+ *
  * New rows are initialized from (seed, key) only — emb uniform in
  * [-init_scale, init_scale), state = state_init — so their values never
  * depend on thread timing or insertion order.
@@ -23,6 +28,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runtime/store/rowfmt.h"
 #include "runtime/store/ssd.h"
 
 typedef struct st_table st_table_t;
@@ -34,6 +40,7 @@ typedef struct st_table_opts {
 	float init_scale;     /* emb ~ U[-init_scale, init_scale); 0 = zeros */
 	float state_init;     /* initial value of every state float */
 	uint32_t n_shards;    /* power of two; 0 = 64 */
+	int row_prec;         /* enum st_row_prec of emb (rowfmt.h); 0 = fp32 */
 	/* Admission (0 from a zeroed struct means "admit always"): */
 	uint32_t admit_min_count; /* a key gets a row on its min_count-th creating
 				     lookup; 0 and 1 = at once */
@@ -135,8 +142,12 @@ st_table_meta_t *st_table_meta(const st_table_t *t, float *row);
 /* Number of rows. Thread-safe (may lag concurrent inserts). */
 uint64_t st_table_size(const st_table_t *t);
 
-/* Floats per row (dim + state_dim). */
+/* 4-byte words per row, metadata excluded: st_rowfmt_words(row_prec, dim)
+ * + state_dim (dim + state_dim for fp32 rows). */
 uint32_t st_table_row_floats(const st_table_t *t);
+
+/* The precision of the rows' emb part (enum st_row_prec). */
+int st_table_row_prec(const st_table_t *t);
 
 /* Memory per row, including metadata, index slots and chunk slack at the
  * table's current fill (bytes of all allocations / rows; row stride when

@@ -73,6 +73,7 @@ struct st_table {
 	st_table_opts_t o;
 	uint32_t stride;      /* floats (and meta / cache words) per row slot */
 	uint32_t lead;        /* words before the row's first float (cache words) */
+	uint32_t ew;          /* words of a row's emb part (rowfmt.h) */
 	uint32_t chunk_bits, chunk_rows;
 	uint32_t shard_bits;
 	uint64_t prob_cut;    /* admit when hash(seed, key) < prob_cut; 0 = always */
@@ -104,7 +105,7 @@ static inline float *row_ptr(const st_table_t *t, const shard_t *s, uint32_t r)
 
 static inline st_table_meta_t *meta_of(const st_table_t *t, float *row)
 {
-	return (st_table_meta_t *)(row + t->o.dim + t->o.state_dim);
+	return (st_table_meta_t *)(row + t->ew + t->o.state_dim);
 }
 
 static inline cword_t *cw_of(float *row)
@@ -117,13 +118,13 @@ static inline cword_t *cw_of(float *row)
 static inline uint64_t row_key(const st_table_t *t, const float *row)
 {
 	uint64_t k;
-	memcpy(&k, row + t->o.dim + t->o.state_dim + 2, sizeof k);
+	memcpy(&k, row + t->ew + t->o.state_dim + 2, sizeof k);
 	return k;
 }
 
 static inline void set_row_key(const st_table_t *t, float *row, uint64_t k)
 {
-	memcpy(row + t->o.dim + t->o.state_dim + 2, &k, sizeof k);
+	memcpy(row + t->ew + t->o.state_dim + 2, &k, sizeof k);
 }
 
 static inline shard_t *shard_of(const st_table_t *t, uint64_t h)
