@@ -13,9 +13,25 @@
 
 #include <string.h>
 
-#if defined(__AVX2__) && defined(__F16C__)
+/* The build does not assume AVX2 (-Dnative_arch is off by default), so the
+ * vector loops are compiled for AVX2 + F16C by attribute and chosen at run
+ * time when the CPU has both. */
+#if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define ROWFMT_SIMD 1
+#define SIMD_FN __attribute__((target("avx2,f16c")))
+
+static int have_simd(void)
+{
+	static int v = -1;   /* racy first use is benign: every thread computes the same */
+	int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
+	if (r < 0) {
+		__builtin_cpu_init();
+		r = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+		__atomic_store_n(&v, r, __ATOMIC_RELAXED);
+	}
+	return r;
+}
 #endif
 
 const char *st_rowfmt_name(int prec)
@@ -115,15 +131,11 @@ float st_rowfmt_fp16_to_f32_ref(uint16_t h)
 
 /* ---- fast paths ----------------------------------------------------------- */
 
-void st_rowfmt_decode(int prec, const void *src, float *dst, size_t n)
-{
-	if (prec == ST_ROW_FP32) {
-		memcpy(dst, src, n * sizeof(float));
-		return;
-	}
-	const uint16_t *h = src;
-	size_t i = 0;
 #ifdef ROWFMT_SIMD
+/* The 8-wide part of decode; returns how many values it did. */
+SIMD_FN static size_t decode_simd(int prec, const uint16_t *h, float *dst, size_t n)
+{
+	size_t i = 0;
 	if (prec == ST_ROW_BF16) {
 		for (; i + 8 <= n; i += 8) {
 			__m128i v = _mm_loadu_si128((const __m128i *)(const void *)(h + i));
@@ -136,24 +148,13 @@ void st_rowfmt_decode(int prec, const void *src, float *dst, size_t n)
 			_mm256_storeu_ps(dst + i, _mm256_cvtph_ps(v));
 		}
 	}
-#endif
-	if (prec == ST_ROW_BF16)
-		for (; i < n; i++)
-			dst[i] = st_rowfmt_bf16_to_f32_ref(h[i]);
-	else
-		for (; i < n; i++)
-			dst[i] = st_rowfmt_fp16_to_f32_ref(h[i]);
+	return i;
 }
 
-void st_rowfmt_encode(int prec, const float *src, void *dst, size_t n)
+/* The 8-wide part of encode; returns how many values it did. */
+SIMD_FN static size_t encode_simd(int prec, const float *src, uint16_t *h, size_t n)
 {
-	if (prec == ST_ROW_FP32) {
-		memcpy(dst, src, n * sizeof(float));
-		return;
-	}
-	uint16_t *h = dst;
 	size_t i = 0;
-#ifdef ROWFMT_SIMD
 	if (prec == ST_ROW_BF16) {
 		const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
 		const __m256i quiet = _mm256_set1_epi32(0x40);
@@ -176,6 +177,41 @@ void st_rowfmt_encode(int prec, const float *src, void *dst, size_t n)
 			_mm_storeu_si128((__m128i *)(void *)(h + i), v);
 		}
 	}
+	return i;
+}
+#endif
+
+void st_rowfmt_decode(int prec, const void *src, float *dst, size_t n)
+{
+	if (prec == ST_ROW_FP32) {
+		memcpy(dst, src, n * sizeof(float));
+		return;
+	}
+	const uint16_t *h = src;
+	size_t i = 0;
+#ifdef ROWFMT_SIMD
+	if (have_simd())
+		i = decode_simd(prec, h, dst, n);
+#endif
+	if (prec == ST_ROW_BF16)
+		for (; i < n; i++)
+			dst[i] = st_rowfmt_bf16_to_f32_ref(h[i]);
+	else
+		for (; i < n; i++)
+			dst[i] = st_rowfmt_fp16_to_f32_ref(h[i]);
+}
+
+void st_rowfmt_encode(int prec, const float *src, void *dst, size_t n)
+{
+	if (prec == ST_ROW_FP32) {
+		memcpy(dst, src, n * sizeof(float));
+		return;
+	}
+	uint16_t *h = dst;
+	size_t i = 0;
+#ifdef ROWFMT_SIMD
+	if (have_simd())
+		i = encode_simd(prec, src, h, n);
 #endif
 	if (prec == ST_ROW_BF16)
 		for (; i < n; i++)
