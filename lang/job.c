@@ -10,6 +10,7 @@
 #include "lang/lang.h"
 #include "lang/lang_internal.h"
 #include "runtime/err.h"
+#include "runtime/store/rowfmt.h"
 
 #include <glob.h>
 #include <inttypes.h>
@@ -342,6 +343,8 @@ int st_job_dump(const st_job_t *job, FILE *f)
 	dump_stage(f, "push", &job->push);
 	dump_stage(f, "dump", &job->dump);
 	fprintf(f, "storage.mem = %" PRIu64 "\n", job->mem_bytes);
+	if (job->row_prec)   /* printed only when set: fp32 dumps stay as they were */
+		fprintf(f, "storage.row_precision = %s\n", st_rowfmt_name(job->row_prec));
 	put_str(f, "storage.ssd.path", job->ssd_path);
 	fprintf(f, "storage.ssd.budget = %" PRIu64 "\n", job->ssd_bytes);
 	if (job->ssd_path) {

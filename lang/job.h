@@ -220,6 +220,8 @@ typedef struct st_job {
 	st_stage_cfg_t read, pull, train_stage, push, dump;
 
 	uint64_t mem_bytes;    /* host-tier budget; 0 = unlimited */
+	int row_prec;          /* storage.row_precision: enum st_row_prec
+				  (runtime/store/rowfmt.h), 0 = fp32 */
 	char *ssd_path;        /* NULL: no SSD tier */
 	uint64_t ssd_bytes;     /* SSD budget; 0 = unlimited */
 	uint64_t ssd_file_bytes; /* bytes per SSD file */

@@ -12,6 +12,7 @@
 #include "lang/lang.h"
 #include "lang/lang_internal.h"
 #include "runtime/err.h"
+#include "runtime/store/rowfmt.h"
 #include "st_config.h"
 
 #include <errno.h>
@@ -457,6 +458,12 @@ static int convert(lua_State *L)
 		lua_pop(L, 1);
 
 	j->mem_bytes = get_u64(L, t, "mem_bytes", 0);
+	{
+		char *rp = get_str(L, t, "row_precision");
+		int p = st_rowfmt_parse(rp);
+		j->row_prec = p < 0 ? 0 : p;   /* the validator allows only known names */
+		free(rp);
+	}
 	j->ssd_path = get_str(L, t, "ssd_path");
 	j->ssd_bytes = get_u64(L, t, "ssd_bytes", 0);
 	j->ssd_file_bytes = get_u64(L, t, "ssd_file_bytes", 4 << 20);

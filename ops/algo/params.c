@@ -77,5 +77,5 @@ void st_algo_dense_update(const st_algo_params_t *p, float *w, float *state, con
 void st_algo_row_update(const st_algo_params_t *p, float *row, const float *g, int dim,
 			uint64_t t)
 {
-	st_optim_update(p->sparse_opt, row, row + dim, g, (size_t)dim, t);
+	st_optim_row_update(p->sparse_opt, row, g, (size_t)dim, t);
 }

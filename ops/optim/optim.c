@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "runtime/err.h"
+#include "runtime/store/rowfmt.h"
 
 int st_optim_init(st_optim_t *o, const st_optim_cfg_t *cfg)
 {
@@ -52,7 +53,22 @@ int st_optim_init(st_optim_t *o, const st_optim_cfg_t *cfg)
 	o->init_accum = (float)cfg->init_accum;
 	o->l1 = (float)cfg->l1;
 	o->beta = (float)cfg->beta;
+	o->row_prec = ST_ROW_FP32;
 	return ST_OK;
+}
+
+void st_optim_row_update(const st_optim_t *o, float *row, const float *g, size_t dim,
+			 uint64_t t)
+{
+	if (o->row_prec == ST_ROW_FP32) {
+		st_optim_update(o, row, row + dim, g, dim, t);
+		return;
+	}
+	assert(dim <= ST_OPTIM_ROW_MAX);
+	float w[ST_OPTIM_ROW_MAX];
+	st_rowfmt_decode(o->row_prec, row, w, dim);
+	st_optim_update(o, w, row + st_rowfmt_words(o->row_prec, (uint32_t)dim), g, dim, t);
+	st_rowfmt_encode(o->row_prec, w, row, dim);
 }
 
 size_t st_optim_state_floats(const st_optim_t *o, size_t len)

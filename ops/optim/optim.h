@@ -40,6 +40,12 @@ enum st_optim_kind {
 typedef struct st_optim {
 	int kind;              /* enum st_optim_kind */
 	float lr, l2, eps, beta1, beta2, init_accum, l1, beta;
+	/* Sparse rows only: the precision their emb part is stored in (enum
+	 * st_row_prec, runtime/store/rowfmt.h; storage.row_precision). 0 =
+	 * fp32. st_optim_init sets 0; the trainer sets its sparse optimizer's.
+	 * Updates of a compact row decode it, compute in fp32 and round back
+	 * (st_optim_row_update); the state stays fp32. */
+	int row_prec;
 } st_optim_t;
 
 /* Fills o from the job's settings. ST_OK or ST_EINVAL (unknown name). */
@@ -57,6 +63,19 @@ void st_optim_state_init(const st_optim_t *o, float *state, size_t len);
  * bias correction (ignored by the others). */
 void st_optim_update(const st_optim_t *o, float *w, float *state, const float *g,
 		     size_t len, uint64_t t);
+
+/* Largest row (emb + wide floats) st_optim_row_update takes for a compact
+ * row (model.emb_dim's limit, 4096, plus the wide weight). */
+#define ST_OPTIM_ROW_MAX 4160
+
+/* One update of a stored sparse row: row is emb[dim] in o->row_prec (fp32:
+ * as st_optim_update(o, row, row + dim, ...)), then its fp32 state at
+ * st_rowfmt_words(o->row_prec, dim) words. A compact row's values are
+ * decoded, updated in fp32 and rounded to nearest even; dim <=
+ * ST_OPTIM_ROW_MAX (asserted). Not for rows other threads write meanwhile
+ * (st_sync_row_update_relaxed is). */
+void st_optim_row_update(const st_optim_t *o, float *row, const float *g, size_t dim,
+			 uint64_t t);
 
 /* A dense tensor of rows × cols updated row by row (rowwise adagrad keeps
  * one accumulator per row; other kinds equal one st_optim_update over

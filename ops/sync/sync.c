@@ -12,6 +12,7 @@
 #include "ops/algo/owner.h"
 #include "ops/algo/params.h"
 #include "runtime/err.h"
+#include "runtime/store/rowfmt.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,10 +110,39 @@ void st_sync_store_relaxed(float *dst, const float *src, size_t n)
 void st_sync_row_update_relaxed(const st_sync_env_t *env, float *row, const float *g,
 				int dim, uint64_t t, float *tmp)
 {
-	size_t nf = (size_t)dim + st_optim_state_floats(env->sparse_opt, (size_t)dim);
-	st_sync_load_relaxed(tmp, row, nf);
+	const int prec = env->sparse_opt->row_prec;
+	const size_t ns = st_optim_state_floats(env->sparse_opt, (size_t)dim);
+	if (prec == ST_ROW_FP32) {
+		size_t nf = (size_t)dim + ns;
+		st_sync_load_relaxed(tmp, row, nf);
+		st_optim_update(env->sparse_opt, tmp, tmp + dim, g, (size_t)dim, t);
+		st_sync_store_relaxed(row, tmp, nf);
+		return;
+	}
+	/* A compact row (storage.row_precision): its 16-bit words go through a
+	 * small buffer with the same relaxed copies, decoded into tmp (the
+	 * row's values in fp32, then its state), updated in fp32, rounded back.
+	 * A pair of values shares a word, and both are written back together;
+	 * a concurrent writer of the other value of the pair may lose its
+	 * update, the same loss Hogwild accepts for one value. */
+	enum { CH = 64 };
+	float raw[CH / 2];
+	const size_t ew = st_rowfmt_words(prec, (uint32_t)dim);
+	for (size_t j = 0; j < (size_t)dim; j += CH) {
+		size_t n = (size_t)dim - j < CH ? (size_t)dim - j : CH;
+		st_sync_load_relaxed(raw, row + j / 2, (n + 1) / 2);
+		st_rowfmt_decode(prec, raw, tmp + j, n);
+	}
+	st_sync_load_relaxed(tmp + dim, row + ew, ns);
 	st_optim_update(env->sparse_opt, tmp, tmp + dim, g, (size_t)dim, t);
-	st_sync_store_relaxed(row, tmp, nf);
+	for (size_t j = 0; j < (size_t)dim; j += CH) {
+		size_t n = (size_t)dim - j < CH ? (size_t)dim - j : CH;
+		if (n & 1)
+			raw[n / 2] = 0.0f;   /* the pad half of an odd row's last word */
+		st_rowfmt_encode(prec, tmp + j, raw, n);
+		st_sync_store_relaxed(row + j / 2, raw, (n + 1) / 2);
+	}
+	st_sync_store_relaxed(row + ew, tmp + dim, ns);
 }
 
 size_t st_sync_tensor_floats(const st_model_t *m, int i)

@@ -61,6 +61,7 @@
 #include "ops/train/trainer_internal.h"
 #include "ops/view/export.h"
 #include "runtime/err.h"
+#include "runtime/store/rowfmt.h"
 
 #define NO_PREV SIZE_MAX
 
@@ -345,6 +346,9 @@ typedef struct {
 	st_rows_writer_t *w;
 	const st_table_t *t;
 	int err;
+	int prec;          /* the table's row precision */
+	int dim, state;    /* emb (+ wide) and state floats of a row */
+	float *buf;        /* [dim + state]: a compact row decoded */
 } add_t;
 
 static void add_row(uint64_t key, float *row, void *arg)
@@ -353,7 +357,16 @@ static void add_row(uint64_t key, float *row, void *arg)
 	if (a->err)
 		return;
 	const st_table_meta_t *m = st_table_meta(a->t, row);
-	int rc = st_rows_writer_add(a->w, key, m->last_step, m->freq, row);
+	const float *vals = row;
+	if (a->prec != ST_ROW_FP32) {
+		/* Row files stay fp32 (docs/storage.md): a compact row is
+		 * decoded, exactly, and its state copied after it. */
+		const uint32_t ew = st_rowfmt_words(a->prec, (uint32_t)a->dim);
+		st_rowfmt_decode(a->prec, row, a->buf, (size_t)a->dim);
+		memcpy(a->buf + a->dim, row + ew, sizeof(float) * (size_t)a->state);
+		vals = a->buf;
+	}
+	int rc = st_rows_writer_add(a->w, key, m->last_step, m->freq, vals);
 	if (rc < 0)
 		a->err = rc;
 }
@@ -494,8 +507,15 @@ int st_trainer_snapshot(st_trainer_t *tr, const st_batch_t *last, st_trainer_sna
 			s->n_tables = k + 1;
 		}
 		st_table_t *t = st__trainer_table(tr, k);
-		add_t a = { s->rows[k], t, 0 };
+		add_t a = { s->rows[k], t, 0, tr->rows.prec, tr->rows.tdim[k], tr->rows.tstate[k],
+			    NULL };
+		if (a.prec != ST_ROW_FP32 &&
+		    !(a.buf = malloc(sizeof(float) * (size_t)(a.dim + a.state)))) {
+			rc = ST_ENOMEM;
+			break;
+		}
 		rc = st_table_foreach_all(t, add_row, &a);
+		free(a.buf);
 		if (rc >= 0)
 			rc = a.err;
 	}

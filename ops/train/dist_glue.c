@@ -19,6 +19,7 @@
 #include "ops/sync/registry.h"
 #include "ops/train/trainer_internal.h"
 #include "runtime/err.h"
+#include "runtime/store/rowfmt.h"
 
 int st_trainer_auto_dist_ok(const st_sync_cfg_t *cfg)
 {
@@ -37,6 +38,14 @@ int st_trainer_attach_dist(st_trainer_t *tr, st_net_t *net, const st_job_t *job)
 	}
 	if (tr->rows.n_tables > ST_DIST_MAX_TABLES)
 		return ST_EJOB;
+	if (job->row_prec != ST_ROW_FP32) {
+		/* strata check refuses it with the dist section; a job launched
+		 * across processes without one is refused here. */
+		st_error("storage.row_precision = '%s' is not supported with multi-process "
+			 "training yet (the shard service keeps fp32 rows): use 'fp32' or run "
+			 "in one process", st_rowfmt_name(job->row_prec));
+		return ST_EJOB;
+	}
 	st_dist_cfg_t c = {
 		.net = net, .owners = job->dist_owners, .compress = job->dist_compress,
 		.n_tables = tr->rows.n_tables, .dense_state = tr->pol.dstate, .dense_t = &tr->pol.dt,

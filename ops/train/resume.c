@@ -33,6 +33,7 @@
 #include "ops/train/trainer_internal.h"
 #include "ops/view/export.h"
 #include "runtime/err.h"
+#include "runtime/store/rowfmt.h"
 #include "runtime/metrics.h"
 
 static int parse_u64(const st_manifest_t *m, const char *key, uint64_t *v)
@@ -69,6 +70,10 @@ typedef struct loader {
 	int me;
 	const char *path;
 	size_t nf;                 /* floats a row */
+	size_t dim;                /* of which embedding (+ wide) floats */
+	int prec;                  /* the table's row precision: a row file
+				      is fp32, a compact row is rounded to it
+				      (exact for a file a compact job wrote) */
 	size_t max;                /* rows a batch */
 	pthread_mutex_t mu;        /* the reader, rc, err, read and meter */
 	int64_t read;              /* rows read from the file so far */
@@ -166,7 +171,16 @@ static void load_run(loader_t *L)
 				rc = ST_EINVAL;
 				break;
 			}
-			memcpy(b.dst[i], b.vals + (size_t)i * L->nf, sizeof(float) * L->nf);
+			const float *v = b.vals + (size_t)i * L->nf;
+			if (L->prec == ST_ROW_FP32) {
+				memcpy(b.dst[i], v, sizeof(float) * L->nf);
+			} else {
+				const uint32_t ew = st_rowfmt_words(L->prec, (uint32_t)L->dim);
+				if (L->dim & 1)   /* the pad half of the last word */
+					b.dst[i][ew - 1] = 0.0f;
+				st_rowfmt_encode(L->prec, v, b.dst[i], L->dim);
+				memcpy(b.dst[i] + ew, v + L->dim, sizeof(float) * (L->nf - L->dim));
+			}
 			st_table_meta_t *meta = st_table_meta(L->t, b.dst[i]);
 			meta->last_step = b.last_step[i];
 			meta->freq = b.freq[i];
@@ -256,6 +270,7 @@ static int load_rows(st_trainer_t *tr, int k, const char *dir, const char *name,
 	size_t max = LOAD_BATCH_BYTES / (sizeof(float) * nf);
 	max = max < 1 ? 1 : max > ST_ROWS_BATCH_MAX ? ST_ROWS_BATCH_MAX : max;
 	loader_t L = { .t = st__trainer_table(tr, k), .r = r, .path = path, .nf = nf,
+		       .dim = info->dim, .prec = tr->rows.prec,
 		       .max = ram ? max : 1, .err = err, .errlen = errlen, .d = filter,
 		       .me = filter ? st_dist_rank(filter) : 0 };
 	pthread_mutex_init(&L.mu, NULL);

@@ -46,6 +46,7 @@
 
 #include "ops/train/trainer_internal.h"
 #include "runtime/err.h"
+#include "runtime/store/rowfmt.h"
 
 int st__trainer_worker_init(st_trainer_t *tr, worker_t *w, int idx)
 {
@@ -102,7 +103,8 @@ static int step_rows(const st_trainer_t *tr)
 int st__trainer_size_workers(st_trainer_t *tr, uint32_t n_uniq)
 {
 	const int steprows = step_rows(tr);
-	const int priv = (tr->pol.ops->flags & ST_SYNC_RELAXED_READS) || steprows;
+	const int priv = (tr->pol.ops->flags & ST_SYNC_RELAXED_READS) || steprows ||
+			 tr->rows.prec != ST_ROW_FP32;
 	for (int i = 0; i < tr->N; i++) {
 		worker_t *w = &tr->step.w[i];
 		/* A policy switch may turn relaxed reads or step rows on after
@@ -195,6 +197,40 @@ static void note_nonfinite(st_trainer_t *tr, const worker_t *w, const st_batch_t
 	s->nf.worker = w->idx;
 }
 
+/* Compact rows (storage.row_precision): the model reads fp32 rows, so a
+ * worker decodes each row its minibatch touches into its private copy right
+ * before computing — where a Hogwild worker copies its rows anyway, so the
+ * values it trains on are as fresh as an fp32 run's. Each row is decoded
+ * once per minibatch, not once per occurrence as a decoding pooling loop
+ * would. The decode reads the shared 16-bit values directly (a Hogwild
+ * writer may change them meanwhile; an aligned 16-bit load is never torn).
+ * NULL (no row) stays NULL. */
+static float *decode_row(worker_t *w, const float *row, uint32_t u, int dim, int gs, int prec)
+{
+	if (!row)
+		return NULL;
+	float *p = w->prow_buf + (size_t)u * gs;
+	st_rowfmt_decode(prec, row, p, (size_t)dim);
+	return p;
+}
+
+/* An eval minibatch's rows, decoded (compact rows only; see decode_row). */
+static float *const *eval_rows(st_trainer_t *tr, worker_t *w, const st_batch_t *b, uint32_t mb)
+{
+	const uint32_t r0 = mb * tr->minibatch, n = mb_size(tr, b, mb);
+	const uint16_t *rdim = st__batch_row_dim(b);
+	float *const *shared = b->rows;
+	const uint32_t stamp = ++w->stamp;
+	for (uint32_t k = b->row_off[r0]; k < b->row_off[r0 + n]; k++) {
+		uint32_t u = b->key_idx[k];
+		if (w->mark[u] == stamp)
+			continue;
+		w->mark[u] = stamp;
+		w->prow[u] = decode_row(w, shared[u], u, rdim[u], tr->gstride, tr->rows.prec);
+	}
+	return w->prow;
+}
+
 /* Forward + backward of minibatch mb on worker w; fills g. ST_OK, or the
  * error of reading the step's rows (ST_SYNC_STEP_ROWS; g is then unset). */
 static int compute(st_trainer_t *tr, worker_t *w, st_batch_t *b, uint32_t mb,
@@ -205,6 +241,7 @@ static int compute(st_trainer_t *tr, worker_t *w, st_batch_t *b, uint32_t mb,
 	float *const *shared = b->rows;
 	const int relaxed = tr->pol.ops->flags & ST_SYNC_RELAXED_READS;
 	const int steprows = step_rows(tr);
+	const int prec = tr->rows.prec;
 	const int gs = tr->gstride;
 	uint32_t stamp = ++w->stamp, nt = 0;
 	for (uint32_t k = b->row_off[r0]; k < b->row_off[r0 + n]; k++) {
@@ -215,7 +252,9 @@ static int compute(st_trainer_t *tr, worker_t *w, st_batch_t *b, uint32_t mb,
 		w->touched[nt++] = u;
 		float *gu = w->gu + (size_t)u * gs;
 		memset(gu, 0, sizeof(float) * rdim[u]);
-		if (relaxed && !steprows) {
+		if (prec != ST_ROW_FP32 && !steprows) {
+			w->prow[u] = decode_row(w, shared[u], u, rdim[u], gs, prec);
+		} else if (relaxed && !steprows) {
 			float *p = shared[u] ? w->prow_buf + (size_t)u * gs : NULL;
 			if (p)
 				st_sync_load_relaxed(p, shared[u], rdim[u]);
@@ -228,7 +267,8 @@ static int compute(st_trainer_t *tr, worker_t *w, st_batch_t *b, uint32_t mb,
 			return rc;
 	}
 	memset(w->gdense, 0, sizeof(float) * tr->pol.env.nparams);
-	double loss = st_model_step(tr->model, w->ws, b, r0, n, relaxed || steprows ? w->prow : shared,
+	double loss = st_model_step(tr->model, w->ws, b, r0, n,
+				    relaxed || steprows || prec != ST_ROW_FP32 ? w->prow : shared,
 				    params, scale, b->pred + r0, w->gdense, w->gu, gs);
 	if (!isfinite(loss))
 		note_nonfinite(tr, w, b, mb, loss);
@@ -328,8 +368,10 @@ static void run_batch(st_trainer_t *tr, worker_t *w)
 			uint32_t mb = __atomic_fetch_add(&tr->step.next_mb, 1, __ATOMIC_RELAXED);
 			if (mb >= nmb)
 				break;
+			float *const *rows = tr->rows.prec != ST_ROW_FP32
+						     ? eval_rows(tr, w, b, mb) : b->rows;
 			st_model_forward(tr->model, w->ws, b, mb * tr->minibatch,
-					 mb_size(tr, b, mb), b->rows, params, NULL,
+					 mb_size(tr, b, mb), rows, params, NULL,
 					 b->pred + mb * tr->minibatch);
 		}
 		return;

@@ -44,6 +44,7 @@ int st__trainer_store_create(st_trainer_t *tr, const st_job_t *job)
 	tr->rows.slot_table = calloc((size_t)tr->n_slots, sizeof(int));
 	if (!tr->rows.slot_table)
 		return ST_ENOMEM;
+	tr->rows.prec = job->row_prec;
 	for (int s = 0; s < tr->n_slots; s++) {
 		int rd = st_model_row_dim(tr->model, s), t;
 		for (t = 0; t < tr->rows.n_tables && tdim[t] != rd; t++)
@@ -57,6 +58,7 @@ int st__trainer_store_create(st_trainer_t *tr, const st_job_t *job)
 				.dim = (uint32_t)rd,
 				.state_dim = (uint32_t)st_optim_state_floats(&tr->sopt, (size_t)rd),
 				.seed = job->seed + (uint64_t)t,
+				.row_prec = job->row_prec,
 				.init_scale = scale,
 				.state_init = (tr->sopt.kind == ST_OPT_ADAGRAD ||
 					       tr->sopt.kind == ST_OPT_ADAGRAD_ROW) ? tr->sopt.init_accum

@@ -46,6 +46,7 @@
 #include "ops/sync/registry.h"
 #include "ops/train/trainer_internal.h"
 #include "runtime/err.h"
+#include "runtime/store/rowfmt.h"
 #include "runtime/trace.h"
 
 #define op_fail st__trainer_fail
@@ -211,6 +212,9 @@ int st_trainer_create(st_trainer_t **out, const st_job_t *job, st_metrics_t *met
 	st_optim_cfg_t oc;
 	optim_cfg(mc, 0, &oc);
 	if ((rc = st_optim_init(&tr->sopt, &oc)) >= 0) {
+		/* Sparse updates decode, compute in fp32 and round back compact
+		 * rows (storage.row_precision); the dense optimizer stays fp32. */
+		tr->sopt.row_prec = job->row_prec;
 		optim_cfg(mc, 1, &oc);
 		rc = st_optim_init(&tr->dopt, &oc);
 	}
@@ -290,7 +294,8 @@ int st_trainer_set_row(st_trainer_t *tr, int slot, uint64_t key, const float *ro
 		return rc;
 	if (!r)
 		return ST_EINVAL;   /* not admitted */
-	memcpy(r, row, sizeof(float) * (size_t)st_model_row_dim(tr->model, slot));
+	/* Rounded to the table's precision (storage.row_precision). */
+	st_rowfmt_encode(tr->rows.prec, row, r, (size_t)st_model_row_dim(tr->model, slot));
 	st_table_unpin(t, &r, 1);
 	return ST_OK;
 }

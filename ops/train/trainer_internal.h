@@ -88,6 +88,9 @@ struct tr_rows {
 	int n_tables;
 	int tdim[MAX_TABLES];      /* embedding floats per row of each table */
 	int tstate[MAX_TABLES];    /* optimizer-state floats per row */
+	int prec;                  /* storage.row_precision of every table
+				      (enum st_row_prec): compact rows are
+				      decoded into the workers' copies */
 	int *slot_table;           /* [n_slots] */
 	pull_thread_t pull_t[ST_MAX_STAGE_THREADS];
 };

@@ -38,6 +38,7 @@
 #include "ops/nn/model.h"
 #include "ops/dump/dumpio.h"
 #include "runtime/err.h"
+#include "runtime/store/rowfmt.h"
 #include "runtime/store/table.h"
 
 
@@ -109,7 +110,28 @@ typedef struct collect {
 	const st_table_t *t;
 	keyset_t *want;    /* NULL: every row */
 	int rc;
+	float *buf;        /* [dim]: a compact row decoded */
 } collect_t;
+
+/* Adds a table row to w. Row files are fp32 (docs/storage.md): a compact
+ * table's row (storage.row_precision) is decoded into buf ([dim] floats of
+ * w's info; exact, every 16-bit value is an fp32 one). */
+static int write_row(st_rows_writer_t *w, const st_table_t *t, uint64_t key, const float *row,
+		     float *buf)
+{
+	const st_table_meta_t *m = st_table_meta(t, (float *)(uintptr_t)row);
+	const int prec = st_table_row_prec(t);
+	if (prec != ST_ROW_FP32) {
+		const st_rows_info_t *i = st_rows_writer_info(w);
+		st_rowfmt_decode(prec, row, buf, i->dim);
+		/* The state (fp32) follows the compact words; exports carry
+		 * none, a writer with state_dim > 0 gets it copied. */
+		memcpy(buf + i->dim, row + st_rowfmt_words(prec, i->dim),
+		       sizeof(float) * i->state_dim);
+		row = buf;
+	}
+	return st_rows_writer_add(w, key, m->last_step, m->freq, row);
+}
 
 /* st_table_foreach_all callback: runs with a shard lock held, so it only
  * copies (the builder's allocation is the one call that may fail). */
@@ -118,8 +140,7 @@ static void add_row(uint64_t key, float *row, void *arg)
 	collect_t *c = arg;
 	if (c->rc < 0 || (c->want && !keyset_take(c->want, key)))
 		return;
-	const st_table_meta_t *m = st_table_meta(c->t, row);
-	c->rc = st_rows_writer_add(c->w, key, m->last_step, m->freq, row);
+	c->rc = write_row(c->w, c->t, key, row, c->buf);
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -129,7 +150,7 @@ static int cmp_u64(const void *a, const void *b)
 }
 
 /* The delta rows of table t: the current state of every key of k. */
-static int delta_rows(st_table_t *t, const st_export_keys_t *k, st_rows_writer_t *w)
+static int delta_rows(st_table_t *t, const st_export_keys_t *k, st_rows_writer_t *w, float *buf)
 {
 	size_t n = k->n_touched + k->n_deleted;
 	if (!n)
@@ -154,8 +175,7 @@ static int delta_rows(st_table_t *t, const st_export_keys_t *k, st_rows_writer_t
 	for (size_t i = 0; i < u && rc >= 0; i++) {
 		float *row = st_table_find(t, keys[i]);
 		if (row) {
-			const st_table_meta_t *m = st_table_meta(t, row);
-			rc = st_rows_writer_add(w, keys[i], m->last_step, m->freq, row);
+			rc = write_row(w, t, keys[i], row, buf);
 		} else if (tiered) {
 			keyset_add(&miss, keys[i]);
 		} else {
@@ -166,7 +186,7 @@ static int delta_rows(st_table_t *t, const st_export_keys_t *k, st_rows_writer_t
 	if (rc >= 0 && miss.n) {
 		/* Keys not in RAM: one pass over the table finds those on SSD;
 		 * the rest have no row anywhere. */
-		collect_t c = { .w = w, .t = t, .want = &miss };
+		collect_t c = { .w = w, .t = t, .want = &miss, .buf = buf };
 		rc = st_table_foreach_all(t, add_row, &c);
 		if (rc >= 0)
 			rc = c.rc;
@@ -392,14 +412,18 @@ int st_export_write_tables(const st_view_t *v, st_ckpt_writer_t *w, uint64_t seq
 						  st_strerror(rc));
 			return rc;
 		}
-		if (delta) {
-			rc = delta_rows(t, &delta->tables[k], b);
+		float *buf = malloc(sizeof(float) * (info.dim + info.state_dim));
+		if (!buf) {
+			rc = ST_ENOMEM;
+		} else if (delta) {
+			rc = delta_rows(t, &delta->tables[k], b, buf);
 		} else {
-			collect_t c = { .w = b, .t = t };
+			collect_t c = { .w = b, .t = t, .buf = buf };
 			rc = st_table_foreach_all(t, add_row, &c);
 			if (rc >= 0)
 				rc = c.rc;
 		}
+		free(buf);
 		if (rc < 0) {
 			/* Before the builder reaches the writer: say it here. */
 			if (rc == ST_EINVAL)

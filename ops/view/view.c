@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "runtime/err.h"
+#include "runtime/store/rowfmt.h"
 
 static int fail(char *err, size_t errlen, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -93,6 +94,39 @@ const char *st_view_lineage_new(const st_view_t *v)
 
 /* ---- lookup --------------------------------------------------------------- */
 
+/* Compact rows (storage.row_precision): the forward pass reads fp32, so a
+ * lookup hands out decoded copies in b->rowbuf (the batch frees it) and
+ * unpins the table rows at once — scoring only reads, and the copy holds
+ * the values as they were at the lookup, as a pinned row would. Rows of
+ * fp32 tables stay the live rows. */
+static int decode_compact(const st_view_t *v, st_batch_t *b, const uint16_t *uslot)
+{
+	float **rows = b->rows;
+	size_t need = 0;
+	for (uint32_t u = 0; u < b->n_uniq; u++)
+		if (rows[u] && st_table_row_prec(v->tables[v->slot_table[uslot[u]]]) != ST_ROW_FP32)
+			need += (size_t)st_model_row_dim(v->model, uslot[u]);
+	if (!need)
+		return ST_OK;
+	float *buf = malloc(sizeof(float) * need);
+	if (!buf)
+		return ST_ENOMEM;
+	free(b->rowbuf);
+	b->rowbuf = buf;
+	for (uint32_t u = 0; u < b->n_uniq; u++) {
+		st_table_t *t = v->tables[v->slot_table[uslot[u]]];
+		const int prec = st_table_row_prec(t);
+		if (!rows[u] || prec == ST_ROW_FP32)
+			continue;
+		const int dim = st_model_row_dim(v->model, uslot[u]);
+		st_rowfmt_decode(prec, rows[u], buf, (size_t)dim);
+		st_table_unpin(t, &rows[u], 1);
+		rows[u] = buf;
+		buf += dim;
+	}
+	return ST_OK;
+}
+
 int st_view_lookup(const st_view_t *v, st_view_lookup_t *t, st_batch_t *b)
 {
 	if ((int)b->n_slots > v->n_slots)
@@ -134,6 +168,8 @@ int st_view_lookup(const st_view_t *v, st_view_lookup_t *t, st_batch_t *b)
 				rows[t->tpos[i]] = t->trows[i];
 		}
 	}
+	if (rc >= 0)
+		rc = decode_compact(v, b, uslot);
 	if (rc < 0) {
 		free(uslot);
 		return rc;
@@ -154,7 +190,8 @@ void st_view_release(const st_view_t *v, const st_batch_t *b)
 	if (!width || !rows)
 		return;
 	for (int k = 0; k < v->n_tables; k++) {
-		if (!st_table_ssd(v->tables[k]))
+		/* Compact tables' rows were copied and unpinned at lookup. */
+		if (!st_table_ssd(v->tables[k]) || st_table_row_prec(v->tables[k]) != ST_ROW_FP32)
 			continue;
 		/* A row's table is the one of its width (st_view_check). */
 		const int w = st_view_row_dim(v, k);

@@ -350,6 +350,9 @@ S.stage.dump = S.stage.pull
 S.storage = {
 	{ "mem", "size", default = 0 },
 	{ "ssd", "section" },
+	-- bits of a row's embedding (+ wide weight) values in the RAM and SSD
+	-- tiers; the optimizer state stays fp32 (docs/storage.md)
+	{ "row_precision", "str", enum = { "fp32", "bf16", "fp16" }, default = "fp32" },
 }
 S.ssd = {
 	{ "path", "str", required = true, nonempty = true },

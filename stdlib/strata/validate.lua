@@ -1374,6 +1374,14 @@ function V:job(job)
 	local stnode = self:section(root, "storage", job.storage)
 	local st = stnode and self:record(stnode, job.storage, schema.storage) or { mem = 0 }
 	out.mem_bytes = st.mem
+	out.row_precision = st.row_precision
+	-- Compact rows live in this process's tables only: the shard service
+	-- of a multi-process job (ops/dist) serves and updates fp32 rows.
+	if st.row_precision and st.row_precision ~= "fp32" and job.dist ~= nil then
+		self:ferr(stnode, "row_precision", "storage.row_precision = '%s' is not supported " ..
+			"with multi-process training (the dist section) yet: use 'fp32' or run in " ..
+			"one process", st.row_precision)
+	end
 	if stnode and job.storage.ssd ~= nil then
 		local ssnode = self:section(stnode, "ssd", job.storage.ssd)
 		if ssnode then
