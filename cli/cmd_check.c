@@ -8,8 +8,10 @@
 #include "ops/nn/graph.h"
 #include "ops/nn/model.h"
 #include "ops/runner/runner.h"
+#include "ops/train/rowplan.h"
 #include "runtime/err.h"
 #include "runtime/graph.h"
+#include "runtime/store/rowfmt.h"
 #include "runtime/topo.h"
 
 #include <stdlib.h>
@@ -113,6 +115,46 @@ static void print_model(const st_job_t *job)
 	st_model_destroy(m);
 }
 
+/* Millions of rows, or thousands under a million. */
+static void print_rows(double r)
+{
+	if (r >= 1e6)
+		printf(" %11.2fM", r / 1e6);
+	else
+		printf(" %11.1fk", r / 1e3);
+}
+
+/* Bytes per row and rows per GiB of each embedding table, in fp32 and in
+ * the job's storage.row_precision (ops/train/rowplan.h). */
+static void print_rows_plan(const st_job_t *job)
+{
+	st_rowplan_t p[16];
+	int n = 0;
+	if (st_rowplan(job, p, 16, &n) < 0) {
+		printf("\nembedding rows: cannot be sized (see above)\n");
+		return;
+	}
+	const double gib = 1024.0 * 1024.0 * 1024.0;
+	printf("\nembedding rows (storage.row_precision = %s; optimizer state fp32; RAM "
+	       "measured at %d rows):\n", st_rowfmt_name(job->row_prec), ST_ROWPLAN_SAMPLE);
+	printf("  %5s %5s %5s %5s  %-9s %8s %10s %12s %10s %12s\n", "table", "dim", "state",
+	       "slots", "precision", "values B", "RAM B/row", "rows/GiB RAM", "SSD B/row",
+	       "rows/GiB SSD");
+	for (int t = 0; t < n; t++)
+		for (int i = 0; i < (p[t].prec == ST_ROW_FP32 ? 1 : 2); i++) {
+			if (i == 0)
+				printf("  %5d %5d %5d %5d", t, p[t].dim, p[t].state_dim, p[t].slots);
+			else
+				printf("  %5s %5s %5s %5s", "", "", "", "");
+			printf("  %-9s %8u %10.1f", st_rowfmt_name(i ? p[t].prec : ST_ROW_FP32),
+			       p[t].payload[i], p[t].ram_bytes[i]);
+			print_rows(gib / p[t].ram_bytes[i]);
+			printf(" %10u", p[t].ssd_bytes[i]);
+			print_rows(gib / p[t].ssd_bytes[i]);
+			printf("\n");
+		}
+}
+
 int st_cmd_plan(int argc, char **argv)
 {
 	st_cli_opts_t o;
@@ -156,6 +198,7 @@ int st_cmd_plan(int argc, char **argv)
 	printf("\ngraph:\n");
 	st_graph_print(g, stdout);
 	print_model(job);
+	print_rows_plan(job);
 	printf("\nplacement:\n");
 	for (int i = 0; i < ST_RUNNER_NSTAGES; i++) {
 		printf("  %-6s package %d%s%s%s  cpus", st_runner_stage_names[i], place[i].package,

@@ -68,7 +68,7 @@ int st__trainer_fail(st_stage_ctx_t *ctx, int code, const char *fmt, ...)
 
 /* The optimizer settings of the job, or those of the legacy fields when the
  * job language did not fill the new ones. */
-static void optim_cfg(const st_model_cfg_t *mc, int dense, st_optim_cfg_t *c)
+void st__trainer_optim_cfg(const st_model_cfg_t *mc, int dense, st_optim_cfg_t *c)
 {
 	const st_optim_cfg_t *src = dense ? &mc->dense_opt : &mc->sparse_opt;
 	if (src->name) {
@@ -210,12 +210,12 @@ int st_trainer_create(st_trainer_t **out, const st_job_t *job, st_metrics_t *met
 	if (rc < 0)
 		goto fail;
 	st_optim_cfg_t oc;
-	optim_cfg(mc, 0, &oc);
+	st__trainer_optim_cfg(mc, 0, &oc);
 	if ((rc = st_optim_init(&tr->sopt, &oc)) >= 0) {
 		/* Sparse updates decode, compute in fp32 and round back compact
 		 * rows (storage.row_precision); the dense optimizer stays fp32. */
 		tr->sopt.row_prec = job->row_prec;
-		optim_cfg(mc, 1, &oc);
+		st__trainer_optim_cfg(mc, 1, &oc);
 		rc = st_optim_init(&tr->dopt, &oc);
 	}
 	if (rc < 0) {

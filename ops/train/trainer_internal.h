@@ -314,6 +314,9 @@ int st__trainer_fail(st_stage_ctx_t *ctx, int code, const char *fmt, ...)
 /* ---- step.c --------------------------------------------------------------- */
 
 /* Worker w's scratch and accumulators (create); ST_OK or ST_ENOMEM. */
+/* The job's optimizer settings (dense != 0: the dense one), from the
+ * legacy model fields when the job language did not fill the new ones. */
+void st__trainer_optim_cfg(const st_model_cfg_t *mc, int dense, st_optim_cfg_t *c);
 int st__trainer_worker_init(st_trainer_t *tr, worker_t *w, int idx);
 void st__trainer_worker_free(worker_t *w);
 /* Grows every worker's per-unique-key scratch to n_uniq. Worker 0's thread,

@@ -768,7 +768,7 @@ int st_ssd_open(st_ssd_t **out, const st_ssd_opts_t *o,
 	s->lockfd = lockfd;
 	s->remove_on_close = o->remove_on_close;
 	s->payload_bytes = o->payload_bytes;
-	s->record_bytes = (uint32_t)round_up(REC_HEAD + o->payload_bytes + 4, 8);
+	s->record_bytes = st_ssd_record_bytes(o->payload_bytes);
 	uint64_t fb = round_up(o->file_bytes ? o->file_bytes : DEFAULT_FILE_BYTES, BLK);
 	if (fb < HDR_BYTES + s->record_bytes)
 		fb = round_up(HDR_BYTES + s->record_bytes, BLK);
@@ -897,4 +897,9 @@ void st_ssd_stats(st_ssd_t *s, st_ssd_stats_t *out)
 const char *st_ssd_dir(const st_ssd_t *s)
 {
 	return s->dir;
+}
+
+uint32_t st_ssd_record_bytes(uint32_t payload_bytes)
+{
+	return (uint32_t)round_up(REC_HEAD + (uint64_t)payload_bytes + 4, 8);
 }

@@ -186,6 +186,11 @@ int st_ssd_compact_now(st_ssd_t *s);
 
 void st_ssd_stats(st_ssd_t *s, st_ssd_stats_t *out);
 
+/* On-disk bytes of one record with payload_bytes of payload (key, LSN and
+ * checksum around it, 8-byte aligned): what a row costs on SSD besides the
+ * file headers. Pure. */
+uint32_t st_ssd_record_bytes(uint32_t payload_bytes);
+
 /* The store's directory (as given). */
 const char *st_ssd_dir(const st_ssd_t *s);
 
