@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # storage.sh — the hierarchical store against all-in-RAM, in one run.
 #
-#   [MODEL=standard] bench/storage.sh [BUILD_DIR] [ROWS] [VOCAB]
+#   [MODEL=standard] [ROW_PRECISION=bf16|fp16] bench/storage.sh [BUILD_DIR] [ROWS] [VOCAB]
 #                                        (defaults: build 3000000 2000000)
 #
 # Data: `strata gen --rows ROWS --vocab VOCAB --zipf 1.05` (Zipf keys per
@@ -20,6 +20,11 @@
 # Results go to docs/benchmarks.md, "Hierarchical store".
 set -eu
 STORE_SETS=(${STORE_SETS:-})   # extra --set arguments for the tiered run
+# ROW_PRECISION=bf16|fp16: compact rows (storage.row_precision) in both runs.
+# The tiered run keeps the fp32 byte budget (rows x 167 / 10), so compact
+# rows fit more of the model in the same RAM.
+prec_set=()
+[ "${ROW_PRECISION:-fp32}" != fp32 ] && prec_set=(--set "storage.row_precision=\"$ROW_PRECISION\"")
 build=${1:-build}
 rows=${2:-3000000}
 vocab=${3:-2000000}
@@ -50,12 +55,13 @@ fi
 echo "== machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 echo "== disk: $(df -h "$ssd" | tail -1)"
 echo "== commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+echo "== row precision: ${ROW_PRECISION:-fp32}"
 
 run() {   # name, extra --set arguments
 	name=$1
 	shift
 	t0=$(date +%s.%N)
-	"$build/cli/strata" run "$root/bench/storage.lua" "${sets[@]}" "$@" \
+	"$build/cli/strata" run "$root/bench/storage.lua" "${sets[@]}" "$@" ${prec_set[@]+"${prec_set[@]}"} \
 		--metrics "$out/$name.jsonl" > "$out/$name.txt" 2>&1 || {
 		echo "strata run ($name) failed:"; tail -5 "$out/$name.txt"; exit 1; }
 	t1=$(date +%s.%N)
