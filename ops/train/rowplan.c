@@ -80,6 +80,10 @@ int st_rowplan(const st_job_t *job, st_rowplan_t *out, int max, int *n)
 			 * (ops/rowsrc/local.c's payload_bytes). */
 			p->ssd_bytes[i] = st_ssd_record_bytes((words + 2u) * 4u);
 			rc = measure((uint32_t)p->dim, (uint32_t)p->state_dim, prec, &p->ram_bytes[i]);
+			/* With an SSD tier the RAM tier is a cache: each row has
+			 * its cache bookkeeping too. */
+			if (job->ssd_path)
+				p->ram_bytes[i] += ST_TABLE_CACHE_ROW_BYTES;
 		}
 	}
 	return rc;

@@ -6,7 +6,8 @@
  * The numbers are measured, not estimated: a table with the job's row
  * layout is filled with sample rows and asked for its bytes per row
  * (st_table_row_bytes: row slot, metadata, index and chunk slack at that
- * fill). The SSD cost is the SSD tier's record size for the row's payload.
+ * fill), plus the cache bookkeeping of a row when the job has an SSD tier
+ * (ST_TABLE_CACHE_ROW_BYTES). The SSD cost is the SSD tier's record size for the row's payload.
  */
 #ifndef ST_TRAIN_ROWPLAN_H
 #define ST_TRAIN_ROWPLAN_H

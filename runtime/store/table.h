@@ -33,6 +33,10 @@
 
 typedef struct st_table st_table_t;
 
+/* RAM bytes a row takes besides its slot in cache mode (the LRU/LFU
+ * bookkeeping before the row), for sizing estimates. */
+#define ST_TABLE_CACHE_ROW_BYTES 16u
+
 typedef struct st_table_opts {
 	uint32_t dim;         /* embedding floats per row, >= 1 */
 	uint32_t state_dim;   /* optimizer-state floats per row, >= 0 */

@@ -20,7 +20,7 @@
 #define MAX_ROWS ROW_MASK          /* row ROW_MASK with tag 0xff would read as EMPTY */
 #define INIT_CAP 256u
 #define META_WORDS 4u              /* last_step, freq, key (2 words) */
-#define CACHE_WORDS 4u             /* cword_t, before the row (cache mode) */
+#define CACHE_WORDS (ST_TABLE_CACHE_ROW_BYTES / 4u) /* cword_t, before the row (cache mode) */
 #define LFU_BUCKETS 32u            /* LFU segment: one FIFO per log2(freq) */
 
 typedef struct {
@@ -40,6 +40,8 @@ typedef struct {
 	uint8_t pad;
 	uint32_t prev, next;  /* row numbers in the segment's list, EMPTY = end */
 } cword_t;
+
+_Static_assert(sizeof(cword_t) == ST_TABLE_CACHE_ROW_BYTES, "cache words before a row");
 
 enum { ROW_READY = 0, ROW_LOADING = 1, ROW_BAD = 2 };
 enum { SEG_NONE = 0, SEG_LRU = 1, SEG_LFU = 2 };
