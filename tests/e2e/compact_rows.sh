@@ -141,6 +141,16 @@ for pair in "fp32 bf16" "bf16 fp32"; do
   fi
 done
 
+# strata plan: bytes per row of the job's table (16 values + 1 row-wise
+# AdaGrad float: 68 bytes in fp32, 32 + 4 in bf16) and rows per GiB.
+"$strata" plan tests/e2e/jobs/gen_dnn.lua "${job[@]:3}" --set "$(prec bf16)" >"$tmp/out_plan" 2>&1; plc=$?
+if [ $plc = 0 ] && grep -q 'storage.row_precision = bf16' "$tmp/out_plan" &&
+   grep -Eq '^ +0 +16 +1 +26 +fp32 +68 ' "$tmp/out_plan" && grep -Eq '^ +bf16 +36 .*M' "$tmp/out_plan"; then
+  ok "strata plan prints bytes per row and rows per GiB for fp32 and bf16"
+else
+  bad "strata plan rows (exit $plc): $(grep -A3 'embedding rows' "$tmp/out_plan" | tr '\n' '|')"
+fi
+
 # strata check: an unknown precision, and compact rows with multi-process.
 "$strata" check tests/e2e/jobs/gen_dnn.lua --set 'storage={row_precision="fp8"}' >"$tmp/out_c1" 2>&1; c1=$?
 "$strata" check tests/e2e/jobs/gen_dnn.lua --set 'storage={row_precision="bf16"}' \
