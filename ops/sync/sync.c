@@ -107,6 +107,22 @@ void st_sync_store_relaxed(float *dst, const float *src, size_t n)
 #endif
 }
 
+void st_sync_decode_relaxed(int prec, float *dst, const float *src, size_t n)
+{
+#ifdef ST_SYNC_TSAN
+	enum { CH = 64 };
+	float raw[CH / 2];
+	for (size_t j = 0; j < n; j += CH) {
+		size_t m = n - j < CH ? n - j : CH;
+		st_sync_load_relaxed(raw, src + j / 2, (m + 1) / 2);
+		st_rowfmt_decode(prec, raw, dst + j, m);
+	}
+#else
+	st_rowfmt_decode(prec, src, dst, n);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);  /* keep the copy where it is */
+#endif
+}
+
 void st_sync_row_update_relaxed(const st_sync_env_t *env, float *row, const float *g,
 				int dim, uint64_t t, float *tmp)
 {
@@ -128,11 +144,7 @@ void st_sync_row_update_relaxed(const st_sync_env_t *env, float *row, const floa
 	enum { CH = 64 };
 	float raw[CH / 2];
 	const size_t ew = st_rowfmt_words(prec, (uint32_t)dim);
-	for (size_t j = 0; j < (size_t)dim; j += CH) {
-		size_t n = (size_t)dim - j < CH ? (size_t)dim - j : CH;
-		st_sync_load_relaxed(raw, row + j / 2, (n + 1) / 2);
-		st_rowfmt_decode(prec, raw, tmp + j, n);
-	}
+	st_sync_decode_relaxed(prec, tmp, row, (size_t)dim);
 	st_sync_load_relaxed(tmp + dim, row + ew, ns);
 	st_optim_update(env->sparse_opt, tmp, tmp + dim, g, (size_t)dim, t);
 	for (size_t j = 0; j < (size_t)dim; j += CH) {

@@ -238,6 +238,11 @@ void st_sync_row_update_relaxed(const st_sync_env_t *env, float *row, const floa
 /* Relaxed-atomic copies (Hogwild reads and writes of shared floats). */
 void st_sync_load_relaxed(float *dst, const float *src, size_t n);
 void st_sync_store_relaxed(float *dst, const float *src, size_t n);
+/* dst[0..n) = the fp32 values of the n values of a shared compact row at
+ * src (precision prec, runtime/store/rowfmt.h), read as the relaxed loads
+ * above (under ThreadSanitizer a word at a time as atomics, otherwise one
+ * vector decode: an aligned 16-bit value is never torn). */
+void st_sync_decode_relaxed(int prec, float *dst, const float *src, size_t n);
 /* The dense optimizer state and step count a policy updates: the trainer's
  * (env->dense_state, env->dense_t, kept across policy switches) or, when
  * the env has none, the policy's own. Lives inside the policy's heap object

@@ -202,15 +202,14 @@ static void note_nonfinite(st_trainer_t *tr, const worker_t *w, const st_batch_t
  * before computing — where a Hogwild worker copies its rows anyway, so the
  * values it trains on are as fresh as an fp32 run's. Each row is decoded
  * once per minibatch, not once per occurrence as a decoding pooling loop
- * would. The decode reads the shared 16-bit values directly (a Hogwild
- * writer may change them meanwhile; an aligned 16-bit load is never torn).
- * NULL (no row) stays NULL. */
+ * would. The shared values are read as relaxed loads (a Hogwild writer may
+ * change them meanwhile). NULL (no row) stays NULL. */
 static float *decode_row(worker_t *w, const float *row, uint32_t u, int dim, int gs, int prec)
 {
 	if (!row)
 		return NULL;
 	float *p = w->prow_buf + (size_t)u * gs;
-	st_rowfmt_decode(prec, row, p, (size_t)dim);
+	st_sync_decode_relaxed(prec, p, row, (size_t)dim);
 	return p;
 }
 
