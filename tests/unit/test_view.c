@@ -21,6 +21,7 @@
 #include "ops/view/score.h"
 #include "ops/view/view.h"
 #include "runtime/err.h"
+#include "runtime/store/rowfmt.h"
 #include "runtime/store/table.h"
 #include "dump_util.h"
 
@@ -194,6 +195,37 @@ static void test_view_scores_ssd_tier(void **state)
 	check_view_scores(&job, 12, 2);
 }
 
+/* Compact rows (storage.row_precision): the view hands the scorer decoded
+ * copies and scores exactly as the trainer's eval did with its own decoded
+ * copies — two tables of odd widths (8 + wide, 4 + wide: a pad half-word
+ * each), and one table mostly on SSD. */
+static void test_view_scores_compact_rows(void **state)
+{
+	(void)state;
+	for (int prec = ST_ROW_BF16; prec <= ST_ROW_FP16; prec++) {
+		st_job_t job;
+		make_job(&job);
+		job.row_prec = prec;
+		check_view_scores(&job, 3, 2);
+	}
+	char ssd[600];
+	snprintf(ssd, sizeof ssd, "%s/ssd-compact", g_dir);
+	assert_int_equal(mkdir(ssd, 0700), 0);
+	st_job_t job;
+	make_job(&job);
+	job.row_prec = ST_ROW_BF16;
+	job.model.type = (char *)"dnn";
+	job.model.slot_dims = NULL;
+	job.model.n_slot_dims = 0;
+	job.batch_size = 256;
+	job.mem_bytes = 1u << 20;
+	job.ssd_path = ssd;
+	job.ssd_file_bytes = 256 << 10;
+	job.ssd_queue_depth = 16;
+	job.ssd_lru = 0.5;
+	check_view_scores(&job, 12, 2);
+}
+
 /* Keys without a row give NULL rows (zeros) and are not created. */
 static void test_view_lookup_absent_keys_read_zero(void **state)
 {
@@ -286,6 +318,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_view_scores_as_trainer_eval),
 		cmocka_unit_test(test_view_scores_ssd_tier),
+		cmocka_unit_test(test_view_scores_compact_rows),
 		cmocka_unit_test(test_view_lookup_absent_keys_read_zero),
 		cmocka_unit_test(test_view_check_refuses_inconsistent_views),
 	};
