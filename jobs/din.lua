@@ -3,8 +3,10 @@
 -- behaviour history (st.layer.attention, §4.3's activation unit), and the
 -- attention's output joins the other pooled fields and the dense features
 -- in the MLP. The history column is a list field kept as a sequence
--- (pooling = "none"); jobs/din_sum.lua is the same model with the history
--- sum-pooled instead (the comparison of docs/benchmarks.md).
+-- (pooling = "none"); st.model.din builds the graph (stdlib/strata/
+-- presets.lua; jobs/din_graph.lua writes the same graph out by hand), and
+-- jobs/din_sum.lua is the same model with the history sum-pooled instead
+-- (the comparison of docs/benchmarks.md).
 --
 -- Data: strata gen's synthetic Criteo-like rows with a behaviour history
 -- whose match with the candidate drives the click (gen.h, --history):
@@ -32,18 +34,11 @@ return st.job {
     eval = st.data.csv { path = "data/din/eval.tsv", sep = "\t", header = false,
                          columns = columns(hist) },
   },
-  model = st.model.graph {
+  model = st.model.din {
     emb_dim = 8,
-    layers = {
-      { "e",   st.layer.embed {} },               -- every field but the history
-      { "din", st.layer.attention { query = "cand", keys = "hist", hidden = { 36 },
-                                    activation = "relu" } },
-      { "x",   st.layer.dense {} },
-      { "h",   st.layer.concat { "e", "din", "x" } },
-      { "mlp", st.layer.mlp { "h", sizes = { 200, 80 } } },
-      { "out", st.layer.linear { "mlp" } },
-    },
-    output = "out",
+    query = "cand", keys = "hist",   -- the candidate attends over the history
+    att_hidden = { 36 },             -- the attention's MLP (then 1 score per key)
+    hidden = { 200, 80 },            -- the MLP over concat(embeddings, attention, dense)
     optimizer = st.optim.adam { lr = 0.002 },
   },
   stages = {

@@ -1,5 +1,5 @@
 -- strata.presets — the model presets as Lua functions that build a layer
--- graph: st.presets.lr / dnn / wdl / deepfm / dlrm / dcnv2 { options }
+-- graph: st.presets.lr / dnn / wdl / deepfm / dlrm / dcnv2 / din { options }
 -- returns { layers = { { name, st.layer.<kind>{...} }, ... }, output = name },
 -- the two fields of st.model.graph (docs/models.md, "The presets as graphs").
 --
@@ -20,9 +20,14 @@
 --
 -- The options are the preset's structural fields: hidden, activation,
 -- dense_transform, and dlrm's bottom (and emb_dim, only for bottom's
--- default { 64, emb_dim }), dcnv2's cross_layers and cross_rank. Defaults
--- are the job's (schema.lua). An empty hidden list means no MLP (the output
--- layer reads the features directly), 0 cross layers no cross layer.
+-- default { 64, emb_dim }), dcnv2's cross_layers and cross_rank, din's
+-- query, keys, att_hidden and att_activation. Defaults are the job's
+-- (schema.lua). An empty hidden list means no MLP (the output layer reads
+-- the features directly), 0 cross layers no cross layer.
+--
+-- din has no C twin (it came after the presets became Lua functions):
+-- validate.lua hands st.model.din to C as the graph it builds, so its
+-- checkpoints and exports carry its layers (node lines), as a graph's do.
 local core = select(3, ...)
 local common = require "strata.common"
 local schema = require "strata.schema"
@@ -42,7 +47,11 @@ local FIELDS = {
 	dnn = deep_fields, wdl = deep_fields, deepfm = deep_fields,
 	dlrm = { "hidden", "activation", "dense_transform", "bottom", "emb_dim" },
 	dcnv2 = { "hidden", "activation", "dense_transform", "cross_layers", "cross_rank" },
+	din = { "query", "keys", "att_hidden", "att_activation", "hidden", "activation",
+		"dense_transform" },
 }
+-- Options a preset cannot do without (no default: they name data fields).
+local REQUIRED = { din = { "query", "keys" } }
 
 -- The layer lists. `o` holds checked options with defaults filled; `L`
 -- appends one layer and returns its name.
@@ -98,6 +107,24 @@ function build.dlrm(L, o)
 	return L("out", layer.linear { h, size = 1 })
 end
 
+-- din (Zhou et al. 2018, §4.3 and Figure 2): the candidate (query) attends
+-- over the behaviour sequence (keys); the attention's output joins the
+-- other pooled fields (embed leaves the sequence out) and the dense
+-- features in the MLP. The layers and their order are jobs/din_graph.lua's
+-- hand-written graph (e, din, x, h, mlp, out), so the two are one model bit
+-- for bit (tests/e2e/din.sh compares their digests).
+function build.din(L, o)
+	local e = L("e", layer.embed {})
+	local a = L("din", layer.attention { query = o.query, keys = o.keys,
+		hidden = o.att_hidden, activation = o.att_activation })
+	local x = L("x", layer.dense { transform = o.dense_transform })
+	local h = L("h", layer.concat { e, a, x })
+	if #o.hidden > 0 then
+		h = L("mlp", layer.mlp { h, sizes = o.hidden, activation = o.activation })
+	end
+	return L("out", layer.linear { h, size = 1 })
+end
+
 -- The options with the job's defaults; raises (at `level`) on an unknown
 -- option or a value of the wrong type. The values' ranges are checked where
 -- the layers are validated, as st.model.graph's are.
@@ -142,14 +169,24 @@ local function options(name, opts, level)
 		end
 		return math.tointeger(v)
 	end
+	for _, k in ipairs(REQUIRED[name] or {}) do
+		if opts[k] == nil then
+			error(full .. " needs '" .. k .. "' (" .. table.concat(REQUIRED[name], ", ") ..
+				" name fields of data.train)", level + 1)
+		end
+	end
 	local emb = int("emb_dim", 8)
 	return {
-		hidden = list("hidden", { 256, 128 }),
+		-- din's MLP: 200-80, the sizes of the paper's experiments (§6).
+		hidden = list("hidden", name == "din" and { 200, 80 } or { 256, 128 }),
 		activation = str("activation", "relu"),
 		dense_transform = str("dense_transform", "log1p"),
 		bottom = list("bottom", { 64, emb }),
 		cross_layers = int("cross_layers", 3),
 		cross_rank = int("cross_rank", 0),
+		query = str("query"), keys = str("keys"),
+		att_hidden = list("att_hidden", { 36 }),
+		att_activation = str("att_activation", "relu"),
 	}
 end
 
@@ -170,18 +207,21 @@ end
 
 -- For validate.lua: the graph of a job's preset from its checked model
 -- record (`m`: hidden, activation, dense_transform, bottom, cross_layers,
--- cross_rank), the layers tagged with the model's location.
+-- cross_rank, din's query, keys, att_hidden, att_activation), the layers
+-- tagged with the model's location.
 function M.graph(name, m, where)
 	local o = {
 		hidden = m.hidden or {}, activation = m.activation or "relu",
 		dense_transform = m.dense_transform or "log1p", bottom = m.bottom or {},
 		cross_layers = m.cross_layers or 0, cross_rank = m.cross_rank or 0,
+		query = m.query, keys = m.keys, att_hidden = m.att_hidden or { 36 },
+		att_activation = m.att_activation or "relu",
 	}
 	return make(name, o, where)
 end
 
 -- The names, in the order docs and messages list them.
-M.names = { "lr", "dnn", "wdl", "deepfm", "dlrm", "dcnv2" }
+M.names = { "lr", "dnn", "wdl", "deepfm", "dlrm", "dcnv2", "din" }
 
 -- st.presets: one function per preset, and an error naming the presets for
 -- any other name.

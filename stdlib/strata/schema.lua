@@ -44,7 +44,10 @@ S.formats = { "criteo", "libsvm", "csv" }
 S.models = { "lr", "dnn", "wdl", "deepfm", "dlrm", "dcnv2" }
 -- Every st.model.<type>: the presets and "graph" (a model written layer by
 -- layer). Messages about an unknown type list the presets (`listed`).
-S.model_types = { "lr", "dnn", "wdl", "deepfm", "dlrm", "dcnv2", "graph", listed = S.models }
+-- din is a preset too (presets.lua) but is handed to C as a graph (it has no
+-- C twin), so it is not one of S.models, the presets ops/nn/model.c builds.
+S.model_types = { "lr", "dnn", "wdl", "deepfm", "dlrm", "dcnv2", "din", "graph",
+	listed = S.models }
 -- Layer kinds of st.model.graph (ops/nn/graph.h's node kinds, in the order
 -- of enum st_node_kind in lang/job.h).
 S.layers = { "embed", "dense", "wide", "concat", "mlp", "linear", "fm", "dot", "add", "cross",
@@ -245,6 +248,28 @@ S.model = {
 		{ "cross_layers", "int", min = 0, max = 16, default = 3 },
 		{ "cross_rank", "int", min = 0, max = L.layer, default = 0 },
 	}),
+	-- DIN (presets.lua, build.din): the fields of a graph without its layers,
+	-- plus the attention's query/keys (fields of data.train, checked where
+	-- the attention layer is), its MLP (att_hidden, att_activation: the
+	-- attention layer's hidden and activation) and the MLP over the features.
+	din = {
+		{ "optimizer", "section" },
+		{ "l2", "num", min = 0, max = L.flt_max, default = 0.0 },
+		{ "sparse_optimizer", "section" },
+		{ "dense_optimizer", "section" },
+		{ "emb_dim", "dims", min = 1, max = L.emb_dim, default = 8 },
+		{ "pooling", "str", enum = { "sum", "mean" }, default = "sum" },
+		{ "init_scale", "num", min = 0, max = L.flt_max, default = 0.01 },
+		{ "admission", "section" },
+		{ "ttl", "int", min = 0, default = 0 },
+		{ "dense_transform", "str", enum = { "log1p", "none" }, default = "log1p" },
+		{ "query", "str", required = true, nonempty = true },
+		{ "keys", "str", required = true, nonempty = true },
+		{ "att_hidden", "ints", min = 1, max = L.layer, maxlen = 15, default = { 36 } },
+		{ "att_activation", "str", enum = { "relu", "sigmoid", "none" }, default = "relu" },
+		{ "hidden", "ints", min = 1, max = L.layer, maxlen = 16, default = { 200, 80 } },
+		{ "activation", "str", enum = { "relu", "sigmoid", "none" }, default = "relu" },
+	},
 	-- A layer graph written in the job (docs/models.md, "Writing a model in
 	-- the job file"): `layers` is a list of { name, st.layer.<kind>{...} },
 	-- `output` names the 1-wide logit. validate.lua (V:graph) checks it.

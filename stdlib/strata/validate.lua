@@ -974,9 +974,12 @@ function V:model(root, v, train)
 	-- Per-field pooling (data.train's list fields) overrides model.pooling;
 	-- slot_pooling holds one entry per slot (1 sum, 2 mean, 3 none) when any
 	-- field sets its own. "none" keeps the sequence for a graph's
-	-- st.layer.attention (keys = the field); no preset attends over one.
+	-- st.layer.attention (keys = the field), or st.model.din's keys. (The
+	-- message below predates st.model.din; test_lang pins its words.)
 	local attended = {}
-	if name == "graph" and type(tbl.layers) == "table" then
+	if name == "din" and type(tbl.keys) == "string" then
+		attended[tbl.keys] = true
+	elseif name == "graph" and type(tbl.layers) == "table" then
 		for _, e in ipairs(tbl.layers) do
 			local lt = type(e) == "table" and common.tag(e[2])
 			if lt and lt.kind == "layer" and lt.name == "attention" and
@@ -1073,6 +1076,15 @@ function V:model(root, v, train)
 
 	if name == "graph" then
 		self:graph(node, tbl, out, train)
+	elseif name == "din" then
+		-- din has no C twin: it reaches C as the graph its function builds,
+		-- the record of a graph written in the job (type "graph", no preset
+		-- fields), so its checkpoints and exports save its layers and
+		-- --resume, eval and predict rebuild it as any graph (presets.lua).
+		out.type, out.hidden, out.dense_transform, out.activation = "graph", {}, nil, "relu"
+		if #self.errs == nerr then
+			self:graph(node, presets.graph(name, m, node.loc), out, train)
+		end
 	elseif #self.errs == nerr then
 		-- A preset is the graph its Lua function builds (presets.lua), from
 		-- the fields checked above, through the same checks as a graph
