@@ -993,6 +993,11 @@ function V:model(root, v, train)
 		for _, o in ipairs(train.slot_opts) do
 			if o.pooling == "none" and o.name and attended[o.name] then
 				own = true
+			elseif o.pooling == "none" and name == "din" then
+				self:err(o.loc or node.loc, "data.train field '%s' has pooling = 'none' " ..
+					"(keep the sequence), but model.keys is %s; st.model.din attends " ..
+					"over the field its keys name", tostring(o.name or "?"),
+					type(tbl.keys) == "string" and "'" .. tbl.keys .. "'" or "not given")
 			elseif o.pooling == "none" then
 				self:err(o.loc or node.loc, "data.train field '%s' has pooling = 'none' " ..
 					"(keep the sequence), but model '%s' pools every field into one " ..

@@ -40,8 +40,11 @@ enum { ND = 13, NS = 26, NEX = 16, STEPS = 3 };
  * *diag when want_ok is 0 (the caller frees them); a job that should load
  * and does not fails the test with its messages. *path gets the file's
  * name (caller frees). */
-static st_job_t *load_job(const char *pre, const char *model, int want_ok, st_diag_t *diag,
-			  char **path)
+static const char *const criteo_data = "st.data.criteo { path = \"none-*.tsv\" }";
+
+/* load_job with data.train = `data` (a Lua expression). */
+static st_job_t *load_job_data(const char *data, const char *pre, const char *model,
+			       int want_ok, st_diag_t *diag, char **path)
 {
 	const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
 	char *p = malloc(strlen(tmp) + 32);
@@ -52,8 +55,8 @@ static st_job_t *load_job(const char *pre, const char *model, int want_ok, st_di
 	FILE *f = fdopen(fd, "w");
 	assert_non_null(f);
 	fprintf(f, "%s\nreturn st.job {\n  name = \"presets\",\n  seed = 7,\n"
-		"  data = { train = st.data.criteo { path = \"none-*.tsv\" } },\n"
-		"  model = %s,\n}\n", pre ? pre : "", model);
+		"  data = { train = %s },\n"
+		"  model = %s,\n}\n", pre ? pre : "", data, model);
 	fclose(f);
 	st_load_opts_t o = { .stdlib_dir = "stdlib", .check_paths = 0 };
 	st_job_t *job = NULL;
@@ -76,6 +79,12 @@ static st_job_t *load_job(const char *pre, const char *model, int want_ok, st_di
 		free(p);
 	}
 	return job;
+}
+
+static st_job_t *load_job(const char *pre, const char *model, int want_ok, st_diag_t *diag,
+			  char **path)
+{
+	return load_job_data(criteo_data, pre, model, want_ok, diag, path);
 }
 
 /* A batch of Criteo shape: NEX examples; dense values negative, zero and
@@ -114,9 +123,9 @@ static st_batch_t *make_batch(uint32_t *n_uniq)
 	return b;
 }
 
-/* The two models have the same tensor table, initial values, row layout,
- * nodes and FLOPs. */
-static void assert_same_table(st_model_t *a, st_model_t *c)
+/* The two models (of n_slots slots) have the same tensor table, initial
+ * values, row layout, nodes and FLOPs. */
+static void assert_same_table(st_model_t *a, st_model_t *c, int n_slots)
 {
 	assert_int_equal(st_model_ntensors(a), st_model_ntensors(c));
 	assert_int_equal(st_model_nparams(a), st_model_nparams(c));
@@ -132,7 +141,7 @@ static void assert_same_table(st_model_t *a, st_model_t *c)
 			    st_model_nparams(a) * sizeof(float));
 	assert_int_equal(st_model_has_wide(a), st_model_has_wide(c));
 	assert_int_equal(st_model_max_row_dim(a), st_model_max_row_dim(c));
-	for (int s = 0; s < NS; s++)
+	for (int s = 0; s < n_slots; s++)
 		assert_int_equal(st_model_row_dim(a, s), st_model_row_dim(c, s));
 	assert_true(st_model_flops_per_example(a) == st_model_flops_per_example(c));
 	const st_lgraph_t *ga = st_model_graph(a), *gc = st_model_graph(c);
@@ -161,7 +170,7 @@ static void assert_same_model(const st_job_t *job, const st_model_cfg_t *a_cfg,
 					 job->seed), ST_OK);
 	assert_int_equal(st_model_create(&c, c_cfg, job->train.n_dense, job->train.n_slots,
 					 job->seed), ST_OK);
-	assert_same_table(a, c);
+	assert_same_table(a, c, NS);
 	size_t np = st_model_nparams(a);
 	int rw = st_model_max_row_dim(a);
 	uint32_t nu;
@@ -404,6 +413,169 @@ static void test_presets_errors(void **state)
 	}
 }
 
+/* DIN's data: two dense features, two plain fields, the candidate and the
+ * history kept as a sequence (the fields st.model.din's query and keys
+ * name; checked against data.train, so the test needs them). */
+static const char *const din_data =
+	"st.data.csv { path = \"none-*.tsv\", sep = \"\\t\", header = false, columns = { "
+	"\"label\", \"dense\", \"dense\", \"cat\", \"cat\", { \"cat\", name = \"cand\" }, "
+	"{ \"cat\", name = \"hist\", list = \"^\", max_len = 10, pooling = \"none\" } } }";
+
+/* The two jobs' models are one model: the same nodes, the same saved config
+ * text (what checkpoints and exports carry: layers as node lines, since din
+ * has no C twin), the same checkpoint description and hash, and the same
+ * tensor table with the same initial values. */
+static void assert_same_din(st_job_t *a, st_job_t *b)
+{
+	assert_string_equal(a->model.type, "graph");
+	assert_string_equal(b->model.type, "graph");
+	assert_int_equal(a->model.n_preset_nodes, 0);
+	assert_int_equal(b->model.n_preset_nodes, 0);
+	assert_true(a->model.n_nodes > 0);
+	assert_int_equal(a->model.n_nodes, b->model.n_nodes);
+	assert_int_equal(a->model.node_out, b->model.node_out);
+	assert_memory_equal(a->model.nodes, b->model.nodes,
+			    sizeof(st_model_node_t) * (size_t)a->model.n_nodes);
+	char *ta = NULL, *tb = NULL, err[256] = "";
+	assert_int_equal(st_modelcfg_encode(&a->model, &ta, err, sizeof err), ST_OK);
+	assert_int_equal(st_modelcfg_encode(&b->model, &tb, err, sizeof err), ST_OK);
+	assert_string_equal(ta, tb);
+	assert_non_null(strstr(ta, "attention"));   /* the layers are saved */
+	st_model_cfg_t back;
+	assert_int_equal(st_modelcfg_decode(ta, &back, err, sizeof err), ST_OK);
+	assert_true(st_modelcfg_equal(&back, &a->model));
+	st_modelcfg_fini(&back);
+	free(ta);
+	free(tb);
+	char *da = st_trainer_model_desc(a), *db = st_trainer_model_desc(b);
+	char ha[17], hb[17];
+	st_trainer_job_hash(a, ha);
+	st_trainer_job_hash(b, hb);
+	assert_string_equal(da, db);
+	assert_string_equal(ha, hb);
+	free(da);
+	free(db);
+	st_model_t *ma, *mb;
+	assert_int_equal(st_model_create(&ma, &a->model, a->train.n_dense, a->train.n_slots,
+					 a->seed), ST_OK);
+	assert_int_equal(st_model_create(&mb, &b->model, b->train.n_dense, b->train.n_slots,
+					 b->seed), ST_OK);
+	assert_int_equal(a->train.n_slots, 4);
+	assert_same_table(ma, mb, a->train.n_slots);
+	st_model_destroy(ma);
+	st_model_destroy(mb);
+}
+
+/* st.model.din, st.presets.din in st.model.graph, and the graph written by
+ * hand (jobs/din_graph.lua's layers) are one model; an option changes it. */
+static void test_presets_din(void **state)
+{
+	(void)state;
+	static const char *const cases[][4] = {
+		/* st.model.din's options (and st.presets.din's); the hand graph's
+		 * attention fields, dense layer, and mlp (NULL: none) */
+		{ "query = 'cand', keys = 'hist'",
+		  "query = 'cand', keys = 'hist', hidden = { 36 }, activation = 'relu'",
+		  "st.layer.dense {}", "{ 'h', sizes = { 200, 80 } }" },
+		{ "query = 'cand', keys = 'hist', att_hidden = { 5, 3 }, att_activation = "
+		  "'sigmoid', hidden = { 6 }, activation = 'none', dense_transform = 'none'",
+		  "query = 'cand', keys = 'hist', hidden = { 5, 3 }, activation = 'sigmoid'",
+		  "st.layer.dense { transform = 'none' }", "{ 'h', sizes = { 6 }, activation = 'none' }" },
+		{ "query = 'cand', keys = 'hist', att_hidden = {}, hidden = {}",
+		  "query = 'cand', keys = 'hist', hidden = {}", "st.layer.dense {}", NULL },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		char pm[512], pre[512], mlp[256] = "", gm[1024];
+		snprintf(pm, sizeof pm, "st.model.din { emb_dim = 4, %s }", cases[i][0]);
+		snprintf(pre, sizeof pre, "local g = st.presets.din { %s }", cases[i][0]);
+		st_job_t *pj = load_job_data(din_data, NULL, pm, 1, NULL, NULL);
+		st_job_t *fj = load_job_data(din_data, pre, "st.model.graph { emb_dim = 4, "
+					     "layers = g.layers, output = g.output }", 1, NULL, NULL);
+		assert_same_din(pj, fj);
+		if (cases[i][3])
+			snprintf(mlp, sizeof mlp, "    { 'mlp', st.layer.mlp %s },\n", cases[i][3]);
+		snprintf(gm, sizeof gm, "st.model.graph { emb_dim = 4, layers = {\n"
+			 "    { 'e', st.layer.embed {} },\n"
+			 "    { 'din', st.layer.attention { %s } },\n"
+			 "    { 'x', %s },\n"
+			 "    { 'h', st.layer.concat { 'e', 'din', 'x' } },\n"
+			 "%s"
+			 "    { 'out', st.layer.linear { '%s' } },\n"
+			 "  }, output = 'out' }",
+			 cases[i][1], cases[i][2], mlp, cases[i][3] ? "mlp" : "h");
+		st_job_t *gj = load_job_data(din_data, NULL, gm, 1, NULL, NULL);
+		assert_same_din(pj, gj);
+		st_job_free(gj);
+		st_job_free(fj);
+		st_job_free(pj);
+	}
+	/* The test can fail: a different MLP is a different model. */
+	st_job_t *a = load_job_data(din_data, NULL, "st.model.din { emb_dim = 4, query = 'cand', "
+				    "keys = 'hist' }", 1, NULL, NULL);
+	st_job_t *b = load_job_data(din_data, NULL, "st.model.din { emb_dim = 4, query = 'cand', "
+				    "keys = 'hist', hidden = { 200, 81 } }", 1, NULL, NULL);
+	assert_int_equal(a->model.n_nodes, b->model.n_nodes);
+	assert_memory_not_equal(a->model.nodes, b->model.nodes,
+				sizeof(st_model_node_t) * (size_t)a->model.n_nodes);
+	st_job_free(a);
+	st_job_free(b);
+}
+
+/* Bad din options: refused at the line that gave them. */
+static void test_presets_din_errors(void **state)
+{
+	(void)state;
+	static const char *const cases[][3] = {
+		/* pre, the model, what the message says */
+		{ NULL, "st.model.din { keys = 'hist' }",
+		  ":6: missing required field 'model.query'" },
+		{ NULL, "st.model.din { query = 'cand', keys = 'hist', att_hiden = { 4 } }",
+		  ":6: unknown field 'att_hiden' in model (did you mean 'att_hidden'?)" },
+		{ NULL, "st.model.din { query = 'cand', keys = 'hist', att_activation = 'tanh' }",
+		  ":6: model.att_activation must be 'relu', 'sigmoid' or 'none', got 'tanh'" },
+		{ NULL, "st.model.din { query = 'cand', keys = 'hist', hidden = { 0 } }",
+		  ":6: model.hidden[1] must be >= 1, got 0" },
+		/* keys naming no sequence: said at the sequence's line */
+		{ NULL, "st.model.din { query = 'cand', keys = 'hsit' }",
+		  ":5: data.train field 'hist' has pooling = 'none' (keep the sequence), but "
+		  "model.keys is 'hsit'; st.model.din attends over the field its keys name" },
+		/* a query data.train does not have: the attention layer's check */
+		{ NULL, "st.model.din { query = 'cnad', keys = 'hist' }",
+		  ":6: layer 'din': query 'cnad' is no named cat field of data.train (did you "
+		  "mean 'cand'?)" },
+		{ "local g = st.presets.din { keys = 'hist' }",
+		  "st.model.graph { layers = g.layers, output = g.output }",
+		  ":1: st.presets.din needs 'query' (query, keys name fields of data.train)" },
+		{ "local g = st.presets.din { query = 'cand', keys = 'hist', hiden = { 4 } }",
+		  "st.model.graph { layers = g.layers, output = g.output }",
+		  ":1: st.presets.din has no option 'hiden' (did you mean 'hidden'?)" },
+		{ "local g = st.presets.din { query = 'cand', keys = 'hist', att_hidden = 36 }",
+		  "st.model.graph { layers = g.layers, output = g.output }",
+		  ":1: st.presets.din: att_hidden must be a list of layer sizes" },
+		{ "local g = st.presets.din { query = 'cand', keys = 'hist', att_hidden = { 0 } }",
+		  "st.model.graph { layers = g.layers, output = g.output }",
+		  ":1: model.layers.din.hidden[1] must be >= 1, got 0" },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		st_diag_t d;
+		char *path;
+		load_job_data(din_data, cases[i][0], cases[i][1], 0, &d, &path);
+		int found = 0;
+		for (int k = 0; k < d.n; k++) {
+			const char *at = strstr(d.msg[k], path);
+			found |= at && strstr(d.msg[k], cases[i][2]) == at + strlen(path);
+		}
+		if (!found) {
+			for (int k = 0; k < d.n; k++)
+				fprintf(stderr, "got: %s\n", d.msg[k]);
+			fail_msg("no message '%s%s'", path, cases[i][2]);
+		}
+		st_diag_free(&d);
+		unlink(path);
+		free(path);
+	}
+}
+
 /* Saved configs: a preset job's model config (the text checkpoints and
  * exports carry) names the preset and holds no layers, as it did before
  * the presets were Lua; read back, it builds with the twin the model the
@@ -502,6 +674,8 @@ int main(void)
 		cmocka_unit_test(test_presets_functions_in_graph),
 		cmocka_unit_test(test_presets_extend),
 		cmocka_unit_test(test_presets_errors),
+		cmocka_unit_test(test_presets_din),
+		cmocka_unit_test(test_presets_din_errors),
 		cmocka_unit_test(test_presets_saved_configs),
 		cmocka_unit_test(test_presets_layers_must_fit_rows),
 	};
