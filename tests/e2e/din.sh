@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# DIN end to end (issue 19): jobs/din.lua (st.layer.attention over a list
-# field kept as a sequence) on `strata gen --history` data, with a
-# deterministic setup (allreduce, one worker, one read thread, fixed seed):
+# DIN end to end (issue 19): jobs/din.lua (st.model.din: st.layer.attention
+# over a list field kept as a sequence) on `strata gen --history` data, with
+# a deterministic setup (allreduce, one worker, one read thread, fixed seed):
 #  - it trains and evaluates (an eval AUC is printed);
+#  - jobs/din_graph.lua, the same graph written by hand, trains to the same
+#    model digest (the preset is that graph bit for bit);
 #  - a checkpoint after epoch 1 resumes to the model of two epochs in one go
 #    (the checkpoint's model config carries the attention node);
 #  - its export, read back by `strata eval --job` (the node lines rebuild the
@@ -34,6 +36,14 @@ STRATA_DIGEST=1 "$strata" run "${job[@]}" --set epochs=2 >"$tmp/out_two" 2>&1; t
 if [ $trc = 0 ] && [ -n "$(auc "$tmp/out_two")" ] && grep -q digest "$tmp/out_two"; then
   ok "jobs/din.lua trains two epochs (eval auc $(auc "$tmp/out_two"))"
 else bad "jobs/din.lua trains (exit $trc)"; fi
+
+STRATA_DIGEST=1 "$strata" run jobs/din_graph.lua "${job[@]:1}" --set epochs=2 \
+  >"$tmp/out_graph" 2>&1; grc=$?
+if [ $grc = 0 ] && grep -q digest "$tmp/out_graph" &&
+   [ "$(grep digest "$tmp/out_two")" = "$(grep digest "$tmp/out_graph")" ] &&
+   [ "$(auc "$tmp/out_two")" = "$(auc "$tmp/out_graph")" ]; then
+  ok "st.model.din is jobs/din_graph.lua's hand-written graph (same digest and eval auc)"
+else bad "st.model.din is jobs/din_graph.lua's hand-written graph (exit $grc)"; fi
 
 STRATA_DIGEST=1 "$strata" run "${job[@]}" --set epochs=1 \
   --set "checkpoint={dir=\"$tmp/c\",every=1000}" >"$tmp/out_one" 2>&1
