@@ -2,6 +2,7 @@
  * cmd_gen.c — `strata gen`: synthetic Criteo-format data (ops/gen).
  */
 #include "cli.h"
+#include "ops/gen/cross.h"
 #include "ops/gen/gen.h"
 #include "runtime/err.h"
 #include "runtime/metrics.h"
@@ -43,6 +44,8 @@ static const numopt_t opt_mhot = { .name = "--multi-hot", .lo = 1, .hi = ST_GEN_
 				   .whole = 1 };
 static const numopt_t opt_hist = { .name = "--history", .lo = 1, .hi = ST_GEN_MAX_LIST,
 				   .whole = 1 };
+static const numopt_t opt_cross = { .name = "--cross", .lo = 1, .hi = ST_GEN_MAX_CROSS,
+				    .whole = 1 };
 
 /* Prints "strata gen: --X must be a ... number between LO and HI, got 'S'"
  * and, when the value overflowed or passed a bound, says so. */
@@ -115,7 +118,7 @@ static void progress(int64_t done, int64_t total, void *arg)
 int st_cmd_gen(int argc, char **argv)
 {
 	enum { O_ROWS = 1, O_OUT, O_SEED, O_ZIPF, O_VOCAB, O_FILES, O_EVAL, O_THREADS,
-	       O_DAYS, O_DRIFT, O_MHOT, O_HIST, O_HELP };
+	       O_DAYS, O_DRIFT, O_MHOT, O_HIST, O_CROSS, O_HELP };
 	static const struct option longopts[] = {
 		{ "rows", required_argument, NULL, O_ROWS },
 		{ "out", required_argument, NULL, O_OUT },
@@ -129,6 +132,7 @@ int st_cmd_gen(int argc, char **argv)
 		{ "drift", required_argument, NULL, O_DRIFT },
 		{ "multi-hot", required_argument, NULL, O_MHOT },
 		{ "history", required_argument, NULL, O_HIST },
+		{ "cross", required_argument, NULL, O_CROSS },
 		{ "help", no_argument, NULL, O_HELP },
 		{ 0, 0, 0, 0 },
 	};
@@ -201,6 +205,11 @@ int st_cmd_gen(int argc, char **argv)
 				return ST_EXIT_USAGE;
 			o.history = (int)v;
 			break;
+		case O_CROSS:
+			if (parse_num(&opt_cross, optarg, &v, NULL))
+				return ST_EXIT_USAGE;
+			o.cross = (int)v;
+			break;
 		case O_HELP:
 			st_cli_help_for("gen", stdout);
 			return ST_EXIT_OK;
@@ -236,6 +245,11 @@ int st_cmd_gen(int argc, char **argv)
 	if (o.history && (o.days > 0 || o.multi_hot)) {
 		fprintf(stderr, "strata gen: --history cannot be used with --days or --multi-hot "
 				"(the history is a field of its own beside single-hot fields)\n");
+		return ST_EXIT_USAGE;
+	}
+	if (o.cross && (o.days > 0 || o.multi_hot)) {
+		fprintf(stderr, "strata gen: --cross cannot be used with --days or --multi-hot "
+				"(the planted pairs are single-hot keys whose latents do not drift)\n");
 		return ST_EXIT_USAGE;
 	}
 	if (o.days > 0 && o.rows < o.days) {

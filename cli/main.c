@@ -125,6 +125,7 @@ static const char *const help_gen =
 	"usage: strata gen --rows N --out DIR [--seed S] [--zipf A] [--vocab V]\n"
 	"                  [--files F] [--eval-rows N] [--threads T]\n"
 	"                  [--days D [--drift X]] [--multi-hot L] [--history L]\n"
+	"                  [--cross K]\n"
 	"\n"
 	"Writes synthetic Criteo TSV files DIR/train-00000.tsv ... (and DIR/eval.tsv\n"
 	"when --eval-rows > 0). Categorical values follow a Zipf power law with\n"
@@ -150,7 +151,13 @@ static const char *const help_gen =
 	"candidate's category and a '^'-joined history of 0..L categories (64 of\n"
 	"them); the click logit rises with the share of the history in the\n"
 	"candidate's category, a signal only a model that compares the two finds\n"
-	"(DIN's st.layer.attention; jobs/din.lua).\n";
+	"(DIN's st.layer.attention; jobs/din.lua).\n"
+	"\n"
+	"--cross K (1..13; not with --days or --multi-hot) plants K pairwise cross\n"
+	"terms in the click logit: for slot pairs (C1,C2) .. (C2K-1,C2K), the product\n"
+	"of hidden per-value latents of the two fields' keys, so no single field\n"
+	"holds the signal and a multiplicative cross (dcnv2) can; the columns and\n"
+	"every field stay as without it, only the labels change (bench/cross.sh).\n";
 
 static const char *const help_inspect =
 	"usage: strata inspect PATH\n"

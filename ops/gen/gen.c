@@ -32,6 +32,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ops/gen/cross.h"
 #include "ops/gen/history.h"
 #include "ops/read/read.h"
 #include "runtime/err.h"
@@ -301,6 +302,24 @@ static double list_features(const st_gen_t *g, int mday, uint64_t shift, int s, 
 	return cat_sigma[s] > 0.0 && !dense_only ? w / sqrt((double)nk) : 0.0;
 }
 
+/* The planted cross terms of a row's features (cross.h): pairs whose two
+ * fields are both present. Used by gen_features and st_gen_logit alike, so
+ * both add the same numbers in the same order. */
+static double cross_term(const st_gen_t *g, const st_gen_row_t *r)
+{
+	double t = 0.0;
+	for (int k = 0; k < g->o.cross; k++) {
+		int a, b;
+		st__gen_cross_pair(k, &a, &b);
+		if (r->cat_missing & ((1u << a) | (1u << b)))
+			continue;
+		double za = st__gen_cross_latent(hash3(g->o.seed, (uint64_t)a + 1, r->cat_idx[a]));
+		double zb = st__gen_cross_latent(hash3(g->o.seed, (uint64_t)b + 1, r->cat_idx[b]));
+		t += ST_GEN_CROSS_BETA * za * zb;
+	}
+	return t;
+}
+
 /* Everything about a row except b0 and the label: the row's randomness comes
  * from stream day `sday`, its popularity and weights from model day `mday`
  * (the same day for rows; calibration keeps one sample across days). Returns
@@ -359,6 +378,10 @@ static double gen_features(const st_gen_t *g, int sday, int mday, uint64_t row,
 		if (cat_sigma[s] > 0.0 && !dense_only)
 			logit += cat_weight(g, mday, s, h);
 	}
+	/* Without --cross nothing is added, not even 0.0: the default
+	 * output stays byte-identical. */
+	if (g->o.cross && !dense_only)
+		logit += cross_term(g, r);
 	r->has_hist = g->o.history > 0;
 	if (r->has_hist) {
 		r->hist_seed = seed;
@@ -407,6 +430,8 @@ double st_gen_logit(const st_gen_t *g, int day, const st_gen_row_t *r)
 			w += cat_weight(g, day, s, hash3(g->o.seed, (uint64_t)s + 1, idx[i]));
 		l += w / sqrt((double)r->n_keys[s]);
 	}
+	if (g->o.cross)
+		l += cross_term(g, r);
 	if (r->has_hist)
 		l += st__gen_history_term(r->n_hist, r->hist_cat, r->cand_cat);
 	return l + g->b0[day];
@@ -542,6 +567,13 @@ int st_gen_create(st_gen_t **out, const st_gen_opts_t *o)
 		st_error("gen: bad options (history %d, days %d, multi_hot %d): need 0 <= "
 			 "history <= %d, and no days or multi_hot with history", o->history,
 			 o->days, o->multi_hot, ST_GEN_MAX_LIST);
+		return ST_EINVAL;
+	}
+	if (o->cross < 0 || o->cross > ST_GEN_MAX_CROSS || (o->cross && (o->days || o->multi_hot))) {
+		st_error("gen: bad options (cross %d, days %d, multi_hot %d): need 0 <= cross "
+			 "<= %d, and no days or multi_hot with cross (the planted pairs are "
+			 "single-hot and do not drift)", o->cross, o->days, o->multi_hot,
+			 ST_GEN_MAX_CROSS);
 		return ST_EINVAL;
 	}
 	if (o->multi_hot < 0 || o->multi_hot > ST_GEN_MAX_LIST || (o->multi_hot && o->days)) {

@@ -47,6 +47,10 @@
  * History (opts.history = L > 0, days and multi_hot 0; issue 19): two more
  * columns, a candidate's category and a '^'-joined history of 0..L
  * categories, whose match adds to the logit (ops/gen/history.h).
+ * Cross (opts.cross = K > 0, days and multi_hot 0; issue 19): the logit
+ * gains K planted pairwise terms, beta × z(a, v_a) × z(b, v_b) for slot
+ * pairs (0,1) .. (2K-2, 2K-1) with per-value latents z (ops/gen/cross.h); no
+ * column and no random draw is added, only labels and b0 change.
  * (Days:) st_gen_write then writes day-000.tsv .. day-<D-1>.tsv (rows split
  * evenly, in order) and eval.tsv from the last day's distribution.
  */
@@ -83,6 +87,9 @@ typedef struct st_gen_opts {
 				0..history items with a target-dependent signal,
 				two more columns (ops/gen/history.h; days and
 				multi_hot must be 0; files only, no fill_batch) */
+	int cross;           /* 0: none; 1..ST_GEN_MAX_CROSS: planted pairwise
+				cross terms in the logit (ops/gen/cross.h; days
+				and multi_hot must be 0) */
 } st_gen_opts_t;
 
 /* One generated row, before it is printed. */

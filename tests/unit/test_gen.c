@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ops/gen/cross.h"
 #include "ops/gen/gen.h"
 #include "ops/gen/history.h"
 #include "ops/metrics/auc.h"
@@ -1034,6 +1035,125 @@ static void test_gen_history(void **state)
 	assert_int_equal(st_gen_create(&g, &o), ST_EINVAL);
 }
 
+/* The planted cross term of row r: its logit under g (with --cross) less
+ * its logit under g0 (the same options without), intercepts taken out. */
+static double cross_delta(const st_gen_t *g, const st_gen_t *g0, const st_gen_row_t *r)
+{
+	return (st_gen_logit(g, 0, r) - st_gen_b0(g, 0)) - (st_gen_logit(g0, 0, r) - st_gen_b0(g0, 0));
+}
+
+/* --cross K: every field of a row is what it is without cross (only the
+ * label may differ), the file is the rows, st_gen_logit gives back the
+ * row's logit, the added term is a product of per-value factors of the two
+ * slots of each pair (rank one: t(a,b) t(a',b') == t(a,b') t(a',b)), it
+ * vanishes when a field of its pair is empty, clicks follow its sign, and
+ * fill_batch carries the same labels; days, multi-hot and K past the limit
+ * are refused. The default output (cross 0) is pinned by
+ * test_gen_days0_output_unchanged's checksum. */
+static void test_gen_cross(void **state)
+{
+	(void)state;
+	enum { K = 2, N = 6000 };
+	char *d = make_tmpdir();
+	st_gen_opts_t o, o0;
+	gen_opts(&o, d, 29, 2);
+	o.rows = N;
+	o.files = 1;
+	o.eval_rows = 0;
+	o.vocab = 1000;
+	o.cross = K;
+	o0 = o;
+	o0.cross = 0;
+	assert_int_equal(st_gen_write(&o, NULL, NULL), ST_OK);
+	st_gen_t *g, *g0;
+	assert_int_equal(st_gen_create(&g, &o), ST_OK);
+	assert_int_equal(st_gen_create(&g0, &o0), ST_OK);
+	char *p = train_name(d, 0);
+	size_t len;
+	char *text = read_all(p, &len);
+	assert_non_null(text);
+	char *line = text, buf[ST_GEN_MAX_LINE], buf0[ST_GEN_MAX_LINE];
+	st_gen_row_t r, r0, prev;
+	memset(&prev, 0, sizeof prev);
+	r.list_idx = r0.list_idx = NULL;
+	double clicks[2] = { 0 }, rows[2] = { 0 }, sum = 0.0, sum2 = 0.0;
+	long label_diff = 0;
+	for (int i = 0; i < N; i++) {
+		st_gen_row(g, (uint64_t)i, &r);
+		st_gen_row(g0, (uint64_t)i, &r0);
+		int n = st_gen_format(&r, buf), n0 = st_gen_format(&r0, buf0);
+		assert_int_equal(n, n0);
+		assert_memory_equal(line, buf, (size_t)n);   /* the file is the rows */
+		assert_memory_equal(buf + 1, buf0 + 1, (size_t)n - 1);   /* all but the label */
+		label_diff += r.label != r0.label;
+		assert_true(st_gen_logit(g, 0, &r) == r.logit);
+		double t = cross_delta(g, g0, &r);
+		sum += t;
+		sum2 += t * t;
+		if (fabs(t) > 1.0) {
+			clicks[t > 0] += r.label;
+			rows[t > 0] += 1;
+		}
+		if (i > 0) {
+			/* Pair 0 on r's other fields, its keys taken from r and
+			 * prev: f(x, y) = t - c with c the term of r without pair 0
+			 * (slot 0 emptied), which must be beta z0(x) z1(y), so
+			 * f(a,b) f(a',b') == f(a,b') f(a',b) (a sum z0 + z1 fails). */
+			st_gen_row_t e0 = r, e1 = r, q = r;
+			e0.cat_missing |= 1u << 0;
+			e1.cat_missing |= 1u << 1;
+			double c = cross_delta(g, g0, &e0);
+			/* an empty field of the pair takes the pair's term out */
+			assert_true(fabs(cross_delta(g, g0, &e1) - c) < 1e-12);
+			double f[2][2];
+			for (int x = 0; x < 2; x++)
+				for (int y = 0; y < 2; y++) {
+					q.cat_idx[0] = x ? prev.cat_idx[0] : r.cat_idx[0];
+					q.cat_idx[1] = y ? prev.cat_idx[1] : r.cat_idx[1];
+					f[x][y] = cross_delta(g, g0, &q) - c;
+				}
+			assert_true(fabs(f[0][0] * f[1][1] - f[0][1] * f[1][0]) < 1e-9);
+		}
+		prev = r;
+		line += n;
+	}
+	/* labels move, and clicks follow the term's sign by far more than the
+	 * sampling noise (~0.03 on these counts) */
+	assert_true(label_diff > N / 20);
+	assert_true(rows[0] > 300 && rows[1] > 300);
+	assert_true(clicks[1] / rows[1] - clicks[0] / rows[0] > 0.3);
+	/* K terms of variance ~beta^2 each, and a mean small beside their spread
+	 * (the Zipf head's latents leave a little, cross.h) */
+	double mean = sum / N, var = sum2 / N - mean * mean;
+	assert_true(var > 0.5 * K * ST_GEN_CROSS_BETA * ST_GEN_CROSS_BETA);
+	assert_true(fabs(mean) < 0.5 * sqrt(var));
+
+	st_batch_t *b;
+	assert_int_equal(st_batch_create(&b, 64, 13, 26, 64 * 26), ST_OK);
+	assert_int_equal(st_gen_fill_batch(g, 0, b, 64), ST_OK);
+	for (int i = 0; i < 64; i++) {
+		st_gen_row(g, (uint64_t)i, &r);
+		assert_true(b->labels[i] == (float)r.label);
+	}
+	st_batch_destroy(b);
+	free(text);
+	free(p);
+	st_gen_destroy(g);
+	st_gen_destroy(g0);
+	rm_dir(d, 1);
+	free(d);
+	o.days = 2;
+	assert_int_equal(st_gen_create(&g, &o), ST_EINVAL);
+	o.days = 0;
+	o.multi_hot = 2;
+	assert_int_equal(st_gen_create(&g, &o), ST_EINVAL);
+	o.multi_hot = 0;
+	o.cross = ST_GEN_MAX_CROSS + 1;
+	assert_int_equal(st_gen_create(&g, &o), ST_EINVAL);
+	o.cross = -1;
+	assert_int_equal(st_gen_create(&g, &o), ST_EINVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1054,6 +1174,7 @@ int main(void)
 		cmocka_unit_test(test_gen_days_stale_model_auc_decays),
 		cmocka_unit_test(test_gen_multihot),
 		cmocka_unit_test(test_gen_history),
+		cmocka_unit_test(test_gen_cross),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
