@@ -5,6 +5,7 @@ trained on strata's synthetic Criteo TSV, end to end and from memory.
     /usr/bin/python3 bench/torch_ctr.py --train 'DIR/train-*.tsv' --eval DIR/eval.tsv
         [--threads 2] [--epochs 1] [--emb-dim 16] [--hidden 400,400,400]
         [--minibatch 1024] [--sparse-lr 0.05] [--init-accum 0.1] [--dense-lr 0.001]
+        [--model dnn|dcnv2 [--cross-layers 3] [--cross-rank 0]]
 
 Model (the dnn preset of tests/reference/models.py): 26 slots × emb_dim 16
 summed per slot (at most one key per slot in Criteo), 13 dense features
@@ -13,7 +14,9 @@ BCEWithLogits mean loss; AdaGrad (torch.optim.Adagrad on a sparse
 nn.Embedding gradient, lr 0.05, initial accumulator 0.1, eps 1e-10) for the
 embedding rows, Adam (lr 1e-3) for the dense tensors; embedding rows start
 uniform(-0.01, 0.01), dense weights uniform(-1/sqrt(in), 1/sqrt(in)), biases 0
-— the settings of bench/ctr_strata.lua.
+— the settings of bench/ctr_strata.lua. --model dcnv2 puts
+models.py's DCNv2 cross layers (full rank, or W = U V of rank --cross-rank)
+in front of the MLP, initialized by the same rule (bench/cross.sh).
 
 Loader (--loader numpy, the default; --loader pandas reads with pandas'
 read_csv instead, same keys): each file is
@@ -118,13 +121,14 @@ def load_pandas(paths):
 
 
 class Net(torch.nn.Module):
-    def __init__(self, vocab, dim, hidden):
+    def __init__(self, vocab, dim, hidden, preset="dnn", n_cross=0, cross_rank=0):
         super().__init__()
         self.emb = torch.nn.Embedding(vocab + 1, dim, padding_idx=vocab, sparse=True)
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                         "..", "tests", "reference"))
         import models
-        self.dnn = models.CTRModel("dnn", N_DENSE, N_SLOTS, dim, hidden)
+        self.dnn = models.CTRModel(preset, N_DENSE, N_SLOTS, dim, hidden,
+                                   n_cross=n_cross, cross_rank=cross_rank)
         with torch.no_grad():
             self.emb.weight.uniform_(-0.01, 0.01)
             self.emb.weight[vocab].zero_()
@@ -163,6 +167,9 @@ def main():
     ap.add_argument("--init-accum", type=float, default=0.1)
     ap.add_argument("--dense-lr", type=float, default=0.001)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--model", choices=("dnn", "dcnv2"), default="dnn")
+    ap.add_argument("--cross-layers", type=int, default=3, help="dcnv2 only")
+    ap.add_argument("--cross-rank", type=int, default=0, help="dcnv2 only; 0 = full rank")
     ap.add_argument("--loader", choices=("numpy", "pandas"), default="numpy",
                     help="numpy chunk split (default) or pandas read_csv")
     ap.add_argument("--bf16", action="store_true",
@@ -193,7 +200,8 @@ def main():
     y_tr = torch.from_numpy(ytr)
     load_s = time.time() - t
 
-    net = Net(V, a.emb_dim, hidden)
+    net = Net(V, a.emb_dim, hidden, a.model,
+              a.cross_layers if a.model == "dcnv2" else 0, a.cross_rank)
     sopt = torch.optim.Adagrad([net.emb.weight], lr=a.sparse_lr,
                                initial_accumulator_value=a.init_accum, eps=1e-10)
     dopt = torch.optim.Adam(net.dnn.parameters(), lr=a.dense_lr)
@@ -220,7 +228,9 @@ def main():
     eval_s = time.time() - t
     total_s = time.time() - T0
     ex = n * a.epochs
-    res = dict(system="torch", torch=torch.__version__, threads=a.threads,
+    dense_params = sum(p.numel() for p in net.dnn.parameters())
+    res = dict(system="torch", model=a.model, dense_params=dense_params,
+               torch=torch.__version__, threads=a.threads,
                loader=a.loader, precision="bf16" if a.bf16 else "fp32",
                train_rows=n, eval_rows=len(yev), epochs=a.epochs, vocab=V,
                load_s=round(load_s, 3), train_s=round(train_s, 3), eval_s=round(eval_s, 3),
@@ -230,7 +240,7 @@ def main():
           % (torch.__version__, a.threads, a.loader, res["precision"], n, V, len(yev)))
     print("  load %.2f s, train %.2f s (%.0f ex/s), eval %.2f s, total %.2f s (%.0f ex/s)"
           % (load_s, train_s, ex / train_s, eval_s, total_s, ex / total_s))
-    print("  eval auc %.5f" % eval_auc)
+    print("  %s, %d dense params, eval auc %.5f" % (a.model, dense_params, eval_auc))
     print(json.dumps(res))
 
 
