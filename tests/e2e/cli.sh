@@ -54,6 +54,10 @@ expect "gen --drift without --days" 2 "--drift needs --days" -- "$strata" gen --
 expect "gen --days too large" 2 "--days must be a whole number between 0 and 365" -- "$strata" gen --rows 1000 --days 366 --out "$tmp/g"
 expect "gen --days with --files" 2 "--files cannot be used with --days" -- "$strata" gen --rows 10 --days 2 --files 3 --out "$tmp/g"
 expect "gen --rows below --days" 2 "--rows \(3\) must be at least --days \(5\)" -- "$strata" gen --rows 3 --days 5 --out "$tmp/g"
+expect "gen --cross with --days" 2 "--cross cannot be used with --days or --multi-hot" -- "$strata" gen --rows 10 --days 2 --cross 2 --out "$tmp/g"
+expect "gen --cross with --multi-hot" 2 "--cross cannot be used with --days or --multi-hot" -- "$strata" gen --rows 10 --multi-hot 3 --cross 2 --out "$tmp/g"
+expect "gen --cross too large" 2 "--cross must be a whole number between 1 and 13, got '14'" -- "$strata" gen --rows 10 --cross 14 --out "$tmp/g"
+expect "gen --cross changes labels only" 0 "^fields same, labels differ$" -- bash -c '"$1" gen --rows 2000 --seed 7 --out "$2/gx0" >/dev/null && "$1" gen --rows 2000 --seed 7 --cross 3 --out "$2/gx3" >/dev/null || exit 1; cmp -s <(cut -f2- "$2/gx0/train-00000.tsv") <(cut -f2- "$2/gx3/train-00000.tsv") && echo -n "fields same, " ; cmp -s <(cut -f1 "$2/gx0/train-00000.tsv") <(cut -f1 "$2/gx3/train-00000.tsv") || echo "labels differ"' _ "$strata" "$tmp"
 expect "run generates days when absent" 0 "as 3 days day-000.tsv .. day-002.tsv.*trained 30.0k examples" -- bash -c 'set -o pipefail; "$1" run tests/e2e/jobs/gen_small.lua --quiet --set "data.generate.dir=\"$2/gr\"" --set data.generate.rows=30000 --set data.generate.eval_rows=5000 --set data.generate.files=1 --set data.generate.days=3 --set "data.train.path=\"$2/gr/day-*.tsv\"" --set "data.eval.path=\"$2/gr/eval.tsv\"" 2>&1 | tr "\n" " "' _ "$strata" "$tmp"
 
 if [ -n "$data" ] && [ -d "$data/criteo" ]; then
