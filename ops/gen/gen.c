@@ -562,18 +562,12 @@ int st_gen_create(st_gen_t **out, const st_gen_opts_t *o)
 			 "with days, 0 <= drift <= 1", o->days, o->drift, ST_GEN_MAX_DAYS);
 		return ST_EINVAL;
 	}
-	if (o->history < 0 || o->history > ST_GEN_MAX_LIST ||
-	    (o->history && (o->days || o->multi_hot))) {
-		st_error("gen: bad options (history %d, days %d, multi_hot %d): need 0 <= "
-			 "history <= %d, and no days or multi_hot with history", o->history,
-			 o->days, o->multi_hot, ST_GEN_MAX_LIST);
-		return ST_EINVAL;
-	}
-	if (o->cross < 0 || o->cross > ST_GEN_MAX_CROSS || (o->cross && (o->days || o->multi_hot))) {
-		st_error("gen: bad options (cross %d, days %d, multi_hot %d): need 0 <= cross "
-			 "<= %d, and no days or multi_hot with cross (the planted pairs are "
-			 "single-hot and do not drift)", o->cross, o->days, o->multi_hot,
-			 ST_GEN_MAX_CROSS);
+	/* The planted signals (--history, --cross) are single-hot and do not drift. */
+	if (o->history < 0 || o->history > ST_GEN_MAX_LIST || o->cross < 0 ||
+	    o->cross > ST_GEN_MAX_CROSS || ((o->history || o->cross) && (o->days || o->multi_hot))) {
+		st_error("gen: bad options (history %d, cross %d, days %d, multi_hot %d): need 0 <= "
+			 "history <= %d, 0 <= cross <= %d, and no days or multi_hot with either",
+			 o->history, o->cross, o->days, o->multi_hot, ST_GEN_MAX_LIST, ST_GEN_MAX_CROSS);
 		return ST_EINVAL;
 	}
 	if (o->multi_hot < 0 || o->multi_hot > ST_GEN_MAX_LIST || (o->multi_hot && o->days)) {
