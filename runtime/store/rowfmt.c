@@ -17,6 +17,7 @@
  * vector loops are compiled for AVX2 + F16C by attribute and chosen at run
  * time when the CPU has both. */
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define ROWFMT_SIMD 1
 #define SIMD_FN __attribute__((target("avx2,f16c")))
@@ -27,7 +28,11 @@ static int have_simd(void)
 	int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
 	if (r < 0) {
 		__builtin_cpu_init();
-		r = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+		/* F16C from CPUID leaf 1 (ECX bit 29): clang's
+		 * __builtin_cpu_supports knows no "f16c" and refuses to compile. */
+		unsigned a, b, c, d;
+		r = __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) &&
+		    (c & bit_F16C) != 0;
 		__atomic_store_n(&v, r, __ATOMIC_RELAXED);
 	}
 	return r;
