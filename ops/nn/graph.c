@@ -37,6 +37,7 @@
 #include "ops/nn/graph.h"
 
 #include "ops/nn/attention.h"
+#include "ops/nn/mmoe.h"
 
 #include <assert.h>
 #include <math.h>
@@ -47,10 +48,11 @@
 #include "runtime/err.h"
 
 enum { N_EMBED, N_DENSE, N_WIDE, N_CONCAT, N_MLP, N_LINEAR, N_FM, N_DOT, N_ADD,
-       N_CROSS, N_ATTN };
+       N_CROSS, N_ATTN, N_MMOE, N_SLICE };
 
 static const char *const kind_name[] = { "embed", "dense", "wide", "concat", "mlp",
-					 "linear", "fm", "dot", "add", "cross", "attention" };
+					 "linear", "fm", "dot", "add", "cross", "attention",
+					 "mmoe", "slice" };
 
 #define MAX_NODES 64
 #define MAX_IN 16
@@ -77,6 +79,8 @@ typedef struct node {
 	int rank;              /* cross */
 	int n_layers;          /* mlp, cross, attention (its MLP's layers) */
 	st_attn_shape_t attn;  /* attention */
+	st_mmoe_shape_t mmoe;  /* mmoe (its tensors start at p0, mmoe.h's order) */
+	int offset;            /* slice: the first column */
 	layer_t L[MAX_LAYERS];
 	int need_grad;
 	size_t p0;             /* the graph's nparams and flops when the node */
@@ -527,12 +531,69 @@ int st_lgraph_attention(st_lgraph_t *g, const char *prefix, int q_slot, int k_sl
 	return id;
 }
 
+int st_lgraph_mmoe(st_lgraph_t *g, int in, const char *prefix, int n_experts, int n_layers,
+		   const int *sizes, int act, int n_tasks)
+{
+	int rc = check_in(g, "mmoe", in);
+	if (rc < 0)
+		return rc;
+	st_mmoe_shape_t s = { .d_in = g->node[in].width, .n_experts = n_experts,
+			      .n_tasks = n_tasks, .n_layers = n_layers, .act = act };
+	for (int k = 0; k < n_layers && k < ST_MMOE_MAX_LAYERS; k++)
+		s.sizes[k] = sizes[k];
+	char msg[200], name[40];
+	int din, dout, nmaps = n_experts * n_layers + n_tasks;
+	if (st_mmoe_check(&s, prefix, msg, sizeof msg) < 0) {
+		st_error("%s", msg);
+		return ST_EINVAL;
+	}
+	/* Every "<map>.weight" must fit a tensor name (31 characters). */
+	for (int i = 0; i < nmaps; i++)
+		if (st_mmoe_map(&s, prefix, i, name, sizeof name, &din, &dout) < 0 ||
+		    strlen(name) + sizeof ".weight" > sizeof g->tensors[0].name) {
+			st_error("mmoe %s: tensor %.32s.weight is over %zu characters; give the "
+				 "layer a shorter name", prefix, name, sizeof g->tensors[0].name - 1);
+			return ST_EINVAL;
+		}
+	int id = new_node(g, N_MMOE, 1, &in, st_mmoe_width(&s));
+	if (id < 0)
+		return id;
+	g->node[id].mmoe = s;
+	for (int i = 0; i < nmaps; i++) {
+		layer_t l;
+		st_mmoe_map(&s, prefix, i, name, sizeof name, &din, &dout);
+		if ((rc = add_linear(g, &l, name, din, dout, 1)) < 0)
+			return rc;
+	}
+	assert(g->nparams - g->node[id].p0 == st_mmoe_nparams(&s));
+	g->flops += st_mmoe_flops_mix(&s);
+	return id;
+}
+
+int st_lgraph_slice(st_lgraph_t *g, int in, int offset, int width)
+{
+	int rc = check_in(g, "slice", in);
+	if (rc < 0)
+		return rc;
+	int w = g->node[in].width;
+	if (offset < 0 || width < 1 || offset > w - width) {
+		st_error("slice: columns %d..%d of input %d, which is %d wide", offset,
+			 offset + width - 1, in, w);
+		return ST_EINVAL;
+	}
+	int id = new_node(g, N_SLICE, 1, &in, width);
+	if (id >= 0)
+		g->node[id].offset = offset;
+	return id;
+}
+
 /* Marks which nodes need a gradient (see the header comment). */
 static void mark_grads(st_lgraph_t *g)
 {
 	for (int i = 0; i < g->n_nodes; i++) {
 		node_t *nd = &g->node[i];
 		nd->need_grad = nd->kind == N_EMBED || nd->kind == N_WIDE || nd->kind == N_ATTN ||
+				nd->kind == N_MMOE ||
 				nd->n_layers > 0;
 		for (int k = 0; k < nd->n_in; k++)
 			nd->need_grad |= g->node[nd->in[k]].need_grad;
@@ -668,6 +729,11 @@ int st_lgraph_ws_create(st_lgraph_ws_t **out, const st_lgraph_t *g, uint32_t max
 		if (nd->kind == N_ATTN) {
 			/* Its scratch is per chunk of keys, not per example. */
 			size_t bytes = st_attn_scratch_bytes(&nd->attn, (uint32_t)n);
+			WS(ws->aux[i][0], bytes / sizeof(float));
+			continue;
+		}
+		if (nd->kind == N_MMOE) {
+			size_t bytes = st_mmoe_scratch_bytes(&nd->mmoe, (uint32_t)n);
 			WS(ws->aux[i][0], bytes / sizeof(float));
 			continue;
 		}
@@ -859,6 +925,12 @@ static void forward_node(const st_lgraph_t *g, st_lgraph_ws_t *ws, int id,
 				b->key_idx, rows, Wl, bl, ws->aux[id][0], Y);
 		break;
 	}
+	case N_MMOE:
+		st_mmoe_forward(&nd->mmoe, nn_, X, params + nd->p0, ws->aux[id][0], Y);
+		break;
+	case N_SLICE:
+		st_slice_forward(nn_, g->node[nd->in[0]].width, nd->offset, W, X, Y);
+		break;
 	}
 }
 
@@ -1034,6 +1106,19 @@ static void backward_node(const st_lgraph_t *g, st_lgraph_ws_t *ws, int id,
 				 gstride);
 		break;
 	}
+	case N_MMOE:
+		st_mmoe_backward(&nd->mmoe, nn_, X, params + nd->p0, dY, ws->aux[id][0],
+				 want ? grad_begin(ws, in0) : NULL, gparams + nd->p0);
+		if (want)
+			grad_end(ws, in0, in_len);
+		break;
+	case N_SLICE:
+		if (want) {
+			st_slice_backward(nn_, g->node[in0].width, nd->offset, W, dY,
+					  grad_begin(ws, in0));
+			grad_end(ws, in0, in_len);
+		}
+		break;
 	}
 }
 

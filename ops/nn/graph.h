@@ -28,6 +28,8 @@
  *   add      st_lgraph_add         common width     none (element-wise sum)
  *   cross    st_lgraph_cross       input width      DCNv2 layers, see st_lgraph_cross
  *   attention st_lgraph_attention  the keys' dim    DIN activation unit, <p>.att.<l>.*
+ *   mmoe     st_lgraph_mmoe        tasks × last size experts and gates, see st_lgraph_mmoe
+ *   slice    st_lgraph_slice       width            none (a column range of the input)
  *
  * Dense parameters live in one contiguous array owned by the graph, split
  * into named tensors in creation order (the order the builders were called);
@@ -116,6 +118,21 @@ int st_lgraph_cross(st_lgraph_t *g, int in, const char *prefix, int n_layers, in
  * activation). FLOPs are counted per key of the sequence. */
 int st_lgraph_attention(st_lgraph_t *g, const char *prefix, int q_slot, int k_slot,
 			int n_hidden, const int *hidden, int act);
+
+/* MMoE (ops/nn/mmoe.h; Ma et al. 2018, §4.2): n_experts MLPs of sizes
+ * [n_layers] with act (enum st_lgraph_act) over the input, and n_tasks
+ * softmax gates over the experts; the output is the n_tasks gated sums side
+ * by side (width n_tasks × sizes[n_layers-1], task t at columns
+ * t × sizes[n_layers-1] ..). Tensors, created (and so initialized) in this
+ * order: prefix.expert.<e>.<k>.weight [sizes[k] × in_k] / .bias [sizes[k]]
+ * for e, then k; then prefix.gate.<t>.weight [n_experts × in width] / .bias
+ * [n_experts] for t. A name that would not fit a tensor name (31
+ * characters) is refused. */
+int st_lgraph_mmoe(st_lgraph_t *g, int in, const char *prefix, int n_experts, int n_layers,
+		   const int *sizes, int act, int n_tasks);
+/* Columns offset .. offset+width-1 of the input (no parameters): a task's
+ * part of an mmoe, for its tower. */
+int st_lgraph_slice(st_lgraph_t *g, int in, int offset, int width);
 
 /* Declares `out` (width 1) the logit, allocates and initializes the dense
  * parameters from seed (weights uniform(-1/sqrt(in), 1/sqrt(in)) in tensor
