@@ -95,7 +95,7 @@ typedef struct st_optim_cfg {
 enum st_node_kind {
 	ST_NODE_EMBED, ST_NODE_DENSE, ST_NODE_WIDE, ST_NODE_CONCAT, ST_NODE_MLP,
 	ST_NODE_LINEAR, ST_NODE_FM, ST_NODE_DOT, ST_NODE_ADD, ST_NODE_CROSS,
-	ST_NODE_ATTENTION, ST_NODE_NKINDS
+	ST_NODE_ATTENTION, ST_NODE_MMOE, ST_NODE_SLICE, ST_NODE_NKINDS
 };
 #define ST_MODEL_MAX_NODES 32
 #define ST_NODE_MAX_IN 16
@@ -110,7 +110,9 @@ typedef struct st_model_node {
 	 * 2 sigmoid: enum st_lgraph_act); linear: a = out; fm, dot: a = fields;
 	 * cross: a = layers, b = rank (0 = full); attention: a = query slot,
 	 * b = key (sequence) slot, c = activation (as mlp's a), sizes = its
-	 * hidden sizes (may be none). */
+	 * hidden sizes (may be none); mmoe: a = experts, b = tasks,
+	 * c = activation (as mlp's a), sizes = each expert's layer sizes;
+	 * slice: a = first column, b = width. */
 	int a, b, c;
 } st_model_node_t;
 

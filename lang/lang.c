@@ -296,7 +296,7 @@ static void convert_nodes(lua_State *L, int m, st_model_cfg_t *mc)
 {
 	static const char *const kinds[] = { "embed", "dense", "wide", "concat", "mlp",
 					     "linear", "fm", "dot", "add", "cross",
-					     "attention" };
+					     "attention", "mmoe", "slice" };
 	int t = push_table(L, m, "nodes");
 	if (!t)
 		return;

@@ -44,7 +44,7 @@ static const char *const type_names[] = { "lr", "dnn", "wdl", "deepfm", "dlrm", 
 /* enum st_node_kind's names (lang/job.h), the first word of a node line. */
 static const char *const node_kinds[] = { "embed", "dense", "wide", "concat", "mlp",
 					  "linear", "fm", "dot", "add", "cross", "attention",
-					  NULL };
+					  "mmoe", "slice", NULL };
 static const char *const pool_names[] = { "sum", "mean", NULL };
 static const char *const act_names[] = { "relu", "sigmoid", "none", NULL };
 static const char *const transform_names[] = { "log1p", "none", NULL };
@@ -159,7 +159,8 @@ static void put_list(sbuf_t *b, const char *key, const int *v, int n)
 /* One layer of a graph model as "node.<i>=<kind> <name>[ in=a,b][ key=v...]":
  * the keys per kind are dense log1p, mlp sizes and act, linear size, fm and
  * dot fields, cross layers and rank, attention query and keys (slots),
- * sizes and act (lang/job.h's a, b and c, by name). */
+ * sizes and act, mmoe experts, tasks, sizes and act, slice offset and width
+ * (lang/job.h's a, b and c, by name). */
 static const char *const act_words[] = { "none", "relu", "sigmoid", NULL };
 
 /* A layer name as the job language allows it (validate.lua): a Lua
@@ -183,7 +184,9 @@ static int put_node(sbuf_t *b, int i, const st_model_node_t *nd, char *err, size
 	    nd->n_in > ST_NODE_MAX_IN || nd->n_sizes < 0 || nd->n_sizes > MAX_LAYERS ||
 	    (nd->kind == ST_NODE_MLP && (nd->a < 0 || nd->a > 2)) ||
 	    (nd->kind == ST_NODE_ATTENTION && (nd->c < 0 || nd->c > 2 || nd->a < 0 ||
-					       nd->b < 0))) {
+					       nd->b < 0)) ||
+	    (nd->kind == ST_NODE_MMOE && (nd->c < 0 || nd->c > 2 || nd->a < 0 || nd->b < 0)) ||
+	    (nd->kind == ST_NODE_SLICE && (nd->a < 0 || nd->b < 0))) {
 		st__dumpio_seterr(err, errlen, "model config: node %d is malformed", i);
 		return ST_EINVAL;
 	}
@@ -214,6 +217,13 @@ static int put_node(sbuf_t *b, int i, const st_model_node_t *nd, char *err, size
 		}
 		sb_printf(b, " act=%s", act_words[nd->c]);
 		break;
+	case ST_NODE_MMOE:
+		sb_printf(b, " experts=%d tasks=%d sizes=", nd->a, nd->b);
+		for (int k = 0; k < nd->n_sizes; k++)
+			sb_printf(b, "%s%d", k ? "," : "", nd->sizes[k]);
+		sb_printf(b, " act=%s", act_words[nd->c]);
+		break;
+	case ST_NODE_SLICE: sb_printf(b, " offset=%d width=%d", nd->a, nd->b); break;
 	}
 	sb_printf(b, "\n");
 	return ST_OK;
@@ -547,8 +557,9 @@ static int parse_node(st_model_cfg_t *cfg, const char *idx, char *v, int line, c
 			*(in ? &nd->n_in : &nd->n_sizes) = n;
 			free(list);
 		} else if (!strcmp(t, "act")) {
-			/* mlp's activation is a, attention's c (lang/job.h) */
-			int *act = nd->kind == ST_NODE_ATTENTION ? &nd->c : &nd->a;
+			/* mlp's activation is a, attention's and mmoe's c (lang/job.h) */
+			int *act = nd->kind == ST_NODE_ATTENTION || nd->kind == ST_NODE_MMOE
+					   ? &nd->c : &nd->a;
 			*act = -1;
 			for (int k = 0; act_words[k]; k++)
 				if (!strcmp(e, act_words[k]))
@@ -567,6 +578,12 @@ static int parse_node(st_model_cfg_t *cfg, const char *idx, char *v, int line, c
 		} else if (!strcmp(t, "query")) {
 			nd->a = (int)x;
 			slots |= 1;
+		} else if (!strcmp(t, nd->kind == ST_NODE_SLICE ? "offset" : "experts")) {
+			nd->a = (int)x;
+			slots |= 4;
+		} else if (!strcmp(t, nd->kind == ST_NODE_SLICE ? "width" : "tasks")) {
+			nd->b = (int)x;
+			slots |= 8;
 		} else {
 			bad = 1;
 		}
@@ -574,6 +591,9 @@ static int parse_node(st_model_cfg_t *cfg, const char *idx, char *v, int line, c
 	/* An attention layer reads two different slots; a line without them
 	 * (as "attention a") is no layer. */
 	if (nd->kind == ST_NODE_ATTENTION && (slots != 3 || nd->a == nd->b))
+		bad = 1;
+	/* mmoe needs experts= and tasks=, slice offset= and width=. */
+	if ((nd->kind == ST_NODE_MMOE || nd->kind == ST_NODE_SLICE) && slots != 12)
 		bad = 1;
 	if (bad || ntok < 2) {
 		st__dumpio_seterr(err, errlen, "line %d: node.%d is not '<kind> <name>[ in=i,j]"

@@ -177,6 +177,11 @@ static int build_nodes(st_lgraph_t *g, const st_model_cfg_t *cfg, int n_nodes, i
 			id[i] = st_lgraph_attention(g, nd->name, nd->a, nd->b, nd->n_sizes,
 						    nd->sizes, nd->c);
 			break;
+		case ST_NODE_MMOE:
+			id[i] = st_lgraph_mmoe(g, in0, nd->name, nd->a, nd->n_sizes, nd->sizes,
+					       nd->c, nd->b);
+			break;
+		case ST_NODE_SLICE: id[i] = st_lgraph_slice(g, in0, nd->a, nd->b); break;
 		default: id[i] = ST_EINVAL; break;
 		}
 		if (id[i] < 0)

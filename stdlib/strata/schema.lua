@@ -51,7 +51,7 @@ S.model_types = { "lr", "dnn", "wdl", "deepfm", "dlrm", "dcnv2", "din", "graph",
 -- Layer kinds of st.model.graph (ops/nn/graph.h's node kinds, in the order
 -- of enum st_node_kind in lang/job.h).
 S.layers = { "embed", "dense", "wide", "concat", "mlp", "linear", "fm", "dot", "add", "cross",
-	"attention" }
+	"attention", "mmoe", "slice" }
 S.optimizers = { "sgd", "adagrad", "adam", "ftrl" }
 -- Sync policies: the registry's table (ops/sync/policies.def), in its
 -- order; S.meta_policies[name] is true for a policy that switches between
@@ -314,6 +314,18 @@ S.layer = {
 		{ "keys", "str", required = true, nonempty = true },
 		{ "hidden", "ints", min = 1, max = L.layer, maxlen = 15, default = { 36 } },
 		{ "activation", "str", enum = { "relu", "sigmoid", "none" }, default = "relu" } },
+	-- MMoE (ops/nn/mmoe.h; Ma et al. 2018, §4.2): `experts` MLPs of sizes
+	-- expert_hidden (each followed by activation) over the input and one
+	-- softmax gate per task; the output is the tasks' gated sums side by
+	-- side (tasks × the last size wide). experts >= 1 and tasks >= 1 are
+	-- checked in validate.lua, in mmoe's words.
+	mmoe = { inputs = 1,
+		{ "experts", "int", max = 64, default = 4 },
+		{ "expert_hidden", "ints", required = true, min = 1, max = L.layer, maxlen = 8 },
+		{ "tasks", "int", max = 16, default = 2 },
+		{ "activation", "str", enum = { "relu", "sigmoid", "none" }, default = "relu" } },
+	-- One task's columns of an mmoe (task 1..tasks), for that task's tower.
+	slice = { inputs = 1, { "task", "int", required = true, max = 16 } },
 }
 -- model.admission: one of the two rules (neither: admit every key).
 S.admission = {

@@ -801,6 +801,31 @@ function V:graph(node, tbl, out, train)
 		if kind == "mlp" and f.sizes and #f.sizes == 0 then
 			lerr("mlp sizes must list at least one layer size")
 		end
+		if kind == "mmoe" then
+			if f.experts and f.experts < 1 then
+				lerr("mmoe: experts must be >= 1, got %d", f.experts)
+			end
+			if f.tasks and f.tasks < 1 then
+				lerr("mmoe: tasks must be >= 1, got %d", f.tasks)
+			end
+			if f.expert_hidden and #f.expert_hidden == 0 then
+				lerr("mmoe: expert_hidden must list at least one layer size")
+			end
+			-- The longest tensor names (ops/nn/graph.h) must fit 31 characters.
+			if f.experts and f.tasks and f.expert_hidden and f.experts >= 1 and
+					f.tasks >= 1 and #f.expert_hidden >= 1 then
+				for _, t in ipairs {
+					("%s.expert.%d.%d.weight"):format(name, f.experts - 1,
+						#f.expert_hidden - 1),
+					("%s.gate.%d.weight"):format(name, f.tasks - 1) } do
+					if #t > 31 then
+						lerr("mmoe: its tensor '%s' would be %d characters, at most " ..
+							"31 fit; give the layer a shorter name", t, #t)
+						break
+					end
+				end
+			end
+		end
 		-- Inputs: the list part, each a layer above this one.
 		local ins, iw, ok = {}, {}, true
 		for k = 1, #l do
@@ -836,6 +861,20 @@ function V:graph(node, tbl, out, train)
 		local known = ok and dims ~= nil
 		for _, x in ipairs(iw) do if x == nil then known = false end end
 		local aq, ak   -- attention: its slots (1-based)
+		local soff, sw -- slice: its columns, from the mmoe it reads
+		if kind == "slice" and ok and f.task then
+			local src = nodes[index[l[1]]]
+			if not src or src.kind ~= "mmoe" then
+				lerr("slice input '%s' is not an mmoe (it is %s); slice reads one " ..
+					"task's columns of an mmoe", l[1], src and src.kind or "no layer")
+			elseif f.task < 1 or f.task > src.b then
+				lerr("slice: task %d of an mmoe with %d task%s ('%s'); tasks are " ..
+					"numbered from 1", f.task, src.b, src.b == 1 and "" or "s", l[1])
+			else
+				local h = src.sizes[#src.sizes]
+				soff, sw = (f.task - 1) * h, h
+			end
+		end
 		if kind == "embed" then
 			if dims then
 				-- A sequence (pooling "none") is attention's, not embed's.
@@ -867,6 +906,11 @@ function V:graph(node, tbl, out, train)
 			for _, x in ipairs(iw) do w = w + x end
 		elseif kind == "mlp" then
 			w = f.sizes and f.sizes[#f.sizes]
+		elseif kind == "mmoe" then
+			local hs = f.expert_hidden
+			w = hs and #hs > 0 and f.tasks and f.tasks >= 1 and f.tasks * hs[#hs] or nil
+		elseif kind == "slice" then
+			w = sw
 		elseif kind == "linear" then
 			w = f.size
 		elseif kind == "add" then
@@ -916,6 +960,12 @@ function V:graph(node, tbl, out, train)
 			a, b = (aq or 1) - 1, (ak or 1) - 1
 			c = LAYER_ARGS.mlp(f)
 			sizes = f.hidden or {}
+		elseif kind == "mmoe" then
+			-- a = experts, b = tasks, c = the activation as mlp's a
+			a, b, c = f.experts, f.tasks, LAYER_ARGS.mlp(f)
+			sizes = f.expert_hidden or {}
+		elseif kind == "slice" then
+			a, b = soff or 0, sw or 0
 		end
 		nodes[i] = { kind = kind, name = name, inputs = ins,
 			sizes = sizes, a = a, b = b, c = c, loc = loc }

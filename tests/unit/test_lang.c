@@ -962,6 +962,63 @@ static void test_lang_attention(void **state)
 		    "fields");
 }
 
+/* st.layer.mmoe and st.layer.slice: experts, tasks, activation and
+ * expert sizes become a, b, c and sizes; a slice's task becomes its columns
+ * (offset a, width b) in the mmoe it reads; each bad field is reported at
+ * its layer's line, naming the layer. */
+static void test_lang_mmoe(void **state)
+{
+	(void)state;
+	st_job_t *j = load_ok("tests/lua/good_mmoe.lua", NULL, 0);
+	const st_model_node_t *nd = j->model.nodes;
+	assert_int_equal(j->model.n_nodes, 9);
+	assert_int_equal(nd[3].kind, ST_NODE_MMOE);
+	assert_string_equal(nd[3].name, "m");
+	assert_int_equal(nd[3].n_in, 1);
+	assert_int_equal(nd[3].in[0], 2);
+	assert_int_equal(nd[3].a, 3);                /* experts */
+	assert_int_equal(nd[3].b, 2);                /* tasks */
+	assert_int_equal(nd[3].c, 2);                /* sigmoid */
+	assert_int_equal(nd[3].n_sizes, 2);
+	assert_int_equal(nd[3].sizes[0], 16);
+	assert_int_equal(nd[3].sizes[1], 8);
+	assert_int_equal(nd[4].kind, ST_NODE_SLICE);
+	assert_int_equal(nd[4].in[0], 3);
+	assert_int_equal(nd[4].a, 0);                /* task 1: columns 0..7 */
+	assert_int_equal(nd[4].b, 8);
+	assert_int_equal(nd[5].a, 8);                /* task 2: columns 8..15 */
+	assert_int_equal(nd[5].b, 8);
+	assert_int_equal(j->model.node_out, 8);
+	st_job_free(j);
+	/* defaults: 4 experts, 2 tasks, relu */
+	const char *def[] = { "model.layers={{'e',st.layer.embed{}},{'m',st.layer.mmoe{'e',"
+			      "expert_hidden={4}}},{'t',st.layer.slice{'m',task=2}},"
+			      "{'u',st.layer.slice{'m',task=1}},{'o',st.layer.linear{'t'}},"
+			      "{'p',st.layer.linear{'u'}},{'s',st.layer.add{'o','p'}}}",
+			      "model.output='s'" };
+	j = load_ok("tests/lua/good_mmoe.lua", def, 2);
+	assert_int_equal(j->model.nodes[1].a, 4);
+	assert_int_equal(j->model.nodes[1].b, 2);
+	assert_int_equal(j->model.nodes[1].c, 1);
+	assert_int_equal(j->model.nodes[2].a, 4);
+	assert_int_equal(j->model.nodes[2].b, 4);
+	st_job_free(j);
+
+	st_diag_t d = { 0 };
+	load_bad("tests/lua/bad_mmoe.lua", NULL, 0, &d);
+	expect_msg(&d, "tests/lua/bad_mmoe.lua:10: layer 'm0': mmoe: experts must be >= 1, got 0");
+	expect_msg(&d, "tests/lua/bad_mmoe.lua:10: layer 'm0': mmoe: tasks must be >= 1, got 0");
+	expect_msg(&d, "tests/lua/bad_mmoe.lua:12: layer 's3': slice: task 3 of an mmoe with 2 "
+		       "tasks ('m'); tasks are numbered from 1");
+	expect_msg(&d, "tests/lua/bad_mmoe.lua:13: layer 'se': slice input 'e' is not an mmoe "
+		       "(it is embed); slice reads one task's columns of an mmoe");
+	expect_msg(&d, "tests/lua/bad_mmoe.lua:14: layer 'abcdefghijklmnop': mmoe: its tensor "
+		       "'abcdefghijklmnop.expert.11.0.weight' would be 35 characters, at most 31 "
+		       "fit; give the layer a shorter name");
+	assert_int_equal(d.n, 5);
+	st_diag_free(&d);
+}
+
 /* st.model.graph: the layers reach st_model_cfg_t in order (inputs as
  * indices of earlier layers, the output's index); every shape error is
  * reported at its layer's line, naming the layer. */
@@ -1813,6 +1870,7 @@ int main(void)
 		cmocka_unit_test(test_lang_dcnv2),
 		cmocka_unit_test(test_lang_graph),
 		cmocka_unit_test(test_lang_attention),
+		cmocka_unit_test(test_lang_mmoe),
 		cmocka_unit_test(test_lang_model_errors),
 		cmocka_unit_test(test_lang_set_overrides),
 		cmocka_unit_test(test_lang_set_sync),

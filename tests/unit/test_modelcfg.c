@@ -490,6 +490,39 @@ static void test_modelcfg_attention_node(void **state)
 	bad(BASE "node.0=attention a query=1 keys=2 act=gelu\n", "node.0 is not");
 }
 
+/* An mmoe round-trips as "mmoe <name> in=i experts=E tasks=T sizes=...
+ * act=<act>" and a slice as "slice <name> in=i offset=o width=w"; lines
+ * missing those keys, or with the other kind's keys, are refused. */
+static void test_modelcfg_mmoe_nodes(void **state)
+{
+	(void)state;
+	st_model_cfg_t c;
+	make_cfg(&c, "graph", 0);
+	memset(c.nodes, 0, sizeof c.nodes);
+	c.nodes[0] = (st_model_node_t){ .kind = ST_NODE_EMBED, .name = "e" };
+	c.nodes[1] = (st_model_node_t){ .kind = ST_NODE_MMOE, .name = "m", .n_in = 1,
+					.in = { 0 }, .a = 4, .b = 2, .c = 1, .n_sizes = 2,
+					.sizes = { 64, 32 } };
+	c.nodes[2] = (st_model_node_t){ .kind = ST_NODE_SLICE, .name = "t1", .n_in = 1,
+					.in = { 1 }, .a = 32, .b = 32 };
+	c.nodes[3] = (st_model_node_t){ .kind = ST_NODE_LINEAR, .name = "out", .n_in = 1,
+					.in = { 2 }, .a = 1 };
+	c.n_nodes = 4;
+	c.node_out = 3;
+	roundtrip(&c);
+	char *text = NULL;
+	assert_int_equal(st_modelcfg_encode(&c, &text, NULL, 0), ST_OK);
+	assert_non_null(strstr(text, "\nnode.1=mmoe m in=0 experts=4 tasks=2 sizes=64,32 "
+				     "act=relu\nnode.2=slice t1 in=1 offset=32 width=32\n"));
+	free(text);
+	bad(BASE "node.0=mmoe m experts=2 sizes=4\n", "node.0 is not");
+	bad(BASE "node.0=mmoe m tasks=2 sizes=4\n", "node.0 is not");
+	bad(BASE "node.0=mmoe m experts=2 tasks=2 sizes=4 act=gelu\n", "node.0 is not");
+	bad(BASE "node.0=mmoe m offset=2 width=2 sizes=4\n", "node.0 is not");
+	bad(BASE "node.0=slice s offset=1\n", "node.0 is not");
+	bad(BASE "node.0=slice s experts=1 tasks=1\n", "node.0 is not");
+}
+
 int main(void)
 {
 	const char *root = getenv("ST_SOURCE_ROOT");
@@ -506,6 +539,7 @@ int main(void)
 		cmocka_unit_test(test_modelcfg_encode_refuses),
 		cmocka_unit_test(test_modelcfg_graph_nodes),
 		cmocka_unit_test(test_modelcfg_attention_node),
+		cmocka_unit_test(test_modelcfg_mmoe_nodes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
