@@ -56,6 +56,7 @@ PRESETS = {
     "dlrm": ("relu", "sum"),
     "dcnv2": ("relu", "sum"),
     "din": ("relu", "sum"),
+    "mmoe": ("relu", "sum"),
 }
 
 # din (a layer graph, jobs/din.lua; models.DIN): DIN's attention over slot
@@ -67,6 +68,14 @@ PRESETS = {
 # has pooling "none" (cfg.slot_pooling 3). In the multihot fixture the
 # query slot (1) pools by sum, so q is its sum as attention.h defines it.
 DIN_Q, DIN_K, DIN_ATT, DIN_ATT_ACT = 1, 3, (8, 4), "sigmoid"
+
+# mmoe (a layer graph, jobs/mmoe_graph.lua; models.MMoEGraph): MMoE with
+# MMOE_E experts of sizes MMOE_SIZES (MMOE_ACT after each layer) and
+# MMOE_T gates over concat(e, x); task t's tower is an MLP of HIDDEN with
+# the preset's activation, then out<t>; the logit is the towers' sum. The
+# C side builds the graph by hand from record cfg.mmoe (u32: experts,
+# tasks, expert activation as lang/job.h's mlp a, then the expert sizes).
+MMOE_E, MMOE_T, MMOE_SIZES, MMOE_ACT = 3, 2, (8, 6), "relu"
 
 # dcnv2: N_CROSS cross layers over concat(e, x) (width 4 * 4 + 3 = 19), full
 # rank for some optimizer settings and rank CROSS_RANK for the others, so
@@ -292,7 +301,10 @@ def make_fixture(preset, oname, seed):
     dim = 1 if preset == "lr" else DIM
     rdim = models.row_dim(preset, dim)
     rank = CROSS_RANK if oname in LOW_RANK_OPTIMS else 0
-    if preset == "din":
+    if preset == "mmoe":
+        model = models.MMoEGraph(N_DENSE, N_SLOTS, dim, HIDDEN, act, MMOE_E, MMOE_SIZES,
+                                 MMOE_ACT, MMOE_T)
+    elif preset == "din":
         model = models.DIN(N_DENSE, N_SLOTS, dim, HIDDEN, DIN_ATT, act, DIN_ATT_ACT,
                            DIN_Q, DIN_K)
     else:
@@ -334,6 +346,9 @@ def make_fixture(preset, oname, seed):
         pools = pools or [1] * N_SLOTS
         pools[DIN_K] = 3                          # none: the sequence
         assert pools[DIN_Q] == 1, "the query slot must pool by sum"
+    if preset == "mmoe":
+        acts = {"none": 0, "relu": 1, "sigmoid": 2}
+        w.add("cfg.mmoe", u32(MMOE_E, MMOE_T, acts[MMOE_ACT], *MMOE_SIZES))
     if pools:
         w.add("cfg.slot_pooling", u32(*pools))
     w.add("cfg.minibatch", u32(MB))
@@ -387,6 +402,8 @@ def make_fixture(preset, oname, seed):
                                     torch.from_numpy(b["local"]),
                                     torch.from_numpy(b["vals"]))
             logit = model(pooled, K, ex, torch.from_numpy(b["dense"]))
+        elif preset == "mmoe":
+            logit = model(pooled, torch.from_numpy(b["dense"]))
         else:
             logit = model(pooled, wide, torch.from_numpy(b["dense"]))
         loss = lossf(logit, torch.from_numpy(b["labels"]))

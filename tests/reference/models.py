@@ -17,6 +17,10 @@ shapes are exactly the dense tensor names of ops/nn/model.h:
   din:    (a layer graph, jobs/din.lua) logit = out(MLP(concat(e_s for s != k_slot,
           att(q, K), x))) with att = DIN's activation unit over the sequence slot
           k_slot, q = e_{q_slot} (Zhou et al. 2018, §4.3; class DIN)   din.att.<l>...
+  mmoe:   (a layer graph, jobs/mmoe_graph.lua; class MMoEGraph) o = MMoE(concat(e, x))
+          with E experts and T gates (Ma et al. 2018, §4.2); logit = Σ_t
+          out<t>(tower<t>(o[:, t·h : (t+1)·h]))                     m.expert.<e>.<k>...,
+          m.gate.<t>..., tower<t>.<k>..., out<t>...
 
 x = log1p(max(x_raw, 0)) unless dense_transform == "none"; e_s is the pooled
 (sum or mean, weighted by the key values) embedding of slot s; wide is the
@@ -37,9 +41,9 @@ import torch
 from torch import nn
 
 HAS_WIDE = {"lr": True, "dnn": False, "wdl": True, "deepfm": True, "dlrm": False,
-            "dcnv2": False, "din": False}
+            "dcnv2": False, "din": False, "mmoe": False}
 HAS_EMB = {"lr": False, "dnn": True, "wdl": True, "deepfm": True, "dlrm": True,
-           "dcnv2": True, "din": True}
+           "dcnv2": True, "din": True, "mmoe": True}
 
 
 def row_dim(preset, dim):
@@ -196,6 +200,74 @@ class DIN(nn.Module):
         for lin in self.mlp:
             h = self.act(lin(h))
         return self.out(h).squeeze(1)
+
+
+class MMoE(nn.Module):
+    """Multi-gate mixture of experts (Ma et al., KDD 2018, §4.2), as
+    ops/nn/mmoe.h: E expert MLPs (every layer followed by the activation)
+    and T softmax gates over the same input; the output is the T gated sums
+    side by side. expert = ModuleList of ModuleLists declared before gate,
+    so the state_dict order is mmoe.h's packed order."""
+
+    def __init__(self, d_in, n_experts, sizes, n_tasks, activation):
+        super().__init__()
+        self.act = act_fn(activation)
+        self.expert = nn.ModuleList()
+        for _ in range(n_experts):
+            layers, prev = nn.ModuleList(), d_in
+            for h in sizes:
+                layers.append(nn.Linear(prev, h))
+                prev = h
+            self.expert.append(layers)
+        self.gate = nn.ModuleList(nn.Linear(d_in, n_experts) for _ in range(n_tasks))
+
+    def forward(self, x):
+        fs = []
+        for layers in self.expert:
+            h = x
+            for lin in layers:
+                h = self.act(lin(h))
+            fs.append(h)
+        F = torch.stack(fs, dim=1)                                   # [n, E, h]
+        return torch.cat([torch.einsum("ne,neh->nh", torch.softmax(g(x), dim=1), F)
+                          for g in self.gate], dim=1)
+
+
+class MMoEGraph(nn.Module):
+    """jobs/mmoe_graph.lua's graph with one head: m = MMoE(concat(e, x)),
+    then per task t a tower (MLP of `hidden` with the activation) over
+    task t's columns and a linear layer to 1; the logit is the towers' sum
+    (both gates get a gradient from one label)."""
+
+    def __init__(self, n_dense, n_slots, dim, hidden, activation, n_experts, expert_sizes,
+                 expert_activation, n_tasks, dense_transform="log1p"):
+        super().__init__()
+        self.act = act_fn(activation)
+        self.dense_transform = dense_transform
+        self.h = expert_sizes[-1]
+        self.n_tasks = n_tasks
+        self.m = MMoE(n_slots * dim + n_dense, n_experts, expert_sizes, n_tasks,
+                      expert_activation)
+        for t in range(n_tasks):   # tower0, out0, tower1, out1: the graph's order
+            tower, prev = nn.ModuleList(), self.h
+            for h in hidden:
+                tower.append(nn.Linear(prev, h))
+                prev = h
+            setattr(self, "tower%d" % t, tower)
+            setattr(self, "out%d" % t, nn.Linear(prev, 1))
+
+    def forward(self, pooled, x_raw):
+        x = x_raw if self.dense_transform == "none" else torch.log1p(torch.clamp(x_raw, min=0.0))
+        n = x.shape[0]
+        o = self.m(torch.cat([pooled.reshape(n, -1), x], dim=1))
+        logit = None
+        for t in range(self.n_tasks):
+            z = o[:, t * self.h:(t + 1) * self.h]
+            for lin in getattr(self, "tower%d" % t):
+                z = self.act(lin(z))
+            z = getattr(self, "out%d" % t)(z).squeeze(1)
+            logit = z if logit is None else logit + z
+        return logit
 
 
 def sequence(tables, k_slot, dim, n, row_off, slots, local, vals):

@@ -63,15 +63,17 @@
 
 
 /* "din": a layer graph (jobs/din.lua) with DIN's target attention, built
- * by din_graph from the fixture's cfg.din. */
+ * by din_graph from the fixture's cfg.din; "mmoe": a layer graph
+ * (jobs/mmoe_graph.lua) with MMoE and two task towers, built by mmoe_graph
+ * from cfg.mmoe. */
 static const char *const presets[] = { "lr", "dnn", "wdl", "deepfm", "dlrm", "dcnv2",
-				       "din" };
+				       "din", "mmoe" };
 /* "multihot": sgd on list fields pooled per slot (sum or mean, overriding
  * the preset's pooling), the reference pooled by nn.EmbeddingBag with
  * per-sample offsets (make_fixtures.py, MULTIHOT). */
 static const char *const optims[] = { "sgd", "adagrad", "adagrad_row", "adam", "ftrl",
 				      "multihot" };
-#define N_PRESETS 7
+#define N_PRESETS 8
 #define N_OPTIMS 6
 
 /* Everything one fixture needs on the C side. */
@@ -189,6 +191,52 @@ static void din_graph(const st_fixture_t *fx, st_model_cfg_t *c)
 	c->type = "graph";
 }
 
+/* The mmoe fixtures' graph (models.MMoEGraph): embed e, dense x, concat h,
+ * mmoe "m" over h from cfg.mmoe = { experts, tasks, expert activation,
+ * expert sizes... }, then per task t < 2 a slice of its columns, mlp
+ * "tower<t>" of cfg.hidden with the preset's activation and linear "out<t>";
+ * the logit adds out0 and out1. */
+static void mmoe_graph(const st_fixture_t *fx, st_model_cfg_t *c)
+{
+	size_t n;
+	const uint32_t *d = st_fixture_u32(fx, "cfg.mmoe", &n);
+	assert_non_null(d);
+	assert_true(n >= 4 && n - 3 <= 16);
+	assert_int_equal(d[1], 2);   /* the graph below has two towers */
+	const int h = (int)d[n - 1];
+	const int act = !strcmp(c->activation, "relu") ? 1 : !strcmp(c->activation, "sigmoid") ? 2 : 0;
+	st_model_node_t *nd = c->nodes;
+	memset(c->nodes, 0, sizeof c->nodes);
+	nd[0] = (st_model_node_t){ .kind = ST_NODE_EMBED, .name = "e" };
+	nd[1] = (st_model_node_t){ .kind = ST_NODE_DENSE, .name = "x",
+				   .a = !strcmp(c->dense_transform, "log1p") };
+	nd[2] = (st_model_node_t){ .kind = ST_NODE_CONCAT, .name = "h", .n_in = 2,
+				   .in = { 0, 1 } };
+	nd[3] = (st_model_node_t){ .kind = ST_NODE_MMOE, .name = "m", .n_in = 1, .in = { 2 },
+				   .a = (int)d[0], .b = (int)d[1], .c = (int)d[2],
+				   .n_sizes = (int)n - 3 };
+	for (size_t k = 3; k < n; k++)
+		nd[3].sizes[k - 3] = (int)d[k];
+	for (int t = 0; t < 2; t++) {
+		st_model_node_t *s = &nd[4 + t], *tw = &nd[6 + 2 * t], *o = &nd[7 + 2 * t];
+		*s = (st_model_node_t){ .kind = ST_NODE_SLICE, .n_in = 1, .in = { 3 },
+					.a = t * h, .b = h };
+		snprintf(s->name, sizeof s->name, "s%d", t);
+		*tw = (st_model_node_t){ .kind = ST_NODE_MLP, .n_in = 1, .in = { 4 + t },
+					 .n_sizes = c->n_hidden, .a = act };
+		snprintf(tw->name, sizeof tw->name, "tower%d", t);
+		memcpy(tw->sizes, c->hidden, sizeof(int) * (size_t)c->n_hidden);
+		*o = (st_model_node_t){ .kind = ST_NODE_LINEAR, .n_in = 1, .in = { 6 + 2 * t },
+					.a = 1 };
+		snprintf(o->name, sizeof o->name, "out%d", t);
+	}
+	nd[10] = (st_model_node_t){ .kind = ST_NODE_ADD, .name = "logit", .n_in = 2,
+				    .in = { 7, 9 } };
+	c->n_nodes = 11;
+	c->node_out = 10;
+	c->type = "graph";
+}
+
 /* Loads the fixture, fills the job by hand, creates the model and loads the
  * initial dense tensors (by name, shapes checked) and rows. */
 static void par_open(par_t *p, const char *name)
@@ -250,6 +298,8 @@ static void par_open(par_t *p, const char *name)
 	}
 	if (!strcmp(c->type, "din"))
 		din_graph(fx, c);
+	else if (!strcmp(c->type, "mmoe"))
+		mmoe_graph(fx, c);
 	c->init_scale = 0;
 	c->admit_min_count = 0;
 	c->admit_prob = 1.0;
