@@ -13,6 +13,7 @@
 #include "ops/nn/attention.h"
 
 #include <assert.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ops/nn/nn.h"
@@ -52,6 +53,47 @@ static size_t carve(const st_attn_shape_t *s, uint32_t max_n, float *base, parts
 	PART(p->pkey, C);
 #undef PART
 	return o;
+}
+
+int st_attn_embed_layout(const st_pool_layout_t *pool, const uint8_t *seq, int *dim,
+			 int *off)
+{
+	int w = 0;
+	for (int s = 0; s < pool->n_slots; s++) {
+		dim[s] = seq[s] ? 0 : pool->dim[s];
+		off[s] = w;
+		w += dim[s];
+	}
+	return w;
+}
+
+int st_attn_check(const st_pool_layout_t *P, const char *prefix, int q_slot, int k_slot,
+		  int n_hidden, const int *hidden, int act, char *err, size_t len)
+{
+	int S = P->n_slots;
+	if (q_slot < 0 || q_slot >= S || k_slot < 0 || k_slot >= S || q_slot == k_slot) {
+		snprintf(err, len, "attention %s: query slot %d and key slot %d must be two "
+			 "slots of 0..%d", prefix, q_slot, k_slot, S - 1);
+		return -1;
+	}
+	if (P->dim[q_slot] != P->dim[k_slot] || P->dim[k_slot] < 1) {
+		snprintf(err, len, "attention %s: the query slot %d is %d wide and the key slot "
+			 "%d is %d; both need the same embedding dim", prefix, q_slot,
+			 P->dim[q_slot], k_slot, P->dim[k_slot]);
+		return -1;
+	}
+	if (n_hidden < 0 || n_hidden > ST_ATTN_MAX_HIDDEN || act < 0 || act > 2) {
+		snprintf(err, len, "attention %s: %d hidden layers (0..%d), activation %d", prefix,
+			 n_hidden, ST_ATTN_MAX_HIDDEN, act);
+		return -1;
+	}
+	for (int l = 0; l < n_hidden; l++)
+		if (hidden[l] < 1) {
+			snprintf(err, len, "attention %s: hidden layer %d has size %d (need >= 1)",
+				 prefix, l, hidden[l]);
+			return -1;
+		}
+	return 0;
 }
 
 size_t st_attn_scratch_bytes(const st_attn_shape_t *s, uint32_t max_n)

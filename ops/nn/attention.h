@@ -38,6 +38,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ops/nn/nn.h"
+
 #define ST_ATTN_MAX_HIDDEN 15
 
 typedef struct st_attn_shape {
@@ -49,6 +51,19 @@ typedef struct st_attn_shape {
 	int hidden[ST_ATTN_MAX_HIDDEN];
 	int chunk;             /* keys per chunk (>= 1) */
 } st_attn_shape_t;
+
+/* The embed node's layout beside the attention nodes: dim[s] = 0 for a
+ * sequence slot (seq[s] != 0, read key by key by attention), pool's dim
+ * otherwise, off[] packed; dim and off are the caller's [n_slots]. Returns
+ * the width (Σ dim). */
+int st_attn_embed_layout(const st_pool_layout_t *pool, const uint8_t *seq, int *dim,
+			 int *off);
+
+/* Checks an attention node over pool's slots (two different slots of one
+ * dim >= 1, 0..ST_ATTN_MAX_HIDDEN hidden sizes >= 1, act 0..2): 0, or -1
+ * with a message for people in err[len] naming prefix (the graph logs it). */
+int st_attn_check(const st_pool_layout_t *pool, const char *prefix, int q_slot, int k_slot,
+		  int n_hidden, const int *hidden, int act, char *err, size_t len);
 
 /* Bytes of scratch a forward or backward over up to max_n examples needs. */
 size_t st_attn_scratch_bytes(const st_attn_shape_t *s, uint32_t max_n);

@@ -153,12 +153,7 @@ int st_lgraph_create(st_lgraph_t **out, const st_lgraph_sparse_t *sp, int n_dens
 			st_lgraph_destroy(g);
 			return ST_ENOMEM;
 		}
-		g->epool.width = 0;
-		for (int s = 0; s < S; s++) {
-			g->edim[s] = sp->seq[s] ? 0 : sp->pool.dim[s];
-			g->eoff[s] = g->epool.width;
-			g->epool.width += g->edim[s];
-		}
+		g->epool.width = st_attn_embed_layout(&sp->pool, sp->seq, g->edim, g->eoff);
 		g->epool.dim = g->edim;
 		g->epool.off = g->eoff;
 	}
@@ -480,31 +475,13 @@ int st_lgraph_cross(st_lgraph_t *g, int in, const char *prefix, int n_layers, in
 int st_lgraph_attention(st_lgraph_t *g, const char *prefix, int q_slot, int k_slot,
 			int n_hidden, const int *hidden, int act)
 {
-	const st_pool_layout_t *P = &g->sp.pool;
-	int S = P->n_slots;
-	if (q_slot < 0 || q_slot >= S || k_slot < 0 || k_slot >= S || q_slot == k_slot) {
-		st_error("attention %s: query slot %d and key slot %d must be two slots of "
-			 "0..%d", prefix, q_slot, k_slot, S - 1);
+	char msg[256];
+	if (st_attn_check(&g->sp.pool, prefix, q_slot, k_slot, n_hidden, hidden, act, msg,
+			  sizeof msg) < 0) {
+		st_error("%s", msg);
 		return ST_EINVAL;
 	}
-	if (P->dim[q_slot] != P->dim[k_slot] || P->dim[k_slot] < 1) {
-		st_error("attention %s: the query slot %d is %d wide and the key slot %d is %d; "
-			 "both need the same embedding dim", prefix, q_slot, P->dim[q_slot],
-			 k_slot, P->dim[k_slot]);
-		return ST_EINVAL;
-	}
-	if (n_hidden < 0 || n_hidden > ST_ATTN_MAX_HIDDEN || act < 0 || act > 2) {
-		st_error("attention %s: %d hidden layers (0..%d), activation %d", prefix,
-			 n_hidden, ST_ATTN_MAX_HIDDEN, act);
-		return ST_EINVAL;
-	}
-	for (int l = 0; l < n_hidden; l++)
-		if (hidden[l] < 1) {
-			st_error("attention %s: hidden layer %d has size %d (need >= 1)", prefix,
-				 l, hidden[l]);
-			return ST_EINVAL;
-		}
-	const int d = P->dim[k_slot];
+	const int d = g->sp.pool.dim[k_slot];
 	int id = new_node(g, N_ATTN, 0, NULL, d);
 	if (id < 0)
 		return id;
@@ -542,24 +519,16 @@ int st_lgraph_mmoe(st_lgraph_t *g, int in, const char *prefix, int n_experts, in
 	for (int k = 0; k < n_layers && k < ST_MMOE_MAX_LAYERS; k++)
 		s.sizes[k] = sizes[k];
 	char msg[200], name[40];
-	int din, dout, nmaps = n_experts * n_layers + n_tasks;
-	if (st_mmoe_check(&s, prefix, msg, sizeof msg) < 0) {
+	int din, dout;
+	if (st_mmoe_check(&s, prefix, sizeof g->tensors[0].name, msg, sizeof msg) < 0) {
 		st_error("%s", msg);
 		return ST_EINVAL;
 	}
-	/* Every "<map>.weight" must fit a tensor name (31 characters). */
-	for (int i = 0; i < nmaps; i++)
-		if (st_mmoe_map(&s, prefix, i, name, sizeof name, &din, &dout) < 0 ||
-		    strlen(name) + sizeof ".weight" > sizeof g->tensors[0].name) {
-			st_error("mmoe %s: tensor %.32s.weight is over %zu characters; give the "
-				 "layer a shorter name", prefix, name, sizeof g->tensors[0].name - 1);
-			return ST_EINVAL;
-		}
 	int id = new_node(g, N_MMOE, 1, &in, st_mmoe_width(&s));
 	if (id < 0)
 		return id;
 	g->node[id].mmoe = s;
-	for (int i = 0; i < nmaps; i++) {
+	for (int i = 0; i < n_experts * n_layers + n_tasks; i++) {
 		layer_t l;
 		st_mmoe_map(&s, prefix, i, name, sizeof name, &din, &dout);
 		if ((rc = add_linear(g, &l, name, din, dout, 1)) < 0)

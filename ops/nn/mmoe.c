@@ -63,7 +63,8 @@ static size_t carve(const st_mmoe_shape_t *s, size_t n, float *base, parts_t *p)
 	return o;
 }
 
-int st_mmoe_check(const st_mmoe_shape_t *s, const char *prefix, char *err, size_t len)
+int st_mmoe_check(const st_mmoe_shape_t *s, const char *prefix, size_t name_cap, char *err,
+		  size_t len)
 {
 	const char *why = NULL;
 	int got = 0;
@@ -85,6 +86,15 @@ int st_mmoe_check(const st_mmoe_shape_t *s, const char *prefix, char *err, size_
 		snprintf(err, len, "mmoe %s: %s (got %d)", prefix, why, got);
 		return -1;
 	}
+	char name[64];
+	int din, dout;
+	for (int i = 0; i < s->n_experts * s->n_layers + s->n_tasks; i++)
+		if (st_mmoe_map(s, prefix, i, name, sizeof name, &din, &dout) < 0 ||
+		    strlen(name) + sizeof ".weight" > name_cap) {
+			snprintf(err, len, "mmoe %s: tensor %.40s.weight is over %zu characters; "
+				 "give the layer a shorter name", prefix, name, name_cap - 1);
+			return -1;
+		}
 	return 0;
 }
 

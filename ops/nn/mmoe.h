@@ -55,9 +55,12 @@ typedef struct st_mmoe_shape {
 				  st_lgraph_act) after every expert layer */
 } st_mmoe_shape_t;
 
-/* Checks a shape: 0, or -1 with a message for people in err[len] naming
- * `prefix` ("mmoe m: tasks must be >= 1 (got 0)"); the graph logs it. */
-int st_mmoe_check(const st_mmoe_shape_t *s, const char *prefix, char *err, size_t len);
+/* Checks a shape, and that every tensor name "<map>.weight" (st_mmoe_map)
+ * is shorter than name_cap: 0, or -1 with a message for people in err[len]
+ * naming `prefix` ("mmoe m: tasks must be >= 1 and <= 16 (got 0)"); the
+ * graph logs it. */
+int st_mmoe_check(const st_mmoe_shape_t *s, const char *prefix, size_t name_cap, char *err,
+		  size_t len);
 
 /* The node's output width, T·h_K. */
 int st_mmoe_width(const st_mmoe_shape_t *s);
