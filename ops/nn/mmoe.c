@@ -1,15 +1,23 @@
 /*
- * mmoe.c — MMoE (mmoe.h; Ma et al. 2018, §4.2) and the column slice: the
- * readable reference. The experts' layers and the gates' logits are linear
- * maps over all n examples at once through nn.h's st_linear_* (sgemm), so
- * the products are already blocked; the softmax and the gated sums are
- * plain loops over E and h_K, a small share of the FLOPs (E·h_K per task
- * against the experts' E·Σ in_k·h_k).
+ * mmoe.c — MMoE (mmoe.h; Ma et al. 2018, §4.2) and the column slice. The
+ * experts' layers and the gates' logits are linear maps over all n
+ * examples at once through nn.h's st_linear_* (sgemm); the softmax and the
+ * gated sums are plain loops over E and h_K, a small share of the FLOPs
+ * (E·h_K per task against the experts' E·Σ in_k·h_k).
+ *
+ * Two paths with one contract: st_mmoe_*_ref, the readable reference (one
+ * st_linear_* per expert layer and per gate, input gradients summed), and
+ * st_mmoe_forward/backward, which run every expert's first layer and every
+ * gate as one map over x (E + T small sgemms over the same input were 0.77
+ * of a dnn's speed per FLOP: x packed E + T times each way and E + T input
+ * gradients zeroed and summed; docs/benchmarks.md, "MMoE").
  *
  * Scratch (one block, the caller's; parts carved for the call's n): every
  * expert's layer outputs H[e][k] [n × h_k] (k = K−1 is f_e), the gates
  * G[t] [n × E], then backward's dZ [n × E], two dH buffers [n × max h_k]
- * and dXt [n × d_in]. Each part starts on a 64-byte line.
+ * and dXt [n × d_in]; the fast path's gathered first maps W0 [M0 × d_in]
+ * and b0 [M0] (M0 = E·h_1 + T·E), their output Z and its gradient dZ0
+ * [n × M0], and dW0, db0. Each part starts on a 64-byte line.
  *
  * Rounding: a sum over experts or tasks starts from its first term (not
  * from 0.0f), so with E = 1 and T = 1 the gate is exactly 1, o = f_0
@@ -31,6 +39,8 @@ typedef struct parts {
 	float *H[ST_MMOE_MAX_EXPERTS][ST_MMOE_MAX_LAYERS];
 	float *G[ST_MMOE_MAX_TASKS];
 	float *dZ, *dH[2], *dXt;
+	/* the fast path: the first maps as one (see st_mmoe_forward) */
+	float *W0, *b0, *Z, *dZ0, *dW0, *db0;
 } parts_t;
 
 static size_t up16(size_t floats) { return (floats + 15) & ~(size_t)15; }
@@ -59,6 +69,13 @@ static size_t carve(const st_mmoe_shape_t *s, size_t n, float *base, parts_t *p)
 	PART(p->dH[0], n * (size_t)max_size(s));
 	PART(p->dH[1], n * (size_t)max_size(s));
 	PART(p->dXt, n * (size_t)s->d_in);
+	const size_t M0 = (size_t)(s->n_experts * s->sizes[0] + s->n_tasks * s->n_experts);
+	PART(p->W0, M0 * (size_t)s->d_in);
+	PART(p->b0, M0);
+	PART(p->Z, n * M0);
+	PART(p->dZ0, n * M0);
+	PART(p->dW0, M0 * (size_t)s->d_in);
+	PART(p->db0, M0);
 #undef PART
 	return o;
 }
@@ -184,53 +201,83 @@ static void act_bwd(int act, size_t len, const float *y, float *dy)
 		st_sigmoid_backward(len, y, dy, dy);
 }
 
-void st_mmoe_forward(const st_mmoe_shape_t *s, int n, const float *X, const float *P,
-		     void *scratch, float *out)
-{
-	const int E = s->n_experts, T = s->n_tasks, K = s->n_layers, h = s->sizes[K - 1];
-	const int W = T * h;
-	parts_t p;
-	carve(s, (size_t)n, scratch, &p);
+/* ---- shared by both paths --------------------------------------------------- */
 
-	/* Experts: f_e = MLP_e(X), every layer kept for backward. */
-	for (int e = 0; e < E; e++) {
-		const float *in = X;
-		for (int k = 0; k < K; k++) {
-			const int din = k ? s->sizes[k - 1] : s->d_in, dout = s->sizes[k];
-			const float *Wk = P + expert_off(s, e, k);
-			st_linear_forward(n, din, dout, in, Wk, Wk + (size_t)dout * din, p.H[e][k]);
-			act_fwd(s->act, (size_t)n * dout, p.H[e][k]);
-			in = p.H[e][k];
+/* Gate t's logits in G[t] [n × E] (row stride E) become the softmax
+ * (max subtracted), then o_t = Σ_e g_t[e] f_e from the first term. */
+static void gate_mix(const st_mmoe_shape_t *s, int n, const parts_t *p, int t, float *out)
+{
+	const int E = s->n_experts, K = s->n_layers, h = s->sizes[K - 1];
+	const int W = s->n_tasks * h;
+	float *G = p->G[t];
+	for (int i = 0; i < n; i++) {
+		float *g = G + (size_t)i * E, mx = g[0], sum = 0.0f;
+		for (int e = 1; e < E; e++)
+			mx = g[e] > mx ? g[e] : mx;
+		for (int e = 0; e < E; e++) {
+			g[e] = expf(g[e] - mx);
+			sum += g[e];
+		}
+		for (int e = 0; e < E; e++)
+			g[e] /= sum;
+	}
+	for (int i = 0; i < n; i++) {
+		const float *g = G + (size_t)i * E;
+		float *o = out + (size_t)i * W + (size_t)t * h;
+		const float *f0 = p->H[0][K - 1] + (size_t)i * h;
+		for (int j = 0; j < h; j++)
+			o[j] = g[0] * f0[j];
+		for (int e = 1; e < E; e++) {
+			const float *f = p->H[e][K - 1] + (size_t)i * h;
+			for (int j = 0; j < h; j++)
+				o[j] += g[e] * f[j];
 		}
 	}
-	for (int t = 0; t < T; t++) {
-		/* Gate t: softmax over E of W_t x + b_t (max subtracted). */
-		const float *Wg = P + gate_off(s, t);
-		float *G = p.G[t];
-		st_linear_forward(n, s->d_in, E, X, Wg, Wg + (size_t)E * s->d_in, G);
-		for (int i = 0; i < n; i++) {
-			float *g = G + (size_t)i * E, mx = g[0], sum = 0.0f;
-			for (int e = 1; e < E; e++)
-				mx = g[e] > mx ? g[e] : mx;
-			for (int e = 0; e < E; e++) {
-				g[e] = expf(g[e] - mx);
-				sum += g[e];
-			}
-			for (int e = 0; e < E; e++)
-				g[e] /= sum;
+}
+
+/* dz[i × ld + e] = gate t's logit gradient: dg[e] = dout_t · f_e, then the
+ * softmax's g[e] (dg[e] − Σ g dg). */
+static void gate_grad(const st_mmoe_shape_t *s, int n, const parts_t *p, int t,
+		      const float *dout, float *dz, int ld)
+{
+	const int E = s->n_experts, K = s->n_layers, h = s->sizes[K - 1];
+	const int W = s->n_tasks * h;
+	for (int i = 0; i < n; i++) {
+		const float *g = p->G[t] + (size_t)i * E;
+		const float *dt = dout + (size_t)i * W + (size_t)t * h;
+		float *z = dz + (size_t)i * ld, dot = 0.0f;
+		for (int e = 0; e < E; e++) {
+			const float *f = p->H[e][K - 1] + (size_t)i * h;
+			float v = dt[0] * f[0];
+			for (int j = 1; j < h; j++)
+				v += dt[j] * f[j];
+			z[e] = v;
 		}
-		/* o_t = Σ_e g_t[e] f_e, starting from the first term. */
-		for (int i = 0; i < n; i++) {
-			const float *g = G + (size_t)i * E;
-			float *o = out + (size_t)i * W + (size_t)t * h;
-			const float *f0 = p.H[0][K - 1] + (size_t)i * h;
-			for (int j = 0; j < h; j++)
-				o[j] = g[0] * f0[j];
-			for (int e = 1; e < E; e++) {
-				const float *f = p.H[e][K - 1] + (size_t)i * h;
+		for (int e = 0; e < E; e++)
+			dot += g[e] * z[e];
+		for (int e = 0; e < E; e++)
+			z[e] = g[e] * (z[e] - dot);
+	}
+}
+
+/* d[n × h] = Σ_t g_t[e] dout_t, expert e's output gradient, from the
+ * first task's term. */
+static void expert_dout(const st_mmoe_shape_t *s, int n, const parts_t *p, int e,
+			const float *dout, float *d)
+{
+	const int E = s->n_experts, T = s->n_tasks, h = s->sizes[s->n_layers - 1];
+	const int W = T * h;
+	for (int i = 0; i < n; i++) {
+		float *r = d + (size_t)i * h;
+		for (int t = 0; t < T; t++) {
+			const float g = p->G[t][(size_t)i * E + e];
+			const float *dt = dout + (size_t)i * W + (size_t)t * h;
+			if (t == 0)
 				for (int j = 0; j < h; j++)
-					o[j] += g[e] * f[j];
-			}
+					r[j] = g * dt[j];
+			else
+				for (int j = 0; j < h; j++)
+					r[j] += g * dt[j];
 		}
 	}
 }
@@ -242,33 +289,45 @@ static void add_into(float *dst, const float *src, size_t len)
 		dst[j] += src[j];
 }
 
-void st_mmoe_backward(const st_mmoe_shape_t *s, int n, const float *X, const float *P,
-		      const float *dout, void *scratch, float *dX, float *dP)
+/* ---- the reference: one st_linear_* per map ----------------------------------- */
+
+void st_mmoe_forward_ref(const st_mmoe_shape_t *s, int n, const float *X, const float *P,
+			 void *scratch, float *out)
 {
-	const int E = s->n_experts, T = s->n_tasks, K = s->n_layers, h = s->sizes[K - 1];
-	const int W = T * h;
+	const int E = s->n_experts, K = s->n_layers;
+	parts_t p;
+	carve(s, (size_t)n, scratch, &p);
+	/* Experts: f_e = MLP_e(X), every layer kept for backward. */
+	for (int e = 0; e < E; e++) {
+		const float *in = X;
+		for (int k = 0; k < K; k++) {
+			const int din = k ? s->sizes[k - 1] : s->d_in, dout = s->sizes[k];
+			const float *Wk = P + expert_off(s, e, k);
+			st_linear_forward(n, din, dout, in, Wk, Wk + (size_t)dout * din, p.H[e][k]);
+			act_fwd(s->act, (size_t)n * dout, p.H[e][k]);
+			in = p.H[e][k];
+		}
+	}
+	for (int t = 0; t < s->n_tasks; t++) {
+		const float *Wg = P + gate_off(s, t);
+		st_linear_forward(n, s->d_in, E, X, Wg, Wg + (size_t)E * s->d_in, p.G[t]);
+		gate_mix(s, n, &p, t, out);
+	}
+}
+
+void st_mmoe_backward_ref(const st_mmoe_shape_t *s, int n, const float *X, const float *P,
+			  const float *dout, void *scratch, float *dX, float *dP)
+{
+	const int E = s->n_experts, K = s->n_layers;
 	const size_t xlen = (size_t)n * (size_t)s->d_in;
 	int have_dx = 0;   /* dX holds a first contribution */
 	parts_t p;
 	carve(s, (size_t)n, scratch, &p);
-
-	/* Experts: df_e = Σ_t g_t[e] dout_t, then back through the MLP. The
-	 * first expert's input gradient lands in dX, later ones are added. */
+	/* Experts back through their MLPs; the first expert's input gradient
+	 * lands in dX, later ones are added. */
 	for (int e = 0; e < E; e++) {
 		float *cur = p.dH[0];
-		for (int i = 0; i < n; i++) {
-			float *d = cur + (size_t)i * h;
-			for (int t = 0; t < T; t++) {
-				const float g = p.G[t][(size_t)i * E + e];
-				const float *dt = dout + (size_t)i * W + (size_t)t * h;
-				if (t == 0)
-					for (int j = 0; j < h; j++)
-						d[j] = g * dt[j];
-				else
-					for (int j = 0; j < h; j++)
-						d[j] += g * dt[j];
-			}
-		}
+		expert_dout(s, n, &p, e, dout, cur);
 		int pp = 1;
 		for (int k = K - 1; k >= 0; k--) {
 			const int din = k ? s->sizes[k - 1] : s->d_in, dk = s->sizes[k];
@@ -285,30 +344,124 @@ void st_mmoe_backward(const st_mmoe_shape_t *s, int n, const float *X, const flo
 			add_into(dX, p.dXt, xlen);
 		have_dx = dX != NULL;
 	}
-	/* Gates: dg[e] = dout_t · f_e; softmax: dz[e] = g[e] (dg[e] − Σ g dg). */
-	for (int t = 0; t < T; t++) {
-		const float *G = p.G[t];
-		for (int i = 0; i < n; i++) {
-			const float *g = G + (size_t)i * E;
-			const float *dt = dout + (size_t)i * W + (size_t)t * h;
-			float *dz = p.dZ + (size_t)i * E, dot = 0.0f;
-			for (int e = 0; e < E; e++) {
-				const float *f = p.H[e][K - 1] + (size_t)i * h;
-				float v = dt[0] * f[0];
-				for (int j = 1; j < h; j++)
-					v += dt[j] * f[j];
-				dz[e] = v;
-			}
-			for (int e = 0; e < E; e++)
-				dot += g[e] * dz[e];
-			for (int e = 0; e < E; e++)
-				dz[e] = g[e] * (dz[e] - dot);
-		}
+	for (int t = 0; t < s->n_tasks; t++) {
+		gate_grad(s, n, &p, t, dout, p.dZ, E);
 		const size_t off = gate_off(s, t);
 		st_linear_backward(n, s->d_in, E, X, P + off, p.dZ, dX ? p.dXt : NULL, dP + off,
 				   dP + off + (size_t)E * s->d_in);
 		if (dX)
 			add_into(dX, p.dXt, xlen);
+	}
+}
+
+/* ---- the fast path: the maps over x as one -------------------------------------
+ * Every expert's first layer and every gate read the same x, so they run as
+ * one linear map of M0 = E·h_1 + T·E outputs (W0 gathered from the packed
+ * tensors: expert rows, then gate rows): x is packed for sgemm once instead
+ * of E + T times each way, and backward's dX is one product, not E + T
+ * products summed. Each expert's columns are copied out of the wide output
+ * (its next layer reads them contiguous), and its gradient copied back. */
+
+static int m0_of(const st_mmoe_shape_t *s)
+{
+	return s->n_experts * s->sizes[0] + s->n_tasks * s->n_experts;
+}
+
+/* Y[n × w] = columns off .. off+w−1 of Z[n × ld], and back. */
+static void cols_out(int n, int ld, int off, int w, const float *Z, float *Y)
+{
+	for (int i = 0; i < n; i++)
+		memcpy(Y + (size_t)i * w, Z + (size_t)i * ld + off, sizeof(float) * (size_t)w);
+}
+
+static void cols_in(int n, int ld, int off, int w, const float *Y, float *Z)
+{
+	for (int i = 0; i < n; i++)
+		memcpy(Z + (size_t)i * ld + off, Y + (size_t)i * w, sizeof(float) * (size_t)w);
+}
+
+/* Offsets in P of the first maps' weights, in W0's row order: expert e's
+ * layer 0 (rows), then gate t (E rows). */
+static void first_maps(const st_mmoe_shape_t *s, int i, size_t *off, int *rows)
+{
+	const int E = s->n_experts;
+	*off = i < E ? expert_off(s, i, 0) : gate_off(s, i - E);
+	*rows = i < E ? s->sizes[0] : E;
+}
+
+void st_mmoe_forward(const st_mmoe_shape_t *s, int n, const float *X, const float *P,
+		     void *scratch, float *out)
+{
+	const int E = s->n_experts, K = s->n_layers, h1 = s->sizes[0], d = s->d_in;
+	const int M0 = m0_of(s);
+	parts_t p;
+	carve(s, (size_t)n, scratch, &p);
+	int r0 = 0;
+	for (int i = 0; i < E + s->n_tasks; i++) {
+		size_t off;
+		int rows;
+		first_maps(s, i, &off, &rows);
+		memcpy(p.W0 + (size_t)r0 * d, P + off, sizeof(float) * (size_t)rows * d);
+		memcpy(p.b0 + r0, P + off + (size_t)rows * d, sizeof(float) * (size_t)rows);
+		r0 += rows;
+	}
+	st_linear_forward(n, d, M0, X, p.W0, p.b0, p.Z);
+	for (int e = 0; e < E; e++) {
+		cols_out(n, M0, e * h1, h1, p.Z, p.H[e][0]);
+		act_fwd(s->act, (size_t)n * h1, p.H[e][0]);
+		for (int k = 1; k < K; k++) {
+			const int din = s->sizes[k - 1], dout = s->sizes[k];
+			const float *Wk = P + expert_off(s, e, k);
+			st_linear_forward(n, din, dout, p.H[e][k - 1], Wk, Wk + (size_t)dout * din,
+					  p.H[e][k]);
+			act_fwd(s->act, (size_t)n * dout, p.H[e][k]);
+		}
+	}
+	for (int t = 0; t < s->n_tasks; t++) {
+		cols_out(n, M0, E * h1 + t * E, E, p.Z, p.G[t]);
+		gate_mix(s, n, &p, t, out);
+	}
+}
+
+void st_mmoe_backward(const st_mmoe_shape_t *s, int n, const float *X, const float *P,
+		      const float *dout, void *scratch, float *dX, float *dP)
+{
+	const int E = s->n_experts, K = s->n_layers, h1 = s->sizes[0], d = s->d_in;
+	const int M0 = m0_of(s);
+	parts_t p;
+	carve(s, (size_t)n, scratch, &p);
+	/* dZ [n × M0]: each expert's first-layer gradient, then the gates'. */
+	for (int t = 0; t < s->n_tasks; t++)
+		gate_grad(s, n, &p, t, dout, p.dZ0 + E * h1 + t * E, M0);
+	for (int e = 0; e < E; e++) {
+		float *cur = p.dH[0];
+		expert_dout(s, n, &p, e, dout, cur);
+		int pp = 1;
+		for (int k = K - 1; k >= 1; k--) {
+			const int din = s->sizes[k - 1], dk = s->sizes[k];
+			const size_t off = expert_off(s, e, k);
+			act_bwd(s->act, (size_t)n * dk, p.H[e][k], cur);
+			st_linear_backward(n, din, dk, p.H[e][k - 1], P + off, cur, p.dH[pp],
+					   dP + off, dP + off + (size_t)dk * din);
+			cur = p.dH[pp];
+			pp ^= 1;
+		}
+		act_bwd(s->act, (size_t)n * h1, p.H[e][0], cur);
+		cols_in(n, M0, e * h1, h1, cur, p.dZ0);
+	}
+	/* One map back: dX = dZ W0 (overwrites), dW0 and db0 in scratch, then
+	 * added into each tensor's place in dP. */
+	memset(p.dW0, 0, sizeof(float) * (size_t)M0 * d);
+	memset(p.db0, 0, sizeof(float) * (size_t)M0);
+	st_linear_backward(n, d, M0, X, p.W0, p.dZ0, dX, p.dW0, p.db0);
+	int r0 = 0;
+	for (int i = 0; i < E + s->n_tasks; i++) {
+		size_t off;
+		int rows;
+		first_maps(s, i, &off, &rows);
+		add_into(dP + off, p.dW0 + (size_t)r0 * d, (size_t)rows * d);
+		add_into(dP + off + (size_t)rows * d, p.db0 + r0, (size_t)rows);
+		r0 += rows;
 	}
 }
 

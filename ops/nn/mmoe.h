@@ -94,6 +94,15 @@ void st_mmoe_forward(const st_mmoe_shape_t *s, int n, const float *X, const floa
 void st_mmoe_backward(const st_mmoe_shape_t *s, int n, const float *X, const float *P,
 		      const float *dout, void *scratch, float *dX, float *dP);
 
+/* The readable reference of the two above (one st_linear_* per expert
+ * layer and per gate), same contracts; the fast path runs every expert's
+ * first layer and every gate as one map over x (mmoe.c). test_mmoe pins
+ * the two together. A backward pairs with its own kind of forward. */
+void st_mmoe_forward_ref(const st_mmoe_shape_t *s, int n, const float *X, const float *P,
+			 void *scratch, float *out);
+void st_mmoe_backward_ref(const st_mmoe_shape_t *s, int n, const float *X, const float *P,
+			  const float *dout, void *scratch, float *dX, float *dP);
+
 /* ---- slice ------------------------------------------------------------------
  * Y[n × width] = columns offset .. offset+width−1 of X[n × in_w];
  * backward: dX[n × in_w] = dY in those columns, 0 elsewhere (overwrites). */

@@ -1,4 +1,4 @@
-/* test_mmoe.c — MMoE (ops/nn/mmoe.h) and its graph nodes (st_lgraph_mmoe,
+/* test_mmoe.c — MMoE (ops/nn/mmoe.h: the fast path and its reference) and its graph nodes (st_lgraph_mmoe,
  * st_lgraph_slice): a hand-computed forward, the layer against a plain-loop
  * reference written out below, finite-difference gradients of the layer
  * (every tensor and the input) and of a two-tower graph (every dense
@@ -61,7 +61,8 @@ static void test_mmoe_forward_exact(void **state)
 	free(sc);
 }
 
-/* The plain-loop reference: every sum in double, in the paper's order. */
+/* The plain-loop reference: every sum in double, in the paper's order
+ * (checks st_mmoe_forward; st_mmoe_forward_ref is pinned to it below). */
 static void ref_forward(const st_mmoe_shape_t *s, int n, const float *X, const float *P,
 			double *out)
 {
@@ -138,11 +139,13 @@ static void test_mmoe_matches_plain_loops(void **state)
 	}
 }
 
+static int use_ref;   /* layer_gradcheck: the reference path instead */
+
 static double layer_loss(const st_mmoe_shape_t *s, int n, const float *X, const float *P,
 			 const float *c, void *sc)
 {
 	float out[8 * 6];
-	st_mmoe_forward(s, n, X, P, sc, out);
+	(use_ref ? st_mmoe_forward_ref : st_mmoe_forward)(s, n, X, P, sc, out);
 	double l = 0;
 	for (int j = 0; j < n * st_mmoe_width(s); j++)
 		l += (double)c[j] * out[j];
@@ -152,9 +155,8 @@ static double layer_loss(const st_mmoe_shape_t *s, int n, const float *X, const 
 /* Central differences of Σ c·out over every parameter and every input
  * float, h = 1e-2 in float: with sigmoid experts the truncation is ~1e-4,
  * atol 2e-3 + rtol 2e-2 catches a dropped term or a sign (O(|g|)). */
-static void test_mmoe_layer_gradcheck(void **state)
+static void layer_gradcheck(void)
 {
-	(void)state;
 	const st_mmoe_shape_t *s = &shape3;
 	enum { N = 4 };
 	const int W = st_mmoe_width(s);
@@ -171,7 +173,7 @@ static void test_mmoe_layer_gradcheck(void **state)
 		c[i] = 2 * rnd();
 	void *sc = scratch_for(s, N);
 	layer_loss(s, N, X, P, c, sc);
-	st_mmoe_backward(s, N, X, P, c, sc, dX, dP);
+	(use_ref ? st_mmoe_backward_ref : st_mmoe_backward)(s, N, X, P, c, sc, dX, dP);
 	const double h = 1e-2;
 	int bad = 0;
 	for (size_t i = 0; i < np; i++) {
@@ -210,6 +212,87 @@ static void test_mmoe_layer_gradcheck(void **state)
 	free(sc);
 	free(P);
 	free(dP);
+}
+
+static void test_mmoe_layer_gradcheck(void **state)
+{
+	(void)state;
+	use_ref = 0;
+	layer_gradcheck();
+}
+
+static void test_mmoe_layer_gradcheck_ref(void **state)
+{
+	(void)state;
+	use_ref = 1;
+	layer_gradcheck();
+	use_ref = 0;
+}
+
+/* The fast path (the first maps as one sgemm) against the reference on
+ * several shapes: outputs, dX and dP (+= onto nonzero values). Both are
+ * float sums over at most d_in + 1 = 10 terms in a different grouping;
+ * 1e-5 + 1e-5·|ref| is ~100 float ulps, far below a wrong or missing
+ * term (1e-2 and up with these values). */
+static void test_mmoe_fast_matches_reference(void **state)
+{
+	(void)state;
+	static const st_mmoe_shape_t shapes[] = {
+		{ .d_in = 5, .n_experts = 3, .n_tasks = 2, .n_layers = 2, .sizes = { 4, 3 }, .act = 1 },
+		{ .d_in = 9, .n_experts = 1, .n_tasks = 1, .n_layers = 1, .sizes = { 6 }, .act = 2 },
+		{ .d_in = 7, .n_experts = 4, .n_tasks = 3, .n_layers = 3, .sizes = { 5, 4, 2 },
+		  .act = 0 },
+		{ .d_in = 3, .n_experts = 2, .n_tasks = 4, .n_layers = 1, .sizes = { 8 }, .act = 1 },
+	};
+	for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+		const st_mmoe_shape_t *s = &shapes[c];
+		enum { N = 7 };
+		const int W = st_mmoe_width(s), d = s->d_in;
+		size_t np = st_mmoe_nparams(s);
+		float *P = malloc(sizeof(float) * np), *X = malloc(sizeof(float) * N * d);
+		float *dout = malloc(sizeof(float) * N * W);
+		float *o[2], *dX[2], *dP[2];
+		assert_true(P && X && dout);
+		for (size_t i = 0; i < np; i++)
+			P[i] = 2 * rnd();
+		for (int i = 0; i < N * d; i++)
+			X[i] = 2 * rnd();
+		for (int i = 0; i < N * W; i++)
+			dout[i] = 2 * rnd();
+		for (int k = 0; k < 2; k++) {
+			o[k] = malloc(sizeof(float) * N * W);
+			dX[k] = malloc(sizeof(float) * N * d);
+			dP[k] = malloc(sizeof(float) * np);
+			assert_true(o[k] && dX[k] && dP[k]);
+			for (size_t i = 0; i < np; i++)
+				dP[k][i] = 0.25f * (float)(i % 7);
+			void *sc = scratch_for(s, N);
+			(k ? st_mmoe_forward_ref : st_mmoe_forward)(s, N, X, P, sc, o[k]);
+			(k ? st_mmoe_backward_ref : st_mmoe_backward)(s, N, X, P, dout, sc, dX[k],
+								      dP[k]);
+			free(sc);
+		}
+		int bad = 0;
+#define CLOSE(a, b) (fabs((double)(a) - (b)) <= 1e-5 + 1e-5 * fabs((double)(b)))
+		for (int i = 0; i < N * W; i++)
+			bad += !CLOSE(o[0][i], o[1][i]);
+		for (int i = 0; i < N * d; i++)
+			bad += !CLOSE(dX[0][i], dX[1][i]);
+		for (size_t i = 0; i < np; i++)
+			bad += !CLOSE(dP[0][i], dP[1][i]);
+#undef CLOSE
+		if (bad)
+			print_message("shape %zu: %d values differ\n", c, bad);
+		assert_int_equal(bad, 0);
+		for (int k = 0; k < 2; k++) {
+			free(o[k]);
+			free(dX[k]);
+			free(dP[k]);
+		}
+		free(P);
+		free(X);
+		free(dout);
+	}
 }
 
 /* ---- graph nodes ------------------------------------------------------------ */
@@ -502,6 +585,8 @@ int main(void)
 		cmocka_unit_test(test_mmoe_forward_exact),
 		cmocka_unit_test(test_mmoe_matches_plain_loops),
 		cmocka_unit_test(test_mmoe_layer_gradcheck),
+		cmocka_unit_test(test_mmoe_layer_gradcheck_ref),
+		cmocka_unit_test(test_mmoe_fast_matches_reference),
 		cmocka_unit_test(test_mmoe_graph_gradcheck_sigmoid),
 		cmocka_unit_test(test_mmoe_graph_gradcheck_none),
 		cmocka_unit_test(test_mmoe_one_expert_is_mlp),
