@@ -18,6 +18,10 @@
  * w -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps), with the bias
  * corrections bc = 1 - beta^t taken in double because beta2^t for large t
  * loses most of its digits in float.
+ *
+ * The loops here are the readable references (st_optim_update_ref);
+ * st_optim_update runs optim_avx2.c's 8-wide copies of them when the CPU
+ * has AVX2 (runtime/simd.h), with the same bits (tests/unit/test_optim_simd.c).
  */
 #include "ops/optim/optim.h"
 
@@ -25,7 +29,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "ops/optim/optim_internal.h"
 #include "runtime/err.h"
+#include "runtime/simd.h"
 #include "runtime/store/rowfmt.h"
 
 int st_optim_init(st_optim_t *o, const st_optim_cfg_t *cfg)
@@ -124,12 +130,7 @@ static void adagrad_row(const st_optim_t *o, float *restrict w, float *restrict 
 		return;
 	/* The mean of squares in double: a row is summed in one pass and the
 	 * order must not matter for the parity tests. */
-	double sq = 0.0;
-	for (size_t i = 0; i < len; i++) {
-		double gi = (double)(g[i] + l2 * w[i]);
-		sq += gi * gi;
-	}
-	*acc += (float)(sq / (double)len);
+	*acc += (float)(st__optim_row_sq(l2, w, g, len) / (double)len);
 	const float step = lr / (sqrtf(*acc) + eps);
 	for (size_t i = 0; i < len; i++)
 		w[i] -= step * (g[i] + l2 * w[i]);
@@ -140,10 +141,10 @@ static void adam(const st_optim_t *o, float *restrict w, float *restrict m,
 {
 	assert(t >= 1);
 	const float b1 = o->beta1, b2 = o->beta2, l2 = o->l2, eps = o->eps;
-	const double bc1 = 1.0 - pow((double)b1, (double)t);
-	const double bc2 = 1.0 - pow((double)b2, (double)t);
-	const float step = (float)((double)o->lr / bc1);
-	const float inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
+	float step, inv_sqrt_bc2;
+	st__optim_adam_consts(o, t, &step, &inv_sqrt_bc2);
+	/* One pass: moments, bias correction and update per coordinate, so
+	 * w, g, m and v are each read once. */
 	for (size_t i = 0; i < len; i++) {
 		float gi = g[i] + l2 * w[i];
 		m[i] = b1 * m[i] + (1.0f - b1) * gi;
@@ -169,8 +170,8 @@ static void ftrl(const st_optim_t *o, float *restrict w, float *restrict z,
 	}
 }
 
-void st_optim_update(const st_optim_t *o, float *w, float *state, const float *g,
-		     size_t len, uint64_t t)
+void st_optim_update_ref(const st_optim_t *o, float *w, float *state, const float *g,
+			 size_t len, uint64_t t)
 {
 	switch (o->kind) {
 	case ST_OPT_SGD:
@@ -192,6 +193,18 @@ void st_optim_update(const st_optim_t *o, float *w, float *state, const float *g
 	assert(!"unknown optimizer kind");
 }
 
+void st_optim_update(const st_optim_t *o, float *w, float *state, const float *g,
+		     size_t len, uint64_t t)
+{
+#if ST_OPTIM_AVX2
+	if (st_simd_avx2()) {
+		st__optim_update_avx2(o, w, state, g, len, t);
+		return;
+	}
+#endif
+	st_optim_update_ref(o, w, state, g, len, t);
+}
+
 void st_optim_update_rows(const st_optim_t *o, float *w, float *state, const float *g,
 			  size_t rows, size_t cols, uint64_t t)
 {
@@ -202,5 +215,5 @@ void st_optim_update_rows(const st_optim_t *o, float *w, float *state, const flo
 		return;
 	}
 	for (size_t r = 0; r < rows; r++)
-		adagrad_row(o, w + r * cols, state + r, g + r * cols, cols);
+		st_optim_update(o, w + r * cols, state + r, g + r * cols, cols, t);
 }

@@ -60,9 +60,16 @@ size_t st_optim_state_floats(const st_optim_t *o, size_t len);
 void st_optim_state_init(const st_optim_t *o, float *state, size_t len);
 
 /* One update of w[len] with g[len]; t >= 1 is the step number for Adam's
- * bias correction (ignored by the others). */
+ * bias correction (ignored by the others). Runs the AVX2 loops
+ * (ops/optim/optim_avx2.c) when runtime/simd.h's st_simd_avx2() allows,
+ * else st_optim_update_ref; both give the same bits. */
 void st_optim_update(const st_optim_t *o, float *w, float *state, const float *g,
 		     size_t len, uint64_t t);
+
+/* The readable reference of st_optim_update: plain loops over the formulas
+ * above, whatever the CPU. Tests and benchmarks compare the two. */
+void st_optim_update_ref(const st_optim_t *o, float *w, float *state, const float *g,
+			 size_t len, uint64_t t);
 
 /* Largest row (emb + wide floats) st_optim_row_update takes for a compact
  * row (model.emb_dim's limit, 4096, plus the wide weight). */
