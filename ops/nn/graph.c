@@ -984,11 +984,19 @@ static void backward_node(const st_lgraph_t *g, st_lgraph_ws_t *ws, int id,
 		for (int k = nd->n_layers - 1; k >= 0; k--) {
 			const layer_t *L = &nd->L[k];
 			const float *H = k + 1 < nd->n_layers ? ws->aux[id][k] : ws->out[id];
-			act_backward(nd->act, (size_t)n * (size_t)L->out, H, cur);
+			/* ReLU's mask and the bias gradient in one pass over dY
+			 * (the bias is then not summed again below). */
+			float *db = gparams + L->b;
+			if (nd->act == ST_LGRAPH_ACT_RELU) {
+				st_relu_bias_backward(nn_, L->out, H, cur, db);
+				db = NULL;
+			} else {
+				act_backward(nd->act, (size_t)n * (size_t)L->out, H, cur);
+			}
 			const float *in = k ? ws->aux[id][k - 1] : X;
 			float *dIn = k ? ws->dbuf[pp] : want ? grad_begin(ws, in0) : NULL;
 			st_linear_backward(nn_, L->in, L->out, in, params + L->w, cur, dIn,
-					   gparams + L->w, gparams + L->b);
+					   gparams + L->w, db);
 			cur = dIn;
 			pp ^= 1;
 		}

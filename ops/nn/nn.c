@@ -26,6 +26,23 @@
 #include <math.h>
 #include <string.h>
 
+#include "runtime/simd.h"
+
+/* The pooling loops and the fused ReLU/bias backward also exist compiled
+ * for AVX2 by target attribute (the default build targets baseline x86-64)
+ * and are chosen at run time by runtime/simd.h. They keep mul and add
+ * separate (no FMA; this file builds with -ffp-contract=off) and every
+ * output element sees the same additions in the same order as the plain
+ * loops, so both give the same bits (tests/unit/test_nn_simd.c). */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define NN_AVX2 1
+#define AVX2_INLINE static inline __attribute__((always_inline, target("avx2")))
+#define AVX2_FN __attribute__((target("avx2")))
+#else
+#define NN_AVX2 0
+#endif
+
 /* ---- embedding pooling -------------------------------------------------- */
 
 /* Slots are counted in windows of this many so the counts fit on the stack. */
@@ -51,10 +68,30 @@ static inline void axpy(int d, float a, const float *restrict x, float *restrict
 		y[j] += a * x[j];
 }
 
-void st_pool_forward(const st_pool_layout_t *L, uint32_t r0, uint32_t n,
-		     const uint32_t *row_off, const uint16_t *key_slot,
-		     const float *key_val, const uint32_t *key_idx,
-		     float *const *rows, float *out)
+typedef void (*axpy_fn)(int d, float a, const float *restrict x, float *restrict y);
+
+#if NN_AVX2
+/* axpy 8 floats per instruction: y[j] + (a * x[j]) per lane, as the scalar
+ * loop (a separate multiply and add, not an FMA). */
+AVX2_INLINE void axpy_avx2(int d, float a, const float *restrict x, float *restrict y)
+{
+	const __m256 va = _mm256_set1_ps(a);
+	int j = 0;
+	for (; j + 8 <= d; j += 8)
+		_mm256_storeu_ps(y + j, _mm256_add_ps(_mm256_loadu_ps(y + j),
+						      _mm256_mul_ps(va, _mm256_loadu_ps(x + j))));
+	for (; j < d; j++)
+		y[j] += a * x[j];
+}
+#endif
+
+/* The pooling loops are written once, over an axpy: pool_*_body is inlined
+ * into a plain entry (axpy) and an AVX2 entry (axpy_avx2), so the control
+ * flow — key order, mean counts, NULL rows — is one text for both. */
+static inline __attribute__((always_inline)) void
+pool_forward_body(const st_pool_layout_t *L, uint32_t r0, uint32_t n,
+		  const uint32_t *row_off, const uint16_t *key_slot, const float *key_val,
+		  const uint32_t *key_idx, float *const *rows, float *out, axpy_fn ax)
 {
 	int cnt[POOL_WIN];
 	const int any_mean = st_pool_any_mean(L);
@@ -67,7 +104,7 @@ void st_pool_forward(const st_pool_layout_t *L, uint32_t r0, uint32_t n,
 			assert(s < L->n_slots);
 			const float *row = rows[key_idx[k]];
 			if (row)
-				axpy(L->dim[s], key_val[k], row, o + L->off[s]);
+				ax(L->dim[s], key_val[k], row, o + L->off[s]);
 		}
 		if (!any_mean)
 			continue;
@@ -88,10 +125,11 @@ void st_pool_forward(const st_pool_layout_t *L, uint32_t r0, uint32_t n,
 	}
 }
 
-void st_pool_backward(const st_pool_layout_t *L, uint32_t r0, uint32_t n,
-		      const uint32_t *row_off, const uint16_t *key_slot,
-		      const float *key_val, const uint32_t *key_idx,
-		      const float *dout, float *gu, int gstride)
+static inline __attribute__((always_inline)) void
+pool_backward_body(const st_pool_layout_t *L, uint32_t r0, uint32_t n,
+		   const uint32_t *row_off, const uint16_t *key_slot, const float *key_val,
+		   const uint32_t *key_idx, const float *dout, float *gu, int gstride,
+		   axpy_fn ax)
 {
 	int cnt[POOL_WIN];
 	const int any_mean = st_pool_any_mean(L);
@@ -102,8 +140,8 @@ void st_pool_backward(const st_pool_layout_t *L, uint32_t r0, uint32_t n,
 			for (uint32_t k = k0; k < k1; k++) {
 				int s = key_slot[k];
 				assert(s < L->n_slots);
-				axpy(L->dim[s], key_val[k], d + L->off[s],
-				     gu + (size_t)key_idx[k] * (size_t)gstride);
+				ax(L->dim[s], key_val[k], d + L->off[s],
+				   gu + (size_t)key_idx[k] * (size_t)gstride);
 			}
 			continue;
 		}
@@ -119,11 +157,76 @@ void st_pool_backward(const st_pool_layout_t *L, uint32_t r0, uint32_t n,
 					continue;
 				float a = st_pool_is_mean(L, s) ? key_val[k] / (float)cnt[s - s0]
 								 : key_val[k];
-				axpy(L->dim[s], a, d + L->off[s],
-				     gu + (size_t)key_idx[k] * (size_t)gstride);
+				ax(L->dim[s], a, d + L->off[s],
+				   gu + (size_t)key_idx[k] * (size_t)gstride);
 			}
 		}
 	}
+}
+
+void st_pool_forward_ref(const st_pool_layout_t *L, uint32_t r0, uint32_t n,
+			 const uint32_t *row_off, const uint16_t *key_slot,
+			 const float *key_val, const uint32_t *key_idx,
+			 float *const *rows, float *out)
+{
+	pool_forward_body(L, r0, n, row_off, key_slot, key_val, key_idx, rows, out, axpy);
+}
+
+void st_pool_backward_ref(const st_pool_layout_t *L, uint32_t r0, uint32_t n,
+			  const uint32_t *row_off, const uint16_t *key_slot,
+			  const float *key_val, const uint32_t *key_idx,
+			  const float *dout, float *gu, int gstride)
+{
+	pool_backward_body(L, r0, n, row_off, key_slot, key_val, key_idx, dout, gu, gstride,
+			   axpy);
+}
+
+#if NN_AVX2
+AVX2_FN static void pool_forward_avx2(const st_pool_layout_t *L, uint32_t r0, uint32_t n,
+				      const uint32_t *row_off, const uint16_t *key_slot,
+				      const float *key_val, const uint32_t *key_idx,
+				      float *const *rows, float *out)
+{
+	pool_forward_body(L, r0, n, row_off, key_slot, key_val, key_idx, rows, out, axpy_avx2);
+}
+
+AVX2_FN static void pool_backward_avx2(const st_pool_layout_t *L, uint32_t r0, uint32_t n,
+				       const uint32_t *row_off, const uint16_t *key_slot,
+				       const float *key_val, const uint32_t *key_idx,
+				       const float *dout, float *gu, int gstride)
+{
+	pool_backward_body(L, r0, n, row_off, key_slot, key_val, key_idx, dout, gu, gstride,
+			   axpy_avx2);
+}
+#endif
+
+void st_pool_forward(const st_pool_layout_t *L, uint32_t r0, uint32_t n,
+		     const uint32_t *row_off, const uint16_t *key_slot,
+		     const float *key_val, const uint32_t *key_idx,
+		     float *const *rows, float *out)
+{
+#if NN_AVX2
+	if (st_simd_avx2()) {
+		pool_forward_avx2(L, r0, n, row_off, key_slot, key_val, key_idx, rows, out);
+		return;
+	}
+#endif
+	st_pool_forward_ref(L, r0, n, row_off, key_slot, key_val, key_idx, rows, out);
+}
+
+void st_pool_backward(const st_pool_layout_t *L, uint32_t r0, uint32_t n,
+		      const uint32_t *row_off, const uint16_t *key_slot,
+		      const float *key_val, const uint32_t *key_idx,
+		      const float *dout, float *gu, int gstride)
+{
+#if NN_AVX2
+	if (st_simd_avx2()) {
+		pool_backward_avx2(L, r0, n, row_off, key_slot, key_val, key_idx, dout, gu,
+				   gstride);
+		return;
+	}
+#endif
+	st_pool_backward_ref(L, r0, n, row_off, key_slot, key_val, key_idx, dout, gu, gstride);
 }
 
 /* ---- wide ----------------------------------------------------------------- */
@@ -217,6 +320,66 @@ void st_relu_backward(size_t len, const float *y, const float *dy, float *dx)
 {
 	for (size_t i = 0; i < len; i++)
 		dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+/* The reference: ReLU's backward pass, then the bias gradient's pass over
+ * the masked dY, exactly as st_relu_backward + st_linear_backward do. */
+void st_relu_bias_backward_ref(int n, int out, const float *Y, float *dY,
+			       float *restrict db)
+{
+	if (n <= 0 || out <= 0)
+		return;
+	st_relu_backward((size_t)n * (size_t)out, Y, dY, dY);
+	if (db) {
+		for (int i = 0; i < n; i++) {
+			const float *restrict d = dY + (size_t)i * out;
+			for (int o = 0; o < out; o++)
+				db[o] += d[o];
+		}
+	}
+}
+
+#if NN_AVX2
+/* One pass: each 8-wide block of a row of dY is masked and added to db
+ * while it is in a register; db[o] still gets rows 0, 1, ..., n-1 in that
+ * order, and a masked-out element adds +0.0 as in the reference. */
+AVX2_FN static void relu_bias_backward_avx2(int n, int out, const float *Y, float *dY,
+					    float *restrict db)
+{
+	const __m256 zero = _mm256_setzero_ps();
+	for (int i = 0; i < n; i++) {
+		const float *y = Y + (size_t)i * out;
+		float *d = dY + (size_t)i * out;
+		int o = 0;
+		for (; o + 8 <= out; o += 8) {
+			/* Ordered >: a NaN y masks to 0, as y > 0.0f does. */
+			__m256 m = _mm256_cmp_ps(_mm256_loadu_ps(y + o), zero, _CMP_GT_OQ);
+			__m256 v = _mm256_and_ps(m, _mm256_loadu_ps(d + o));
+			_mm256_storeu_ps(d + o, v);
+			if (db)
+				_mm256_storeu_ps(db + o, _mm256_add_ps(_mm256_loadu_ps(db + o), v));
+		}
+		for (; o < out; o++) {
+			float v = y[o] > 0.0f ? d[o] : 0.0f;
+			d[o] = v;
+			if (db)
+				db[o] += v;
+		}
+	}
+}
+#endif
+
+void st_relu_bias_backward(int n, int out, const float *Y, float *dY, float *db)
+{
+	if (n <= 0 || out <= 0)
+		return;
+#if NN_AVX2
+	if (st_simd_avx2()) {
+		relu_bias_backward_avx2(n, out, Y, dY, db);
+		return;
+	}
+#endif
+	st_relu_bias_backward_ref(n, out, Y, dY, db);
 }
 
 void st_sigmoid_forward(size_t len, const float *x, float *y)

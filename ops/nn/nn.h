@@ -67,6 +67,18 @@ void st_pool_backward(const st_pool_layout_t *L, uint32_t r0, uint32_t n,
 		      const float *key_val, const uint32_t *key_idx,
 		      const float *dout, float *gu, int gstride);
 
+/* The plain-loop references of the two above. st_pool_forward/backward run
+ * an AVX2 copy when runtime/simd.h's st_simd_avx2() allows; both give the
+ * same bits (tests/unit/test_nn_simd.c). */
+void st_pool_forward_ref(const st_pool_layout_t *L, uint32_t r0, uint32_t n,
+			 const uint32_t *row_off, const uint16_t *key_slot,
+			 const float *key_val, const uint32_t *key_idx,
+			 float *const *rows, float *out);
+void st_pool_backward_ref(const st_pool_layout_t *L, uint32_t r0, uint32_t n,
+			  const uint32_t *row_off, const uint16_t *key_slot,
+			  const float *key_val, const uint32_t *key_idx,
+			  const float *dout, float *gu, int gstride);
+
 /* ---- wide (linear over sparse keys) -------------------------------------
  * out[i] = sum over keys k of example i of key_val[k] * rows[key_idx[k]][col]
  * (the wide weight is stored in column `col` of each row). */
@@ -93,6 +105,16 @@ void st_linear_backward(int n, int in, int out, const float *X, const float *W,
 void st_relu_forward(size_t len, const float *x, float *y);
 void st_relu_backward(size_t len, const float *y, const float *dy, float *dx);
 void st_sigmoid_forward(size_t len, const float *x, float *y);
+
+/* ReLU backward fused with the bias gradient of the linear layer whose
+ * output Y[n × out] it took: dY[i,o] = Y[i,o] > 0 ? dY[i,o] : 0 (in place),
+ * then db[o] += Σ_i dY[i,o] summed over i = 0 .. n-1 in order, as
+ * st_linear_backward does (db NULL: no bias). Call st_linear_backward with
+ * db = NULL afterwards. One pass over dY with AVX2 (st_simd_avx2()), else
+ * the reference: st_relu_backward, then the bias pass. Same bits either way
+ * (tests/unit/test_nn_simd.c). */
+void st_relu_bias_backward(int n, int out, const float *Y, float *dY, float *db);
+void st_relu_bias_backward_ref(int n, int out, const float *Y, float *dY, float *db);
 void st_sigmoid_backward(size_t len, const float *y, const float *dy, float *dx);
 
 /* ---- FM second-order interaction (DeepFM) --------------------------------
