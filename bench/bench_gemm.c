@@ -6,7 +6,15 @@
  *   bench_gemm [SECONDS]         measure in this process's environment
  *   bench_gemm --compare [SEC]   run itself as child processes with
  *                                OPENBLAS_CORETYPE unset, =SkylakeX and
- *                                =Haswell, and print all three
+ *                                =Haswell, and print all three (AVX-512
+ *                                CPUs only: SkylakeX kernels die of SIGILL
+ *                                elsewhere)
+ *   bench_gemm --layers [SEC]    per layer of the standard model's MLP
+ *                                (429 → 400 → 400 → 400 → 1, batch 1024):
+ *                                GFLOP/s of its forward, dX and dW GEMMs
+ *                                and of the three together, one caller and
+ *                                one OpenBLAS thread (a train worker), as a
+ *                                share of the measured one-core FMA rate
  *
  * OPENBLAS_CORETYPE is read once when libopenblas loads, so each setting
  * needs its own process; --compare re-executes /proc/self/exe.
@@ -26,7 +34,9 @@
  * to cover 4 cycles of latency on 2 pipes) measures what one core and both
  * cores really sustain, because a VM's /proc/cpuinfo shows the base clock,
  * not the boost clock the cores run at. The nominal peak (cores × GHz × 64:
- * 16 fp32 lanes × 2 FLOP per FMA × 2 FMA pipes) is printed beside it.
+ * 16 fp32 lanes × 2 FLOP per FMA × 2 FMA pipes) is printed beside it. On a
+ * CPU without AVX-512 the loop is AVX2 + FMA (8 lanes, 12 accumulators)
+ * and the nominal peak cores × GHz × 32.
  * Each figure is the best of 5 timed runs of >= SECONDS/5 each (default 1 s
  * per figure); best, not mean, because the machine is shared.
  */
@@ -200,6 +210,46 @@ __attribute__((target("avx512f"))) static double fma_loop(double secs)
 	return (double)iters * 16.0 * 16.0 * 2.0 / t * 1e-9;
 }
 
+/* The same with AVX2 + FMA: 8 lanes, 12 accumulators (2 pipes × 4+ cycles
+ * of latency, leaving registers for the constants). */
+__attribute__((target("avx2,fma"))) static double fma_loop_avx2(double secs)
+{
+	__m256 acc[12];
+	const __m256 a = _mm256_set1_ps(0.9999999f), b = _mm256_set1_ps(1e-3f);
+	for (int i = 0; i < 12; i++)
+		acc[i] = _mm256_set1_ps((float)i);
+	long iters = 0, chunk = 1 << 20;
+	double t0 = now_s(), t;
+	do {
+		for (long k = 0; k < chunk; k++)
+#pragma GCC unroll 12
+			for (int i = 0; i < 12; i++)
+				acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+		iters += chunk;
+		t = now_s() - t0;
+	} while (t < secs);
+	float lanes[8], sink = 0.0f;
+	for (int i = 0; i < 12; i++) {
+		_mm256_storeu_ps(lanes, acc[i]);
+		for (int l = 0; l < 8; l++)
+			sink += lanes[l];
+	}
+	volatile float keep = sink;
+	(void)keep;
+	return (double)iters * 12.0 * 8.0 * 2.0 / t * 1e-9;
+}
+
+/* fp32 FLOP per cycle per core of the widest FMA this CPU has, 0 if none. */
+static int fma_flop_per_cycle(void)
+{
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx512f"))
+		return 64;
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+		return 32;
+	return 0;
+}
+
 typedef struct {
 	double secs, gflops;
 	pthread_barrier_t *bar;
@@ -209,14 +259,14 @@ static void *fma_worker(void *arg)
 {
 	fma_job_t *j = arg;
 	pthread_barrier_wait(j->bar);
-	j->gflops = fma_loop(j->secs);
+	j->gflops = fma_flop_per_cycle() == 64 ? fma_loop(j->secs) : fma_loop_avx2(j->secs);
 	return NULL;
 }
 
 /* Sum over `threads` threads of the FMA loop's GFLOP/s, best of 3. */
 static double fma_peak(int threads, double secs)
 {
-	if (!__builtin_cpu_supports("avx512f"))
+	if (fma_flop_per_cycle() == 0)
 		return 0.0;
 	double best = 0.0;
 	for (int r = 0; r < 3; r++) {
@@ -264,17 +314,20 @@ static int run_here(double secs)
 	const char *ct = getenv("OPENBLAS_CORETYPE");
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
 	double ghz = cpu_ghz();
-	/* AVX-512 fp32: 16 lanes × 2 FLOP per FMA × 2 FMA pipes per core. */
-	double peak1 = ghz * 64.0;
+	/* AVX-512 fp32: 16 lanes × 2 FLOP per FMA × 2 FMA pipes per core
+	 * (AVX2: 8 lanes, 32). */
+	const int fpc = fma_flop_per_cycle();
+	const char *isa = fpc == 64 ? "AVX-512" : "AVX2";
+	double peak1 = ghz * fpc;
 	const char *l2 = getenv("OPENBLAS_L2_SIZE");
 	printf("OPENBLAS_CORETYPE=%s OPENBLAS_L2_SIZE=%s\n", ct ? ct : "(unset)",
 	       l2 ? l2 : "(unset)");
 	printf("corename: %s\nconfig: %s\n", openblas_get_corename(), openblas_get_config());
-	printf("cpus %ld, %.3f GHz (/proc/cpuinfo cpu MHz); fp32 AVX-512 peak %.1f GFLOP/s per core, %.1f total\n",
-	       cores, ghz, peak1, peak1 * (double)cores);
+	printf("cpus %ld, %.3f GHz (/proc/cpuinfo cpu MHz); fp32 %s peak %.1f GFLOP/s per core, %.1f total\n",
+	       cores, ghz, isa, peak1, peak1 * (double)cores);
 	double fma1 = fma_peak(1, 0.3), fma2 = fma_peak(2, 0.3);
-	printf("measured AVX-512 FMA loop: %.1f GFLOP/s on 1 thread (= %.2f GHz x 64), %.1f on 2 threads\n",
-	       fma1, fma1 / 64.0, fma2);
+	printf("measured %s FMA loop: %.1f GFLOP/s on 1 thread (= %.2f GHz x %d), %.1f on 2 threads\n",
+	       isa, fma1, fpc ? fma1 / fpc : 0.0, fpc, fma2);
 	if (fma1 > peak1) {
 		/* Percentages against what the cores really do. */
 		peak1 = fma1;
@@ -302,8 +355,54 @@ static int run_here(double secs)
 	return 0;
 }
 
+/* --layers: each dense layer of the standard model at batch 1024, the
+ * three GEMMs st_linear_forward/backward run for it (dX also for the first
+ * layer: the embeddings need their gradient). */
+static int run_layers(double secs)
+{
+	static const int dims[] = {429, 400, 400, 400, 1};
+	const int n = 1024, nl = 4;
+	const int fpc = fma_flop_per_cycle();
+	double fma1 = fma_peak(1, 0.3);
+	printf("corename: %s; OPENBLAS_CORETYPE=%s\n", openblas_get_corename(),
+	       getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(unset)");
+	printf("measured %s FMA loop, 1 thread: %.1f GFLOP/s (the 100%% below)\n",
+	       fpc == 64 ? "AVX-512" : "AVX2", fma1);
+	printf("%-16s %8s %8s %8s %8s %7s %9s\n", "layer (in→out)", "fwd", "dX", "dW",
+	       "fwd+bwd", "% peak", "ms/step");
+	double tot_flop = 0.0, tot_s = 0.0;
+	for (int l = 0; l < nl; l++) {
+		int in = dims[l], out = dims[l + 1];
+		shape_t sh[3] = {
+			{"fwd", CblasNoTrans, CblasTrans, n, out, in},
+			{"dX", CblasNoTrans, CblasNoTrans, n, in, out},
+			{"dW", CblasTrans, CblasNoTrans, out, in, n},
+		};
+		double g[3], flop = 2.0 * n * in * out, t = 0.0;
+		for (int k = 0; k < 3; k++) {
+			g[k] = measure(&sh[k], 1, 1, secs);
+			t += flop / (g[k] * 1e9);
+		}
+		double gall = 3.0 * flop / t * 1e-9;
+		char name[32];
+		snprintf(name, sizeof name, "L%d %d→%d", l + 1, in, out);
+		printf("%-16s %8.1f %8.1f %8.1f %8.1f %6.0f%% %9.3f\n", name, g[0], g[1], g[2],
+		       gall, fma1 > 0 ? 100.0 * gall / fma1 : 0.0, t * 1e3);
+		tot_flop += 3.0 * flop;
+		tot_s += t;
+	}
+	double gt = tot_flop / tot_s * 1e-9;
+	printf("%-16s %8s %8s %8s %8.1f %6.0f%% %9.3f\n", "MLP total", "", "", "", gt,
+	       fma1 > 0 ? 100.0 * gt / fma1 : 0.0, tot_s * 1e3);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc > 1 && strcmp(argv[1], "--layers") == 0) {
+		double secs = argc > 2 ? atof(argv[2]) : 1.0;
+		return run_layers(secs > 0.0 ? secs : 1.0);
+	}
 	int compare = argc > 1 && strcmp(argv[1], "--compare") == 0;
 	double secs = argc > 1 + compare ? atof(argv[1 + compare]) : 1.0;
 	if (secs <= 0.0)
