@@ -3,7 +3,7 @@
  * "(b) training only" half of bench/ctr.sh; docs/benchmarks.md "Training
  * speed against PyTorch").
  *
- *   bench_ctr JOB [--set key=value ...] [--twin]
+ *   bench_ctr JOB [--set key=value ...] [--twin] [--simd-ab N]
  *
  * --twin builds a preset's dense model with its C reference twin
  * (ops/nn/model.c) instead of the layers its Lua function built
@@ -18,6 +18,15 @@
  * graph run over a fresh copy of the batches). Then the eval batches go
  * through the same stages and their AUC is printed.
  *
+ * --simd-ab N: after one untimed warm-up pass over the train batches, N
+ * repetitions of two passes, one with the plain-loop references forced
+ * (runtime/simd.h, as ST_SIMD=ref) and one with the AVX2 paths, in
+ * alternating order, in this one process (bench/simd_ab.sh's in-process
+ * twin, docs/benchmarks.md "Cutting what is not the GEMM"); prints each
+ * pass's examples/s and the median of the per-repetition ratios. The model
+ * keeps training across the passes (timing only; the eval AUC is of the
+ * whole run).
+ *
  * Prints examples/s of training, the dense GFLOP/s achieved
  * (st_model_flops_per_example × examples/s) and, last, one JSON line.
  * Threads: the graph's stage threads plus the trainer's workers.
@@ -27,6 +36,7 @@
 #include "ops/train/trainer.h"
 #include "runtime/err.h"
 #include "runtime/graph.h"
+#include "runtime/simd.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,7 +166,7 @@ static int run_pass(const st_job_t *job, st_trainer_t *tr, mem_src_t *m)
 int main(int argc, char **argv)
 {
 	const char *sets[64];
-	int n_sets = 0, twin = 0;
+	int n_sets = 0, twin = 0, simd_ab = 0;
 	if (argc < 2) {
 		fprintf(stderr, "usage: bench_ctr JOB [--set key=value ...] [--twin]\n");
 		return 2;
@@ -166,6 +176,8 @@ int main(int argc, char **argv)
 			sets[n_sets++] = argv[++i];
 		else if (!strcmp(argv[i], "--twin"))
 			twin = 1;
+		else if (!strcmp(argv[i], "--simd-ab") && i + 1 < argc && atoi(argv[i + 1]) > 0)
+			simd_ab = atoi(argv[++i]);
 		else {
 			fprintf(stderr, "bench_ctr: unexpected argument %s\n", argv[i]);
 			return 2;
@@ -200,10 +212,45 @@ int main(int argc, char **argv)
 		return 1;
 	double flops = st_model_flops_per_example(st_trainer_model(tr));
 
+	int passes = job->epochs;
 	t0 = now_s();
-	for (int e = 0; e < job->epochs; e++)
-		if (run_pass(job, tr, &tr_src) < 0)
+	if (simd_ab) {
+		passes = 2 * simd_ab;
+		if (run_pass(job, tr, &tr_src) < 0)   /* warm-up: rows created */
 			return 1;
+		t0 = now_s();
+		double ratio[64];
+		for (int r = 0; r < simd_ab; r++) {
+			double x[2];
+			for (int q = 0; q < 2; q++) {
+				int fast = (q + r) & 1;
+				st_simd_set_ref(!fast);
+				double p0 = now_s();
+				if (run_pass(job, tr, &tr_src) < 0)
+					return 1;
+				x[fast] = (double)tr_src.rows / (now_s() - p0);
+				printf("  simd-ab rep %d %s: %.0f ex/s\n", r + 1, fast ? "avx2" : "ref ",
+				       x[fast]);
+			}
+			if (r < 64)
+				ratio[r] = x[1] / x[0];
+		}
+		st_simd_set_ref(0);
+		int nr = simd_ab < 64 ? simd_ab : 64;
+		for (int i = 1; i < nr; i++)   /* insertion sort for the median */
+			for (int j = i; j > 0 && ratio[j] < ratio[j - 1]; j--) {
+				double tmp = ratio[j];
+				ratio[j] = ratio[j - 1];
+				ratio[j - 1] = tmp;
+			}
+		double med = nr % 2 ? ratio[nr / 2] : 0.5 * (ratio[nr / 2 - 1] + ratio[nr / 2]);
+		printf("  simd-ab: avx2/ref per repetition min %.3f median %.3f max %.3f\n",
+		       ratio[0], med, ratio[nr - 1]);
+	} else {
+		for (int e = 0; e < job->epochs; e++)
+			if (run_pass(job, tr, &tr_src) < 0)
+				return 1;
+	}
 	double train_s = now_s() - t0;
 	double auc = 0, ll = 0, calib = 0;
 	uint64_t n_ev = 0;
@@ -215,7 +262,7 @@ int main(int argc, char **argv)
 		st_trainer_eval_result(tr, &auc, &ll, &calib, &n_ev);
 	}
 	double eval_s = now_s() - t0;
-	double ex = (double)tr_src.rows * job->epochs;
+	double ex = (double)tr_src.rows * passes;
 	double exs = ex / train_s;
 	printf("strata bench_ctr: %s (%s), %d workers, minibatch %d, batch %d\n",
 	       job->model.type, twin ? "C twin" : job->model.n_preset_nodes ? "Lua preset" : "graph",
@@ -229,7 +276,7 @@ int main(int argc, char **argv)
 	printf("{\"system\": \"strata\", \"workers\": %d, \"train_rows\": %llu, \"epochs\": %d, "
 	       "\"load_s\": %.3f, \"train_s\": %.3f, \"eval_s\": %.3f, \"train_ex_per_s\": %.1f, "
 	       "\"gflops\": %.2f, \"flops_per_example\": %.0f, \"eval_auc\": %.5f}\n",
-	       st_trainer_workers(tr), (unsigned long long)tr_src.rows, job->epochs, load_s,
+	       st_trainer_workers(tr), (unsigned long long)tr_src.rows, passes, load_s,
 	       train_s, eval_s, exs, flops * exs / 1e9, flops, auc);
 
 	st_trainer_destroy(tr);

@@ -363,14 +363,14 @@ static int run_layers(double secs)
 	static const int dims[] = {429, 400, 400, 400, 1};
 	const int n = 1024, nl = 4;
 	const int fpc = fma_flop_per_cycle();
-	double fma1 = fma_peak(1, 0.3);
+	/* The FMA rate before and after the table, the larger one as 100%:
+	 * on a shared VM the clock moves with the neighbours' load. */
+	double fma1 = fma_peak(1, 0.5);
 	printf("corename: %s; OPENBLAS_CORETYPE=%s\n", openblas_get_corename(),
 	       getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(unset)");
-	printf("measured %s FMA loop, 1 thread: %.1f GFLOP/s (the 100%% below)\n",
+	printf("measured %s FMA loop, 1 thread: %.1f GFLOP/s before the table\n",
 	       fpc == 64 ? "AVX-512" : "AVX2", fma1);
-	printf("%-16s %8s %8s %8s %8s %7s %9s\n", "layer (in→out)", "fwd", "dX", "dW",
-	       "fwd+bwd", "% peak", "ms/step");
-	double tot_flop = 0.0, tot_s = 0.0;
+	double g_fwd[4], g_dx[4], g_dw[4], ms[4];
 	for (int l = 0; l < nl; l++) {
 		int in = dims[l], out = dims[l + 1];
 		shape_t sh[3] = {
@@ -378,16 +378,29 @@ static int run_layers(double secs)
 			{"dX", CblasNoTrans, CblasNoTrans, n, in, out},
 			{"dW", CblasTrans, CblasNoTrans, out, in, n},
 		};
-		double g[3], flop = 2.0 * n * in * out, t = 0.0;
-		for (int k = 0; k < 3; k++) {
-			g[k] = measure(&sh[k], 1, 1, secs);
-			t += flop / (g[k] * 1e9);
-		}
+		double flop = 2.0 * n * in * out;
+		g_fwd[l] = measure(&sh[0], 1, 1, secs);
+		g_dx[l] = measure(&sh[1], 1, 1, secs);
+		g_dw[l] = measure(&sh[2], 1, 1, secs);
+		ms[l] = (flop / g_fwd[l] + flop / g_dx[l] + flop / g_dw[l]) * 1e-6;
+	}
+	double after = fma_peak(1, 0.5);
+	printf("measured %s FMA loop, 1 thread: %.1f GFLOP/s after the table\n",
+	       fpc == 64 ? "AVX-512" : "AVX2", after);
+	if (after > fma1)
+		fma1 = after;
+	printf("%% peak: of %.1f GFLOP/s\n", fma1);
+	printf("%-16s %8s %8s %8s %8s %7s %9s\n", "layer (in→out)", "fwd", "dX", "dW",
+	       "fwd+bwd", "% peak", "ms/step");
+	double tot_flop = 0.0, tot_s = 0.0;
+	for (int l = 0; l < nl; l++) {
+		int in = dims[l], out = dims[l + 1];
+		double flop = 2.0 * n * in * out, t = ms[l] * 1e-3;
 		double gall = 3.0 * flop / t * 1e-9;
 		char name[32];
 		snprintf(name, sizeof name, "L%d %d→%d", l + 1, in, out);
-		printf("%-16s %8.1f %8.1f %8.1f %8.1f %6.0f%% %9.3f\n", name, g[0], g[1], g[2],
-		       gall, fma1 > 0 ? 100.0 * gall / fma1 : 0.0, t * 1e3);
+		printf("%-16s %8.1f %8.1f %8.1f %8.1f %6.0f%% %9.3f\n", name, g_fwd[l], g_dx[l],
+		       g_dw[l], gall, fma1 > 0 ? 100.0 * gall / fma1 : 0.0, ms[l]);
 		tot_flop += 3.0 * flop;
 		tot_s += t;
 	}

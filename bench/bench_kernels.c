@@ -11,8 +11,11 @@
  * (runtime/simd.h's st_simd_set_ref(1): the plain loops the step ran
  * before) and the fast path are each timed once, in alternating order, so
  * load from other processes on the shared machine hits both alike; the
- * median of ROUNDS per side and the ratio are printed. Each side also
- * checks that it produced the same bits as the other on the same input.
+ * median of ROUNDS per side and the ratio are printed. Both sides work in
+ * the same buffers, reset to the same input before each run (separate
+ * buffers per side measured their page and cache luck — huge pages or not
+ * — as much as the code); after each run its output is copied aside,
+ * untimed, and the two copies must be the same bits.
  *
  * Kernels:
  *   adam_dense    st_optim_update, Adam over the MLP's 493,201 parameters
@@ -87,51 +90,51 @@ static double median(double *v, int n)
 enum { N = 1024, SLOTS = 26, DIM = 16, WIDTH = SLOTS * DIM, TABLE = 262144,
        UNIQ = N * SLOTS, H = 400, IN0 = WIDTH + 13 };
 
-/* One kernel: run(side) does the work on buffers that prepare(side) resets
- * to the same input for both sides; out(side) points at what to compare. */
+/* One kernel: prepare() resets the shared buffers to the input, run(side)
+ * does the work (side 0: reference, 1: fast path), out() is what to
+ * compare, out_bytes long. */
 typedef struct kernel {
 	const char *name;
-	void (*prepare)(int side);
+	void (*prepare)(void);
 	void (*run)(int side);
 	size_t out_bytes;
-	const void *(*out)(int side);
+	const void *(*out)(void);
 } kernel_t;
 
 /* ---- adam over the dense parameters ---- */
 #define DENSE ((size_t)IN0 * H + H + 2 * ((size_t)H * H + H) + H + 1)
-static float *aw0, *as0, *ag, *aw[2], *as[2];
+static float *aw0, *as0, *ag, *aw, *as;
 static st_optim_t adam_o, ada_o;
 
-static void adam_prep(int s)
+static void adam_prep(void)
 {
-	memcpy(aw[s], aw0, DENSE * sizeof(float));
-	memcpy(as[s], as0, 2 * DENSE * sizeof(float));
+	memcpy(aw, aw0, DENSE * sizeof(float));
+	memcpy(as, as0, 2 * DENSE * sizeof(float));
 }
 static void adam_run(int s)
 {
-	(s ? st_optim_update : st_optim_update_ref)(&adam_o, aw[s], as[s], ag, DENSE, 7);
+	(s ? st_optim_update : st_optim_update_ref)(&adam_o, aw, as, ag, DENSE, 7);
 }
-static const void *adam_out(int s) { return aw[s]; }
+static const void *adam_out(void) { return aw; }
 
 /* ---- adagrad on touched rows of a big table ---- */
-static float *tab0, *tab[2], *rg;
+static float *tab0, *tab, *rg;
 static uint32_t *ridx;
 
-static void ada_prep(int s)
+static void ada_prep(void)
 {
-	/* Only the touched rows matter; copying the table keeps the two sides
-	 * on equal (cold-ish) footing too. */
-	memcpy(tab[s], tab0, (size_t)TABLE * (DIM + 1) * sizeof(float));
+	/* Copying the whole table also leaves both sides the same cache state. */
+	memcpy(tab, tab0, (size_t)TABLE * (DIM + 1) * sizeof(float));
 }
 static void ada_run(int s)
 {
 	for (size_t u = 0; u < UNIQ; u++) {
-		float *row = tab[s] + (size_t)ridx[u] * (DIM + 1);
+		float *row = tab + (size_t)ridx[u] * (DIM + 1);
 		(s ? st_optim_update : st_optim_update_ref)(&ada_o, row, row + DIM,
 							   rg + u * DIM, DIM, 1);
 	}
 }
-static const void *ada_out(int s) { return tab[s]; }
+static const void *ada_out(void) { return tab; }
 
 /* ---- pooling ---- */
 static int pdim[SLOTS], poff[SLOTS];
@@ -139,60 +142,60 @@ static st_pool_layout_t PL;
 static uint32_t prow_off[N + 1], pkidx[N * SLOTS];
 static uint16_t pslot[N * SLOTS];
 static float pval[N * SLOTS], *prow_store, *prows_f[UNIQ];
-static float *pout[2], *pdout, *pgu[2];
+static float *pout, *pdout, *pgu;
 
-static void pf_prep(int s) { (void)s; }
+static void pf_prep(void) { }
 static void pf_run(int s)
 {
 	(s ? st_pool_forward : st_pool_forward_ref)(&PL, 0, N, prow_off, pslot, pval, pkidx,
-						   prows_f, pout[s]);
+						   prows_f, pout);
 }
-static const void *pf_out(int s) { return pout[s]; }
+static const void *pf_out(void) { return pout; }
 
-static void pb_prep(int s) { memset(pgu[s], 0, (size_t)UNIQ * (DIM + 1) * sizeof(float)); }
+static void pb_prep(void) { memset(pgu, 0, (size_t)UNIQ * (DIM + 1) * sizeof(float)); }
 static void pb_run(int s)
 {
 	(s ? st_pool_backward : st_pool_backward_ref)(&PL, 0, N, prow_off, pslot, pval, pkidx,
-						     pdout, pgu[s], DIM + 1);
+						     pdout, pgu, DIM + 1);
 }
-static const void *pb_out(int s) { return pgu[s]; }
+static const void *pb_out(void) { return pgu; }
 
 /* ---- relu + bias backward ---- */
-static float *rY, *rdY0, *rdY[2], *rdb[2];
+static float *rY, *rdY0, *rdY, *rdb;
 
-static void rb_prep(int s)
+static void rb_prep(void)
 {
-	memcpy(rdY[s], rdY0, (size_t)N * H * sizeof(float));
-	memset(rdb[s], 0, H * sizeof(float));
+	memcpy(rdY, rdY0, (size_t)N * H * sizeof(float));
+	memset(rdb, 0, H * sizeof(float));
 }
 static void rb_run(int s)
 {
-	(s ? st_relu_bias_backward : st_relu_bias_backward_ref)(N, H, rY, rdY[s], rdb[s]);
+	(s ? st_relu_bias_backward : st_relu_bias_backward_ref)(N, H, rY, rdY, rdb);
 }
-static const void *rb_out(int s) { return rdb[s]; }
+static const void *rb_out(void) { return rdb; }
 
 /* ---- forward bias ---- */
-static float *fX, *fW, *fb, *fY[2];
+static float *fX, *fW, *fb, *fY;
 
-static void fb_prep(int s) { (void)s; }
+static void fb_prep(void) { }
 static void fb_run(int s)
 {
 	if (!s) {
-		st_linear_forward(N, H, H, fX, fW, fb, fY[0]);
-		st_relu_forward((size_t)N * H, fY[0], fY[0]);
+		st_linear_forward(N, H, H, fX, fW, fb, fY);
+		st_relu_forward((size_t)N * H, fY, fY);
 		return;
 	}
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, H, H, 1.0f, fX, H, fW, H,
-		    0.0f, fY[1], H);
+		    0.0f, fY, H);
 	for (int i = 0; i < N; i++) {
-		float *y = fY[1] + (size_t)i * H;
+		float *y = fY + (size_t)i * H;
 		for (int o = 0; o < H; o++) {
 			float v = y[o] + fb[o];
 			y[o] = v > 0.0f ? v : 0.0f;
 		}
 	}
 }
-static const void *fb_out(int s) { return fY[s]; }
+static const void *fb_out(void) { return fY; }
 
 static void setup(void)
 {
@@ -207,15 +210,12 @@ static void setup(void)
 	for (size_t i = DENSE; i < 2 * DENSE; i++)
 		as0[i] = as0[i] * as0[i];
 	ag = randv(DENSE);
-	for (int s = 0; s < 2; s++) {
-		aw[s] = randv(DENSE);
-		as[s] = randv(2 * DENSE);
-	}
+	aw = randv(DENSE);
+	as = randv(2 * DENSE);
 	tab0 = randv((size_t)TABLE * (DIM + 1));
 	for (size_t r = 0; r < TABLE; r++)
 		tab0[r * (DIM + 1) + DIM] = 0.1f;
-	tab[0] = randv((size_t)TABLE * (DIM + 1));
-	tab[1] = randv((size_t)TABLE * (DIM + 1));
+	tab = randv((size_t)TABLE * (DIM + 1));
 	rg = randv((size_t)UNIQ * DIM);
 	/* Distinct rows in random order (a step's unique keys). */
 	uint32_t *perm = malloc(TABLE * sizeof *perm);
@@ -243,13 +243,11 @@ static void setup(void)
 		pval[k] = 1.0f;
 		pkidx[k] = (uint32_t)(next() % UNIQ);
 	}
-	for (int s = 0; s < 2; s++) {
-		pout[s] = randv((size_t)N * WIDTH);
-		pgu[s] = randv((size_t)UNIQ * (DIM + 1));
-		rdY[s] = randv((size_t)N * H);
-		rdb[s] = randv(H);
-		fY[s] = randv((size_t)N * H);
-	}
+	pout = randv((size_t)N * WIDTH);
+	pgu = randv((size_t)UNIQ * (DIM + 1));
+	rdY = randv((size_t)N * H);
+	rdb = randv(H);
+	fY = randv((size_t)N * H);
 	pdout = randv((size_t)N * WIDTH);
 	rY = randv((size_t)N * H);
 	rdY0 = randv((size_t)N * H);
@@ -279,20 +277,26 @@ int main(int argc, char **argv)
 	printf("%-14s %10s %10s %7s  %s\n", "kernel", "ref_us", "fast_us", "ref/fast",
 	       "same bits");
 	double *t = malloc(sizeof(double) * 2 * (size_t)rounds);
+	size_t maxout = 0;
+	for (int k = 0; k < nk; k++)
+		if (ks[k].out_bytes > maxout)
+			maxout = ks[k].out_bytes;
+	char *res[2] = { malloc(maxout), malloc(maxout) };
 	for (int k = 0; k < nk; k++) {
 		const kernel_t *K = &ks[k];
 		int same = 1;
 		for (int r = 0; r < rounds; r++) {
 			for (int q = 0; q < 2; q++) {
-				/* ABAB... then BABA...: alternate which side goes first. */
+				/* AB, then BA: alternate which side goes first. */
 				int s = (q + r) & 1;
-				K->prepare(s);
+				K->prepare();
 				st_simd_set_ref(s == 0);
 				double t0 = now_s();
 				K->run(s);
 				t[s * rounds + r] = now_s() - t0;
+				memcpy(res[s], K->out(), K->out_bytes);
 			}
-			same &= memcmp(K->out(0), K->out(1), K->out_bytes) == 0;
+			same &= memcmp(res[0], res[1], K->out_bytes) == 0;
 		}
 		st_simd_set_ref(0);
 		double a = median(t, rounds) * 1e6, b = median(t + rounds, rounds) * 1e6;
@@ -300,5 +304,7 @@ int main(int argc, char **argv)
 		       same ? "yes" : "NO");
 	}
 	free(t);
+	free(res[0]);
+	free(res[1]);
 	return 0;
 }
