@@ -114,22 +114,6 @@ double st_attn_flops_per_key(const st_attn_shape_t *s)
 	return f + 12.0 * s->d;   /* building a_t, w_t k_t, and their gradients */
 }
 
-static void act_fwd(int act, size_t len, float *y)
-{
-	if (act == 1)
-		st_relu_forward(len, y, y);
-	else if (act == 2)
-		st_sigmoid_forward(len, y, y);
-}
-
-static void act_bwd(int act, size_t len, const float *y, float *dy)
-{
-	if (act == 1)
-		st_relu_backward(len, y, dy, dy);
-	else if (act == 2)
-		st_sigmoid_backward(len, y, dy, dy);
-}
-
 /* Q[i] = Σ over example i's keys in the query slot of val × row[0:d]. */
 static void queries(const st_attn_shape_t *s, uint32_t r0, uint32_t n,
 		    const uint32_t *row_off, const uint16_t *key_slot, const float *key_val,
@@ -174,7 +158,7 @@ static void mlp_forward(const st_attn_shape_t *s, const parts_t *p, int P,
 	int in = 4 * s->d;
 	for (int l = 0; l < s->n_hidden; l++) {
 		st_linear_forward(P, in, s->hidden[l], X, W[l], b[l], p->H[l]);
-		act_fwd(s->act, (size_t)P * s->hidden[l], p->H[l]);
+		st_act_forward(s->act, (size_t)P * s->hidden[l], p->H[l]);
 		X = p->H[l];
 		in = s->hidden[l];
 	}
@@ -243,7 +227,7 @@ static void chunk_backward(const st_attn_shape_t *s, const parts_t *p, int P,
 	for (int l = H; l >= 0; l--) {
 		int in = l ? s->hidden[l - 1] : 4 * d, out = l < H ? s->hidden[l] : 1;
 		if (l < H)
-			act_bwd(s->act, (size_t)P * out, p->H[l], (float *)cur);
+			st_act_backward(s->act, (size_t)P * out, p->H[l], (float *)cur);
 		const float *X = l ? p->H[l - 1] : p->A;
 		float *dX = l ? p->dH[pp] : p->dA;
 		st_linear_backward(P, in, out, X, W[l], cur, dX, dW[l], db[l]);

@@ -750,22 +750,6 @@ float *st_lgraph_dlogit(st_lgraph_ws_t *ws)
 
 /* ---- forward --------------------------------------------------------------- */
 
-static void act_forward(int act, size_t len, float *y)
-{
-	if (act == ST_LGRAPH_ACT_RELU)
-		st_relu_forward(len, y, y);
-	else if (act == ST_LGRAPH_ACT_SIGMOID)
-		st_sigmoid_forward(len, y, y);
-}
-
-static void act_backward(int act, size_t len, const float *y, float *dy)
-{
-	if (act == ST_LGRAPH_ACT_RELU)
-		st_relu_backward(len, y, dy, dy);
-	else if (act == ST_LGRAPH_ACT_SIGMOID)
-		st_sigmoid_backward(len, y, dy, dy);
-}
-
 /* Wide term: column wide_col[s] of each key's row. nn.h's st_wide_* take
  * one column for all keys; with per-slot dims the column differs by slot,
  * so that (rare) case is a plain loop over the same CSR. */
@@ -843,7 +827,7 @@ static void forward_node(const st_lgraph_t *g, st_lgraph_ws_t *ws, int id,
 			const layer_t *L = &nd->L[k];
 			float *H = k + 1 < nd->n_layers ? ws->aux[id][k] : Y;
 			st_linear_forward(nn_, L->in, L->out, X, params + L->w, params + L->b, H);
-			act_forward(nd->act, (size_t)n * (size_t)L->out, H);
+			st_act_forward(nd->act, (size_t)n * (size_t)L->out, H);
 			X = H;
 		}
 		break;
@@ -991,7 +975,7 @@ static void backward_node(const st_lgraph_t *g, st_lgraph_ws_t *ws, int id,
 				st_relu_bias_backward(nn_, L->out, H, cur, db);
 				db = NULL;
 			} else {
-				act_backward(nd->act, (size_t)n * (size_t)L->out, H, cur);
+				st_act_backward(nd->act, (size_t)n * (size_t)L->out, H, cur);
 			}
 			const float *in = k ? ws->aux[id][k - 1] : X;
 			float *dIn = k ? ws->dbuf[pp] : want ? grad_begin(ws, in0) : NULL;

@@ -60,7 +60,12 @@ typedef struct st_tensor_info {
 	int shape[2];
 } st_tensor_info_t;
 
-enum st_lgraph_act { ST_LGRAPH_ACT_NONE, ST_LGRAPH_ACT_RELU, ST_LGRAPH_ACT_SIGMOID };
+/* The values of nn.h's ST_ACT_* codes (st_act_forward / _backward). */
+enum st_lgraph_act {
+	ST_LGRAPH_ACT_NONE = ST_ACT_NONE,
+	ST_LGRAPH_ACT_RELU = ST_ACT_RELU,
+	ST_LGRAPH_ACT_SIGMOID = ST_ACT_SIGMOID
+};
 
 /* What the sparse rows hold. `pool` lays out the pooled embeddings (its
  * arrays are the caller's and must outlive the graph); wide_col, when

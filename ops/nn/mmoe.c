@@ -185,22 +185,6 @@ static size_t gate_off(const st_mmoe_shape_t *s, int t)
 	       (size_t)t * (size_t)s->n_experts * ((size_t)s->d_in + 1);
 }
 
-static void act_fwd(int act, size_t len, float *y)
-{
-	if (act == 1)
-		st_relu_forward(len, y, y);
-	else if (act == 2)
-		st_sigmoid_forward(len, y, y);
-}
-
-static void act_bwd(int act, size_t len, const float *y, float *dy)
-{
-	if (act == 1)
-		st_relu_backward(len, y, dy, dy);
-	else if (act == 2)
-		st_sigmoid_backward(len, y, dy, dy);
-}
-
 /* ---- shared by both paths --------------------------------------------------- */
 
 /* Gate t's logits in G[t] [n × E] (row stride E) become the softmax
@@ -304,7 +288,7 @@ void st_mmoe_forward_ref(const st_mmoe_shape_t *s, int n, const float *X, const 
 			const int din = k ? s->sizes[k - 1] : s->d_in, dout = s->sizes[k];
 			const float *Wk = P + expert_off(s, e, k);
 			st_linear_forward(n, din, dout, in, Wk, Wk + (size_t)dout * din, p.H[e][k]);
-			act_fwd(s->act, (size_t)n * dout, p.H[e][k]);
+			st_act_forward(s->act, (size_t)n * dout, p.H[e][k]);
 			in = p.H[e][k];
 		}
 	}
@@ -332,7 +316,7 @@ void st_mmoe_backward_ref(const st_mmoe_shape_t *s, int n, const float *X, const
 		for (int k = K - 1; k >= 0; k--) {
 			const int din = k ? s->sizes[k - 1] : s->d_in, dk = s->sizes[k];
 			const size_t off = expert_off(s, e, k);
-			act_bwd(s->act, (size_t)n * dk, p.H[e][k], cur);
+			st_act_backward(s->act, (size_t)n * dk, p.H[e][k], cur);
 			const float *in = k ? p.H[e][k - 1] : X;
 			float *dIn = k ? p.dH[pp] : !dX ? NULL : have_dx ? p.dXt : dX;
 			st_linear_backward(n, din, dk, in, P + off, cur, dIn, dP + off,
@@ -408,13 +392,13 @@ void st_mmoe_forward(const st_mmoe_shape_t *s, int n, const float *X, const floa
 	st_linear_forward(n, d, M0, X, p.W0, p.b0, p.Z);
 	for (int e = 0; e < E; e++) {
 		cols_out(n, M0, e * h1, h1, p.Z, p.H[e][0]);
-		act_fwd(s->act, (size_t)n * h1, p.H[e][0]);
+		st_act_forward(s->act, (size_t)n * h1, p.H[e][0]);
 		for (int k = 1; k < K; k++) {
 			const int din = s->sizes[k - 1], dout = s->sizes[k];
 			const float *Wk = P + expert_off(s, e, k);
 			st_linear_forward(n, din, dout, p.H[e][k - 1], Wk, Wk + (size_t)dout * din,
 					  p.H[e][k]);
-			act_fwd(s->act, (size_t)n * dout, p.H[e][k]);
+			st_act_forward(s->act, (size_t)n * dout, p.H[e][k]);
 		}
 	}
 	for (int t = 0; t < s->n_tasks; t++) {
@@ -440,13 +424,13 @@ void st_mmoe_backward(const st_mmoe_shape_t *s, int n, const float *X, const flo
 		for (int k = K - 1; k >= 1; k--) {
 			const int din = s->sizes[k - 1], dk = s->sizes[k];
 			const size_t off = expert_off(s, e, k);
-			act_bwd(s->act, (size_t)n * dk, p.H[e][k], cur);
+			st_act_backward(s->act, (size_t)n * dk, p.H[e][k], cur);
 			st_linear_backward(n, din, dk, p.H[e][k - 1], P + off, cur, p.dH[pp],
 					   dP + off, dP + off + (size_t)dk * din);
 			cur = p.dH[pp];
 			pp ^= 1;
 		}
-		act_bwd(s->act, (size_t)n * h1, p.H[e][0], cur);
+		st_act_backward(s->act, (size_t)n * h1, p.H[e][0], cur);
 		cols_in(n, M0, e * h1, h1, cur, p.dZ0);
 	}
 	/* One map back: dX = dZ W0 (overwrites), dW0 and db0 in scratch, then

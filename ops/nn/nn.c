@@ -316,10 +316,54 @@ void st_relu_forward(size_t len, const float *x, float *y)
 		y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
-void st_relu_backward(size_t len, const float *y, const float *dy, float *dx)
+void st_relu_backward_ref(size_t len, const float *y, const float *dy, float *dx)
 {
 	for (size_t i = 0; i < len; i++)
 		dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+#if NN_AVX2
+/* Ordered >: a NaN y masks to 0, as y > 0.0f does; and-ing with the mask
+ * leaves dy's bits or +0.0, the reference's two results. */
+AVX2_FN static void relu_backward_avx2(size_t len, const float *y, const float *dy,
+				       float *dx)
+{
+	const __m256 zero = _mm256_setzero_ps();
+	size_t i = 0;
+	for (; i + 8 <= len; i += 8) {
+		__m256 m = _mm256_cmp_ps(_mm256_loadu_ps(y + i), zero, _CMP_GT_OQ);
+		_mm256_storeu_ps(dx + i, _mm256_and_ps(m, _mm256_loadu_ps(dy + i)));
+	}
+	for (; i < len; i++)
+		dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+#endif
+
+void st_relu_backward(size_t len, const float *y, const float *dy, float *dx)
+{
+#if NN_AVX2
+	if (st_simd_avx2()) {
+		relu_backward_avx2(len, y, dy, dx);
+		return;
+	}
+#endif
+	st_relu_backward_ref(len, y, dy, dx);
+}
+
+void st_act_forward(int act, size_t len, float *y)
+{
+	if (act == ST_ACT_RELU)
+		st_relu_forward(len, y, y);
+	else if (act == ST_ACT_SIGMOID)
+		st_sigmoid_forward(len, y, y);
+}
+
+void st_act_backward(int act, size_t len, const float *y, float *dy)
+{
+	if (act == ST_ACT_RELU)
+		st_relu_backward(len, y, dy, dy);
+	else if (act == ST_ACT_SIGMOID)
+		st_sigmoid_backward(len, y, dy, dy);
 }
 
 /* The reference: ReLU's backward pass, then the bias gradient's pass over
@@ -329,7 +373,7 @@ void st_relu_bias_backward_ref(int n, int out, const float *Y, float *dY,
 {
 	if (n <= 0 || out <= 0)
 		return;
-	st_relu_backward((size_t)n * (size_t)out, Y, dY, dY);
+	st_relu_backward_ref((size_t)n * (size_t)out, Y, dY, dY);
 	if (db) {
 		for (int i = 0; i < n; i++) {
 			const float *restrict d = dY + (size_t)i * out;

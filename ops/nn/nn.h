@@ -103,8 +103,21 @@ void st_linear_backward(int n, int in, int out, const float *X, const float *W,
 /* ---- activations (elementwise over len values; in place allowed) -------
  * backward takes the forward OUTPUT y: dx = dy * f'(y). */
 void st_relu_forward(size_t len, const float *x, float *y);
+/* dx = y > 0 ? dy : 0. AVX2 (a compare-and-mask, no branch) when
+ * st_simd_avx2(), else st_relu_backward_ref, the plain loop; the same bits
+ * either way (+0.0 where masked; tests/unit/test_nn_simd.c). The branch was
+ * the cost: on ReLU outputs it is a coin flip per element. */
 void st_relu_backward(size_t len, const float *y, const float *dy, float *dx);
+void st_relu_backward_ref(size_t len, const float *y, const float *dy, float *dx);
 void st_sigmoid_forward(size_t len, const float *x, float *y);
+
+/* The activation codes every layer with an `act` uses (graph.h's
+ * enum st_lgraph_act has the same values), and the in-place dispatch on
+ * them: forward y = f(y); backward dy = dy * f'(y) from the output y.
+ * ST_ACT_NONE (or any other code) leaves the values as they are. */
+enum { ST_ACT_NONE = 0, ST_ACT_RELU = 1, ST_ACT_SIGMOID = 2 };
+void st_act_forward(int act, size_t len, float *y);
+void st_act_backward(int act, size_t len, const float *y, float *dy);
 
 /* ReLU backward fused with the bias gradient of the linear layer whose
  * output Y[n × out] it took: dY[i,o] = Y[i,o] > 0 ? dY[i,o] : 0 (in place),

@@ -2,7 +2,8 @@
  * references, bit for bit: pooling forward and backward (st_pool_* vs
  * st_pool_*_ref) and the fused ReLU + bias gradient backward
  * (st_relu_bias_backward vs st_relu_bias_backward_ref, which is the old
- * two-pass st_relu_backward + bias sum).
+ * two-pass st_relu_backward + bias sum), and ReLU's backward alone
+ * (st_relu_backward vs st_relu_backward_ref, the branchy loop).
  *
  * Slot dimensions and layer widths run over 0..67 (every remainder mod 8,
  * widths below one register), with several keys per slot, NULL rows, sum,
@@ -200,6 +201,45 @@ static void test_nn_simd_relu_bias_backward(void **state)
 		}
 }
 
+/* ReLU backward alone (what cross, attention and MMoE layers call): every
+ * length 0..200 (all remainders mod 8, tails after several registers),
+ * out of place and in place, y with NaNs, ±0 and both signs. */
+static void test_nn_simd_relu_backward(void **state)
+{
+	(void)state;
+	if (!have_avx2()) {
+		TU_SKIP("this CPU has no AVX2: no fast path to compare");
+		return;
+	}
+	enum { L = 200 };
+	float y[L], dy[L], dx1[L], dx2[L], in1[L], in2[L];
+	for (size_t len = 0; len <= L; len++) {
+		fill(y, L);
+		fill(dy, L);
+		for (size_t i = 0; i < len; i += 7)
+			y[i] = NAN;
+		memset(dx1, 0x5a, sizeof dx1);
+		memset(dx2, 0x5a, sizeof dx2);
+		st_relu_backward(len, y, dy, dx1);
+		st_relu_backward_ref(len, y, dy, dx2);
+		if (memcmp(dx1, dx2, sizeof dx1))
+			fail_msg("relu backward len %zu: AVX2 and reference differ", len);
+		memcpy(in1, dy, sizeof dy);
+		memcpy(in2, dy, sizeof dy);
+		st_relu_backward(len, y, in1, in1);
+		st_relu_backward_ref(len, y, in2, in2);
+		if (memcmp(in1, in2, sizeof in1))
+			fail_msg("relu backward in place len %zu: AVX2 and reference differ", len);
+	}
+	/* The masked values are +0.0 and the kept ones dy's bits, in both. */
+	float yy[9] = { 1, -1, 0, -0.0f, NAN, 2, 3, -4, 5 }, d[9], o[9];
+	for (int i = 0; i < 9; i++)
+		d[i] = -0.0f - (float)i;
+	st_relu_backward(9, yy, d, o);
+	const float want[9] = { -0.0f, 0, 0, 0, 0, -5, -6, 0, -8 };
+	assert_memory_equal(o, want, sizeof o);
+}
+
 /* The fused pass is what ReLU's backward plus st_linear_backward's bias
  * sum computed before it existed: with the references forced (ST_SIMD=ref
  * path), st_relu_bias_backward is literally those two passes. */
@@ -229,6 +269,7 @@ int main(void)
 		cmocka_unit_test(test_nn_simd_pool_sum),
 		cmocka_unit_test(test_nn_simd_pool_mean_and_mixed),
 		cmocka_unit_test(test_nn_simd_relu_bias_backward),
+		cmocka_unit_test(test_nn_simd_relu_backward),
 		cmocka_unit_test(test_nn_simd_relu_bias_matches_two_passes),
 	};
 	int failed = cmocka_run_group_tests(tests, NULL, NULL);
