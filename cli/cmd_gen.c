@@ -2,6 +2,7 @@
  * cmd_gen.c — `strata gen`: synthetic Criteo-format data (ops/gen).
  */
 #include "cli.h"
+#include "ops/gen/conv.h"
 #include "ops/gen/cross.h"
 #include "ops/gen/gen.h"
 #include "runtime/err.h"
@@ -44,6 +45,8 @@ static const numopt_t opt_mhot = { .name = "--multi-hot", .lo = 1, .hi = ST_GEN_
 				   .whole = 1 };
 static const numopt_t opt_hist = { .name = "--history", .lo = 1, .hi = ST_GEN_MAX_LIST,
 				   .whole = 1 };
+static const numopt_t opt_labels = { .name = "--labels", .lo = 1, .hi = ST_GEN_MAX_LABELS,
+				     .whole = 1 };
 static const numopt_t opt_cross = { .name = "--cross", .lo = 1, .hi = ST_GEN_MAX_CROSS,
 				    .whole = 1 };
 
@@ -118,7 +121,7 @@ static void progress(int64_t done, int64_t total, void *arg)
 int st_cmd_gen(int argc, char **argv)
 {
 	enum { O_ROWS = 1, O_OUT, O_SEED, O_ZIPF, O_VOCAB, O_FILES, O_EVAL, O_THREADS,
-	       O_DAYS, O_DRIFT, O_MHOT, O_HIST, O_CROSS, O_HELP };
+	       O_DAYS, O_DRIFT, O_MHOT, O_HIST, O_CROSS, O_LABELS, O_HELP };
 	static const struct option longopts[] = {
 		{ "rows", required_argument, NULL, O_ROWS },
 		{ "out", required_argument, NULL, O_OUT },
@@ -133,6 +136,7 @@ int st_cmd_gen(int argc, char **argv)
 		{ "multi-hot", required_argument, NULL, O_MHOT },
 		{ "history", required_argument, NULL, O_HIST },
 		{ "cross", required_argument, NULL, O_CROSS },
+		{ "labels", required_argument, NULL, O_LABELS },
 		{ "help", no_argument, NULL, O_HELP },
 		{ 0, 0, 0, 0 },
 	};
@@ -210,6 +214,11 @@ int st_cmd_gen(int argc, char **argv)
 				return ST_EXIT_USAGE;
 			o.cross = (int)v;
 			break;
+		case O_LABELS:
+			if (parse_num(&opt_labels, optarg, &v, NULL))
+				return ST_EXIT_USAGE;
+			o.labels = (int)v;
+			break;
 		case O_HELP:
 			st_cli_help_for("gen", stdout);
 			return ST_EXIT_OK;
@@ -250,6 +259,11 @@ int st_cmd_gen(int argc, char **argv)
 	if (o.cross && (o.days > 0 || o.multi_hot)) {
 		fprintf(stderr, "strata gen: --cross cannot be used with --days or --multi-hot "
 				"(the planted pairs are single-hot keys whose latents do not drift)\n");
+		return ST_EXIT_USAGE;
+	}
+	if (o.labels > 1 && (o.days > 0 || o.multi_hot)) {
+		fprintf(stderr, "strata gen: --labels 2 cannot be used with --days or --multi-hot "
+				"(the conversion's latents are single-hot and do not drift)\n");
 		return ST_EXIT_USAGE;
 	}
 	if (o.days > 0 && o.rows < o.days) {

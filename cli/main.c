@@ -125,7 +125,7 @@ static const char *const help_gen =
 	"usage: strata gen --rows N --out DIR [--seed S] [--zipf A] [--vocab V]\n"
 	"                  [--files F] [--eval-rows N] [--threads T]\n"
 	"                  [--days D [--drift X]] [--multi-hot L] [--history L]\n"
-	"                  [--cross K]\n"
+	"                  [--cross K] [--labels 2]\n"
 	"\n"
 	"Writes synthetic Criteo TSV files DIR/train-00000.tsv ... (and DIR/eval.tsv\n"
 	"when --eval-rows > 0). Categorical values follow a Zipf power law with\n"
@@ -157,7 +157,12 @@ static const char *const help_gen =
 	"terms in the click logit: for slot pairs (C1,C2) .. (C2K-1,C2K), the product\n"
 	"of hidden per-value latents of the two fields' keys, so no single field\n"
 	"holds the signal and a multiplicative cross (dcnv2) can; the columns and\n"
-	"every field stay as without it, only the labels change (bench/cross.sh).\n";
+	"every field stay as without it, only the labels change (bench/cross.sh).\n"
+	"\n"
+	"--labels 2 (not with --days or --multi-hot) adds a second label column after\n"
+	"the click: a conversion, only on clicked rows, from a logit that shares half\n"
+	"of the click's and adds latents of fields C3, C8, C23, C24, C25 of its own\n"
+	"(docs/models.md, \"Several labels\"; jobs/mtl.lua reads it).\n";
 
 static const char *const help_inspect =
 	"usage: strata inspect PATH\n"

@@ -67,7 +67,21 @@ typedef struct st_source {
 	 * dense_indicator doubles n_dense (criteo: 26). */
 	int n_dense;
 	int n_slots;
+	/* Labels per example (docs/formats.md, "Several labels"): csv, one per
+	 * LABEL column in column order; libsvm, the job's `labels` (the first
+	 * n_labels tokens of a line); criteo 1. 0 reads as 1 (sources built
+	 * before several labels). label_names[n_labels] (owned, NULL when
+	 * n_labels <= 1 and unnamed) name them for heads: "label" for an
+	 * unnamed single label, a csv column's name, or label<k> for libsvm. */
+	int n_labels;
+	char **label_names;
 } st_source_t;
+
+/* The labels per example of src (1 for a source without the field). */
+static inline int st_source_labels(const st_source_t *src)
+{
+	return src->n_labels > 1 ? src->n_labels : 1;
+}
 
 /* Settings of one pipeline stage. */
 typedef struct st_stage_cfg {
@@ -116,6 +130,18 @@ typedef struct st_model_node {
 	int a, b, c;
 } st_model_node_t;
 
+/* One head of a multi-task graph: layer `node` (its index in nodes[]) is
+ * the logit of label `label` (index into the source's labels); `name` the
+ * label's name (metrics, predict's header); `weight` its share of the
+ * loss. */
+#define ST_MODEL_MAX_HEADS 16
+typedef struct st_model_head {
+	int node;
+	int label;
+	double weight;
+	char name[32];
+} st_model_head_t;
+
 typedef struct st_model_cfg {
 	char *type;            /* "lr", "dnn", "wdl", "deepfm", "dlrm", "dcnv2", "graph" */
 	int emb_dim;           /* embedding dimension of every slot (lr: 1) */
@@ -162,6 +188,12 @@ typedef struct st_model_cfg {
 	 * twin, the same model. Not saved (ops/dump/modelcfg.c). */
 	int n_preset_nodes;
 	int preset_out;
+	/* type "graph" with model.heads (docs/models.md, "Several labels"): one
+	 * head per label, each a 1-wide layer's logit trained with logistic
+	 * loss on its label, the loss Σ weight · logloss. 0 heads: the one
+	 * head node_out on label 0, weight 1 (every model before heads). */
+	int n_heads;
+	st_model_head_t heads[ST_MODEL_MAX_HEADS];
 } st_model_cfg_t;
 
 /* Sync policy: a name plus numeric parameters kept as key/value pairs. */

@@ -16,6 +16,7 @@ int st_batch_create(st_batch_t **out, uint32_t cap, uint32_t n_dense,
 	b->cap = cap;
 	b->n_dense = n_dense;
 	b->n_slots = n_slots;
+	b->n_labels = 1;
 	if (key_cap == 0)
 		key_cap = 64;
 	b->key_cap = key_cap;
@@ -32,6 +33,28 @@ int st_batch_create(st_batch_t **out, uint32_t cap, uint32_t n_dense,
 		return ST_ENOMEM;
 	}
 	*out = b;
+	return ST_OK;
+}
+
+int st_batch_set_labels(st_batch_t *b, uint32_t n_labels)
+{
+	if (n_labels < 1 || n_labels > ST_BATCH_MAX_LABELS || b->n)
+		return ST_EINVAL;
+	if (n_labels == b->n_labels)
+		return ST_OK;
+	size_t cap = b->cap ? b->cap : 1;
+	float *l = malloc(sizeof(float) * cap * n_labels);
+	float *p = calloc(cap * n_labels + 1, sizeof(float));
+	if (!l || !p) {
+		free(l);
+		free(p);
+		return ST_ENOMEM;
+	}
+	free(b->labels);
+	free(b->pred);
+	b->labels = l;
+	b->pred = p;
+	b->n_labels = n_labels;
 	return ST_OK;
 }
 

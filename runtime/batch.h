@@ -4,7 +4,8 @@
  * A batch holds up to `cap` examples. Readers append rows; later stages add
  * derived columns (unique keys, predictions). Layout:
  *
- *   labels   [n]                 float, 0 or 1 (or any real target)
+ *   labels   [n * n_labels]      float, 0 or 1 (or any real target), row-major:
+ *                                example i's label l at labels[i * n_labels + l]
  *   dense    [n * n_dense]       float, row-major; a missing value is 0
  *   row_off  [n + 1]             CSR offsets of each example's sparse keys
  *   keys     [row_off[n]]        64-bit keys (xxh3 of slot and raw value)
@@ -40,6 +41,10 @@ typedef struct st_batch {
 	uint32_t n, cap;   /* examples held / capacity */
 	uint32_t n_dense;  /* dense features per example */
 	uint32_t n_slots;  /* categorical slots (fields) */
+	/* Labels per example (1 unless st_batch_set_labels changed it; a
+	 * multi-task job's click, conversion, ...: docs/models.md, "Several
+	 * labels"). With 1 the layout is that of a one-label batch. */
+	uint32_t n_labels;
 	float *labels;
 	float *dense;
 	uint32_t *row_off;
@@ -55,7 +60,8 @@ typedef struct st_batch {
 	uint32_t n_uniq;
 	void *rows;        /* store-specific handles for uniq[], set by pull */
 
-	/* train: prediction for each example (probability) */
+	/* train: prediction for each example (probability); a model of H heads
+	 * (H <= n_labels) writes pred[i * H + h]. Room for cap * n_labels. */
 	float *pred;
 
 	/* Opaque per-stage scratch that later stages may attach; freed with
@@ -72,6 +78,15 @@ typedef struct st_batch {
  * ST_OK and *out, or ST_ENOMEM. The caller owns the batch. */
 int st_batch_create(st_batch_t **out, uint32_t cap, uint32_t n_dense,
 		    uint32_t n_slots, uint32_t key_cap);
+
+/* Most labels a batch (a source, a model's heads) holds per example. */
+#define ST_BATCH_MAX_LABELS 16
+
+/* Makes b hold n_labels labels (and room for that many predictions) per
+ * example; an empty batch only (b->n == 0). Reallocates labels and pred
+ * (their old contents are dropped). ST_OK, ST_EINVAL (n_labels outside
+ * 1..ST_BATCH_MAX_LABELS, or b not empty) or ST_ENOMEM (b unchanged). */
+int st_batch_set_labels(st_batch_t *b, uint32_t n_labels);
 
 /* Frees the batch and every column (NULL is a no-op). */
 void st_batch_destroy(st_batch_t *b);

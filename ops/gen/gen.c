@@ -23,15 +23,11 @@
 #include "ops/gen/gen.h"
 
 #include <assert.h>
-#include <fcntl.h>
 #include <math.h>
-#include <pthread.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
+#include "ops/gen/conv.h"
 #include "ops/gen/cross.h"
 #include "ops/gen/history.h"
 #include "ops/read/read.h"
@@ -378,8 +374,7 @@ static double gen_features(const st_gen_t *g, int sday, int mday, uint64_t row,
 		if (cat_sigma[s] > 0.0 && !dense_only)
 			logit += cat_weight(g, mday, s, h);
 	}
-	/* Without --cross nothing is added, not even 0.0: the default
-	 * output stays byte-identical. */
+	/* Without --cross not even 0.0 is added: default output byte-identical. */
 	if (g->o.cross && !dense_only)
 		logit += cross_term(g, r);
 	r->has_hist = g->o.history > 0;
@@ -400,6 +395,8 @@ void st_gen_day_row(const st_gen_t *g, int day, uint64_t row, st_gen_row_t *r)
 	double l = gen_features(g, day, day, row, r, &rng, 0) + g->b0[day];
 	r->logit = l;
 	r->label = rng_unif(&rng) < sigmoid(l);
+	r->conv = (int8_t)(g->o.labels > 1 ? st__gen_conv(g->o.seed, day, row, r->label,
+				l - g->b0[day], r->cat, r->cat_missing) : -1);
 }
 
 void st_gen_row(const st_gen_t *g, uint64_t row, st_gen_row_t *r)
@@ -562,12 +559,14 @@ int st_gen_create(st_gen_t **out, const st_gen_opts_t *o)
 			 "with days, 0 <= drift <= 1", o->days, o->drift, ST_GEN_MAX_DAYS);
 		return ST_EINVAL;
 	}
-	/* The planted signals (--history, --cross) are single-hot and do not drift. */
-	if (o->history < 0 || o->history > ST_GEN_MAX_LIST || o->cross < 0 ||
-	    o->cross > ST_GEN_MAX_CROSS || ((o->history || o->cross) && (o->days || o->multi_hot))) {
-		st_error("gen: bad options (history %d, cross %d, days %d, multi_hot %d): need 0 <= "
-			 "history <= %d, 0 <= cross <= %d, and no days or multi_hot with either",
-			 o->history, o->cross, o->days, o->multi_hot, ST_GEN_MAX_LIST, ST_GEN_MAX_CROSS);
+	/* Planted signals (--history, --cross, --labels) are single-hot, no drift. */
+	if (o->history < 0 || o->history > ST_GEN_MAX_LIST || o->cross < 0 || o->labels < 0 ||
+	    o->labels > ST_GEN_MAX_LABELS || o->cross > ST_GEN_MAX_CROSS ||
+	    ((o->history || o->cross || o->labels > 1) && (o->days || o->multi_hot))) {
+		st_error("gen: bad options (history %d, cross %d, labels %d, days %d, multi_hot %d): "
+			 "need 0 <= history <= %d, 0 <= cross <= %d, labels <= %d, and no days or "
+			 "multi_hot with any", o->history, o->cross, o->labels, o->days, o->multi_hot,
+			 ST_GEN_MAX_LIST, ST_GEN_MAX_CROSS, ST_GEN_MAX_LABELS);
 		return ST_EINVAL;
 	}
 	if (o->multi_hot < 0 || o->multi_hot > ST_GEN_MAX_LIST || (o->multi_hot && o->days)) {
@@ -659,6 +658,7 @@ int st_gen_format(const st_gen_row_t *r, char *buf)
 {
 	char *p = buf;
 	*p++ = r->label ? '1' : '0';
+	p = r->conv >= 0 ? (*p++ = '\t', *p++ = (char)('0' + r->conv), p) : p;
 	for (int j = 0; j < ST_GEN_N_DENSE; j++) {
 		*p++ = '\t';
 		if (!(r->dense_missing & (1u << j)))
@@ -685,6 +685,7 @@ int st_gen_format_list(const st_gen_t *g, const st_gen_row_t *r, char *buf)
 		return st_gen_format(r, buf);
 	char *p = buf;
 	*p++ = r->label ? '1' : '0';
+	p = r->conv >= 0 ? (*p++ = '\t', *p++ = (char)('0' + r->conv), p) : p;
 	for (int j = 0; j < ST_GEN_N_DENSE; j++) {
 		*p++ = '\t';
 		if (!(r->dense_missing & (1u << j)))

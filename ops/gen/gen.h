@@ -51,6 +51,8 @@
  * gains K planted pairwise terms, beta × z(a, v_a) × z(b, v_b) for slot
  * pairs (0,1) .. (2K-2, 2K-1) with per-value latents z (ops/gen/cross.h); no
  * column and no random draw is added, only labels and b0 change.
+ * Labels (opts.labels = 2, days and multi_hot 0; issue 19): a second label
+ * column, a conversion planted on clicked rows (ops/gen/conv.h).
  * (Days:) st_gen_write then writes day-000.tsv .. day-<D-1>.tsv (rows split
  * evenly, in order) and eval.tsv from the last day's distribution.
  */
@@ -90,11 +92,16 @@ typedef struct st_gen_opts {
 	int cross;           /* 0: none; 1..ST_GEN_MAX_CROSS: planted pairwise
 				cross terms in the logit (ops/gen/cross.h; days
 				and multi_hot must be 0) */
+	int labels;          /* 0 or 1: the click; 2: click and a planted
+				conversion on clicked rows (ops/gen/conv.h; days
+				and multi_hot must be 0; files only) */
 } st_gen_opts_t;
 
 /* One generated row, before it is printed. */
 typedef struct st_gen_row {
 	int label;                        /* 0 or 1 */
+	int8_t conv;                      /* labels 2: the conversion (0 or 1;
+					     conv.h); else -1, not printed */
 	double logit;                     /* true logit: the Bayes-optimal score */
 	uint32_t dense_missing;           /* bit j set: I(j+1) is an empty field */
 	int64_t dense[ST_GEN_N_DENSE];    /* 0 where missing */

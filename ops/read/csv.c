@@ -4,7 +4,9 @@
  *
  * LABEL and DENSE are decimal numbers (DENSE empty = 0, and with the
  * source's dense_indicator dense[n_dense/2 + j] = 1 for an empty DENSE j;
- * LABEL must be present and is stored as is). CAT values are hashed as raw bytes with
+ * LABEL must be present and is stored as is). Several LABEL columns are
+ * the example's labels in column order (labels[i * n_labels + l] for the
+ * l-th LABEL column; one column keeps the one-label layout). CAT values are hashed as raw bytes with
  * their slot, slots numbered in column order among CAT columns, so ids that
  * do not fit in int64 (Avazu's 20-digit ids) are just bytes. An empty CAT
  * field is missing: the slot's missing key (st_read_missing_key) or no key,
@@ -218,8 +220,8 @@ int st__csv_parse(st_reader_t *r, st_batch_t *b, const char *line, size_t len)
 	const uint32_t n = b->n;
 	float *d = b->dense + (size_t)n * r->n_dense;
 	uint32_t k = b->row_off[n];
-	uint32_t di = 0, si = 0;
-	float label = 0;
+	uint32_t di = 0, si = 0, li = 0;
+	float label[ST_BATCH_MAX_LABELS] = { 0 };
 	st_read_stats_t cnt = { 0 };
 	int c = 0, more = 1;
 	for (; more; c++) {
@@ -238,9 +240,11 @@ int st__csv_parse(st_reader_t *r, st_batch_t *b, const char *line, size_t len)
 		case ST_COL_LABEL:
 			if (fl == 0)
 				return st__reader_bad(r, c, col_name(r, c), "empty label");
-			prc = st__read_float(fp, fl, &label);
+			/* li < n_labels: reader_init counted the LABEL columns */
+			prc = st__read_float(fp, fl, &label[li]);
 			if (prc < 0)
 				return bad_number(r, c, fp, fl, prc, "is not a label (a number)");
+			li++;
 			break;
 		case ST_COL_DENSE:
 			if (r->dense_indicator)
@@ -287,7 +291,7 @@ int st__csv_parse(st_reader_t *r, st_batch_t *b, const char *line, size_t len)
 	if (c != r->n_cols)
 		return st__reader_bad(r, -1, NULL, "%d columns, expected %d",
 				      c, r->n_cols);
-	b->labels[n] = label;
+	memcpy(b->labels + (size_t)n * r->n_labels, label, sizeof(float) * r->n_labels);
 	b->row_off[n + 1] = k;
 	b->n = n + 1;
 	r->stats.lists_truncated += cnt.lists_truncated;

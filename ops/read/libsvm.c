@@ -3,7 +3,10 @@
  * lines (both may be mixed in one line).
  *
  * The label is a decimal number; label > 0 gives 1, anything else 0, so
- * -1/+1 and 0/1 files both work. idx is hashed as bytes with its slot:
+ * -1/+1 and 0/1 files both work. A source with `labels = k` reads the
+ * first k tokens as the example's k labels, each the same way (the
+ * extension docs/formats.md describes; k = 1 is plain libsvm); a line with
+ * fewer than k label tokens, or an idx:val among them, is a bad record. idx is hashed as bytes with its slot:
  * slot 0 for idx:val, the field for field:idx:val (field must be an integer
  * below the source's n_slots). key_val is val. Tokens are separated by runs
  * of spaces or TABs. Messages number tokens from 0 (the label).
@@ -49,13 +52,29 @@ int st__libsvm_parse(st_reader_t *r, st_batch_t *b, const char *line, size_t len
 	uint32_t k = k0;
 
 	const char *te = p;
-	while (te < e && !is_space(*te))
-		te++;
-	float label;
-	if (st__read_float(p, (size_t)(te - p), &label) < 0)
-		return bad_token(r, 0, p, te, "is not a label (a number)");
+	float label[ST_BATCH_MAX_LABELS];
+	const uint32_t nl = r->n_labels;
+	for (uint32_t l = 0; l < nl; l++) {
+		if (l > 0) {
+			p = te;
+			while (p < e && is_space(*p))
+				p++;
+			if (p == e)
+				return st__reader_bad(r, (int)l, NULL, "has %u labels, the source "
+						      "declares labels = %u", l, nl);
+		}
+		te = p;
+		while (te < e && !is_space(*te))
+			te++;
+		if (st__read_float(p, (size_t)(te - p), &label[l]) < 0)
+			return bad_token(r, (int)l, p, te,
+					 nl > 1 ? "is not a label (a number; the source declares "
+						  "several labels)"
+						: "is not a label (a number)");
+		label[l] = label[l] > 0 ? 1.0f : 0.0f;
+	}
 
-	for (int f = 1;; f++) {
+	for (int f = (int)nl;; f++) {
 		p = te;
 		while (p < e && is_space(*p))
 			p++;
@@ -101,7 +120,7 @@ int st__libsvm_parse(st_reader_t *r, st_batch_t *b, const char *line, size_t len
 		b->key_val[k] = val;
 		k++;
 	}
-	b->labels[n] = label > 0 ? 1.0f : 0.0f;
+	memcpy(b->labels + (size_t)n * nl, label, sizeof(float) * nl);
 	b->row_off[n + 1] = k;
 	b->n = n + 1;
 	return ST__ROW_OK;

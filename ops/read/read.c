@@ -202,6 +202,7 @@ static int reader_init(st_reader_t *r, const st_source_t *src, char *errbuf,
 	r->max_report = src->max_report < 0 ? 0 : src->max_report;
 	r->n_dense = src->n_dense < 0 ? 0 : (uint32_t)src->n_dense;
 	r->n_slots = src->n_slots < 0 ? 0 : (uint32_t)src->n_slots;
+	r->n_labels = (uint32_t)st_source_labels(src);
 	r->reported = &r->own_reported;
 	atomic_init(&r->own_reported, 0);
 	r->missing = src->missing == ST_MISSING_KEY ? ST_MISSING_KEY : ST_MISSING_DROP;
@@ -215,12 +216,22 @@ static int reader_init(st_reader_t *r, const st_source_t *src, char *errbuf,
 				 r->path, 13 * dmul, src->n_dense, src->n_slots);
 			return ST_EINVAL;
 		}
+		if (r->n_labels != 1) {
+			snprintf(errbuf, errlen, "%s: criteo has one label per line, the source "
+				 "says %u", r->path, r->n_labels);
+			return ST_EINVAL;
+		}
 		return ST_OK;
 	case ST__FMT_LIBSVM:
 		if (src->n_dense != 0 || src->n_slots < 1 || src->n_slots > 65536) {
 			snprintf(errbuf, errlen,
 				 "%s: libsvm needs n_dense 0 and 1 <= n_slots <= 65536, source has %d/%d",
 				 r->path, src->n_dense, src->n_slots);
+			return ST_EINVAL;
+		}
+		if (r->n_labels > ST_BATCH_MAX_LABELS) {
+			snprintf(errbuf, errlen, "%s: libsvm labels %u, at most %d", r->path,
+				 r->n_labels, ST_BATCH_MAX_LABELS);
 			return ST_EINVAL;
 		}
 		return ST_OK;
@@ -248,10 +259,11 @@ static int reader_init(st_reader_t *r, const st_source_t *src, char *errbuf,
 			return ST_EINVAL;
 		}
 	}
-	if (nl != 1 || nd * dmul != src->n_dense || ns != src->n_slots || ns > 65536) {
+	if (nl != (int)r->n_labels || nd * dmul != src->n_dense || ns != src->n_slots ||
+	    ns > 65536) {
 		snprintf(errbuf, errlen,
-			 "%s: csv schema has %d label, %d dense, %d cat columns; source says n_dense %d, n_slots %d (need exactly 1 label)",
-			 r->path, nl, nd, ns, src->n_dense, src->n_slots);
+			 "%s: csv schema has %d label, %d dense, %d cat columns; source says n_labels %u, n_dense %d, n_slots %d",
+			 r->path, nl, nd, ns, r->n_labels, src->n_dense, src->n_slots);
 		return ST_EINVAL;
 	}
 	r->sep = src->sep;
@@ -364,10 +376,11 @@ static int handle_bad(st_reader_t *r)
 
 int st_reader_next(st_reader_t *r, st_batch_t *b, uint32_t max_rows)
 {
-	if (b->n_dense != r->n_dense || b->n_slots != r->n_slots) {
+	if (b->n_dense != r->n_dense || b->n_slots != r->n_slots || b->n_labels != r->n_labels) {
 		snprintf(r->err, sizeof r->err,
-			 "%s: batch has n_dense %u / n_slots %u, reader needs %u / %u",
-			 r->path, b->n_dense, b->n_slots, r->n_dense, r->n_slots);
+			 "%s: batch has n_dense %u / n_slots %u / n_labels %u, reader needs %u / %u / %u",
+			 r->path, b->n_dense, b->n_slots, b->n_labels, r->n_dense, r->n_slots,
+			 r->n_labels);
 		return ST_EINVAL;
 	}
 	uint32_t room = b->cap - b->n;

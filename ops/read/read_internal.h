@@ -26,6 +26,7 @@ struct st_reader {
 	char *path;
 	st__lines_t *lines;
 	uint32_t n_dense, n_slots;
+	uint32_t n_labels;     /* labels per row (b->n_labels must match) */
 	int on_bad, max_report;
 	st_read_stats_t stats;
 	/* Bad records reported so far; points at own_reported or at a counter

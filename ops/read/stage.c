@@ -87,6 +87,7 @@ static void src_copy(st_source_t *dst, const st_source_t *src)
 	dst->paths = st_xcalloc((size_t)src->n_paths, sizeof *dst->paths);
 	for (int i = 0; i < src->n_paths; i++)
 		dst->paths[i] = st_xstrdup(src->paths[i]);
+	dst->label_names = NULL;   /* the readers number labels, never name them */
 	dst->col_kind = NULL;
 	if (src->col_kind && src->n_cols > 0) {
 		dst->col_kind = st_xmalloc((size_t)src->n_cols);
@@ -185,6 +186,11 @@ static int skip(st_read_stage_t *s, struct read_thread *t, uint64_t n)
 				 key_cap_guess(s));
 	if (rc < 0)
 		return rc;
+	rc = st_batch_set_labels(b, (uint32_t)st_source_labels(&s->src));
+	if (rc < 0) {
+		st_batch_destroy(b);
+		return rc;
+	}
 	while (n > 0) {
 		st_batch_clear(b);
 		uint32_t want = n < 4096 ? (uint32_t)n : 4096;
@@ -267,6 +273,14 @@ static int read_produce(void *state, st_stage_ctx_t *ctx, st_batch_t **out)
 		if (!t->b) {
 			rc = st_batch_create(&t->b, s->batch_size, (uint32_t)s->src.n_dense,
 					     (uint32_t)s->src.n_slots, key_cap_guess(s));
+			if (rc >= 0) {
+				rc = st_batch_set_labels(t->b,
+							 (uint32_t)st_source_labels(&s->src));
+				if (rc < 0) {
+					st_batch_destroy(t->b);
+					t->b = NULL;
+				}
+			}
 			if (rc < 0)
 				return st_stage_fail(ctx, rc, "read: cannot allocate a batch of %u rows",
 						     s->batch_size);

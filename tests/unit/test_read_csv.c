@@ -69,6 +69,7 @@ static int read_mem(const st_source_t *src, const char *text, size_t len,
 	assert_int_equal(st__reader_open_mem(&r, src, "mem.csv", text, len, 0, 0), 0);
 	assert_int_equal(st_batch_create(b, 64, (uint32_t)src->n_dense,
 					 (uint32_t)src->n_slots, 2), 0);
+	assert_int_equal(st_batch_set_labels(*b, (uint32_t)st_source_labels(src)), 0);
 	int rc;
 	do {
 		rc = st_reader_next(r, *b, 64);
@@ -534,6 +535,63 @@ static void test_read_csv_taobao_click_sequence(void **state)
 	st_batch_destroy(b);
 }
 
+/* Two LABEL columns (click, conversion) land in labels[i * 2 + l] in column
+ * order, whatever columns sit between them. */
+static void test_read_csv_several_labels(void **state)
+{
+	(void)state;
+	uint8_t kinds[5] = { ST_COL_LABEL, ST_COL_DENSE, ST_COL_LABEL, ST_COL_CAT, ST_COL_IGNORE };
+	st_source_t src = csv_src(kinds, 5, 0, ST_BAD_FAIL);
+	src.n_labels = 2;
+	static const char text[] = "1,2.5,0,a,x\n0,1,1,b,y\n1,0,1,,z\n";
+	st_batch_t *b;
+	st_read_stats_t st;
+	char err[256];
+	assert_int_equal(read_mem(&src, text, sizeof text - 1, &b, &st, err, sizeof err), 0);
+	assert_int_equal(b->n, 3);
+	assert_int_equal(b->n_labels, 2);
+	static const float want[6] = { 1, 0, 0, 1, 1, 1 };
+	assert_memory_equal(b->labels, want, sizeof want);
+	assert_true(b->dense[0] == 2.5f && b->dense[1] == 1.0f);
+	assert_true(b->keys[0] == st_read_key(0, "a", 1));
+	st_batch_destroy(b);
+}
+
+/* A bad second label is a bad record naming its column; a batch of the
+ * wrong label count is refused before any row is read. */
+static void test_read_csv_several_labels_bad(void **state)
+{
+	(void)state;
+	uint8_t kinds[3] = { ST_COL_LABEL, ST_COL_LABEL, ST_COL_CAT };
+	st_source_t src = csv_src(kinds, 3, 0, ST_BAD_FAIL);
+	src.n_labels = 2;
+	static const char text[] = "1,0,a\n1,yes,b\n";
+	st_batch_t *b;
+	st_read_stats_t st;
+	char err[256];
+	assert_int_equal(read_mem(&src, text, sizeof text - 1, &b, &st, err, sizeof err),
+			 ST_EBADREC);
+	assert_int_equal(b->n, 1);
+	assert_non_null(strstr(err, "mem.csv:2"));
+	assert_non_null(strstr(err, "field 1"));
+	assert_non_null(strstr(err, "'yes' is not a label"));
+	st_batch_destroy(b);
+	/* the schema has 2 label columns, the source says 1 */
+	src.n_labels = 1;
+	st_reader_t *r;
+	assert_int_equal(st__reader_open_mem(&r, &src, "mem.csv", text, sizeof text - 1, 0, 0),
+			 ST_EINVAL);
+	/* a one-label batch for a two-label reader */
+	src.n_labels = 2;
+	assert_int_equal(st__reader_open_mem(&r, &src, "mem.csv", text, sizeof text - 1, 0, 0),
+			 0);
+	assert_int_equal(st_batch_create(&b, 4, 0, 1, 4), 0);
+	assert_int_equal(st_reader_next(r, b, 4), ST_EINVAL);
+	assert_non_null(strstr(st_reader_error(r), "n_labels 1"));
+	st_batch_destroy(b);
+	st_reader_close(r);
+}
+
 int main(void)
 {
 	data_dir = getenv("ST_SHARED_DATA");
@@ -549,6 +607,8 @@ int main(void)
 		cmocka_unit_test(test_read_csv_list_bad_sep),
 		cmocka_unit_test(test_read_csv_dense_indicator),
 		cmocka_unit_test(test_read_csv_taobao_click_sequence),
+		cmocka_unit_test(test_read_csv_several_labels),
+		cmocka_unit_test(test_read_csv_several_labels_bad),
 	};
 	return tu_exit(cmocka_run_group_tests(tests, NULL, NULL), sizeof tests / sizeof tests[0]);
 }

@@ -44,6 +44,7 @@ static int read_mem(const st_source_t *src, const char *text, size_t len,
 	st_reader_t *r;
 	assert_int_equal(st__reader_open_mem(&r, src, "mem.svm", text, len, 0, 0), 0);
 	assert_int_equal(st_batch_create(b, 64, 0, (uint32_t)src->n_slots, 2), 0);
+	assert_int_equal(st_batch_set_labels(*b, (uint32_t)st_source_labels(src)), 0);
 	int rc;
 	do {
 		rc = st_reader_next(r, *b, 64);
@@ -333,10 +334,45 @@ static void test_read_libsvm_multi_key_fields(void **state)
 	st_batch_destroy(b);
 }
 
+/* labels = 2: the first two tokens are the labels (> 0 is 1), then the
+ * features; a line with one label token, or a feature where a label should
+ * be, is a bad record at its line. */
+static void test_read_libsvm_several_labels(void **state)
+{
+	(void)state;
+	st_source_t src = libsvm_src(2, ST_BAD_SKIP);
+	src.n_labels = 2;
+	static const char text[] = "1 0 3:1 1:7:2\n-1 1 5:1\n0 1\n1 2:1\n1\n";
+	st_batch_t *b;
+	st_read_stats_t st;
+	char err[256];
+	assert_int_equal(read_mem(&src, text, sizeof text - 1, &b, &st, err, sizeof err), 0);
+	assert_int_equal(b->n, 3);
+	assert_int_equal(st.bad, 2);
+	static const float want[6] = { 1, 0, 0, 1, 0, 1 };
+	assert_memory_equal(b->labels, want, sizeof want);
+	assert_int_equal(b->row_off[1], 2);
+	assert_int_equal(b->row_off[2], 3);
+	assert_int_equal(b->row_off[3], 3);   /* "0 1": two labels, no feature */
+	assert_true(b->key_val[1] == 2.0f && b->key_slot[1] == 1);
+	st_batch_destroy(b);
+	src.on_bad = ST_BAD_FAIL;
+	static const char t2[] = "1 0 3:1\n1 2:1\n";
+	assert_int_equal(read_mem(&src, t2, sizeof t2 - 1, &b, &st, err, sizeof err), ST_EBADREC);
+	assert_non_null(strstr(err, "mem.svm:2"));
+	assert_non_null(strstr(err, "several labels"));
+	st_batch_destroy(b);
+	static const char t3[] = "1\n";
+	assert_int_equal(read_mem(&src, t3, sizeof t3 - 1, &b, &st, err, sizeof err), ST_EBADREC);
+	assert_non_null(strstr(err, "has 1 labels, the source declares labels = 2"));
+	st_batch_destroy(b);
+}
+
 int main(void)
 {
 	data_dir = getenv("ST_SHARED_DATA");
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_read_libsvm_several_labels),
 		cmocka_unit_test(test_read_libsvm_xlearn_libffm),
 		cmocka_unit_test(test_read_libsvm_synth_libffm),
 		cmocka_unit_test(test_read_libsvm_pm1_labels_and_values),
