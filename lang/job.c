@@ -34,6 +34,7 @@ static void source_fini(st_source_t *s)
 	free_strv(s->globs, s->n_globs);
 	free(s->col_kind);
 	free(s->slot_opt);
+	free_strv(s->label_names, s->label_names ? s->n_labels : 0);
 }
 
 static void sync_fini(st_sync_cfg_t *c)
@@ -215,6 +216,10 @@ static void dump_source(FILE *f, const char *pre, const st_source_t *s)
 	}
 	fprintf(f, "%s.n_dense = %d\n", pre, s->n_dense);
 	fprintf(f, "%s.n_slots = %d\n", pre, s->n_slots);
+	/* Only several labels print: a one-label job's dump stays as it was. */
+	for (int i = 0; s->n_labels > 1 && i < s->n_labels; i++)
+		fprintf(f, "%s.labels[%d] = \"%s\"\n", pre, i + 1,
+			s->label_names ? s->label_names[i] : "?");
 }
 
 static void dump_stage(FILE *f, const char *name, const st_stage_cfg_t *c)
@@ -318,9 +323,13 @@ int st_job_dump(const st_job_t *job, FILE *f)
 			fprintf(f, " c=%d", nd->c);
 		fprintf(f, "\n");
 	}
-	if (n_nodes)
+	if (n_nodes && m->n_heads == 0)
 		fprintf(f, "model.%s = %s\n", graph ? "output" : "preset_output",
 			m->nodes[graph ? m->node_out : m->preset_out].name);
+	for (int i = 0; i < m->n_heads; i++)
+		fprintf(f, "model.heads[%d] = label %s (%d) output %s weight %g\n", i + 1,
+			m->heads[i].name, m->heads[i].label, m->nodes[m->heads[i].node].name,
+			m->heads[i].weight);
 	fprintf(f, "model.init_scale = %g\n", m->init_scale);
 	dump_optim(f, "model.sparse_optimizer", &m->sparse_opt);
 	dump_optim(f, "model.dense_optimizer", &m->dense_opt);

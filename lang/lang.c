@@ -12,6 +12,7 @@
 #include "lang/lang.h"
 #include "lang/lang_internal.h"
 #include "runtime/err.h"
+#include "runtime/batch.h"
 #include "runtime/store/rowfmt.h"
 #include "st_config.h"
 
@@ -211,6 +212,24 @@ static void convert_source(lua_State *L, int t, st_source_t *s)
 	}
 	s->n_dense = get_i32(L, t, "n_dense", 0);
 	s->n_slots = get_i32(L, t, "n_slots", 0);
+	/* labels: the label names in order (validate.lua; absent: one label). */
+	int ln = push_table(L, t, "labels");
+	s->n_labels = 1;
+	if (ln) {
+		int n = (int)lua_rawlen(L, ln);
+		if (n < 1 || n > ST_BATCH_MAX_LABELS)
+			luaL_error(L, "the job's source has %d labels (1..%d)", n,
+				   ST_BATCH_MAX_LABELS);
+		s->n_labels = n;
+		s->label_names = st_xcalloc((size_t)n + 1, sizeof(char *));
+		for (int i = 1; i <= n; i++) {
+			lua_rawgeti(L, ln, i);
+			const char *nm = lua_tostring(L, -1);
+			s->label_names[i - 1] = st_xstrdup(nm ? nm : "label");
+			lua_pop(L, 1);
+		}
+		lua_pop(L, 1);
+	}
 	s->missing = (int)get_int_in(L, t, "missing", ST_MISSING_DROP, ST_MISSING_DROP,
 				     ST_MISSING_KEY);
 	s->dense_indicator = get_bool(L, t, "dense_indicator");
@@ -330,6 +349,31 @@ static void convert_nodes(lua_State *L, int m, st_model_cfg_t *mc)
 	lua_pop(L, 1);
 	mc->n_nodes = (int)len;
 	mc->node_out = get_i32(L, m, "output", 0);
+	/* heads = { {node=, label=, weight=, name=} } (validate.lua's V:heads) */
+	int h = push_table(L, m, "heads");
+	if (!h)
+		return;
+	int nh = (int)lua_rawlen(L, h);
+	if (nh < 1 || nh > ST_MODEL_MAX_HEADS)
+		luaL_error(L, "the model has %d heads (1..%d); the validator should have "
+			   "refused it", nh, ST_MODEL_MAX_HEADS);
+	for (int i = 1; i <= nh; i++) {
+		lua_rawgeti(L, h, i);
+		int ht = lua_gettop(L);
+		st_model_head_t *hd = &mc->heads[i - 1];
+		hd->node = get_i32(L, ht, "node", 0);
+		hd->label = get_i32(L, ht, "label", 0);
+		hd->weight = get_num(L, ht, "weight", 1.0);
+		char *name = get_str(L, ht, "name");
+		if (!name || strlen(name) >= sizeof hd->name)
+			luaL_error(L, "model head %d: its label name must be 1..%d bytes", i,
+				   (int)sizeof hd->name - 1);
+		strcpy(hd->name, name);
+		free(name);
+		lua_pop(L, 1);
+	}
+	lua_pop(L, 1);
+	mc->n_heads = nh;
 }
 
 /* The normalized model table at index m (validate.lua's V:model). */

@@ -107,6 +107,8 @@ struct st_lgraph {
 	int n_dense;
 	int uniform_wide;      /* every slot's wide column is the same */
 	int n_nodes, out, finished;
+	/* The heads' output nodes (st_lgraph_finish_heads); head 0 is `out`. */
+	int n_heads, head[ST_LGRAPH_MAX_HEADS];
 	node_t node[MAX_NODES];
 	int ntensors, cap_tensors;
 	tensor_t *tensors;
@@ -129,6 +131,9 @@ struct st_lgraph_ws {
 	float *acc;                /* a second consumer's gradient, added in;
 				      a cross layer's dT */
 	float *block;
+	/* Several heads: their logits and dlogits side by side (n × H,
+	 * example-major); NULL with one head, whose node buffers serve. */
+	float *logits, *dlogits;
 };
 
 /* ---- creation ------------------------------------------------------------ */
@@ -571,14 +576,35 @@ static void mark_grads(st_lgraph_t *g)
 
 int st_lgraph_finish(st_lgraph_t *g, int out, uint64_t seed)
 {
-	if (out < 0)
-		return out;
-	if (out >= g->n_nodes || g->node[out].width != 1) {
-		st_error("graph: the output node %d must be 1 wide (is %d)", out,
-			 out < g->n_nodes ? g->node[out].width : -1);
+	return st_lgraph_finish_heads(g, 1, &out, seed);
+}
+
+int st_lgraph_finish_heads(st_lgraph_t *g, int n_heads, const int *outs, uint64_t seed)
+{
+	if (n_heads < 1 || n_heads > ST_LGRAPH_MAX_HEADS) {
+		st_error("graph: %d heads (1..%d)", n_heads, ST_LGRAPH_MAX_HEADS);
 		return ST_EINVAL;
 	}
-	g->out = out;
+	for (int h = 0; h < n_heads; h++) {
+		int out = outs[h];
+		if (out < 0)
+			return out;
+		if (out >= g->n_nodes || g->node[out].width != 1) {
+			st_error("graph: the output node %d%s must be 1 wide (is %d)", out,
+				 n_heads > 1 ? " of a head" : "",
+				 out < g->n_nodes ? g->node[out].width : -1);
+			return ST_EINVAL;
+		}
+		for (int k = 0; k < h; k++)
+			if (outs[k] == out) {
+				st_error("graph: heads %d and %d have the same output node %d", k,
+					 h, out);
+				return ST_EINVAL;
+			}
+		g->head[h] = out;
+	}
+	g->n_heads = n_heads;
+	g->out = outs[0];
 	mark_grads(g);
 	g->params = calloc(g->nparams ? g->nparams : 1, sizeof(float));
 	if (!g->params)
@@ -604,6 +630,8 @@ int st_lgraph_finish(st_lgraph_t *g, int out, uint64_t seed)
 }
 
 size_t st_lgraph_nparams(const st_lgraph_t *g) { return g->nparams; }
+int st_lgraph_nheads(const st_lgraph_t *g) { return g->n_heads; }
+int st_lgraph_head(const st_lgraph_t *g, int h) { return g->head[h]; }
 float *st_lgraph_params(st_lgraph_t *g) { return g->params; }
 int st_lgraph_ntensors(const st_lgraph_t *g) { return g->ntensors; }
 int st_lgraph_nnodes(const st_lgraph_t *g) { return g->n_nodes; }
@@ -693,7 +721,10 @@ int st_lgraph_ws_create(st_lgraph_ws_t **out, const st_lgraph_t *g, uint32_t max
 			maxw = (size_t)nd->rank > maxw ? (size_t)nd->rank : maxw;
 		}
 		WS(ws->out[i], n * w);
-		if (nd->need_grad || i == g->out)
+		int is_head = 0;
+		for (int h = 0; h < g->n_heads; h++)
+			is_head |= g->head[h] == i;
+		if (nd->need_grad || is_head)
 			WS(ws->grad[i], n * w);
 		if (nd->kind == N_ATTN) {
 			/* Its scratch is per chunk of keys, not per example. */
@@ -714,6 +745,10 @@ int st_lgraph_ws_create(st_lgraph_ws_t **out, const st_lgraph_t *g, uint32_t max
 	WS(ws->dbuf[0], n * maxw);
 	WS(ws->dbuf[1], n * maxw);
 	WS(ws->acc, n * maxw);
+	if (g->n_heads > 1) {
+		WS(ws->logits, n * (size_t)g->n_heads);
+		WS(ws->dlogits, n * (size_t)g->n_heads);
+	}
 #undef WS
 	/* 16-float (64-byte) alignment per buffer keeps sgemm's operands on
 	 * cache lines; aligned_alloc wants a multiple of the alignment. */
@@ -745,7 +780,7 @@ void st_lgraph_ws_destroy(st_lgraph_ws_t *ws)
 
 float *st_lgraph_dlogit(st_lgraph_ws_t *ws)
 {
-	return ws->grad[ws->out_node];
+	return ws->dlogits ? ws->dlogits : ws->grad[ws->out_node];
 }
 
 /* ---- forward --------------------------------------------------------------- */
@@ -895,7 +930,15 @@ const float *st_lgraph_forward(const st_lgraph_t *g, st_lgraph_ws_t *ws,
 	ws->rows = rows;
 	for (int i = 0; i < g->n_nodes; i++)
 		forward_node(g, ws, i, b, r0, n, rows, params);
-	return ws->out[g->out];
+	if (g->n_heads == 1)
+		return ws->out[g->out];
+	const int H = g->n_heads;
+	for (int h = 0; h < H; h++) {
+		const float *z = ws->out[g->head[h]];
+		for (uint32_t i = 0; i < n; i++)
+			ws->logits[(size_t)i * H + h] = z[i];
+	}
+	return ws->logits;
 }
 
 /* ---- backward -------------------------------------------------------------- */
@@ -1090,6 +1133,15 @@ void st_lgraph_backward(const st_lgraph_t *g, st_lgraph_ws_t *ws, const st_batch
 	assert(g->finished && n <= ws->max_n);
 	memset(ws->gset, 0, sizeof ws->gset);
 	ws->gset[g->out] = 1;   /* the caller filled st_lgraph_dlogit */
+	/* Several heads: each head node's gradient is its column of dlogits,
+	 * all set before any backward so a head that feeds another (or a
+	 * layer read by both) adds into it through grad_begin/grad_end. */
+	for (int h = 0; g->n_heads > 1 && h < g->n_heads; h++) {
+		float *d = ws->grad[g->head[h]];
+		for (uint32_t i = 0; i < n; i++)
+			d[i] = ws->dlogits[(size_t)i * g->n_heads + h];
+		ws->gset[g->head[h]] = 1;
+	}
 	for (int i = g->n_nodes - 1; i >= 0; i--)
 		if (ws->gset[i] && g->node[i].need_grad)
 			backward_node(g, ws, i, b, r0, n, params, gparams, gu, gstride);

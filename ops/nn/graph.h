@@ -145,6 +145,20 @@ int st_lgraph_slice(st_lgraph_t *g, int in, int offset, int width);
  * ST_OK, ST_EINVAL (bad output; message logged) or ST_ENOMEM. */
 int st_lgraph_finish(st_lgraph_t *g, int out, uint64_t seed);
 
+/* Several heads (multi-task, docs/models.md "Several labels"): outs[0 ..
+ * n_heads-1] are distinct 1-wide nodes, each one head's logit. Forward then
+ * returns n × n_heads logits (example-major: z[i * n_heads + h]) and
+ * st_lgraph_dlogit is n × n_heads in the same layout; parameters are
+ * initialized as st_lgraph_finish does (which is n_heads = 1, outs = &out,
+ * and keeps the one-head layout and results bit for bit). A negative
+ * outs[h] is returned as is; ST_EINVAL (logged) for a bad or repeated
+ * output; ST_ENOMEM. */
+#define ST_LGRAPH_MAX_HEADS 16
+int st_lgraph_finish_heads(st_lgraph_t *g, int n_heads, const int *outs, uint64_t seed);
+/* Heads of a finished graph (1 after st_lgraph_finish) and head h's node. */
+int st_lgraph_nheads(const st_lgraph_t *g);
+int st_lgraph_head(const st_lgraph_t *g, int h);
+
 /* ---- queries -------------------------------------------------------------- */
 
 size_t st_lgraph_nparams(const st_lgraph_t *g);
@@ -177,14 +191,15 @@ int st_lgraph_ws_create(st_lgraph_ws_t **out, const st_lgraph_t *g, uint32_t max
 void st_lgraph_ws_destroy(st_lgraph_ws_t *ws);
 
 /* Forward over examples r0 .. r0+n-1 of b (n <= max_n; rows as in
- * model.h). Returns the logits, n floats inside ws, valid until the next
- * call on ws. */
+ * model.h). Returns the logits, n × heads floats inside ws (example-major),
+ * valid until the next call on ws. */
 const float *st_lgraph_forward(const st_lgraph_t *g, st_lgraph_ws_t *ws,
 			      const st_batch_t *b, uint32_t r0, uint32_t n,
 			      float *const *rows, const float *params);
 
 /* The gradient of the loss with respect to the logits of the last forward:
- * n floats inside ws for the caller to fill before st_lgraph_backward. */
+ * n × heads floats inside ws (the logits' layout) for the caller to fill
+ * before st_lgraph_backward. */
 float *st_lgraph_dlogit(st_lgraph_ws_t *ws);
 
 /* Backward of the last forward on ws (same b, r0, n, rows, params):

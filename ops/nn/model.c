@@ -71,10 +71,19 @@ struct st_model {
 	int emb_d;                  /* common dim (deepfm, dlrm), else 0 */
 	st_pool_layout_t pool;
 	st_lgraph_t *g;
+	/* Heads (1 unless a graph declared several): head h learns label
+	 * head_label[h] of the batch with weight head_w[h] (job.h). */
+	int n_heads;
+	int head_label[ST_MODEL_MAX_HEADS];
+	float head_w[ST_MODEL_MAX_HEADS];
+	char head_name[ST_MODEL_MAX_HEADS][32];
 };
 
 struct st_model_ws {
 	st_lgraph_ws_t *g;
+	/* Several heads: one head's logits, labels, probabilities and
+	 * dlogits gathered from the n × H layout (4 × max_n floats). */
+	float *col;
 };
 
 /* ---- creation ---------------------------------------------------------- */
@@ -145,13 +154,40 @@ static int check_preset_nodes(int type, const st_model_cfg_t *cfg)
 	return ST_OK;
 }
 
+/* A graph's heads (validate.lua's V:heads refuses all of this at the job's
+ * line; this guards configs read back from checkpoints and API callers):
+ * 0..ST_MODEL_MAX_HEADS of them, on a graph only, each on a layer and a
+ * label of its own, with a positive finite weight and a name. */
+static int check_heads(int type, const st_model_cfg_t *cfg)
+{
+	if (cfg->n_heads == 0)
+		return ST_OK;
+	int bad = type != M_GRAPH || cfg->n_heads < 0 || cfg->n_heads > ST_MODEL_MAX_HEADS;
+	for (int h = 0; !bad && h < cfg->n_heads; h++) {
+		const st_model_head_t *hd = &cfg->heads[h];
+		bad = hd->node < 0 || hd->node >= cfg->n_nodes || hd->label < 0 ||
+		      hd->label >= ST_BATCH_MAX_LABELS || !(hd->weight > 0) ||
+		      !isfinite(hd->weight) || !memchr(hd->name, 0, sizeof hd->name) ||
+		      !hd->name[0];
+		for (int k = 0; !bad && k < h; k++)
+			bad = cfg->heads[k].node == hd->node || cfg->heads[k].label == hd->label;
+		if (bad)
+			st_error("model %s: head %d is malformed (%d heads on a graph, each on a "
+				 "layer and a label of its own, weight > 0, a name)", cfg->type, h,
+				 cfg->n_heads);
+	}
+	if (bad && cfg->n_heads <= 0)
+		st_error("model %s: %d heads", cfg->type, cfg->n_heads);
+	return bad ? ST_EINVAL : ST_OK;
+}
+
 /* Calls the builders for cfg's nodes in order (so tensor order = layer
  * order, prefixes = layer names) and returns the output's graph id, or the
  * first builder's error code. A layer's inputs are the graph ids of earlier
  * layers (an mlp of no sizes or 0 cross layers is its input's id). */
-static int build_nodes(st_lgraph_t *g, const st_model_cfg_t *cfg, int n_nodes, int node_out)
+static int build_nodes(st_lgraph_t *g, const st_model_cfg_t *cfg, int n_nodes, int node_out,
+		       int *id)
 {
-	int id[ST_MODEL_MAX_NODES];
 	for (int i = 0; i < n_nodes; i++) {
 		const st_model_node_t *nd = &cfg->nodes[i];
 		int in[ST_NODE_MAX_IN];
@@ -234,10 +270,15 @@ int st_model_create(st_model_t **out, const st_model_cfg_t *cfg, int n_dense,
 		return ST_EINVAL;
 	if (type != M_GRAPH && n_nodes && check_preset_nodes(type, cfg) < 0)
 		return ST_EINVAL;
+	if (check_heads(type, cfg) < 0)
+		return ST_EINVAL;
 	st_model_t *m = calloc(1, sizeof *m);
 	if (!m)
 		return ST_ENOMEM;
 	m->type = type;
+	m->n_heads = 1;             /* a graph's heads replace this below */
+	m->head_w[0] = 1.0f;
+	strcpy(m->head_name[0], "label");
 	m->act = !strcmp(act, "relu") ? ACT_RELU : !strcmp(act, "sigmoid") ? ACT_SIGMOID
 								      : ACT_NONE;
 	m->mean = !strcmp(pool, "mean");
@@ -356,7 +397,24 @@ int st_model_create(st_model_t **out, const st_model_cfg_t *cfg, int n_dense,
 	if (n_nodes) {
 		/* A graph, or a preset's graph from its Lua function (presets.lua):
 		 * the same builders as below, called in the order of the nodes. */
-		rc = st_lgraph_finish(g, build_nodes(g, cfg, n_nodes, node_out), seed);
+		int id[ST_MODEL_MAX_NODES];
+		int top = build_nodes(g, cfg, n_nodes, node_out, id);
+		if (top >= 0 && type == M_GRAPH && cfg->n_heads > 0) {
+			/* Several heads (or one declared with heads): each its
+			 * layer's graph node; labels and weights for the loss. */
+			int outs[ST_MODEL_MAX_HEADS];
+			for (int h = 0; h < cfg->n_heads; h++) {
+				outs[h] = id[cfg->heads[h].node];
+				m->head_label[h] = cfg->heads[h].label;
+				m->head_w[h] = (float)cfg->heads[h].weight;
+				snprintf(m->head_name[h], sizeof m->head_name[h], "%s",
+					 cfg->heads[h].name);
+			}
+			m->n_heads = cfg->n_heads;
+			rc = st_lgraph_finish_heads(g, cfg->n_heads, outs, seed);
+		} else {
+			rc = st_lgraph_finish(g, top, seed);
+		}
 		if (rc < 0) {
 			st_model_destroy(m);
 			return rc;
@@ -462,6 +520,14 @@ int st_model_ws_create(st_model_ws_t **out, const st_model_t *m, uint32_t max_n)
 		free(ws);
 		return rc;
 	}
+	/* (also one head: a batch of several labels goes through heads_loss) */
+	ws->col = malloc(sizeof(float) * 4 * ((size_t)max_n + 1));
+	{
+		if (!ws->col) {
+			st_model_ws_destroy(ws);
+			return ST_ENOMEM;
+		}
+	}
 	*out = ws;
 	return ST_OK;
 }
@@ -471,19 +537,58 @@ void st_model_ws_destroy(st_model_ws_t *ws)
 	if (!ws)
 		return;
 	st_lgraph_ws_destroy(ws->g);
+	free(ws->col);
 	free(ws);
 }
 
 /* ---- forward / backward -------------------------------------------------- */
+
+/* The loss of every head, one head at a time through the one-head loss
+ * (st_logloss_forward_backward, so each head's numbers are those a
+ * one-head model of that logit would get): head h's column of the n × H
+ * logits and its label (labels[i * L + head_label[h]]) are gathered, its
+ * probabilities and dlogits (scale × weight_h × (σ(z) − y)) scattered back.
+ * dl NULL: probabilities only. Returns Σ_h weight_h × Σ_i loss. */
+static double heads_loss(const st_model_t *m, st_model_ws_t *ws, const st_batch_t *b,
+			 uint32_t r0, uint32_t n, const float *z, float scale, float *prob,
+			 float *dl)
+{
+	const int H = m->n_heads;
+	const uint32_t L = b->n_labels;
+	float *zc = ws->col, *yc = zc + n, *pc = yc + n, *dc = pc + n;
+	double loss = 0.0;
+	for (int h = 0; h < H; h++) {
+		/* a batch with fewer labels than the head needs was refused by
+		 * the job's checks; read label 0 rather than past the row */
+		uint32_t l = (uint32_t)m->head_label[h] < L ? (uint32_t)m->head_label[h] : 0;
+		for (uint32_t i = 0; i < n; i++) {
+			zc[i] = z[(size_t)i * H + h];
+			yc[i] = b->labels[(size_t)(r0 + i) * L + l];
+		}
+		double lh = st_logloss_forward_backward((int)n, zc, yc, scale * m->head_w[h], pc,
+							dl ? dc : NULL);
+		loss += (double)m->head_w[h] * lh;
+		for (uint32_t i = 0; i < n; i++) {
+			if (prob)
+				prob[(size_t)i * H + h] = pc[i];
+			if (dl)
+				dl[(size_t)i * H + h] = dc[i];
+		}
+	}
+	return loss;
+}
 
 void st_model_forward(const st_model_t *m, st_model_ws_t *ws, const st_batch_t *b,
 		      uint32_t r0, uint32_t n, float *const *rows,
 		      const float *params, float *logit, float *prob)
 {
 	const float *z = st_lgraph_forward(m->g, ws->g, b, r0, n, rows, params);
-	st_logloss_forward_backward((int)n, z, b->labels + r0, 0.0f, prob, NULL);
+	if (m->n_heads > 1 || b->n_labels > 1)
+		heads_loss(m, ws, b, r0, n, z, 0.0f, prob, NULL);
+	else
+		st_logloss_forward_backward((int)n, z, b->labels + r0, 0.0f, prob, NULL);
 	if (logit)
-		memcpy(logit, z, sizeof(float) * n);
+		memcpy(logit, z, sizeof(float) * n * (size_t)m->n_heads);
 }
 
 double st_model_step(const st_model_t *m, st_model_ws_t *ws, const st_batch_t *b,
@@ -494,7 +599,14 @@ double st_model_step(const st_model_t *m, st_model_ws_t *ws, const st_batch_t *b
 	const float *z = st_lgraph_forward(m->g, ws->g, b, r0, n, rows, params);
 	float *dl = st_lgraph_dlogit(ws->g);
 	/* prob may be NULL: the loss then writes its probabilities nowhere. */
-	double loss = st_logloss_forward_backward((int)n, z, b->labels + r0, scale, prob, dl);
+	double loss = m->n_heads > 1 || b->n_labels > 1
+		? heads_loss(m, ws, b, r0, n, z, scale, prob, dl)
+		: st_logloss_forward_backward((int)n, z, b->labels + r0, scale, prob, dl);
 	st_lgraph_backward(m->g, ws->g, b, r0, n, params, gparams, gu, gstride);
 	return loss;
 }
+
+int st_model_nheads(const st_model_t *m) { return m->n_heads; }
+int st_model_head_label(const st_model_t *m, int h) { return m->head_label[h]; }
+const char *st_model_head_name(const st_model_t *m, int h) { return m->head_name[h]; }
+float st_model_head_weight(const st_model_t *m, int h) { return m->head_w[h]; }

@@ -79,19 +79,33 @@ void st_model_ws_destroy(st_model_ws_t *ws);
 
 /* Forward over examples r0 .. r0+n-1 of b (n <= max_n): rows[u] is the row
  * of unique key u of b (b->uniq order; NULL = zeros), params the dense
- * parameters to use. Writes prob[n] (and logit[n] when non-NULL). */
+ * parameters to use. Writes prob[n × heads] (and logit[n × heads] when
+ * non-NULL), example-major (st_model_nheads below). */
 void st_model_forward(const st_model_t *m, st_model_ws_t *ws, const st_batch_t *b,
 		      uint32_t r0, uint32_t n, float *const *rows,
 		      const float *params, float *logit, float *prob);
 
-/* Forward + backward. Gradients of the loss sum times `scale` (pass 1/N for
+/* Forward + backward. The loss is Σ_h weight_h × logloss_h over the heads
+ * (one head: the logloss). Gradients of the loss sum times `scale` (pass 1/N for
  * the mean over a global minibatch of N examples) are ADDED into
  * gparams[nparams] and gu[u * gstride + j] (gstride >= max_row_dim; only
- * the rows of keys present in the examples are touched). prob[n] gets the
+ * the rows of keys present in the examples are touched). prob[n × heads] gets the
  * predictions made before any update. Returns the sum of the n losses. */
 double st_model_step(const st_model_t *m, st_model_ws_t *ws, const st_batch_t *b,
 		     uint32_t r0, uint32_t n, float *const *rows,
 		     const float *params, float scale, float *prob,
 		     float *gparams, float *gu, int gstride);
+
+/* Heads (docs/models.md, "Several labels"): 1 for every preset and a graph
+ * with one output; a graph with model.heads has one per label it learns.
+ * Head h's logit and probability are [i * heads + h] of st_model_forward's
+ * and st_model_step's n × heads outputs; it learns label
+ * st_model_head_label(m, h) of the batch (labels[i * n_labels + that]),
+ * named st_model_head_name ("label" for a one-head model), with loss weight
+ * st_model_head_weight. Thread-safe. */
+int st_model_nheads(const st_model_t *m);
+int st_model_head_label(const st_model_t *m, int h);
+const char *st_model_head_name(const st_model_t *m, int h);
+float st_model_head_weight(const st_model_t *m, int h);
 
 #endif

@@ -52,9 +52,11 @@ int st__trainer_worker_init(st_trainer_t *tr, worker_t *w, int idx)
 {
 	w->idx = idx;
 	w->gdense = malloc(sizeof(float) * (tr->pol.env.nparams ? tr->pol.env.nparams : 1));
-	if (!w->gdense || st_model_ws_create(&w->ws, tr->model, tr->minibatch) < 0 ||
-	    st_auc_acc_create(&w->acc, 16) < 0)
+	if (!w->gdense || st_model_ws_create(&w->ws, tr->model, tr->minibatch) < 0)
 		return ST_ENOMEM;
+	for (int h = 0; h < st_model_nheads(tr->model); h++)
+		if (st_auc_acc_create(&w->acc[h], 16) < 0)
+			return ST_ENOMEM;
 	return ST_OK;
 }
 
@@ -69,7 +71,8 @@ void st__trainer_worker_free(worker_t *w)
 	free(w->touched);
 	free(w->ridx);
 	free(w->rok);
-	st_auc_acc_destroy(w->acc);
+	for (int h = 0; h < ST_MODEL_MAX_HEADS; h++)
+		st_auc_acc_destroy(w->acc[h]);
 }
 
 void st_trainer_set_time_fn(st_trainer_t *tr, st_trainer_time_fn fn, void *ud)
@@ -268,11 +271,20 @@ static int compute(st_trainer_t *tr, worker_t *w, st_batch_t *b, uint32_t mb,
 	memset(w->gdense, 0, sizeof(float) * tr->pol.env.nparams);
 	double loss = st_model_step(tr->model, w->ws, b, r0, n,
 				    relaxed || steprows || prec != ST_ROW_FP32 ? w->prow : shared,
-				    params, scale, b->pred + r0, w->gdense, w->gu, gs);
+				    params, scale, b->pred + (size_t)r0 * st_model_nheads(tr->model),
+				    w->gdense, w->gu, gs);
 	if (!isfinite(loss))
 		note_nonfinite(tr, w, b, mb, loss);
-	for (uint32_t i = r0; i < r0 + n; i++)
-		st_auc_acc_add(w->acc, b->pred[i], b->labels[i]);
+	/* Progressive metrics per head: head h predicted pred[i * H + h] for
+	 * its label (one head, one label: pred[i] for labels[i]). */
+	const int H = st_model_nheads(tr->model);
+	const uint32_t L = b->n_labels;
+	for (int h = 0; h < H; h++) {
+		const uint32_t l = (uint32_t)st_model_head_label(tr->model, h);
+		for (uint32_t i = r0; i < r0 + n; i++)
+			st_auc_acc_add(w->acc[h], b->pred[(size_t)i * H + h],
+				       b->labels[(size_t)i * L + l]);
+	}
 	*g = (st_sync_grads_t){
 		.n_examples = n, .dense = w->gdense, .n_rows = nt, .uidx = w->touched,
 		.rows = shared, .row_dim = rdim, .grad = w->gu, .gstride = gs,
@@ -371,7 +383,8 @@ static void run_batch(st_trainer_t *tr, worker_t *w)
 						     ? eval_rows(tr, w, b, mb) : b->rows;
 			st_model_forward(tr->model, w->ws, b, mb * tr->minibatch,
 					 mb_size(tr, b, mb), rows, params, NULL,
-					 b->pred + mb * tr->minibatch);
+					 b->pred + (size_t)mb * tr->minibatch *
+							   st_model_nheads(tr->model));
 		}
 		return;
 	}

@@ -32,6 +32,7 @@
  * the other, never both held.
  */
 #include <cblas.h>
+#include <assert.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -448,6 +449,17 @@ static void refresh_metrics(st_trainer_t *tr)
 	st_metrics_set(tr->metrics, "loss", loss);
 	if (!isnan(auc))
 		st_metrics_set(tr->metrics, "auc", auc);
+	/* Heads after the first: auc_<label>, loss_<label> (head 0 keeps the
+	 * names above, which every parser of a one-label job reads). */
+	for (int h = 1; h < st_model_nheads(tr->model); h++) {
+		char name[48];
+		st_trainer_progress_head(tr, h, &auc, &loss, NULL);
+		snprintf(name, sizeof name, "loss_%s", st_model_head_name(tr->model, h));
+		st_metrics_set(tr->metrics, name, loss);
+		snprintf(name, sizeof name, "auc_%s", st_model_head_name(tr->model, h));
+		if (!isnan(auc))
+			st_metrics_set(tr->metrics, name, auc);
+	}
 	st_sync_stats_t s;
 	st_trainer_sync_stats(tr, &s);
 	st_sync_stats_publish(&s, tr->metrics);
@@ -555,6 +567,10 @@ static int train_process(void *state, st_stage_ctx_t *ctx, st_batch_t *b,
 		return op_fail(ctx, ST_EINVAL, "batch %llu has %u dense features and %u slots, "
 			       "the model expects %d and %d", (unsigned long long)b->seq,
 			       b->n_dense, b->n_slots, tr->n_dense, tr->n_slots);
+	if (b->n && (uint32_t)st_model_nheads(tr->model) > b->n_labels)
+		return op_fail(ctx, ST_EINVAL, "batch %llu has %u label%s per example, the model "
+			       "%d heads", (unsigned long long)b->seq, b->n_labels,
+			       b->n_labels == 1 ? "" : "s", st_model_nheads(tr->model));
 	if (b->n && (!b->rows || !b->key_idx || !b->aux))
 		return op_fail(ctx, ST_EINVAL, "batch %llu was not pulled (no rows)",
 			       (unsigned long long)b->seq);
@@ -627,9 +643,16 @@ static int train_finish(void *state, st_stage_ctx_t *ctx)
 void st_trainer_progress(const st_trainer_t *tr, double *auc, double *logloss,
 			 uint64_t *n)
 {
+	st_trainer_progress_head(tr, 0, auc, logloss, n);
+}
+
+void st_trainer_progress_head(const st_trainer_t *tr, int h, double *auc, double *logloss,
+			      uint64_t *n)
+{
+	assert(h >= 0 && h < st_model_nheads(tr->model));
 	const st_auc_acc_t *accs[ST_MAX_STAGE_THREADS];
 	for (int i = 0; i < tr->N; i++)
-		accs[i] = tr->step.w[i].acc;
+		accs[i] = tr->step.w[i].acc[h];
 	st_auc_stats_t s;
 	st_auc_acc_read(accs, tr->N, &s);
 	if (auc)

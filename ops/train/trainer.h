@@ -98,6 +98,11 @@ void st_trainer_reset_eval(st_trainer_t *tr);
  * No train stage running. */
 int st_trainer_eval_result(st_trainer_t *tr, double *auc, double *logloss,
 			   double *calib, uint64_t *n);
+/* The same for head h (0 <= h < st_model_nheads; head 0 is
+ * st_trainer_eval_result): its scores against its own label. ST_EINVAL for
+ * another h. */
+int st_trainer_eval_result_head(st_trainer_t *tr, int h, double *auc, double *logloss,
+				double *calib, uint64_t *n);
 
 /* How many of the eval scores since the last reset are not finite (NaN or
  * infinite: the model diverged); st_trainer_eval_result ranks the others
@@ -108,6 +113,11 @@ uint64_t st_trainer_eval_nonfinite(const st_trainer_t *tr);
  * training). Any out pointer may be NULL. */
 void st_trainer_progress(const st_trainer_t *tr, double *auc, double *logloss,
 			 uint64_t *n);
+/* The same for head h of the model (0 <= h < st_model_nheads; head 0 is
+ * st_trainer_progress). Metrics of heads after the first are published as
+ * "auc_<label>" and "loss_<label>". */
+void st_trainer_progress_head(const st_trainer_t *tr, int h, double *auc, double *logloss,
+			      uint64_t *n);
 
 /* The model (dense params via st_model_params; tests may overwrite them
  * while no stage runs). Owned by the trainer. */

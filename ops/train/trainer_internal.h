@@ -57,7 +57,8 @@ typedef struct worker {
 	uint32_t *ridx;            /* [gcap] */
 	uint8_t *rok;              /* [gcap] */
 	uint32_t gcap, stamp;
-	st_auc_acc_t *acc;
+	/* progressive metrics, one accumulator per head of the model */
+	st_auc_acc_t *acc[ST_MODEL_MAX_HEADS];
 	uint64_t steps;
 	uint64_t step_base;        /* steps when the current policy was created */
 	uint64_t mbs;              /* minibatches computed (straggler schedule) */
@@ -257,7 +258,8 @@ int st__trainer_track_take(st_trainer_t *tr, int delta, int *as_delta,
 			   struct st_export_keys *keys, uint64_t **arr, char *err, size_t errlen);
 void st__trainer_track_reset(st_trainer_t *tr);
 
-/* Eval predictions kept since the last reset (eval.c). */
+/* Eval predictions kept since the last reset (eval.c): n examples of H
+ * heads, pred and label [n × H] example-major (label: each head's own). */
 struct tr_eval {
 	float *pred, *label;
 	size_t n, cap;

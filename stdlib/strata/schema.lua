@@ -30,6 +30,7 @@ local L = {
 	threads = 64,            -- ST_MAX_STAGE_THREADS (runtime/graph.h)
 	ranks = 4096,            -- ST_NET_MAX_RANKS (runtime/net/net.h)
 	slots = 65536,           -- a batch keeps slot numbers in 16 bits (runtime/batch.h)
+	labels = 16,             -- ST_BATCH_MAX_LABELS (runtime/batch.h)
 	emb_dim = 4096,          -- embedding width of one slot
 	layer = 65536,           -- neurons of one MLP layer
 	batch = 1048576,         -- examples per batch (2^20)
@@ -167,6 +168,10 @@ S.source = {
 	}),
 	libsvm = with(common_source, {
 		{ "slots", "int", min = 1, max = L.slots, default = 1 },
+		-- the first `labels` tokens of a line are its labels (docs/formats.md);
+		-- label_names names them (default label1 .. label<k>; "label" for one)
+		{ "labels", "int", min = 1, max = L.labels, default = 1 },
+		{ "label_names", "section" },
 	}),
 	csv = with(common_source, {
 		{ "sep", "str", char = true, default = "," },
@@ -192,7 +197,8 @@ S.cat_field = {
 	{ "missing", "str", enum = S.missing },           -- default: the source's
 }
 S.csv_schema = {
-	{ "label", "str", required = true, nonempty = true },
+	-- one column name, or a list of them (several labels, named by their columns)
+	{ "label", "section" },
 	{ "dense", "section" },
 	{ "cat", "section" },
 	{ "ignore", "section" },
@@ -284,7 +290,10 @@ S.model = {
 		{ "admission", "section" },
 		{ "ttl", "int", min = 0, default = 0 },
 		{ "layers", "section" },
-		{ "output", "str", required = true, nonempty = true },
+		-- `output` (one head on the data's one label) or `heads` (one per
+		-- label: { label =, output =, weight = }); V:graph checks them
+		{ "output", "str", nonempty = true },
+		{ "heads", "section" },
 	},
 }
 -- The fields of each st.layer.<kind>{...}, besides its inputs (the list

@@ -409,8 +409,23 @@ function V:columns(node, v, src)
 		return nil
 	end
 	local opts = {}
+	local lnames = {}    -- column index -> name of a named label column
 	for i, c in ipairs(v.columns) do
-		if type(c) == "table" and not common.tag(c) and c[1] == "cat" then
+		if type(c) == "table" and not common.tag(c) and c[1] == "label" then
+			-- { "label", name = "click" }: one of several labels, named for heads
+			local ok = type(c.name) == "string" and c.name ~= ""
+			for k in pairs(c) do
+				if k ~= 1 and k ~= "name" then ok = false end
+			end
+			if not ok then
+				self:ferr(node, "columns", "%s.columns[%d]: a label column table is " ..
+					"{ \"label\", name = \"click\" } (a name and nothing else), got %s",
+					node.path, i, show(c))
+				return nil
+			end
+			lnames[i] = c.name
+			c = "label"
+		elseif type(c) == "table" and not common.tag(c) and c[1] == "cat" then
 			opts[i] = self:cat_field(node, node.path .. ".columns[" .. i .. "]", c, nil)
 			if opts[i] then opts[i].name = opts[i].name or ("columns[" .. i .. "]") end
 			c = "cat"
@@ -424,6 +439,7 @@ function V:columns(node, v, src)
 		end
 		out[i] = kinds[c]
 	end
+	opts.labels = lnames
 	return out, opts
 end
 
@@ -512,7 +528,19 @@ function V:schema_columns(node, v, src)
 		want[name] = kind
 		order[#order + 1] = name
 	end
-	if s.label then add(s.label, 1, sn.path .. ".label") end
+	local lnames = {}   -- label column names, in the order listed
+	if type(v.schema.label) == "table" and not common.tag(v.schema.label) then
+		for _, name in ipairs(v.schema.label) do
+			add(name, 1, sn.path .. ".label")
+			lnames[name] = true
+		end
+	elseif v.schema.label ~= nil then
+		add(v.schema.label, 1, sn.path .. ".label")
+		if type(v.schema.label) == "string" then lnames[v.schema.label] = true end
+	else
+		self:err(sn.loc, "%s.schema needs 'label' (a column name, or a list of them " ..
+			"for several labels)", node.path)
+	end
 	for _, k in ipairs({ "dense", "cat", "ignore" }) do
 		local list = v.schema[k]
 		if list ~= nil then
@@ -561,6 +589,11 @@ function V:schema_columns(node, v, src)
 		seen[name] = true
 		if opts[name] then bycol[i] = opts[name] end
 	end
+	-- label columns are named by their header names (a head's `label`)
+	bycol.labels = {}
+	for i, name in ipairs(header) do
+		if lnames[name] then bycol.labels[i] = name end
+	end
 	-- every column's name, so that a plain cat field has one too (an
 	-- attention layer names its fields)
 	bycol.names = header
@@ -591,6 +624,23 @@ function V:source(dnode, key, v, gen)
 		out.n_dense, out.n_slots = 13, 26
 	elseif fmt == "libsvm" then
 		out.n_dense, out.n_slots = 0, s.slots
+		local k, names = s.labels or 1, tbl.label_names
+		if names ~= nil then
+			local ok = type(names) == "table" and not common.tag(names) and #names == k
+			for _, nm in ipairs(ok and names or {}) do
+				ok = ok and type(nm) == "string" and nm ~= ""
+			end
+			if not ok then
+				self:ferr(node, "label_names", "%s.label_names must list %d label name%s " ..
+					"(one per label token), got %s", node.path, k, k == 1 and "" or "s",
+					show(names))
+			else
+				out.labels = names
+			end
+		elseif k > 1 then
+			out.labels = {}
+			for i = 1, k do out.labels[i] = "label" .. i end
+		end
 	else
 		out.sep, out.header = s.sep, s.header
 		local cols, opts
@@ -608,9 +658,40 @@ function V:source(dnode, key, v, gen)
 		if cols then
 			local n = { 0, 0, 0, 0 }
 			for _, c in ipairs(cols) do n[c + 1] = n[c + 1] + 1 end
-			if n[2] ~= 1 then
+			if n[2] < 1 or n[2] > schema.limits.labels then
 				self:err(self:floc(node, tbl.columns and "columns" or "schema"),
-					"%s must have exactly one label column, got %d", node.path, n[2])
+					"%s must have 1 to %d label columns, got %d", node.path,
+					schema.limits.labels, n[2])
+			end
+			-- Label names (heads name them): a named column's name, else
+			-- "label" for the one label; several need every one named.
+			local ln, named = {}, false
+			local given = opts and opts.labels or {}
+			for i, c in ipairs(cols) do
+				if c == 1 then
+					ln[#ln + 1] = given[i] or false
+					named = named or given[i] ~= nil
+				end
+			end
+			if n[2] > 1 then
+				local seen = {}
+				for k, nm in ipairs(ln) do
+					if not nm then
+						self:err(self:floc(node, tbl.columns and "columns" or "schema"),
+							"%s has %d label columns; name each one " ..
+							"({ \"label\", name = \"click\" }), label %d has no name",
+							node.path, n[2], k)
+						break
+					elseif seen[nm] then
+						self:err(self:floc(node, tbl.columns and "columns" or "schema"),
+							"%s names two label columns '%s'", node.path, nm)
+						break
+					end
+					seen[nm] = true
+				end
+				out.labels = ln
+			elseif named then
+				out.labels = ln
 			end
 			if n[4] > schema.limits.slots then
 				self:err(self:floc(node, tbl.columns and "columns" or "schema"),
@@ -979,6 +1060,23 @@ function V:graph(node, tbl, out, train)
 	end
 	out.nodes = nodes
 	local o = tbl.output
+	local tlabels = train and (train.labels or { "label" })
+	if tbl.heads ~= nil then
+		if o ~= nil then
+			self:ferr(node, "heads", "model has both 'output' and 'heads'; give one " ..
+				"(heads = { { label = ..., output = ... }, ... } for several labels)")
+			return
+		end
+		return self:heads(node, tbl.heads, index, width, nodes, read, nerr, tlabels, out)
+	elseif o == nil then
+		return self:err(node.loc, "missing required field 'model.output' (the 1-wide " ..
+			"logit; or model.heads, one per label)")
+	elseif tlabels and #tlabels > 1 then
+		self:ferr(node, "output", "data.train has %d labels (%s) and the model one " ..
+			"output; declare one head per label: heads = { { label = \"%s\", output = " ..
+			"\"%s\" }, ... } (a graph model, st.model.graph)", #tlabels,
+			table.concat(tlabels, ", "), tlabels[1], o)
+	end
 	if type(o) == "string" and o ~= "" then
 		if not index[o] then
 			self:ferr(node, "output", "model.output '%s' is no layer%s", o,
@@ -1002,6 +1100,108 @@ function V:graph(node, tbl, out, train)
 						"output; remove it or read it", n.name)
 				end
 			end
+		end
+	end
+end
+
+-- model.heads (docs/models.md, "Several labels"): one { label =, output =,
+-- weight = } per label the model learns; each output a 1-wide layer, each
+-- label one of data.train's, at most one head per label. Fills out.heads
+-- (0-based output layer and label index, weight, name) and out.output (the
+-- first head's layer). index/width/nodes/read are V:graph's.
+local HEAD_FIELDS = { label = true, output = true, weight = true }
+function V:heads(node, heads, index, width, nodes, read, nerr, tlabels, out)
+	local hnode = self:section(node, "heads", heads)
+	if not hnode then return end
+	if type(heads) ~= "table" or common.tag(heads) or #heads == 0 then
+		return self:err(hnode.loc, "model.heads must be a non-empty list of " ..
+			"{ label = \"click\", output = \"ctr\" }, got %s", show(heads))
+	end
+	if #heads > schema.limits.labels then
+		return self:err(hnode.loc, "model.heads has %d heads, at most %d",
+			#heads, schema.limits.labels)
+	end
+	local lindex = {}
+	for i, l in ipairs(tlabels or {}) do lindex[l] = i end
+	-- one unnamed label answers to "label" as well as to its column's name
+	if tlabels and #tlabels == 1 then lindex.label = 1 end
+	local list, used, outs = {}, {}, {}
+	for i, h in ipairs(heads) do
+		local where = "model.heads[" .. i .. "]"
+		-- located at the line that names the head's label (or output)
+		local key = type(h) == "table" and (type(h.label) == "string" and h.label or
+			type(h.output) == "string" and h.output) or nil
+		local ln = key and self:strline(key, hnode.line)
+		local hl = self:setloc(where) or (ln and (self.file .. ":" .. ln)) or hnode.loc
+		if type(h) ~= "table" or common.tag(h) then
+			self:err(hl, "%s must be { label = ..., output = ..., weight = ... }, got %s",
+				where, show(h))
+			goto next
+		end
+		for k in pairs(h) do
+			if not HEAD_FIELDS[k] then
+				self:err(hl, "%s: unknown field '%s' (label, output, weight)", where,
+					tostring(k))
+			end
+		end
+		local lab, o, w = h.label, h.output, h.weight
+		if w == nil then w = 1.0 end
+		if type(lab) ~= "string" or lab == "" then
+			self:err(hl, "%s needs label = \"<a label of data.train>\"", where)
+			goto next
+		end
+		local hn = "head '" .. lab .. "'"
+		if type(o) ~= "string" or o == "" then
+			self:err(hl, "%s (%s) needs output = \"<a 1-wide layer>\"", where, hn)
+			goto next
+		end
+		if type(w) ~= "number" or w ~= w or w <= 0 or w > schema.limits.flt_max then
+			self:err(hl, "%s (%s): weight must be a positive number, got %s", where, hn,
+				show(w))
+			goto next
+		end
+		if tlabels and not lindex[lab] then
+			self:err(hl, "%s: data.train has no label '%s' (its labels: %s)%s", hn, lab,
+				table.concat(tlabels, ", "), common.did_you_mean(lab, tlabels))
+			goto next
+		end
+		if used[lab] then
+			self:err(hl, "%s: two heads on label '%s' (heads %d and %d); one head " ..
+				"per label", hn, lab, used[lab], i)
+			goto next
+		end
+		used[lab] = i
+		if not index[o] then
+			self:err(hl, "%s: output '%s' is no layer", hn, o)
+			goto next
+		end
+		if outs[o] then
+			self:err(hl, "%s: output '%s' is already head %d's output", hn, o, outs[o])
+			goto next
+		end
+		outs[o] = i
+		read[o] = true
+		if width[index[o]] and width[index[o]] ~= 1 then
+			self:err(hl, "%s: output '%s' is %d wide; a head's output is its logit, " ..
+				"1 wide (end with st.layer.linear{ ..., size = 1 })", hn, o,
+				width[index[o]])
+			goto next
+		end
+		list[#list + 1] = { node = index[o] - 1, label = tlabels and lindex[lab] - 1 or i - 1,
+			weight = w, name = lab }
+		::next::
+	end
+	if tlabels and #list == #heads and #heads ~= #tlabels then
+		self:err(hnode.loc, "model.heads has %d head%s, data.train %d labels (%s): " ..
+			"declare one head per label", #heads, #heads == 1 and "" or "s", #tlabels,
+			table.concat(tlabels, ", "))
+	end
+	out.heads = list
+	out.output = list[1] and list[1].node or 0
+	for _, n in ipairs(#self.errs == nerr and nodes or {}) do
+		if n and not read[n.name] then
+			self:err(n.loc, "layer '%s' is read by no layer and is no head's " ..
+				"output; remove it or read it", n.name)
 		end
 	end
 end
@@ -1399,6 +1599,16 @@ function V:job(job)
 					"'%s': one model scores both, give them the same",
 					e.dense_indicator and "indicator" or "zero",
 					t.dense_indicator and "indicator" or "zero")
+			end
+			-- Every head scores its label on the eval data too.
+			local tl, el = t and (t.labels or { "label" }), e and (e.labels or { "label" })
+			-- (one label each: names may differ, "label" and a schema's column)
+			if tl and el and (#tl > 1 or #el > 1) and
+					table.concat(tl, ",") ~= table.concat(el, ",") then
+				self:ferr(dnode, "eval", "data.eval has %d label%s (%s) but data.train " ..
+					"%d (%s): every head is scored on both, give them the same labels",
+					#el, #el == 1 and "" or "s", table.concat(el, ", "), #tl,
+					table.concat(tl, ", "))
 			end
 		end
 	end
