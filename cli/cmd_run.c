@@ -24,6 +24,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -244,6 +245,20 @@ static void on_pass_end(void *ud, const st_runner_pass_t *p)
 	v->progress = NULL;
 }
 
+/* The heads after the first of a multi-task model, one line each under
+ * head 0's (whose line keeps its words for every parser of one-label
+ * jobs): "  eval         auc_conversion 0.8123  logloss_conversion ...". */
+static void print_heads(const char *what, const st_runner_heads_t *hs)
+{
+	for (int h = 1; h < hs->n; h++) {
+		printf("  %-12s auc_%s %.4f  logloss_%s %.4f", what, hs->name[h], hs->auc[h],
+		       hs->name[h], hs->logloss[h]);
+		if (!isnan(hs->calibration[h]))
+			printf("  calibration_%s %.3f", hs->name[h], hs->calibration[h]);
+		printf("\n");
+	}
+}
+
 static void on_train_end(void *ud, const st_runner_totals_t *t)
 {
 	const view_t *v = ud;
@@ -263,6 +278,7 @@ static void on_train_end(void *ud, const st_runner_totals_t *t)
 		       (double)t->all_examples / (t->all_secs > 0 ? t->all_secs : 1));
 		printf("  progressive  auc %.4f  logloss %.4f  (rank 0's examples)\n", t->auc,
 		       t->logloss);
+		print_heads("progressive", &t->heads);
 		printf("  network      %.1f MB sent, %.0f bytes per example, %.2f round trips "
 		       "per step\n", (double)t->all_bytes_sent / 1e6,
 		       t->all_examples ? (double)t->all_bytes_sent / (double)t->all_examples : 0,
@@ -285,6 +301,7 @@ static void on_train_end(void *ud, const st_runner_totals_t *t)
 	print_count(stdout, (uint64_t)((double)t->examples / (t->secs > 0 ? t->secs : 1)));
 	printf(" ex/s)\n");
 	printf("  progressive  auc %.4f  logloss %.4f\n", t->auc, t->logloss);
+	print_heads("progressive", &t->heads);
 	printf("  read         %llu rows, %llu bad records, %.1f MB\n",
 	       (unsigned long long)t->read.rows, (unsigned long long)t->read.bad,
 	       (double)t->read.bytes / 1e6);
@@ -307,8 +324,11 @@ static void on_eval(void *ud, const st_runner_eval_t *e)
 	(void)ud;
 	/* The phases' scores are in their lines. */
 	if (e->kind == ST_RUNNER_PASS_EVAL && e->phase < 0 && e->has_result)
+	{
 		printf("  eval         auc %.4f  logloss %.4f  calibration %.3f  (%llu examples)\n",
 		       e->auc, e->logloss, e->calibration, (unsigned long long)e->examples);
+		print_heads("eval", &e->heads);
+	}
 }
 
 static void on_phase_end(void *ud, const st_runner_phase_result_t *p)
@@ -326,6 +346,9 @@ static void on_phase_end(void *ud, const st_runner_phase_result_t *p)
 	if (p->has_eval)
 		printf(", eval auc %.4f logloss %.4f", p->eval_auc, p->eval_logloss);
 	printf("\n");
+	print_heads("progressive", &p->heads);
+	if (p->has_eval && isfinite(p->eval_auc))
+		print_heads("eval", &p->eval_heads);
 	fflush(stdout);
 }
 

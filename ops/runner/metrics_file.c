@@ -120,6 +120,23 @@ int st__runner_metrics_phase(const char *path, const st_runner_phase_result_t *r
 		num(f, "eval_auc", r->eval_auc);
 		num(f, "eval_logloss", r->eval_logloss);
 	}
+	/* Heads after the first (multi-task): auc_<label>, eval_auc_<label>, ... */
+	for (int h = 1; h < r->heads.n; h++) {
+		char k[64];
+		snprintf(k, sizeof k, "auc_%s", r->heads.name[h]);
+		num(f, k, r->heads.auc[h]);
+		snprintf(k, sizeof k, "logloss_%s", r->heads.name[h]);
+		num(f, k, r->heads.logloss[h]);
+	}
+	for (int h = 1; r->has_eval && h < r->eval_heads.n; h++) {
+		char k[64];
+		if (!isfinite(r->eval_heads.auc[h]))
+			continue;
+		snprintf(k, sizeof k, "eval_auc_%s", r->eval_heads.name[h]);
+		num(f, k, r->eval_heads.auc[h]);
+		snprintf(k, sizeof k, "eval_logloss_%s", r->eval_heads.name[h]);
+		num(f, k, r->eval_heads.logloss[h]);
+	}
 	if (r->has_slice) {
 		num(f, "slice_auc", r->slice_auc);
 		num(f, "slice_logloss", r->slice_logloss);

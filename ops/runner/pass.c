@@ -118,6 +118,31 @@ out:
 	return rc;
 }
 
+void st__runner_progress_heads(st_runner_t *r, st_runner_heads_t *hs)
+{
+	const st_model_t *m = st_trainer_model(r->model);
+	hs->n = st_model_nheads(m);
+	for (int h = 0; h < hs->n; h++) {
+		hs->name[h] = st_model_head_name(m, h);
+		hs->calibration[h] = NAN;
+		st_trainer_progress_head(r->model, h, &hs->auc[h], &hs->logloss[h], NULL);
+	}
+}
+
+int st__runner_eval_heads(st_runner_t *r, st_runner_heads_t *hs)
+{
+	const st_model_t *m = st_trainer_model(r->model);
+	hs->n = st_model_nheads(m);
+	for (int h = 0; h < hs->n; h++) {
+		hs->name[h] = st_model_head_name(m, h);
+		int rc = st_trainer_eval_result_head(r->model, h, &hs->auc[h], &hs->logloss[h],
+						     &hs->calibration[h], NULL);
+		if (rc < 0)
+			return rc;
+	}
+	return ST_OK;
+}
+
 int st__runner_score(st_runner_t *r, st_runner_pass_kind_t kind, int phase,
 		     const st_source_t *src, st_runner_eval_t *e)
 {
@@ -136,6 +161,8 @@ int st__runner_score(st_runner_t *r, st_runner_pass_kind_t kind, int phase,
 			return rc;
 		e->nonfinite = st_trainer_eval_nonfinite(r->model);
 		e->has_result = 1;
+		if ((rc = st__runner_eval_heads(r, &e->heads)) < 0)
+			return rc;
 	}
 	if (r->obs && r->obs->eval)
 		r->obs->eval(r->ud, e);

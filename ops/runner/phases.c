@@ -87,6 +87,7 @@ static int run_one(st_runner_t *r, int i, int partial, const char *tmp, double *
 	st__runner_final_checkpoint(r, i);
 	uint64_t n = 0;
 	st_trainer_progress(r->model, &p->auc, &p->logloss, &n);
+	st__runner_progress_heads(r, &p->heads);
 	if (job->has_eval) {
 		st_runner_eval_t e;
 		if ((rc = st__runner_score(r, ST_RUNNER_PASS_EVAL, i, &job->eval, &e)) < 0)
@@ -96,6 +97,7 @@ static int run_one(st_runner_t *r, int i, int partial, const char *tmp, double *
 		p->eval_logloss = e.logloss;
 		p->eval_calibration = e.calibration;
 		p->eval_examples = e.examples;
+		p->eval_heads = e.heads;
 	}
 	snprintf(p->sync, sizeof p->sync, "%s", st_trainer_policy_name(r->model));
 	p->examples = n - *n_before;

@@ -225,6 +225,7 @@ static int run_phases(st_runner_t *r)
 	if (rc < 0)
 		return rc;
 	st_trainer_progress(r->model, &t.auc, &t.logloss, &t.examples);
+	st__runner_progress_heads(r, &t.heads);
 	/* Multi-process: the whole job's totals, then a clean end. */
 	if (r->net) {
 		if ((rc = st__runner_dist_totals(r, &t)) < 0)
@@ -264,6 +265,7 @@ static int run_plain(st_runner_t *r)
 	if (r->net && (rc = st_trainer_dist_finish(r->model, &r->lost)) < 0)
 		return rc;
 	st_trainer_progress(r->model, &t.auc, &t.logloss, &t.examples);
+	st__runner_progress_heads(r, &t.heads);
 	if (r->net) {
 		if ((rc = st__runner_dist_totals(r, &t)) < 0)
 			return rc;

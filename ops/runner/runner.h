@@ -105,6 +105,18 @@ typedef struct st_runner_pass {
 	st_read_stats_t read;       /* rows, bad records, bytes of this process */
 } st_runner_pass_t;
 
+/* Per-head numbers of a multi-task model (docs/models.md, "Several
+ * labels"): head h's label name and its AUC / logloss / calibration (NaN
+ * where not measured). n = the model's heads (1: only head 0, whose numbers
+ * are also the struct's plain auc, logloss, ...). Names are the model's,
+ * valid while the runner lives. */
+typedef struct st_runner_heads {
+	int n;
+	const char *name[ST_MODEL_MAX_HEADS];
+	double auc[ST_MODEL_MAX_HEADS], logloss[ST_MODEL_MAX_HEADS];
+	double calibration[ST_MODEL_MAX_HEADS];
+} st_runner_heads_t;
+
 /* Scores of an eval or slice pass (over every rank's share in a
  * multi-process job, collected on rank 0). */
 typedef struct st_runner_eval {
@@ -116,6 +128,7 @@ typedef struct st_runner_eval {
 	uint64_t nonfinite;         /* scores that are NaN or infinite (a diverged
 				     * model): the AUC ranks the others only */
 	double secs;
+	st_runner_heads_t heads;    /* every head's (has_result only) */
 } st_runner_eval_t;
 
 /* An end-of-training (or end-of-phase) checkpoint or export. */
@@ -154,6 +167,8 @@ typedef struct st_runner_phase_result {
 	int reported;               /* one process, or rank 0 of several: the rank
 				     * that speaks for the job */
 	int dist;                   /* a multi-process job: examples etc. are this rank's */
+	st_runner_heads_t heads;    /* progressive, every head */
+	st_runner_heads_t eval_heads; /* has_eval: every head's eval scores */
 } st_runner_phase_result_t;
 
 /* Totals at the end of training. */
@@ -172,6 +187,7 @@ typedef struct st_runner_totals {
 	uint64_t all_bytes_sent;    /* network bytes, summed over the ranks */
 	uint64_t all_round_trips;   /* round trips (st_dist_stats_t), summed over the ranks */
 	uint64_t all_steps;         /* training steps, summed over the ranks */
+	st_runner_heads_t heads;    /* progressive, every head, this process */
 } st_runner_totals_t;
 
 /* Messages. level is ST_LOG_INFO, ST_LOG_WARN or ST_LOG_ERROR

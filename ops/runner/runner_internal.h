@@ -108,6 +108,10 @@ int st__runner_pass(st_runner_t *r, st_runner_pass_kind_t kind, int phase,
 /* Scores src with the model as it is (an EVAL or SLICE pass), every rank's
  * share collected on rank 0; fills *e (NaN numbers on the other ranks) and
  * tells obs->eval. ST_OK or the error. */
+/* Every head's progressive numbers (this process) / eval numbers (after
+ * st_trainer_eval_result's pass; ST_OK or ST_ENOMEM) into *hs. */
+void st__runner_progress_heads(st_runner_t *r, st_runner_heads_t *hs);
+int st__runner_eval_heads(st_runner_t *r, st_runner_heads_t *hs);
 int st__runner_score(st_runner_t *r, st_runner_pass_kind_t kind, int phase,
 		     const st_source_t *src, st_runner_eval_t *e);
 
