@@ -13,11 +13,14 @@
  * against its input line.
  *
  * predict writes one probability per line (%.9g, which a float reads back
- * exactly), in input order, to stdout or to FILE; FILE is written under a
+ * exactly), in input order, to stdout or to FILE; a model of several heads
+ * (docs/models.md, "Several labels") writes a header line naming the heads'
+ * labels and then one tab-separated column per head; FILE is written under a
  * temporary name in its directory, fsynced and renamed, so it is either the
  * whole output or untouched. eval prints "auc X  logloss Y  examples N"
  * (exact AUC, ops/metrics/auc), followed by "  (K non-finite scores, left
- * out of the AUC)" when a diverged model scored NaN or infinity.
+ * out of the AUC)" when a diverged model scored NaN or infinity; each
+ * further head adds "auc_<label> X  logloss_<label> Y".
  *
  * Exit status: 0 ok; 1 runtime failure (a damaged export, I/O, memory,
  * writing FILE); 2 usage error or bad input (no such export or data, no
@@ -207,17 +210,23 @@ static void note(void *arg, const char *msg)
 /* Where the scores go: predict's output, or eval's accumulators. */
 typedef struct sink {
 	FILE *f;            /* predict */
-	float *pred, *label; /* eval */
+	float *pred, *label; /* eval: [n × H], each head's score and label */
 	size_t n, cap;
-	float *buf;         /* one batch of scores */
+	float *buf;         /* one batch of scores, [n × H] */
+	const st_model_t *model;
+	int H;              /* the model's heads: score columns */
 } sink_t;
 
 static int sink_put(sink_t *s, const st_batch_t *b, int eval)
 {
+	const size_t H = (size_t)s->H;
 	if (!eval) {
+		/* One column per head, tab-separated (one head: one per line). */
 		for (uint32_t i = 0; i < b->n; i++)
-			if (fprintf(s->f, "%.9g\n", s->buf[i]) < 0)
-				return ST_EIO;
+			for (size_t h = 0; h < H; h++)
+				if (fprintf(s->f, "%.9g%c", s->buf[i * H + h],
+					    h + 1 < H ? '\t' : '\n') < 0)
+					return ST_EIO;
 		s->n += b->n;
 		return ST_OK;
 	}
@@ -225,20 +234,74 @@ static int sink_put(sink_t *s, const st_batch_t *b, int eval)
 		size_t cap = s->cap ? s->cap : 1 << 16;
 		while (cap < s->n + b->n)
 			cap *= 2;
-		float *p = realloc(s->pred, sizeof(float) * cap);
+		float *p = realloc(s->pred, sizeof(float) * cap * H);
 		if (!p)
 			return ST_ENOMEM;
 		s->pred = p;
-		float *l = realloc(s->label, sizeof(float) * cap);
+		float *l = realloc(s->label, sizeof(float) * cap * H);
 		if (!l)
 			return ST_ENOMEM;
 		s->label = l;
 		s->cap = cap;
 	}
-	memcpy(s->pred + s->n, s->buf, sizeof(float) * b->n);
-	memcpy(s->label + s->n, b->labels, sizeof(float) * b->n);
+	memcpy(s->pred + s->n * H, s->buf, sizeof(float) * b->n * H);
+	for (size_t h = 0; h < H; h++) {
+		/* head h's own label (run() checked the data has it) */
+		const uint32_t l = (uint32_t)st_model_head_label(s->model, (int)h);
+		for (uint32_t i = 0; i < b->n; i++)
+			s->label[(s->n + i) * H + h] = b->labels[(size_t)i * b->n_labels + l];
+	}
 	s->n += b->n;
 	return ST_OK;
+}
+
+/* eval's numbers of head h: "auc X  logloss Y  examples N" for head 0 (the
+ * line of a one-head model), "auc_<label> X  logloss_<label> Y" after it.
+ * Returns an exit status. */
+static int eval_head(sink_t *s, int h, const char *last)
+{
+	const size_t H = (size_t)s->H;
+	const float *pred = s->pred, *label = s->label;
+	float *col = NULL;
+	if (H > 1) {
+		col = malloc(sizeof(float) * 2 * s->n);
+		if (!col) {
+			fprintf(stderr, "strata eval: out of memory\n");
+			return ST_EXIT_FAILED;
+		}
+		for (size_t i = 0; i < s->n; i++) {
+			col[i] = s->pred[i * H + (size_t)h];
+			col[s->n + i] = s->label[i * H + (size_t)h];
+		}
+		pred = col;
+		label = col + s->n;
+	}
+	double auc = 0;
+	size_t nf = 0;
+	if (st_auc_exact_finite(pred, label, s->n, &auc, &nf) < 0) {
+		fprintf(stderr, "strata eval: out of memory computing the AUC\n");
+		free(col);
+		return ST_EXIT_FAILED;
+	}
+	/* A diverged model scores NaN or inf: the AUC ranks the finite scores
+	 * only (nan when none or one class is left) and the line says how many
+	 * were left out. */
+	double ll = st_logloss(pred, label, s->n);
+	const char *nm = st_model_head_name(s->model, h);
+	if (h == 0)
+		printf("auc %.6f  logloss %.6f  examples %zu", isnan(auc) ? NAN : auc,
+		       isnan(ll) ? NAN : ll, s->n);
+	else
+		printf("auc_%s %.6f  logloss_%s %.6f", nm, isnan(auc) ? NAN : auc, nm,
+		       isnan(ll) ? NAN : ll);
+	if (nf)
+		printf("  (%zu non-finite scores, left out of the AUC)", nf);
+	printf("\n");
+	if (nf)
+		fprintf(stderr, "strata eval: warning: %zu of %zu scores are not finite "
+			"(NaN or infinite): the model in %s diverged\n", nf, s->n, last);
+	free(col);
+	return ST_EXIT_OK;
 }
 
 /* Reads every DATA file into batches (a batch may span files, so scores do
@@ -251,7 +314,8 @@ static int score_all(const opts_t *o, st_predictor_t *p, const st_source_t *src,
 	const uint32_t cap = (uint32_t)o->batch;
 	if (st_batch_create(&b, cap, (uint32_t)src->n_dense, (uint32_t)src->n_slots,
 			    cap * (uint32_t)(src->n_slots + 1)) < 0 ||
-	    !(s->buf = malloc(sizeof(float) * cap))) {
+	    st_batch_set_labels(b, (uint32_t)st_source_labels(src)) < 0 ||
+	    !(s->buf = malloc(sizeof(float) * cap * (size_t)s->H))) {
 		st_batch_destroy(b);
 		fprintf(stderr, "strata %s: out of memory for a batch of %u examples\n", o->cmd, cap);
 		return ST_EXIT_FAILED;
@@ -390,6 +454,22 @@ static int run(int argc, char **argv, const char *cmd)
 	}
 
 	sink_t s = { 0 };
+	s.model = st_predictor_view(p)->model;
+	s.H = st_model_nheads(s.model);
+	/* eval scores each head against its own label: the data must have it
+	 * (a multi-task model's job, --job, says how to read its labels). */
+	for (int h = 0; eval && h < s.H; h++)
+		if (st_model_head_label(s.model, h) >= st_source_labels(&src)) {
+			fprintf(stderr, "strata eval: head '%s' of the model of %s learns label %d, "
+				"the data has %d label%s; pass --job JOB (the job's data says how "
+				"to read every label)\n", st_model_head_name(s.model, h), info.last,
+				st_model_head_label(s.model, h) + 1, st_source_labels(&src),
+				st_source_labels(&src) == 1 ? "" : "s");
+			st_predictor_close(p);
+			free_paths(&o);
+			st_job_free(job);
+			return ST_EXIT_USAGE;
+		}
 	char *tmp = NULL;
 	/* Scores on the terminal itself: a progress line would be drawn over
 	 * them, so there is none. */
@@ -412,6 +492,12 @@ static int run(int argc, char **argv, const char *cmd)
 			}
 		}
 	}
+	/* Several heads: a header line names the score columns (one head
+	 * writes none, as before heads). */
+	if (!eval && s.H > 1) {
+		for (int h = 0; h < s.H; h++)
+			fprintf(s.f, "%s%c", st_model_head_name(s.model, h), h + 1 < s.H ? '\t' : '\n');
+	}
 	status = score_all(&o, p, &src, &s, eval);
 	if (!eval && o.out) {
 		if (status == ST_EXIT_OK)
@@ -428,29 +514,12 @@ static int run(int argc, char **argv, const char *cmd)
 		status = ST_EXIT_FAILED;
 	}
 	if (eval && status == ST_EXIT_OK) {
-		double auc = 0;
-		size_t nf = 0;
 		if (!s.n) {
 			fprintf(stderr, "strata eval: the data holds no examples\n");
 			status = ST_EXIT_USAGE;
-		} else if (st_auc_exact_finite(s.pred, s.label, s.n, &auc, &nf) < 0) {
-			fprintf(stderr, "strata eval: out of memory computing the AUC\n");
-			status = ST_EXIT_FAILED;
-		} else {
-			/* A diverged model scores NaN or inf: the AUC ranks the
-			 * finite scores only (nan when none or one class is left)
-			 * and the line says how many were left out. */
-			double ll = st_logloss(s.pred, s.label, s.n);
-			printf("auc %.6f  logloss %.6f  examples %zu", isnan(auc) ? NAN : auc,
-			       isnan(ll) ? NAN : ll, s.n);
-			if (nf)
-				printf("  (%zu non-finite scores, left out of the AUC)", nf);
-			printf("\n");
-			if (nf)
-				fprintf(stderr, "strata eval: warning: %zu of %zu scores are not finite "
-					"(NaN or infinite): the model in %s diverged\n", nf, s.n,
-					info.last);
 		}
+		for (int h = 0; status == ST_EXIT_OK && h < s.H; h++)
+			status = eval_head(&s, h, info.last);
 	}
 	free(tmp);
 	free(s.pred);

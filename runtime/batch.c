@@ -17,6 +17,7 @@ int st_batch_create(st_batch_t **out, uint32_t cap, uint32_t n_dense,
 	b->n_dense = n_dense;
 	b->n_slots = n_slots;
 	b->n_labels = 1;
+	b->pred_per = 1;
 	if (key_cap == 0)
 		key_cap = 64;
 	b->key_cap = key_cap;
@@ -55,6 +56,20 @@ int st_batch_set_labels(st_batch_t *b, uint32_t n_labels)
 	b->labels = l;
 	b->pred = p;
 	b->n_labels = n_labels;
+	b->pred_per = n_labels;
+	return ST_OK;
+}
+
+int st_batch_reserve_pred(st_batch_t *b, uint32_t per_example)
+{
+	if (per_example <= b->pred_per)
+		return ST_OK;
+	float *p = calloc((size_t)(b->cap ? b->cap : 1) * per_example + 1, sizeof(float));
+	if (!p)
+		return ST_ENOMEM;
+	free(b->pred);
+	b->pred = p;
+	b->pred_per = per_example;
 	return ST_OK;
 }
 

@@ -61,8 +61,9 @@ typedef struct st_batch {
 	void *rows;        /* store-specific handles for uniq[], set by pull */
 
 	/* train: prediction for each example (probability); a model of H heads
-	 * (H <= n_labels) writes pred[i * H + h]. Room for cap * n_labels. */
+	 * (H <= n_labels) writes pred[i * H + h]. Room for cap * pred_per. */
 	float *pred;
+	uint32_t pred_per; /* predictions per example b->pred has room for */
 
 	/* Opaque per-stage scratch that later stages may attach; freed with
 	 * free() by st_batch_destroy when non-NULL. */
@@ -87,6 +88,12 @@ int st_batch_create(st_batch_t **out, uint32_t cap, uint32_t n_dense,
  * (their old contents are dropped). ST_OK, ST_EINVAL (n_labels outside
  * 1..ST_BATCH_MAX_LABELS, or b not empty) or ST_ENOMEM (b unchanged). */
 int st_batch_set_labels(st_batch_t *b, uint32_t n_labels);
+
+/* Makes room for `per_example` predictions per example in b->pred (a
+ * model of that many heads scoring data of fewer labels: predict). Grows
+ * only, keeping nothing of the old predictions. ST_OK or ST_ENOMEM (b
+ * unchanged). */
+int st_batch_reserve_pred(st_batch_t *b, uint32_t per_example);
 
 /* Frees the batch and every column (NULL is a no-op). */
 void st_batch_destroy(st_batch_t *b);

@@ -316,6 +316,27 @@ int st_modelcfg_encode(const st_model_cfg_t *cfg, char **out, char *err, size_t 
 			return rc;
 		}
 	}
+	/* A multi-task graph's heads, after its nodes (none: nothing written,
+	 * so every config before heads encodes as it did). */
+	if (cfg->n_heads < 0 || cfg->n_heads > ST_MODEL_MAX_HEADS) {
+		st__dumpio_seterr(err, errlen, "model config: %d heads (0..%d)", cfg->n_heads,
+				  ST_MODEL_MAX_HEADS);
+		free(b.p);
+		return ST_EINVAL;
+	}
+	for (int i = 0; i < cfg->n_heads; i++) {
+		const st_model_head_t *hd = &cfg->heads[i];
+		if (hd->node < 0 || hd->node >= cfg->n_nodes || hd->label < 0 ||
+		    !(hd->weight > 0) || !isfinite(hd->weight) ||
+		    !memchr(hd->name, 0, sizeof hd->name) || !hd->name[0] ||
+		    strpbrk(hd->name, " \n=")) {
+			st__dumpio_seterr(err, errlen, "model config: head %d is malformed", i);
+			free(b.p);
+			return ST_EINVAL;
+		}
+		sb_printf(&b, "head.%d=%d %d %.17g %s\n", i, hd->node, hd->label, hd->weight,
+			  hd->name);
+	}
 	if (b.oom) {
 		free(b.p);
 		st__dumpio_seterr(err, errlen, "model config: out of memory");
@@ -508,6 +529,37 @@ static int set_value(st_model_cfg_t *cfg, const field_t *f, const char *v, int l
 /* Parses "<kind> <name>[ key=value...]" (put_node's line) as node <idx>,
  * which must be the next one (node.0, node.1, ... in order, each input an
  * earlier node). ST_OK or ST_EFORMAT (message). Modifies v. */
+/* "head.<i>=<node> <label> <weight> <name>": head i of a multi-task graph,
+ * the next one in order. */
+static int parse_head(st_model_cfg_t *cfg, const char *idx, char *v, int line, char *err,
+		      size_t errlen)
+{
+	int64_t i, node, label;
+	double w;
+	char *save = NULL;
+	char *t[5];
+	int n = 0;
+	for (char *tok = strtok_r(v, " ", &save); tok && n < 5; tok = strtok_r(NULL, " ", &save))
+		t[n++] = tok;
+	if (parse_i64(idx, 0, ST_MODEL_MAX_HEADS - 1, &i) < 0 || i != cfg->n_heads || n != 4 ||
+	    parse_i64(t[0], 0, ST_MODEL_MAX_NODES - 1, &node) < 0 ||
+	    parse_i64(t[1], 0, 65535, &label) < 0 || parse_dbl(t[2], &w) < 0 || !(w > 0) ||
+	    !isfinite(w) || strlen(t[3]) >= sizeof cfg->heads[0].name) {
+		st__dumpio_seterr(err, errlen, "line %d: head.%.20s is not head.%d=<layer> <label> "
+				  "<weight > 0> <name> (heads come in order, at most %d)", line, idx,
+				  cfg->n_heads, ST_MODEL_MAX_HEADS);
+		return ST_EFORMAT;
+	}
+	st_model_head_t *hd = &cfg->heads[i];
+	memset(hd, 0, sizeof *hd);
+	hd->node = (int)node;
+	hd->label = (int)label;
+	hd->weight = w;
+	strcpy(hd->name, t[3]);
+	cfg->n_heads++;
+	return ST_OK;
+}
+
 static int parse_node(st_model_cfg_t *cfg, const char *idx, char *v, int line, char *err,
 		      size_t errlen)
 {
@@ -644,6 +696,10 @@ int st_modelcfg_decode(const char *text, st_model_cfg_t *cfg, char *err, size_t 
 			rc = parse_node(cfg, buf + 5, eq + 1, line, err, errlen);
 			continue;
 		}
+		if (!strncmp(buf, "head.", 5)) {
+			rc = parse_head(cfg, buf + 5, eq + 1, line, err, errlen);
+			continue;
+		}
 		size_t i;
 		for (i = 0; i < N_FIELDS && strcmp(fields[i].key, buf); i++)
 			;
@@ -687,6 +743,12 @@ int st_modelcfg_decode(const char *text, st_model_cfg_t *cfg, char *err, size_t 
 				  "node_out %d (has %d)", cfg->node_out, cfg->n_nodes);
 		rc = ST_EFORMAT;
 	}
+	for (int h = 0; rc == ST_OK && h < cfg->n_heads; h++)
+		if (cfg->heads[h].node >= cfg->n_nodes) {
+			st__dumpio_seterr(err, errlen, "head.%d's layer %d is no node (has %d)", h,
+					  cfg->heads[h].node, cfg->n_nodes);
+			rc = ST_EFORMAT;
+		}
 	if (rc == ST_ENOMEM)
 		st__dumpio_seterr(err, errlen, "model config: out of memory");
 	if (rc < 0)

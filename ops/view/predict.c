@@ -627,12 +627,17 @@ int st_predictor_score(st_predictor_t *p, st_batch_t *b, float *out)
 {
 	if ((int)b->n_dense != p->info.n_dense || (int)b->n_slots > p->info.n_slots)
 		return ST_EINVAL;
+	/* one score per head and example, whatever labels the data has */
+	const uint32_t H = (uint32_t)st_model_nheads(p->model);
+	int rc = st_batch_reserve_pred(b, H);
+	if (rc < 0)
+		return rc;
 	b->eval = 1;
-	int rc = st_scorer_run(p->scorer, b);
+	rc = st_scorer_run(p->scorer, b);
 	if (rc < 0)
 		return rc;
 	if (out && b->n)
-		memcpy(out, b->pred, sizeof(float) * b->n);
+		memcpy(out, b->pred, sizeof(float) * b->n * H);
 	return ST_OK;
 }
 

@@ -64,7 +64,8 @@ static void score_minibatches(st_scorer_t *s, scorer_worker_t *w)
 			return;
 		const uint32_t r0 = mb * s->minibatch;
 		const uint32_t n = b->n - r0 < s->minibatch ? b->n - r0 : s->minibatch;
-		st_model_forward(s->v->model, w->ws, b, r0, n, b->rows, params, NULL, b->pred + r0);
+		st_model_forward(s->v->model, w->ws, b, r0, n, b->rows, params, NULL,
+				 b->pred + (size_t)r0 * st_model_nheads(s->v->model));
 	}
 }
 

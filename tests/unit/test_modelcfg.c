@@ -54,6 +54,13 @@ static void check_same(const st_model_cfg_t *a, const st_model_cfg_t *b)
 {
 	assert_string_equal(a->type, b->type);
 	assert_int_equal(a->emb_dim, b->emb_dim);
+	assert_int_equal(a->n_heads, b->n_heads);
+	for (int h = 0; h < a->n_heads; h++) {
+		assert_int_equal(a->heads[h].node, b->heads[h].node);
+		assert_int_equal(a->heads[h].label, b->heads[h].label);
+		assert_true(a->heads[h].weight == b->heads[h].weight);
+		assert_string_equal(a->heads[h].name, b->heads[h].name);
+	}
 	assert_int_equal(a->n_slot_pooling, b->n_slot_pooling);
 	if (a->n_slot_pooling)
 		assert_memory_equal(a->slot_pooling, b->slot_pooling,
@@ -523,6 +530,43 @@ static void test_modelcfg_mmoe_nodes(void **state)
 	bad(BASE "node.0=slice s experts=1 tasks=1\n", "node.0 is not");
 }
 
+/* A multi-task graph's heads survive encode/decode (checkpoints and exports
+ * rebuild them); a one-head config writes no head line; malformed head
+ * lines are refused with their line. */
+static void test_modelcfg_heads(void **state)
+{
+	(void)state;
+	st_model_cfg_t c;
+	make_cfg(&c, "graph", 0);
+	memset(c.nodes, 0, sizeof c.nodes);
+	c.nodes[0] = (st_model_node_t){ .kind = ST_NODE_EMBED, .name = "e" };
+	c.nodes[1] = (st_model_node_t){ .kind = ST_NODE_LINEAR, .name = "ctr", .n_in = 1,
+					.in = { 0 }, .a = 1 };
+	c.nodes[2] = (st_model_node_t){ .kind = ST_NODE_LINEAR, .name = "cvr", .n_in = 1,
+					.in = { 0 }, .a = 1 };
+	c.n_nodes = 3;
+	c.node_out = 1;
+	char *text = NULL;
+	assert_int_equal(st_modelcfg_encode(&c, &text, NULL, 0), ST_OK);
+	assert_null(strstr(text, "head."));
+	free(text);
+	c.n_heads = 2;
+	c.heads[0] = (st_model_head_t){ .node = 1, .label = 0, .weight = 1.0, .name = "click" };
+	c.heads[1] = (st_model_head_t){ .node = 2, .label = 1, .weight = 0.1 / 3,
+					.name = "conversion" };
+	roundtrip(&c);
+	assert_int_equal(st_modelcfg_encode(&c, &text, NULL, 0), ST_OK);
+	assert_non_null(strstr(text, "\nhead.0=1 0 1 click\nhead.1=2 1 0.033333333333333333 "
+				     "conversion\n"));
+	free(text);
+	c.heads[1].weight = -1;
+	assert_int_equal(st_modelcfg_encode(&c, &text, NULL, 0), ST_EINVAL);
+	bad(BASE "head.0=0 0 1 click\n", "head.0's layer 0 is no node");
+	bad(BASE "head.1=0 0 1 click\n", "head.1 is not head.0");
+	bad(BASE "head.0=0 0 0 click\n", "head.0 is not head.0");
+	bad(BASE "head.0=0 0 1\n", "head.0 is not head.0");
+}
+
 int main(void)
 {
 	const char *root = getenv("ST_SOURCE_ROOT");
@@ -540,6 +584,7 @@ int main(void)
 		cmocka_unit_test(test_modelcfg_graph_nodes),
 		cmocka_unit_test(test_modelcfg_attention_node),
 		cmocka_unit_test(test_modelcfg_mmoe_nodes),
+		cmocka_unit_test(test_modelcfg_heads),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
