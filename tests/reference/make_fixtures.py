@@ -57,7 +57,17 @@ PRESETS = {
     "dcnv2": ("relu", "sum"),
     "din": ("relu", "sum"),
     "mmoe": ("relu", "sum"),
+    "mtl": ("relu", "sum"),
 }
+
+# mtl (a layer graph with two heads, jobs/mtl.lua's shape; models.MTL):
+# shared MLP HIDDEN over concat(e, x), heads "ctr" (label 0, click) and
+# "cvr" (label 1, conversion), loss Σ_h MTL_WEIGHTS[h] · BCE_mean(z_h, y_h).
+# Labels are [MB, 2] row-major (batch.<i>.labels): the click as the other
+# fixtures draw it, and a conversion only on clicked examples (a coin flip
+# from the fixture's generator). Record cfg.heads (f64: the weights) tells
+# the C side to build the graph with one head per label.
+MTL_WEIGHTS = (1.0, 0.5)
 
 # din (a layer graph, jobs/din.lua; models.DIN): DIN's attention over slot
 # DIN_K (MULTI_SLOT: 0-3 weighted keys, an empty sequence in ~25% of the
@@ -304,6 +314,8 @@ def make_fixture(preset, oname, seed):
     if preset == "mmoe":
         model = models.MMoEGraph(N_DENSE, N_SLOTS, dim, HIDDEN, act, MMOE_E, MMOE_SIZES,
                                  MMOE_ACT, MMOE_T)
+    elif preset == "mtl":
+        model = models.MTL(N_DENSE, N_SLOTS, dim, HIDDEN, act)
     elif preset == "din":
         model = models.DIN(N_DENSE, N_SLOTS, dim, HIDDEN, DIN_ATT, act, DIN_ATT_ACT,
                            DIN_Q, DIN_K)
@@ -323,6 +335,11 @@ def make_fixture(preset, oname, seed):
               for s in range(N_SLOTS)]
     multihot = oname == "multihot"
     batches = make_batches_multihot(gen) if multihot else make_batches(gen)
+    if preset == "mtl":
+        for b in batches:
+            click = b["labels"]
+            conv = click * (torch.rand(len(click), generator=gen) < 0.5).numpy().astype(np.float32)
+            b["labels"] = np.stack([click, conv], axis=1).astype(np.float32)
 
     w = Writer()
     w.add("cfg.preset", preset)
@@ -351,6 +368,8 @@ def make_fixture(preset, oname, seed):
         w.add("cfg.mmoe", u32(MMOE_E, MMOE_T, acts[MMOE_ACT], *MMOE_SIZES))
     if pools:
         w.add("cfg.slot_pooling", u32(*pools))
+    if preset == "mtl":
+        w.add("cfg.heads", np.array(MTL_WEIGHTS, np.float64))
     w.add("cfg.minibatch", u32(MB))
     w.add("cfg.steps", u32(STEPS))
     for tag, o in (("sparse", sp), ("dense", dn)):
@@ -406,7 +425,11 @@ def make_fixture(preset, oname, seed):
             logit = model(pooled, torch.from_numpy(b["dense"]))
         else:
             logit = model(pooled, wide, torch.from_numpy(b["dense"]))
-        loss = lossf(logit, torch.from_numpy(b["labels"]))
+        if preset == "mtl":
+            y = torch.from_numpy(b["labels"])
+            loss = sum(wh * lossf(logit[:, h], y[:, h]) for h, wh in enumerate(MTL_WEIGHTS))
+        else:
+            loss = lossf(logit, torch.from_numpy(b["labels"]))
         loss.backward()
         touched = sorted(set(zip(b["slots"].tolist(), b["local"].tolist())))
         if t == 1:

@@ -41,9 +41,9 @@ import torch
 from torch import nn
 
 HAS_WIDE = {"lr": True, "dnn": False, "wdl": True, "deepfm": True, "dlrm": False,
-            "dcnv2": False, "din": False, "mmoe": False}
+            "dcnv2": False, "din": False, "mmoe": False, "mtl": False}
 HAS_EMB = {"lr": False, "dnn": True, "wdl": True, "deepfm": True, "dlrm": True,
-           "dcnv2": True, "din": True, "mmoe": True}
+           "dcnv2": True, "din": True, "mmoe": True, "mtl": True}
 
 
 def row_dim(preset, dim):
@@ -303,6 +303,34 @@ def pool(preset, tables, dim, mean, n, row_off, slots, local, vals):
     if mean and pooled is not None:
         pooled = pooled / torch.clamp(cnt, min=1.0).unsqueeze(2)
     return pooled, wide
+
+
+class MTL(nn.Module):
+    """A two-head shared-bottom graph (jobs/mtl.lua's shape, docs/models.md
+    "Several labels"): h = MLP(concat(e_1..e_S, x)) shared, then two linear
+    heads ctr(h) and cvr(h), one logit per label -> logits [n, 2] (column 0
+    click, 1 conversion). The loss is Σ_h w_h · BCEWithLogits_mean(z_h, y_h)
+    (make_fixtures.py, MTL_WEIGHTS)."""
+
+    def __init__(self, n_dense, n_slots, dim, hidden, activation, dense_transform="log1p"):
+        super().__init__()
+        self.act = act_fn(activation)
+        self.dense_transform = dense_transform
+        self.mlp = nn.ModuleList()
+        prev = n_slots * dim + n_dense
+        for h in hidden:
+            self.mlp.append(nn.Linear(prev, h))
+            prev = h
+        self.ctr = nn.Linear(prev, 1)
+        self.cvr = nn.Linear(prev, 1)
+
+    def forward(self, pooled, wide, x_raw):
+        x = x_raw if self.dense_transform == "none" else torch.log1p(torch.clamp(x_raw, min=0.0))
+        n = x.shape[0]
+        h = torch.cat([pooled.reshape(n, -1), x], dim=1)
+        for lin in self.mlp:
+            h = self.act(lin(h))
+        return torch.cat([self.ctr(h), self.cvr(h)], dim=1)
 
 
 def init_dense(model, gen):

@@ -733,6 +733,141 @@ static void test_model_sequence_slot(void **state)
 	st_model_destroy(m);
 }
 
+/* Σ_h w_h Σ_i logloss(z_ih, y_i,label_h), by hand from the forward's logits. */
+static double two_head_loss(const st_model_t *m, st_model_ws_t *ws, const st_batch_t *b,
+			    float *const *rows, const float *params, const double *w)
+{
+	float z[NEX * 2];
+	st_model_forward(m, ws, b, 0, NEX, rows, params, z, NULL);
+	double L = 0.0;
+	for (int i = 0; i < NEX; i++)
+		for (int h = 0; h < 2; h++) {
+			double zz = z[i * 2 + h], y = b->labels[i * 2 + (1 - h)];   /* label 1 - h */
+			L += w[h] * (log1p(exp(-fabs(zz))) + (zz > 0 ? zz : 0.0) - y * zz);
+		}
+	return L;
+}
+
+/* Two heads (model.heads): head "ctr" learns label 1 and head "cvr" label 0
+ * (the heads' order need not be the labels'), with weights 1 and 0.5; cvr =
+ * add(ctr, t), so one head's node also feeds the other and its gradient
+ * sums both paths. The loss is the hand-computed Σ_h w_h Σ_i logloss, the
+ * predictions are σ of each head's logit, and every dense and row gradient
+ * matches finite differences of that loss. */
+static void test_model_two_heads(void **state)
+{
+	(void)state;
+	st_model_cfg_t c;
+	make_cfg(&c, "graph");
+	st_model_node_t *nd = c.nodes;
+	nd[0] = (st_model_node_t){ .kind = ST_NODE_EMBED, .name = "e" };
+	nd[1] = (st_model_node_t){ .kind = ST_NODE_DENSE, .name = "x", .a = 0 };
+	nd[2] = (st_model_node_t){ .kind = ST_NODE_CONCAT, .name = "h", .n_in = 2, .in = { 0, 1 } };
+	nd[3] = (st_model_node_t){ .kind = ST_NODE_MLP, .name = "mlp", .n_in = 1, .in = { 2 },
+				   .n_sizes = 1, .sizes = { 6 }, .a = ST_LGRAPH_ACT_SIGMOID };
+	nd[4] = (st_model_node_t){ .kind = ST_NODE_LINEAR, .name = "ctr", .n_in = 1, .in = { 3 },
+				   .a = 1 };
+	nd[5] = (st_model_node_t){ .kind = ST_NODE_LINEAR, .name = "t", .n_in = 1, .in = { 3 },
+				   .a = 1 };
+	nd[6] = (st_model_node_t){ .kind = ST_NODE_ADD, .name = "cvr", .n_in = 2, .in = { 4, 5 } };
+	c.n_nodes = 7;
+	c.node_out = 4;
+	c.n_heads = 2;
+	c.heads[0] = (st_model_head_t){ .node = 4, .label = 1, .weight = 1.0, .name = "click" };
+	c.heads[1] = (st_model_head_t){ .node = 6, .label = 0, .weight = 0.5, .name = "conv" };
+	const double w[2] = { 1.0, 0.5 };
+	st_model_t *m;
+	assert_int_equal(st_model_create(&m, &c, ND, NS, 42), ST_OK);
+	assert_int_equal(st_model_nheads(m), 2);
+	assert_int_equal(st_model_head_label(m, 0), 1);
+	assert_string_equal(st_model_head_name(m, 1), "conv");
+	st_model_ws_t *ws;
+	assert_int_equal(st_model_ws_create(&ws, m, NEX), ST_OK);
+	uint32_t nu;
+	st_batch_t *b = tiny_batch(&nu);
+	b->n = 0;
+	assert_int_equal(st_batch_set_labels(b, 2), ST_OK);
+	b->n = NEX;
+	for (int i = 0; i < NEX; i++) {
+		b->labels[i * 2] = (float)(i % 2);
+		b->labels[i * 2 + 1] = (float)(i % 3 == 0);
+	}
+	static const int slot_of[7] = { 0, 0, 1, 1, 2, 2, 2 };
+	const int gs = st_model_max_row_dim(m);
+	float *rowbuf = calloc((size_t)nu * gs, sizeof(float));
+	float *rows[7];
+	uint64_t rng = 777;
+	for (uint32_t u = 0; u < nu; u++) {
+		rows[u] = rowbuf + (size_t)u * gs;
+		for (int j = 0; j < st_model_row_dim(m, slot_of[u]); j++) {
+			rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+			rows[u][j] = (float)((double)(rng >> 40) / (double)(1ULL << 24) - 0.5);
+		}
+	}
+	size_t np = st_model_nparams(m);
+	float *params = malloc(sizeof(float) * np);
+	memcpy(params, st_model_params(m), sizeof(float) * np);
+	for (size_t i = 0; i < np; i++)
+		if (params[i] == 0.0f)
+			params[i] = 0.1f * ((float)(i % 5) - 2.0f);
+	float *gp = calloc(np, sizeof(float));
+	float *gu = calloc((size_t)nu * gs, sizeof(float));
+	float prob[NEX * 2], z[NEX * 2];
+	double L = st_model_step(m, ws, b, 0, NEX, rows, params, 1.0f, prob, gp, gu, gs);
+	assert_true(fabs(L - two_head_loss(m, ws, b, rows, params, w)) < 1e-5 * (1 + fabs(L)));
+	st_model_forward(m, ws, b, 0, NEX, rows, params, z, NULL);
+	for (int k = 0; k < NEX * 2; k++)
+		assert_true(fabs(prob[k] - 1.0 / (1.0 + exp(-(double)z[k]))) < 1e-6);
+	/* cvr = ctr + t: the heads' logits differ (t is not 0) */
+	assert_true(z[0] != z[1]);
+
+	const double h = 1e-2;
+	int bad = 0;
+	for (size_t i = 0; i < np; i++) {
+		float v = params[i];
+		params[i] = (float)(v + h);
+		double lp = two_head_loss(m, ws, b, rows, params, w);
+		params[i] = (float)(v - h);
+		double lm = two_head_loss(m, ws, b, rows, params, w);
+		params[i] = v;
+		double fd = (lp - lm) / (2 * h);
+		if (fabs(fd - gp[i]) > 2e-3 + 2e-2 * fabs(fd)) {
+			print_message("two heads dense %zu: fd %g analytic %g\n", i, fd, gp[i]);
+			bad++;
+		}
+	}
+	for (uint32_t u = 0; u < nu; u++)
+		for (int j = 0; j < st_model_row_dim(m, slot_of[u]); j++) {
+			float v = rows[u][j];
+			rows[u][j] = (float)(v + h);
+			double lp = two_head_loss(m, ws, b, rows, params, w);
+			rows[u][j] = (float)(v - h);
+			double lm = two_head_loss(m, ws, b, rows, params, w);
+			rows[u][j] = v;
+			double fd = (lp - lm) / (2 * h);
+			float an = gu[(size_t)u * gs + j];
+			if (fabs(fd - an) > 2e-3 + 2e-2 * fabs(fd)) {
+				print_message("two heads row %u[%d]: fd %g analytic %g\n", u, j, fd, an);
+				bad++;
+			}
+		}
+	assert_int_equal(bad, 0);
+	/* A config with two heads on one label, or on a preset, is refused. */
+	c.heads[1].label = 1;
+	st_model_t *m2;
+	assert_int_equal(st_model_create(&m2, &c, ND, NS, 42), ST_EINVAL);
+	c.heads[1].label = 0;
+	c.heads[1].weight = 0.0;
+	assert_int_equal(st_model_create(&m2, &c, ND, NS, 42), ST_EINVAL);
+	free(gp);
+	free(gu);
+	free(params);
+	free(rowbuf);
+	st_batch_destroy(b);
+	st_model_ws_destroy(ws);
+	st_model_destroy(m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -751,6 +886,7 @@ int main(void)
 		cmocka_unit_test(test_model_graph_matches_presets),
 		cmocka_unit_test(test_model_graph_bad_nodes),
 		cmocka_unit_test(test_model_sequence_slot),
+		cmocka_unit_test(test_model_two_heads),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -66,8 +66,10 @@
  * by din_graph from the fixture's cfg.din; "mmoe": a layer graph
  * (jobs/mmoe_graph.lua) with MMoE and two task towers, built by mmoe_graph
  * from cfg.mmoe. */
+/* "mtl": a layer graph with two heads (jobs/mtl.lua's shape), built by
+ * mtl_graph; labels [n × 2], logits and predictions [n × 2]. */
 static const char *const presets[] = { "lr", "dnn", "wdl", "deepfm", "dlrm", "dcnv2",
-				       "din", "mmoe" };
+				       "din", "mmoe", "mtl" };
 /* "multihot": sgd on list fields pooled per slot (sum or mean, overriding
  * the preset's pooling), the reference pooled by nn.EmbeddingBag with
  * per-sample offsets (make_fixtures.py, MULTIHOT). */
@@ -85,6 +87,7 @@ typedef struct par {
 	st_model_t *m;
 	int row_dim, n_dense, n_slots, steps;
 	int sum_loss;              /* lr: the summed loss, else the mean */
+	int n_heads;               /* logits per example (mtl: 2, one per label) */
 	size_t n_rows;             /* rows in the fixture */
 	const uint64_t *row_keys;
 	float *rows;               /* [n_rows × row_dim], working copy */
@@ -237,6 +240,41 @@ static void mmoe_graph(const st_fixture_t *fx, st_model_cfg_t *c)
 	c->type = "graph";
 }
 
+/* The mtl fixtures' graph (models.MTL): embed e, dense x, concat(e, x),
+ * mlp "mlp" of cfg.hidden, then heads "ctr" (label 0, "click") and "cvr"
+ * (label 1, "conversion"), linear to 1 each, with the loss weights of
+ * cfg.heads (f64). */
+static void mtl_graph(const st_fixture_t *fx, st_model_cfg_t *c)
+{
+	size_t n;
+	const double *w = st_fixture_f64(fx, "cfg.heads", &n);
+	assert_non_null(w);
+	assert_int_equal(n, 2);
+	st_model_node_t *nd = c->nodes;
+	memset(c->nodes, 0, sizeof c->nodes);
+	nd[0] = (st_model_node_t){ .kind = ST_NODE_EMBED, .name = "e" };
+	nd[1] = (st_model_node_t){ .kind = ST_NODE_DENSE, .name = "x",
+				   .a = !strcmp(c->dense_transform, "log1p") };
+	nd[2] = (st_model_node_t){ .kind = ST_NODE_CONCAT, .name = "h", .n_in = 2,
+				   .in = { 0, 1 } };
+	nd[3] = (st_model_node_t){ .kind = ST_NODE_MLP, .name = "mlp", .n_in = 1, .in = { 2 },
+				   .n_sizes = c->n_hidden,
+				   .a = !strcmp(c->activation, "relu") ? 1
+					: !strcmp(c->activation, "sigmoid") ? 2 : 0 };
+	memcpy(nd[3].sizes, c->hidden, sizeof(int) * (size_t)c->n_hidden);
+	nd[4] = (st_model_node_t){ .kind = ST_NODE_LINEAR, .name = "ctr", .n_in = 1,
+				   .in = { 3 }, .a = 1 };
+	nd[5] = (st_model_node_t){ .kind = ST_NODE_LINEAR, .name = "cvr", .n_in = 1,
+				   .in = { 3 }, .a = 1 };
+	c->n_nodes = 6;
+	c->node_out = 4;
+	c->n_heads = 2;
+	c->heads[0] = (st_model_head_t){ .node = 4, .label = 0, .weight = w[0], .name = "click" };
+	c->heads[1] = (st_model_head_t){ .node = 5, .label = 1, .weight = w[1],
+					 .name = "conversion" };
+	c->type = "graph";
+}
+
 /* Loads the fixture, fills the job by hand, creates the model and loads the
  * initial dense tensors (by name, shapes checked) and rows. */
 static void par_open(par_t *p, const char *name)
@@ -296,10 +334,15 @@ static void par_open(par_t *p, const char *name)
 		c->n_cross = (int)h[0];
 		c->cross_rank = (int)h[1];
 	}
+	p->n_heads = 1;
 	if (!strcmp(c->type, "din"))
 		din_graph(fx, c);
 	else if (!strcmp(c->type, "mmoe"))
 		mmoe_graph(fx, c);
+	else if (!strcmp(c->type, "mtl")) {
+		mtl_graph(fx, c);
+		p->n_heads = 2;
+	}
 	c->init_scale = 0;
 	c->admit_min_count = 0;
 	c->admit_prob = 1.0;
@@ -384,7 +427,7 @@ static st_batch_t *par_batch(par_t *p, int i)
 #define REC(field, type) (snprintf(key, sizeof key, "batch.%d." field, i), \
 			  st_fixture_##type(fx, key, &n2))
 	const float *labels = REC("labels", f32);
-	n_lab = n2;
+	n_lab = n2 / (size_t)p->n_heads;   /* mtl: [n × 2] */
 	const uint32_t *row_off = REC("row_off", u32);
 	n_off = n2;
 	const uint64_t *keys = REC("keys", u64);
@@ -407,9 +450,10 @@ static st_batch_t *par_batch(par_t *p, int i)
 
 	assert_int_equal(st_batch_create(&b, (uint32_t)n_lab, (uint32_t)p->n_dense,
 					 (uint32_t)p->n_slots, (uint32_t)nk + 1), ST_OK);
+	assert_int_equal(st_batch_set_labels(b, (uint32_t)p->n_heads), ST_OK);
 	b->n = (uint32_t)n_lab;
 	b->seq = (uint64_t)i;
-	memcpy(b->labels, labels, n_lab * sizeof(float));
+	memcpy(b->labels, labels, n_lab * (size_t)p->n_heads * sizeof(float));
 	memcpy(b->dense, dense, n_lab * p->n_dense * sizeof(float));
 	memcpy(b->row_off, row_off, n_off * sizeof(uint32_t));
 	memcpy(b->keys, keys, nk * sizeof(uint64_t));
@@ -450,8 +494,9 @@ static void test_parity_step1(void **state)
 	size_t np = st_model_nparams(p.m);
 	st_model_ws_t *ws;
 	float **rows = calloc(b->n_uniq, sizeof *rows);
-	float *logit = calloc(n, sizeof(float)), *prob = calloc(n, sizeof(float));
-	float *prob2 = calloc(n, sizeof(float));
+	const size_t nz = (size_t)n * (size_t)p.n_heads;   /* logits: n × heads */
+	float *logit = calloc(nz, sizeof(float)), *prob = calloc(nz, sizeof(float));
+	float *prob2 = calloc(nz, sizeof(float));
 	float *gp = calloc(np, sizeof(float));
 	float *gu = calloc((size_t)b->n_uniq * gstride, sizeof(float));
 	float *gr = calloc((size_t)b->n_uniq * p.row_dim, sizeof(float));
@@ -466,8 +511,8 @@ static void test_parity_step1(void **state)
 
 	st_model_forward(p.m, ws, b, 0, n, rows, st_model_params(p.m), logit, prob);
 	const float *ref_logit = st_fixture_f32(p.fx, "step1.logits", &cnt);
-	assert_int_equal(cnt, n);
-	bad += compare(p.name, "step1.logits", logit, ref_logit, n, 1e-6, 1e-4);
+	assert_int_equal(cnt, nz);
+	bad += compare(p.name, "step1.logits", logit, ref_logit, nz, 1e-6, 1e-4);
 
 	double loss = st_model_step(p.m, ws, b, 0, n, rows, st_model_params(p.m),
 				    p.sum_loss ? 1.0f : 1.0f / (float)n, prob2, gp, gu, gstride);
@@ -477,7 +522,7 @@ static void test_parity_step1(void **state)
 	bad += compare(p.name, "step1.loss", &lossf, st_fixture_f32(p.fx, "step1.loss", NULL),
 		       1, 1e-6, 1e-4);
 	/* predictions made before the update equal the forward's */
-	bad += compare(p.name, "step1.prob", prob2, prob, n, 1e-7, 1e-6);
+	bad += compare(p.name, "step1.prob", prob2, prob, nz, 1e-7, 1e-6);
 
 	for (int t = 0; t < st_model_ntensors(p.m); t++) {
 		const st_tensor_info_t *ti = st_model_tensor(p.m, t);
@@ -596,7 +641,7 @@ static void test_parity_direct(void **state)
 		par_uniq(b);
 		float **rows = calloc(b->n_uniq, sizeof *rows);
 		float *gu = calloc((size_t)b->n_uniq * gstride, sizeof(float));
-		float *prob = calloc(b->n, sizeof(float));
+		float *prob = calloc((size_t)b->n * (size_t)p.n_heads, sizeof(float));
 		assert_true(rows && gu && prob);
 		for (uint32_t u = 0; u < b->n_uniq; u++)
 			rows[u] = row_of(&p, b->uniq[u]);
@@ -678,7 +723,7 @@ static void test_parity_trainer(void **state)
 			const float *lg = st_fixture_f32(p.fx, "step1.logits", &cnt);
 			float *ref = malloc(cnt * sizeof(float));
 			assert_non_null(ref);
-			assert_int_equal(cnt, b->n);
+			assert_int_equal(cnt, (size_t)b->n * (size_t)p.n_heads);
 			for (size_t k = 0; k < cnt; k++)
 				ref[k] = 1.0f / (1.0f + expf(-lg[k]));
 			bad += compare(p.name, "trainer step1.pred", b->pred, ref, cnt, 1e-6, 1e-4);
