@@ -2,8 +2,9 @@
 -- labels (click and conversion), trained together with loss
 -- logloss(click) + logloss(conversion) (docs/models.md, "Several labels").
 --
--- Data: strata gen --labels 2 --rows 200000 --eval-rows 50000 --out data/mtl
--- (click, conversion on clicked rows, 13 ints, 26 categorical values).
+-- Data: generated on first run (as `strata gen --labels 2 --rows 200000
+-- --eval-rows 50000 --vocab 100000 --seed 7 --out data/mtl`): click,
+-- conversion on clicked rows, 13 ints, 26 categorical values.
 --
 --   strata run jobs/mtl.lua
 --
@@ -26,6 +27,8 @@ return st.job {
                           columns = columns() },
     eval = st.data.csv { path = "data/mtl/eval.tsv", sep = "\t", header = false,
                          columns = columns() },
+    generate = st.gen { dir = "data/mtl", rows = 200000, eval_rows = 50000, vocab = 100000,
+                        seed = 7, labels = 2 },
   },
   model = st.model.graph {
     emb_dim = 8,

@@ -268,6 +268,8 @@ int st_job_dump(const st_job_t *job, FILE *f)
 		fprintf(f, "data.generate.drift = %g\n", job->gen.drift);
 		if (job->gen.multi_hot)
 			fprintf(f, "data.generate.multi_hot = %d\n", job->gen.multi_hot);
+		if (job->gen.labels > 1)
+			fprintf(f, "data.generate.labels = %d\n", job->gen.labels);
 		fprintf(f, "data.generate.used = %s\n", job->gen.used ? "true" : "false");
 	} else {
 		fprintf(f, "data.generate = (none)\n");

@@ -303,6 +303,7 @@ typedef struct st_job {
 		int days;          /* 0: train-*.tsv; > 0: day-000.tsv .. (drifting) */
 		double drift;      /* per-day renewed share of weight variance */
 		int multi_hot;     /* 0, or lists of 1..multi_hot keys per field (ops/gen/gen.h) */
+		int labels;        /* 1, or 2: click and a planted conversion (ops/gen/conv.h) */
 	} gen;
 } st_job_t;
 

@@ -588,6 +588,7 @@ static int convert(lua_State *L)
 		j->gen.days = get_i32(L, g, "days", 0);
 		j->gen.drift = get_num(L, g, "drift", 0.1);
 		j->gen.multi_hot = get_i32(L, g, "multi_hot", 0);
+		j->gen.labels = get_i32(L, g, "labels", 1);
 		lua_pop(L, 1);
 	}
 	return 0;

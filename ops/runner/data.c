@@ -97,6 +97,7 @@ int st__runner_generate(st_runner_t *r)
 		.days = job->gen.days,
 		.drift = job->gen.drift,
 		.multi_hot = job->gen.multi_hot,
+		.labels = job->gen.labels,
 	};
 	const int report = r->obs && r->obs->gen_progress;
 	double t0 = now_s();

@@ -219,6 +219,9 @@ S.gen = {
 	-- lists of 1..multi_hot keys per categorical field ('^'-joined; read
 	-- them with st.data.csv list columns); 0: one key. Not with days.
 	{ "multi_hot", "int", min = 0, max = 100, default = 0 },
+	-- 2: a second label column, a conversion on clicked rows (ops/gen/conv.h);
+	-- not with days or multi_hot. Read it with two csv label columns.
+	{ "labels", "int", min = 1, max = 2, default = 1 },
 }
 
 local model_common = {

@@ -1544,6 +1544,13 @@ function V:gen_days(gnode, g, gen)
 			self:ferr(gnode, "multi_hot", "%s.multi_hot cannot be used with days (the " ..
 				"drifting model is single-hot)", gnode.path)
 		end
+		if (tonumber(gen.labels) or 1) > 1 then
+			self:ferr(gnode, "labels", "%s.labels = 2 cannot be used with days (the " ..
+				"conversion's latents do not drift)", gnode.path)
+		end
+	elseif (tonumber(gen.labels) or 1) > 1 and (tonumber(gen.multi_hot) or 0) > 0 then
+		self:ferr(gnode, "labels", "%s.labels = 2 cannot be used with multi_hot (the " ..
+			"conversion's latents are single-hot)", gnode.path)
 	elseif g.drift ~= nil and (g.days == nil or g.days == 0) then
 		self:ferr(gnode, "drift", "%s.drift needs days > 0 (without days nothing " ..
 			"drifts)", gnode.path)
