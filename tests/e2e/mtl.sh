@@ -10,10 +10,13 @@
 #  - its export, read back by `strata eval --job`, gives both of the job's
 #    eval AUCs, and `strata predict --job` writes a header naming the heads
 #    and two score columns for every row;
-#  - a head on a label the data does not have is refused at the job's line.
-# Usage: mtl.sh PATH/TO/strata
+#  - a head on a label the data does not have is refused at the job's line;
+#  - with UCX: allreduce on 2 processes of one worker trains exactly the
+#    two-head model (digest, both eval AUCs) of 1 process of 2 workers.
+# Usage: mtl.sh PATH/TO/strata [HAVE_UCX(0|1)]
 set -u
 strata=$1
+have_ucx=${2:-0}
 root=${ST_SOURCE_ROOT:?}
 tmp=$(mktemp -d)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$tmp"' EXIT
@@ -80,6 +83,27 @@ else bad "strata predict writes two columns (exit $prc, $(wc -l <"$tmp/p" 2>/dev
 if [ $crc != 0 ] && grep -q "head 'purchase': data.train has no label 'purchase' (its labels: click, conversion)" "$tmp/out_chk"; then
   ok "a head on a label the data lacks is refused, naming it"
 else bad "a head on a label the data lacks is refused (exit $crc)"; fi
+
+# Two heads across processes: only the dense graph and the loss grew, so
+# the identity of dist.sh holds (P processes x 1 worker = 1 process x P
+# workers on the same global batch).
+if [ "$have_ucx" = 1 ]; then
+  small=(jobs/mtl.lua --no-pin --set "data.train.path=\"$tmp/d/train-*.tsv\""
+    --set "data.eval.path=\"$tmp/d/eval.tsv\"" --set seed=7 --set stages.read.threads=1
+    --set 'sync=st.sync.allreduce{}' --set stages.train.minibatch=256)
+  STRATA_DIGEST=1 "$strata" run "${small[@]}" --set stages.train.workers=2 \
+    --set stages.read.batch_size=512 >"$tmp/out_d1" 2>&1; r1=$?
+  STRATA_DIGEST=1 timeout 300 "$strata" launch -n 2 "${small[@]}" --set stages.train.workers=1 \
+    --set stages.read.batch_size=256 >"$tmp/out_d2" 2>&1; r2=$?
+  if [ $r1 = 0 ] && [ $r2 = 0 ] && grep -q digest "$tmp/out_d1" &&
+     [ "$(grep digest "$tmp/out_d1")" = "$(grep digest "$tmp/out_d2")" ] &&
+     [ -n "$(cauc "$tmp/out_d1")" ] && [ "$(auc "$tmp/out_d1")" = "$(auc "$tmp/out_d2")" ] &&
+     [ "$(cauc "$tmp/out_d1")" = "$(cauc "$tmp/out_d2")" ]; then
+    ok "two heads on 2 processes = 1 process of 2 workers (digest, both eval AUCs)"
+  else bad "two heads on 2 processes (exit $r1, $r2)"; fi
+else
+  echo "skip two heads across processes: this build has no UCX (not counted)"
+fi
 
 echo "mtl: $pass passed, $fail failed"
 [ $fail -eq 0 ]
