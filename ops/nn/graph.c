@@ -32,11 +32,14 @@
  * switch-like places — its builder (width, tensors, FLOPs), its workspace
  * buffers, its forward and its backward — and keeping them side by side in
  * one file is what makes a kind added to one place and missed in another
- * visible in review. The layer math itself lives in nn.c.
+ * visible in review. The layer math itself lives in nn.c; the types are in
+ * graph_internal.h, and several heads (their n × H logits and dlogits,
+ * st_lgraph_finish_heads) in heads.c.
  */
 #include "ops/nn/graph.h"
 
 #include "ops/nn/attention.h"
+#include "ops/nn/graph_internal.h"
 #include "ops/nn/mmoe.h"
 
 #include <assert.h>
@@ -47,94 +50,9 @@
 
 #include "runtime/err.h"
 
-enum { N_EMBED, N_DENSE, N_WIDE, N_CONCAT, N_MLP, N_LINEAR, N_FM, N_DOT, N_ADD,
-       N_CROSS, N_ATTN, N_MMOE, N_SLICE };
-
 static const char *const kind_name[] = { "embed", "dense", "wide", "concat", "mlp",
 					 "linear", "fm", "dot", "add", "cross", "attention",
 					 "mmoe", "slice" };
-
-#define MAX_NODES 64
-#define MAX_IN 16
-#define MAX_LAYERS 16
-/* Per node: cross keeps x_l, T_l and Vt_l per layer plus dx0 and dx. */
-#define MAX_AUX (3 * MAX_LAYERS + 3)
-
-/* One linear map's parameters: w [out × in] at offset w, b [out] at b
- * (NO_BIAS when none). Cross layers use w for W (or V), u for U. */
-#define NO_BIAS ((size_t)-1)
-typedef struct layer {
-	int in, out;
-	size_t w, b;
-	size_t u;              /* low-rank cross: U [d × r] */
-} layer_t;
-
-typedef struct node {
-	int kind;
-	int n_in, in[MAX_IN];
-	int width;
-	int act;               /* mlp */
-	int log1p;             /* dense */
-	int fields, d;         /* fm, dot */
-	int rank;              /* cross */
-	int n_layers;          /* mlp, cross, attention (its MLP's layers) */
-	st_attn_shape_t attn;  /* attention */
-	st_mmoe_shape_t mmoe;  /* mmoe (its tensors start at p0, mmoe.h's order) */
-	int offset;            /* slice: the first column */
-	layer_t L[MAX_LAYERS];
-	int need_grad;
-	size_t p0;             /* the graph's nparams and flops when the node */
-	double f0;             /* was made: its own are the growth up to the next */
-} node_t;
-
-typedef struct tensor {
-	char name[32];
-	st_tensor_info_t info;
-} tensor_t;
-
-/* A weight to initialize: count floats at w with bound a, then zero the bias. */
-typedef struct init_item {
-	size_t w, count, b;
-	int bias_n, fan_in;
-} init_item_t;
-
-struct st_lgraph {
-	st_lgraph_sparse_t sp;
-	/* The embed node's layout: sp.pool, or (when sp.seq marks sequence
-	 * slots) a copy with those slots 0 wide, owned here. */
-	st_pool_layout_t epool;
-	int *edim, *eoff;
-	int n_dense;
-	int uniform_wide;      /* every slot's wide column is the same */
-	int n_nodes, out, finished;
-	/* The heads' output nodes (st_lgraph_finish_heads); head 0 is `out`. */
-	int n_heads, head[ST_LGRAPH_MAX_HEADS];
-	node_t node[MAX_NODES];
-	int ntensors, cap_tensors;
-	tensor_t *tensors;
-	int n_init, cap_init;
-	init_item_t *init;
-	size_t nparams;
-	float *params;
-	double flops;
-};
-
-struct st_lgraph_ws {
-	uint32_t max_n;
-	int out_node;
-	float *out[MAX_NODES], *grad[MAX_NODES];
-	float *aux[MAX_NODES][MAX_AUX];
-	uint8_t gset[MAX_NODES];   /* backward: grad[i] holds a value */
-	float *const *rows;        /* the last forward's rows (attention's
-				      backward reads the keys' embeddings) */
-	float *dbuf[2];            /* ping-pong for the hidden layers' dX */
-	float *acc;                /* a second consumer's gradient, added in;
-				      a cross layer's dT */
-	float *block;
-	/* Several heads: their logits and dlogits side by side (n × H,
-	 * example-major); NULL with one head, whose node buffers serve. */
-	float *logits, *dlogits;
-};
 
 /* ---- creation ------------------------------------------------------------ */
 
@@ -579,32 +497,8 @@ int st_lgraph_finish(st_lgraph_t *g, int out, uint64_t seed)
 	return st_lgraph_finish_heads(g, 1, &out, seed);
 }
 
-int st_lgraph_finish_heads(st_lgraph_t *g, int n_heads, const int *outs, uint64_t seed)
+int st__lgraph_finish_params(st_lgraph_t *g, uint64_t seed)
 {
-	if (n_heads < 1 || n_heads > ST_LGRAPH_MAX_HEADS) {
-		st_error("graph: %d heads (1..%d)", n_heads, ST_LGRAPH_MAX_HEADS);
-		return ST_EINVAL;
-	}
-	for (int h = 0; h < n_heads; h++) {
-		int out = outs[h];
-		if (out < 0)
-			return out;
-		if (out >= g->n_nodes || g->node[out].width != 1) {
-			st_error("graph: the output node %d%s must be 1 wide (is %d)", out,
-				 n_heads > 1 ? " of a head" : "",
-				 out < g->n_nodes ? g->node[out].width : -1);
-			return ST_EINVAL;
-		}
-		for (int k = 0; k < h; k++)
-			if (outs[k] == out) {
-				st_error("graph: heads %d and %d have the same output node %d", k,
-					 h, out);
-				return ST_EINVAL;
-			}
-		g->head[h] = out;
-	}
-	g->n_heads = n_heads;
-	g->out = outs[0];
 	mark_grads(g);
 	g->params = calloc(g->nparams ? g->nparams : 1, sizeof(float));
 	if (!g->params)
@@ -630,8 +524,6 @@ int st_lgraph_finish_heads(st_lgraph_t *g, int n_heads, const int *outs, uint64_
 }
 
 size_t st_lgraph_nparams(const st_lgraph_t *g) { return g->nparams; }
-int st_lgraph_nheads(const st_lgraph_t *g) { return g->n_heads; }
-int st_lgraph_head(const st_lgraph_t *g, int h) { return g->head[h]; }
 float *st_lgraph_params(st_lgraph_t *g) { return g->params; }
 int st_lgraph_ntensors(const st_lgraph_t *g) { return g->ntensors; }
 int st_lgraph_nnodes(const st_lgraph_t *g) { return g->n_nodes; }
@@ -721,10 +613,7 @@ int st_lgraph_ws_create(st_lgraph_ws_t **out, const st_lgraph_t *g, uint32_t max
 			maxw = (size_t)nd->rank > maxw ? (size_t)nd->rank : maxw;
 		}
 		WS(ws->out[i], n * w);
-		int is_head = 0;
-		for (int h = 0; h < g->n_heads; h++)
-			is_head |= g->head[h] == i;
-		if (nd->need_grad || is_head)
+		if (nd->need_grad || st__lgraph_is_head(g, i))
 			WS(ws->grad[i], n * w);
 		if (nd->kind == N_ATTN) {
 			/* Its scratch is per chunk of keys, not per example. */
@@ -932,12 +821,7 @@ const float *st_lgraph_forward(const st_lgraph_t *g, st_lgraph_ws_t *ws,
 		forward_node(g, ws, i, b, r0, n, rows, params);
 	if (g->n_heads == 1)
 		return ws->out[g->out];
-	const int H = g->n_heads;
-	for (int h = 0; h < H; h++) {
-		const float *z = ws->out[g->head[h]];
-		for (uint32_t i = 0; i < n; i++)
-			ws->logits[(size_t)i * H + h] = z[i];
-	}
+	st__lgraph_heads_pack(g, ws, n);
 	return ws->logits;
 }
 
@@ -1133,15 +1017,7 @@ void st_lgraph_backward(const st_lgraph_t *g, st_lgraph_ws_t *ws, const st_batch
 	assert(g->finished && n <= ws->max_n);
 	memset(ws->gset, 0, sizeof ws->gset);
 	ws->gset[g->out] = 1;   /* the caller filled st_lgraph_dlogit */
-	/* Several heads: each head node's gradient is its column of dlogits,
-	 * all set before any backward so a head that feeds another (or a
-	 * layer read by both) adds into it through grad_begin/grad_end. */
-	for (int h = 0; g->n_heads > 1 && h < g->n_heads; h++) {
-		float *d = ws->grad[g->head[h]];
-		for (uint32_t i = 0; i < n; i++)
-			d[i] = ws->dlogits[(size_t)i * g->n_heads + h];
-		ws->gset[g->head[h]] = 1;
-	}
+	st__lgraph_heads_unpack(g, ws, n);   /* several heads: their dlogits */
 	for (int i = g->n_nodes - 1; i >= 0; i--)
 		if (ws->gset[i] && g->node[i].need_grad)
 			backward_node(g, ws, i, b, r0, n, params, gparams, gu, gstride);
