@@ -112,6 +112,11 @@ static void print_model(const st_job_t *job)
 	if (per_key)
 		printf("  * per key of the attended sequence: an example costs this times "
 		       "its sequence's length\n");
+	/* Several heads: which layer's logit learns which label. */
+	for (int h = 0; h < mc->n_heads; h++)
+		printf("  head %d: label '%s' (label %d of the data) <- layer '%s', loss weight %g\n",
+		       h, mc->heads[h].name, mc->heads[h].label + 1, mc->nodes[mc->heads[h].node].name,
+		       mc->heads[h].weight);
 	st_model_destroy(m);
 }
 

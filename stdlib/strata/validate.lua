@@ -674,22 +674,25 @@ function V:source(dnode, key, v, gen)
 				end
 			end
 			if n[2] > 1 then
-				local seen = {}
+				local seen, okn = {}, true
 				for k, nm in ipairs(ln) do
 					if not nm then
 						self:err(self:floc(node, tbl.columns and "columns" or "schema"),
 							"%s has %d label columns; name each one " ..
 							"({ \"label\", name = \"click\" }), label %d has no name",
 							node.path, n[2], k)
+						okn = false
 						break
 					elseif seen[nm] then
 						self:err(self:floc(node, tbl.columns and "columns" or "schema"),
 							"%s names two label columns '%s'", node.path, nm)
+						okn = false
 						break
 					end
 					seen[nm] = true
 				end
-				out.labels = ln
+				-- false: reported here, so the heads and eval checks say nothing more
+				out.labels = okn and ln or false
 			elseif named then
 				out.labels = ln
 			end
@@ -1060,7 +1063,7 @@ function V:graph(node, tbl, out, train)
 	end
 	out.nodes = nodes
 	local o = tbl.output
-	local tlabels = train and (train.labels or { "label" })
+	local tlabels = train and train.labels ~= false and (train.labels or { "label" }) or nil
 	if tbl.heads ~= nil then
 		if o ~= nil then
 			self:ferr(node, "heads", "model has both 'output' and 'heads'; give one " ..
@@ -1156,8 +1159,8 @@ function V:heads(node, heads, index, width, nodes, read, nerr, tlabels, out)
 			goto next
 		end
 		if type(w) ~= "number" or w ~= w or w <= 0 or w > schema.limits.flt_max then
-			self:err(hl, "%s (%s): weight must be a positive number, got %s", where, hn,
-				show(w))
+			self:err(hl, "%s: weight must be a positive number, got %s (%s)", hn,
+				show(w), where)
 			goto next
 		end
 		if tlabels and not lindex[lab] then
@@ -1502,6 +1505,15 @@ function V:phases(root, v, jsync, train, gen)
 						"same model", path, p.data.n_dense, p.data.n_slots,
 						train.n_dense, train.n_slots)
 				end
+				-- every head trains on its label in every phase
+				local pl = p.data and p.data.labels ~= false and (p.data.labels or { "label" })
+				local tl = train and train.labels ~= false and (train.labels or { "label" })
+				if pl and tl and (#pl > 1 or #tl > 1) and
+						table.concat(pl, ",") ~= table.concat(tl, ",") then
+					self:ferr(node, "data", "%s.data has labels (%s), data.train (%s): " ..
+						"every phase trains the same heads", path,
+						table.concat(pl, ", "), table.concat(tl, ", "))
+				end
 			end
 			if ph.sync ~= nil then
 				p.sync = self:sync(node, ph.sync)
@@ -1608,7 +1620,8 @@ function V:job(job)
 					t.dense_indicator and "indicator" or "zero")
 			end
 			-- Every head scores its label on the eval data too.
-			local tl, el = t and (t.labels or { "label" }), e and (e.labels or { "label" })
+			local tl = t and t.labels ~= false and (t.labels or { "label" })
+			local el = e and e.labels ~= false and (e.labels or { "label" })
 			-- (one label each: names may differ, "label" and a schema's column)
 			if tl and el and (#tl > 1 or #el > 1) and
 					table.concat(tl, ",") ~= table.concat(el, ",") then

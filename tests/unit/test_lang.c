@@ -1114,6 +1114,96 @@ static void test_lang_graph(void **state)
 	st_diag_free(&d);
 }
 
+/* Several labels and heads: csv label columns named in columns and in a
+ * schema, heads in another order than the labels, and every refusal at the
+ * head's line with the head's label in the words. */
+static void test_lang_heads(void **state)
+{
+	(void)state;
+	st_job_t *j = load_ok("tests/lua/good_heads.lua", NULL, 0);
+	assert_int_equal(j->train.n_labels, 2);
+	assert_string_equal(j->train.label_names[0], "click");
+	assert_string_equal(j->train.label_names[1], "conversion");
+	assert_int_equal(j->eval.n_labels, 2);
+	assert_string_equal(j->eval.label_names[1], "conversion");
+	assert_int_equal(j->model.n_heads, 2);
+	assert_int_equal(j->model.heads[0].node, 5);    /* cvr */
+	assert_int_equal(j->model.heads[0].label, 1);
+	assert_true(j->model.heads[0].weight == 0.5);
+	assert_string_equal(j->model.heads[0].name, "conversion");
+	assert_int_equal(j->model.heads[1].node, 4);    /* ctr */
+	assert_int_equal(j->model.heads[1].label, 0);
+	assert_true(j->model.heads[1].weight == 1.0);
+	st_job_free(j);
+
+	struct { const char *set, *want; } cases[] = {
+		{ "model.heads={{label='click',output='ctr'},{label='buy',output='cvr'}}",
+		  "head 'buy': data.train has no label 'buy' (its labels: click, conversion)" },
+		{ "model.heads={{label='click',output='ctr'},{label='conversion',output='bottom'}}",
+		  "head 'conversion': output 'bottom' is 8 wide; a head's output is its logit, 1 wide" },
+		{ "model.heads={{label='click',output='ctr'},{label='click',output='cvr'}}",
+		  "head 'click': two heads on label 'click' (heads 1 and 2); one head per label" },
+		{ "model.heads={{label='click',output='ctr'},{label='conversion',output='ctr'}}",
+		  "head 'conversion': output 'ctr' is already head 1's output" },
+		{ "model.heads={{label='click',output='ctr'},{label='conversion',output='nope'}}",
+		  "head 'conversion': output 'nope' is no layer" },
+		{ "model.heads={{label='click',output='ctr'},{label='conversion',output='cvr',weight=0}}",
+		  "head 'conversion': weight must be a positive number, got 0" },
+		{ "model.heads={{label='click',output='ctr'}}",
+		  "model.heads has 1 head, data.train 2 labels (click, conversion): declare one "
+		  "head per label" },
+		{ "model.output='ctr'",
+		  "model has both 'output' and 'heads'; give one" },
+		{ "model.heads=nil",
+		  "missing required field 'model.output' (the 1-wide logit; or model.heads, one "
+		  "per label)" },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		st_diag_t d;
+		const char *sets[] = { cases[i].set };
+		assert_int_equal(load("tests/lua/good_heads.lua", sets, 1, 1, &j, &d), ST_EJOB);
+		int found = 0;
+		for (int k = 0; k < d.n; k++)
+			found |= strstr(d.msg[k], cases[i].want) != NULL;
+		if (!found)
+			for (int k = 0; k < d.n; k++)
+				fprintf(stderr, "case %zu: %s\n", i, d.msg[k]);
+		assert_true(found);
+		st_diag_free(&d);
+	}
+	/* one output on two labels; several unnamed label columns; eval labels
+	 * differing from train's */
+	const char *one[] = { "model.heads=nil", "model.output='ctr'" };
+	st_diag_t d;
+	assert_int_equal(load("tests/lua/good_heads.lua", one, 2, 1, &j, &d), ST_EJOB);
+	assert_non_null(strstr(d.msg[0], "data.train has 2 labels (click, conversion) and the "
+				   "model one output; declare one head per label"));
+	st_diag_free(&d);
+	const char *unnamed[] = { "data.train.columns={'label','label','dense','cat','cat'}" };
+	assert_int_equal(load("tests/lua/good_heads.lua", unnamed, 1, 1, &j, &d), ST_EJOB);
+	int found = 0;
+	for (int k = 0; k < d.n; k++)
+		found |= strstr(d.msg[k], "has 2 label columns; name each one ({ \"label\", name = "
+				    "\"click\" }), label 1 has no name") != NULL;
+	assert_true(found);
+	st_diag_free(&d);
+	const char *ev[] = { "data.eval.schema={label='click',dense={'price'},"
+			     "cat={'site','ad'},ignore={'conversion'}}" };
+	assert_int_equal(load("tests/lua/good_heads.lua", ev, 1, 1, &j, &d), ST_EJOB);
+	found = 0;
+	for (int k = 0; k < d.n; k++)
+		found |= strstr(d.msg[k], "data.eval has 1 label (click) but data.train 2 "
+				    "(click, conversion)") != NULL;
+	assert_true(found);
+	st_diag_free(&d);
+	/* located at the head's own line of the job file */
+	assert_int_equal(load("tests/lua/bad_heads.lua", NULL, 0, 1, &j, &d), ST_EJOB);
+	assert_int_equal(d.n, 1);
+	assert_non_null(strstr(d.msg[0], "tests/lua/bad_heads.lua:24: head 'click': output "
+				   "'bottom' is 8 wide"));
+	st_diag_free(&d);
+}
+
 /* ---- --set ------------------------------------------------------------ */
 
 static void test_lang_set_overrides(void **state)
@@ -1852,6 +1942,7 @@ int main(void)
 		cmocka_unit_test(test_lang_other_constructors),
 		cmocka_unit_test(test_lang_csv_schema_names),
 		cmocka_unit_test(test_lang_csv_list_fields),
+		cmocka_unit_test(test_lang_heads),
 		cmocka_unit_test(test_lang_generate_skips_path_check),
 		cmocka_unit_test(test_lang_generate_days),
 		cmocka_unit_test(test_lang_syntax_error),
