@@ -394,6 +394,21 @@ static void quality(struct ctx *c)
 		plot_init(&p, what[k][0], xl, what[k][1]);
 		add(&p, k ? "progressive logloss" : "progressive auc", r->x,
 		    st_points_metric(&c->r, what[k][2]), r->n, 0);
+		/* Further heads of a multi-task model: metrics.auc_<label> and
+		 * metrics.loss_<label> (docs/models.md, "Several labels"),
+		 * named from the last record's keys. */
+		const st_runlog_rec_t *last = r->n ? r->rec[r->n - 1] : NULL;
+		const char *pre = k ? "metrics.loss_" : "metrics.auc_";
+		for (size_t j = 0, nh = 0; last && j < last->n && nh < 8; j++) {
+			const char *key = last->kv[j].key;
+			if (strncmp(key, pre, strlen(pre)))
+				continue;
+			char name[96];   /* add() copies it */
+			snprintf(name, sizeof name, "progressive %s %s", what[k][1],
+				 key + strlen(pre));
+			add(&p, name, r->x, st_points_metric(&c->r, key), r->n, 0);
+			nh++;
+		}
 		/* Per phase: eval and slice values at the phase's end. */
 		const char *per[2] = { "eval_", "slice_" };
 		for (int q = 0; q < 2 && r->nph; q++) {

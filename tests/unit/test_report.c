@@ -393,10 +393,33 @@ static void test_report_runlog_flattens(void **state)
 	st_runlog_rec_fini(&r);
 }
 
+/* A two-head job's records carry metrics.auc_<label> / loss_<label>: each
+ * further head gets its own progressive series, named by its label. */
+static void test_report_draws_every_head(void **state)
+{
+	(void)state;
+	static const char two_heads[] =
+		"{\"t\":0.5,\"examples\":1000,\"metrics\":{\"auc\":0.61,\"loss\":0.55,"
+		"\"loss_conversion\":0.4,\"auc_conversion\":0.66}}\n"
+		"{\"t\":1.0,\"examples\":2000,\"metrics\":{\"auc\":0.65,\"loss\":0.52,"
+		"\"loss_conversion\":0.38,\"auc_conversion\":0.7},\"final\":true}\n";
+	char mp[128];
+	char *page = build(put("h.jsonl", two_heads, mp, sizeof mp), NULL, NULL);
+	assert_drawn(page, "AUC over examples");
+	assert_non_null(strstr(page, "progressive AUC conversion"));
+	assert_non_null(strstr(page, "progressive logloss conversion"));
+	free(page);
+	/* a one-head job's page names no further head */
+	page = build(put("m.jsonl", metrics_two_phases, mp, sizeof mp), NULL, NULL);
+	assert_null(strstr(page, "progressive AUC "));
+	free(page);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_report_draws_recorded_series),
+		cmocka_unit_test(test_report_draws_every_head),
 		cmocka_unit_test(test_report_absent_series_say_so),
 		cmocka_unit_test(test_report_escapes_inputs),
 		cmocka_unit_test(test_report_draws_trace),
