@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ops/gen/conv.h"
 #include "ops/gen/cross.h"
 #include "ops/gen/gen.h"
 #include "ops/gen/history.h"
@@ -1154,6 +1155,117 @@ static void test_gen_cross(void **state)
 	assert_int_equal(st_gen_create(&g, &o), ST_EINVAL);
 }
 
+/* --labels 2 (conv.h): the click label and every feature are those of the
+ * one-label output, a second column holds the conversion, only on clicked
+ * rows, driven by its own latents as well as the shared part; the file
+ * reads back through a csv source of two label columns; bad options are
+ * refused. */
+static void test_gen_labels(void **state)
+{
+	(void)state;
+	enum { N = 6000 };
+	char *d = make_tmpdir();
+	st_gen_opts_t o, o1;
+	gen_opts(&o, d, 31, 2);
+	o.rows = N;
+	o.files = 1;
+	o.eval_rows = 0;
+	o.vocab = 1000;
+	o.labels = 2;
+	o1 = o;
+	o1.labels = 1;
+	assert_int_equal(st_gen_write(&o, NULL, NULL), ST_OK);
+	st_gen_t *g, *g1;
+	assert_int_equal(st_gen_create(&g, &o), ST_OK);
+	assert_int_equal(st_gen_create(&g1, &o1), ST_OK);
+	char *p = train_name(d, 0);
+	size_t len;
+	char *text = read_all(p, &len);
+	assert_non_null(text);
+	char *line = text, buf[ST_GEN_MAX_LINE], buf1[ST_GEN_MAX_LINE];
+	st_gen_row_t r, r1;
+	r.list_idx = r1.list_idx = NULL;
+	double clicks = 0, convs = 0, hi[2] = { 0 }, lo[2] = { 0 };
+	for (int i = 0; i < N; i++) {
+		st_gen_row(g, (uint64_t)i, &r);
+		st_gen_row(g1, (uint64_t)i, &r1);
+		assert_int_equal(r1.conv, -1);
+		assert_true(r.conv == 0 || r.conv == 1);
+		assert_true(!r.conv || r.label);          /* a conversion needs a click */
+		assert_int_equal(r.label, r1.label);
+		int n = st_gen_format(&r, buf), n1 = st_gen_format(&r1, buf1);
+		assert_int_equal(n, n1 + 2);
+		assert_memory_equal(line, buf, (size_t)n);   /* the file is the rows */
+		assert_true(buf[1] == '\t' && buf[2] == (char)('0' + r.conv));
+		assert_true(buf[0] == buf1[0]);
+		assert_memory_equal(buf + 3, buf1 + 1, (size_t)n1 - 1);   /* the rest as one label */
+		clicks += r.label;
+		convs += r.conv;
+		if (r.label) {
+			double own = st__gen_conv_own(o.seed, r.cat, r.cat_missing);
+			if (own > 1.0) {
+				hi[0]++;
+				hi[1] += r.conv;
+			} else if (own < -1.0) {
+				lo[0]++;
+				lo[1] += r.conv;
+			}
+		}
+		line += n;
+	}
+	/* about half the clicks convert, and the conversion's own latents move
+	 * it far beyond the sampling noise (~0.05 on these counts) */
+	assert_true(convs > 0.3 * clicks && convs < 0.8 * clicks);
+	assert_true(hi[0] > 100 && lo[0] > 100);
+	assert_true(hi[1] / hi[0] - lo[1] / lo[0] > 0.3);
+
+	/* read back: click, conversion, 13 dense, 26 cat */
+	uint8_t kinds[41];
+	kinds[0] = kinds[1] = ST_COL_LABEL;
+	for (int k = 2; k < 15; k++)
+		kinds[k] = ST_COL_DENSE;
+	for (int k = 15; k < 41; k++)
+		kinds[k] = ST_COL_CAT;
+	st_source_t src;
+	memset(&src, 0, sizeof src);
+	src.format = (char *)"csv";
+	src.sep = '\t';
+	src.n_cols = 41;
+	src.col_kind = kinds;
+	src.n_dense = 13;
+	src.n_slots = 26;
+	src.n_labels = 2;
+	src.on_bad = ST_BAD_FAIL;
+	src.limit = -1;
+	st_reader_t *rd;
+	assert_int_equal(st_reader_open(&rd, &src, p), ST_OK);
+	st_batch_t *b;
+	assert_int_equal(st_batch_create(&b, 64, 13, 26, 64 * 26), ST_OK);
+	assert_int_equal(st_batch_set_labels(b, 2), ST_OK);
+	assert_int_equal(st_reader_next(rd, b, 64), 64);
+	for (int i = 0; i < 64; i++) {
+		st_gen_row(g, (uint64_t)i, &r);
+		assert_true(b->labels[2 * i] == (float)r.label);
+		assert_true(b->labels[2 * i + 1] == (float)r.conv);
+	}
+	st_batch_destroy(b);
+	st_reader_close(rd);
+	free(text);
+	free(p);
+	st_gen_destroy(g);
+	st_gen_destroy(g1);
+	rm_dir(d, 1);
+	free(d);
+	o.labels = 3;
+	assert_int_equal(st_gen_create(&g, &o), ST_EINVAL);
+	o.labels = 2;
+	o.days = 2;
+	assert_int_equal(st_gen_create(&g, &o), ST_EINVAL);
+	o.days = 0;
+	o.multi_hot = 2;
+	assert_int_equal(st_gen_create(&g, &o), ST_EINVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1175,6 +1287,7 @@ int main(void)
 		cmocka_unit_test(test_gen_multihot),
 		cmocka_unit_test(test_gen_history),
 		cmocka_unit_test(test_gen_cross),
+		cmocka_unit_test(test_gen_labels),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
