@@ -43,6 +43,11 @@
  * (DLRM's interact_features with arch_interaction_itself = False, Naumov et
  * al. 2019 §2.2). The add sums left to right, the order in which the
  * hand-written code accumulated the logit, so the logits are bit-identical.
+ *
+ * Heads (a graph with model.heads; docs/models.md, "Several labels"): the
+ * graph's logits are n × H, head h learns label head_label[h] with weight
+ * head_w[h]; heads_loss runs the one-head loss on each head's column, so
+ * the one-head path (one head, one label) is the code it always was.
  */
 #include "ops/nn/model.h"
 
@@ -520,13 +525,12 @@ int st_model_ws_create(st_model_ws_t **out, const st_model_t *m, uint32_t max_n)
 		free(ws);
 		return rc;
 	}
-	/* (also one head: a batch of several labels goes through heads_loss) */
+	/* heads_loss's columns: several heads, or one head on a batch of
+	 * several labels (its label is not every row's first float) */
 	ws->col = malloc(sizeof(float) * 4 * ((size_t)max_n + 1));
-	{
-		if (!ws->col) {
-			st_model_ws_destroy(ws);
-			return ST_ENOMEM;
-		}
+	if (!ws->col) {
+		st_model_ws_destroy(ws);
+		return ST_ENOMEM;
 	}
 	*out = ws;
 	return ST_OK;

@@ -65,7 +65,8 @@ static inline void fuzz_read_all(const st_source_t *src, const uint8_t *data,
 	if (st__reader_open_mem(&r, src, "fuzz", data, size, 256, 200) < 0)
 		abort();
 	if (st_batch_create(&b, 8, (uint32_t)src->n_dense,
-			    (uint32_t)src->n_slots, 4) < 0)
+			    (uint32_t)src->n_slots, 4) < 0 ||
+	    st_batch_set_labels(b, (uint32_t)st_source_labels(src)) < 0)
 		abort();
 	for (;;) {
 		st_batch_clear(b);
@@ -81,6 +82,10 @@ static inline void fuzz_read_all(const st_source_t *src, const uint8_t *data,
 				abort();
 		for (uint32_t k = 0; k < st_batch_nkeys(b); k++)
 			if (b->key_slot[k] >= b->n_slots)
+				abort();
+		/* libsvm reads every label as 0 or 1 (> 0 is 1) */
+		for (uint32_t i = 0; !strcmp(src->format, "libsvm") && i < b->n * b->n_labels; i++)
+			if (b->labels[i] != 0.0f && b->labels[i] != 1.0f)
 				abort();
 	}
 	st_read_stats_t st;
