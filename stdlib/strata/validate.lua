@@ -1129,12 +1129,16 @@ function V:heads(node, heads, index, width, nodes, read, nerr, tlabels, out)
 	-- one unnamed label answers to "label" as well as to its column's name
 	if tlabels and #tlabels == 1 then lindex.label = 1 end
 	local list, used, outs = {}, {}, {}
+	local from = hnode.line
 	for i, h in ipairs(heads) do
 		local where = "model.heads[" .. i .. "]"
-		-- located at the line that names the head's label (or output)
+		-- located at the line that names the head's label (or output),
+		-- searched from the previous head's line on (heads in order)
 		local key = type(h) == "table" and (type(h.label) == "string" and h.label or
 			type(h.output) == "string" and h.output) or nil
-		local ln = key and self:strline(key, hnode.line)
+		local ln = key and from and (self:strline(key, from) or
+			(from > hnode.line and self:strline(key, from - 1)))   -- two heads on a line
+		if ln then from = ln + 1 end
 		local hl = self:setloc(where) or (ln and (self.file .. ":" .. ln)) or hnode.loc
 		if type(h) ~= "table" or common.tag(h) then
 			self:err(hl, "%s must be { label = ..., output = ..., weight = ... }, got %s",
