@@ -1,7 +1,9 @@
 -- strata.presets — the model presets as Lua functions that build a layer
--- graph: st.presets.lr / dnn / wdl / deepfm / dlrm / dcnv2 / din { options }
--- returns { layers = { { name, st.layer.<kind>{...} }, ... }, output = name },
--- the two fields of st.model.graph (docs/models.md, "The presets as graphs").
+-- graph: st.presets.lr / dnn / wdl / deepfm / dlrm / dcnv2 / din / mmoe
+-- { options } returns { layers = { { name, st.layer.<kind>{...} }, ... },
+-- output = name } (mmoe: heads = { { label =, output =, weight = }, ... }
+-- instead of output), the fields of st.model.graph (docs/models.md, "The
+-- presets as graphs").
 --
 -- A job that says st.model.dnn{...} goes through here too: validate.lua's
 -- V:model checks the preset's fields as before, calls the function with the
@@ -25,9 +27,10 @@
 -- (schema.lua). An empty hidden list means no MLP (the output layer reads
 -- the features directly), 0 cross layers no cross layer.
 --
--- din has no C twin (it came after the presets became Lua functions):
--- validate.lua hands st.model.din to C as the graph it builds, so its
--- checkpoints and exports carry its layers (node lines), as a graph's do.
+-- din and mmoe have no C twin (they came after the presets became Lua
+-- functions): validate.lua hands st.model.din / st.model.mmoe to C as the
+-- graph they build, so their checkpoints and exports carry their layers
+-- (node lines, and mmoe's head lines), as a graph's do.
 local core = select(3, ...)
 local common = require "strata.common"
 local schema = require "strata.schema"
@@ -49,9 +52,13 @@ local FIELDS = {
 	dcnv2 = { "hidden", "activation", "dense_transform", "cross_layers", "cross_rank" },
 	din = { "query", "keys", "att_hidden", "att_activation", "hidden", "activation",
 		"dense_transform" },
+	mmoe = { "labels", "weights", "experts", "expert_hidden", "hidden", "activation",
+		"dense_transform" },
 }
 -- Options a preset cannot do without (no default: they name data fields).
-local REQUIRED = { din = { "query", "keys" } }
+-- (st.model.mmoe's labels default to data.train's; st.presets.mmoe, called
+-- before the data is known, needs them.)
+local REQUIRED = { din = { "query", "keys" }, mmoe = { "labels" } }
 
 -- The layer lists. `o` holds checked options with defaults filled; `L`
 -- appends one layer and returns its name.
@@ -125,6 +132,31 @@ function build.din(L, o)
 	return L("out", layer.linear { h, size = 1 })
 end
 
+-- mmoe (Ma et al. 2018, §4.2 and Figure 1c): every label a task. The
+-- experts and one softmax gate per task read concat(embeddings, dense
+-- features); task t's gated mixture (slice t of the mmoe layer) feeds its
+-- tower MLP (hidden; none when empty) and a linear layer to its logit, the
+-- head of label t with loss weight weights[t] (default 1). The layers
+-- (e, x, h, m, then t<t>, tower<t>, out<t> per task) are what a job would
+-- write by hand: jobs/mmoe.lua's graph (docs/models.md, "MMoE").
+function build.mmoe(L, o)
+	local e = L("e", layer.embed {})
+	local x = L("x", layer.dense { transform = o.dense_transform })
+	local h = L("h", layer.concat { e, x })
+	local m = L("m", layer.mmoe { h, experts = o.experts, expert_hidden = o.expert_hidden,
+		tasks = #o.labels, activation = o.activation })
+	local heads = {}
+	for t, label in ipairs(o.labels) do
+		local s = L("t" .. t, layer.slice { m, task = t })
+		if #o.hidden > 0 then
+			s = L("tower" .. t, layer.mlp { s, sizes = o.hidden, activation = o.activation })
+		end
+		local out = L("out" .. t, layer.linear { s, size = 1 })
+		heads[t] = { label = label, output = out, weight = o.weights and o.weights[t] }
+	end
+	return nil, heads
+end
+
 -- The options with the job's defaults; raises (at `level`) on an unknown
 -- option or a value of the wrong type. The values' ranges are checked where
 -- the layers are validated, as st.model.graph's are.
@@ -153,6 +185,37 @@ local function options(name, opts, level)
 		for i, n in ipairs(v) do t[i] = n end
 		return t
 	end
+	local function strs(k)
+		local v = opts[k]
+		if v == nil then return nil end
+		if type(v) ~= "table" or common.tag(v) or #v == 0 then
+			error(full .. ": " .. k .. " must be a non-empty list of label names", level + 2)
+		end
+		local t = {}
+		for i, s in ipairs(v) do
+			if type(s) ~= "string" or s == "" then
+				error(full .. ": " .. k .. "[" .. i .. "] must be a label name (a string)",
+					level + 2)
+			end
+			t[i] = s
+		end
+		return t
+	end
+	local function nums(k)
+		local v = opts[k]
+		if v == nil then return nil end
+		if type(v) ~= "table" or common.tag(v) then
+			error(full .. ": " .. k .. " must be a list of numbers", level + 2)
+		end
+		local t = {}
+		for i, x in ipairs(v) do
+			if type(x) ~= "number" then
+				error(full .. ": " .. k .. "[" .. i .. "] must be a number", level + 2)
+			end
+			t[i] = x
+		end
+		return t
+	end
 	local function str(k, default)
 		local v = opts[k]
 		if v == nil then return default end
@@ -178,7 +241,9 @@ local function options(name, opts, level)
 	local emb = int("emb_dim", 8)
 	return {
 		-- din's MLP: 200-80, the sizes of the paper's experiments (§6).
-		hidden = list("hidden", name == "din" and { 200, 80 } or { 256, 128 }),
+		-- mmoe's towers: 16, jobs/mmoe_graph.lua's (the experts do the work).
+		hidden = list("hidden", name == "din" and { 200, 80 } or
+			name == "mmoe" and { 16 } or { 256, 128 }),
 		activation = str("activation", "relu"),
 		dense_transform = str("dense_transform", "log1p"),
 		bottom = list("bottom", { 64, emb }),
@@ -187,6 +252,9 @@ local function options(name, opts, level)
 		query = str("query"), keys = str("keys"),
 		att_hidden = list("att_hidden", { 36 }),
 		att_activation = str("att_activation", "relu"),
+		labels = strs("labels"), weights = nums("weights"),
+		experts = int("experts", 4),
+		expert_hidden = list("expert_hidden", { 64, 32 }),
 	}
 end
 
@@ -201,8 +269,8 @@ local function make(name, o, where)
 		layers[#layers + 1] = { lname, t }
 		return lname
 	end
-	local output = build[name](L, o)
-	return { layers = layers, output = output }
+	local output, heads = build[name](L, o)
+	return { layers = layers, output = output, heads = heads }
 end
 
 -- For validate.lua: the graph of a job's preset from its checked model
@@ -216,12 +284,14 @@ function M.graph(name, m, where)
 		cross_layers = m.cross_layers or 0, cross_rank = m.cross_rank or 0,
 		query = m.query, keys = m.keys, att_hidden = m.att_hidden or { 36 },
 		att_activation = m.att_activation or "relu",
+		labels = m.labels, weights = m.weights, experts = m.experts or 4,
+		expert_hidden = m.expert_hidden or { 64, 32 },
 	}
 	return make(name, o, where)
 end
 
 -- The names, in the order docs and messages list them.
-M.names = { "lr", "dnn", "wdl", "deepfm", "dlrm", "dcnv2", "din" }
+M.names = { "lr", "dnn", "wdl", "deepfm", "dlrm", "dcnv2", "din", "mmoe" }
 
 -- st.presets: one function per preset, and an error naming the presets for
 -- any other name.

@@ -47,7 +47,7 @@ S.models = { "lr", "dnn", "wdl", "deepfm", "dlrm", "dcnv2" }
 -- layer). Messages about an unknown type list the presets (`listed`).
 -- din is a preset too (presets.lua) but is handed to C as a graph (it has no
 -- C twin), so it is not one of S.models, the presets ops/nn/model.c builds.
-S.model_types = { "lr", "dnn", "wdl", "deepfm", "dlrm", "dcnv2", "din", "graph",
+S.model_types = { "lr", "dnn", "wdl", "deepfm", "dlrm", "dcnv2", "din", "mmoe", "graph",
 	listed = S.models }
 -- Layer kinds of st.model.graph (ops/nn/graph.h's node kinds, in the order
 -- of enum st_node_kind in lang/job.h).
@@ -277,6 +277,28 @@ S.model = {
 		{ "att_hidden", "ints", min = 1, max = L.layer, maxlen = 15, default = { 36 } },
 		{ "att_activation", "str", enum = { "relu", "sigmoid", "none" }, default = "relu" },
 		{ "hidden", "ints", min = 1, max = L.layer, maxlen = 16, default = { 200, 80 } },
+		{ "activation", "str", enum = { "relu", "sigmoid", "none" }, default = "relu" },
+	},
+	-- MMoE (presets.lua, build.mmoe): the fields of a graph without its
+	-- layers, plus the experts (experts, expert_hidden), the towers (hidden,
+	-- empty for none), and the labels (one task and head each; default every
+	-- label of data.train, in order) with their loss weights (default 1).
+	mmoe = {
+		{ "optimizer", "section" },
+		{ "l2", "num", min = 0, max = L.flt_max, default = 0.0 },
+		{ "sparse_optimizer", "section" },
+		{ "dense_optimizer", "section" },
+		{ "emb_dim", "dims", min = 1, max = L.emb_dim, default = 8 },
+		{ "pooling", "str", enum = { "sum", "mean" }, default = "sum" },
+		{ "init_scale", "num", min = 0, max = L.flt_max, default = 0.01 },
+		{ "admission", "section" },
+		{ "ttl", "int", min = 0, default = 0 },
+		{ "dense_transform", "str", enum = { "log1p", "none" }, default = "log1p" },
+		{ "labels", "strs", maxlen = L.labels },
+		{ "weights", "nums", min = 0, max = L.flt_max, maxlen = L.labels },
+		{ "experts", "int", min = 1, max = 64, default = 4 },
+		{ "expert_hidden", "ints", min = 1, max = L.layer, maxlen = 15, default = { 64, 32 } },
+		{ "hidden", "ints", min = 1, max = L.layer, maxlen = 16, default = { 16 } },
 		{ "activation", "str", enum = { "relu", "sigmoid", "none" }, default = "relu" },
 	},
 	-- A layer graph written in the job (docs/models.md, "Writing a model in

@@ -277,6 +277,45 @@ function check.ints(self, node, key, path, v, f)
 	return out
 end
 
+-- A non-empty list of non-empty strings (mmoe's labels).
+function check.strs(self, node, key, path, v, f)
+	if type(v) ~= "table" or common.tag(v) or #v == 0 then
+		return self:ferr(node, key, "%s must be a non-empty list of names, got %s", path,
+			show(v))
+	end
+	if f.maxlen and #v > f.maxlen then
+		return self:ferr(node, key, "%s has %d entries, at most %d allowed",
+			path, #v, f.maxlen)
+	end
+	local out = {}
+	for i = 1, #v do
+		if type(v[i]) ~= "string" or v[i] == "" then
+			return self:ferr(node, key, "%s[%d] must be a name (a non-empty string), " ..
+				"got %s", path, i, show(v[i]))
+		end
+		out[i] = v[i]
+	end
+	return out
+end
+
+-- A list of numbers (mmoe's loss weights), each checked as f's num.
+function check.nums(self, node, key, path, v, f)
+	if type(v) ~= "table" or common.tag(v) then
+		return self:ferr(node, key, "%s must be a list of numbers, got %s", path, show(v))
+	end
+	if f.maxlen and #v > f.maxlen then
+		return self:ferr(node, key, "%s has %d entries, at most %d allowed",
+			path, #v, f.maxlen)
+	end
+	local out = {}
+	for i = 1, #v do
+		local x = check.num(self, node, key, path .. "[" .. i .. "]", v[i], f)
+		if x == nil then return nil end
+		out[i] = x
+	end
+	return out
+end
+
 -- One integer (every slot) or a list of integers (one per slot); the
 -- caller checks the list's length against the data's slots.
 function check.dims(self, node, key, path, v, f)
@@ -951,6 +990,9 @@ function V:graph(node, tbl, out, train)
 			if not src or src.kind ~= "mmoe" then
 				lerr("slice input '%s' is not an mmoe (it is %s); slice reads one " ..
 					"task's columns of an mmoe", l[1], src and src.kind or "no layer")
+			elseif not src.b or #src.sizes == 0 then
+				-- the mmoe itself was refused (said at its line): no width to take
+				ok = false
 			elseif f.task < 1 or f.task > src.b then
 				lerr("slice: task %d of an mmoe with %d task%s ('%s'); tasks are " ..
 					"numbered from 1", f.task, src.b, src.b == 1 and "" or "s", l[1])
@@ -1346,6 +1388,28 @@ function V:model(root, v, train)
 		out.type, out.hidden, out.dense_transform, out.activation = "graph", {}, nil, "relu"
 		if #self.errs == nerr then
 			self:graph(node, presets.graph(name, m, node.loc), out, train)
+		end
+	elseif name == "mmoe" then
+		-- As din: C gets the graph (with its heads) that presets.lua builds.
+		-- One task per label: the model's labels, else every label of
+		-- data.train in order (V:heads checks them against the data).
+		local labels = m.labels
+		if labels == nil then
+			labels = train and train.labels ~= false and (train.labels or { "label" }) or
+				{ "label" }
+		end
+		if m.weights and #m.weights ~= #labels then
+			self:ferr(node, "weights", "model.weights has %d entr%s and the model %d " ..
+				"label%s (%s): one loss weight per label", #m.weights,
+				#m.weights == 1 and "y" or "ies", #labels, #labels == 1 and "" or "s",
+				table.concat(labels, ", "))
+		end
+		out.type, out.hidden, out.dense_transform, out.activation = "graph", {}, nil, "relu"
+		if #self.errs == nerr then
+			local mm = {}
+			for k, v in pairs(m) do mm[k] = v end
+			mm.labels = labels
+			self:graph(node, presets.graph(name, mm, node.loc), out, train)
 		end
 	elseif #self.errs == nerr then
 		-- A preset is the graph its Lua function builds (presets.lua), from

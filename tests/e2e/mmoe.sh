@@ -9,7 +9,10 @@
 #  - its export, read back by `strata eval` (the node lines rebuild the
 #    graph), gives the job's eval AUC;
 #  - `strata check` accepts the job and `strata plan` prints the mmoe layer
-#    with its parameters and FLOPs, and the slices.
+#    with its parameters and FLOPs, and the slices;
+#  - jobs/mmoe.lua (st.model.mmoe: a task, tower and head per label) on
+#    two-label data (gen --labels 2) learns both labels (each eval AUC
+#    above 0.6) and its export predicts one score column per head.
 # Usage: mmoe.sh PATH/TO/strata
 set -u
 strata=$1
@@ -63,6 +66,26 @@ if "$strata" check "${job[@]:0:1}" >"$tmp/out_check" 2>&1 &&
    grep -Eq "^ +5  t2 +slice +m +32 +0 +0$" "$tmp/out_plan"; then
   ok "strata check accepts the job; plan prints the mmoe layer (66928 parameters, 400816 FLOPs) and its slices"
 else bad "strata check / plan of jobs/mmoe_graph.lua"; fi
+
+# The preset on two labels.
+"$strata" gen --rows 20000 --eval-rows 4000 --files 1 --vocab 2000 --seed 5 --labels 2 \
+  --out "$tmp/d2" >/dev/null 2>&1 || bad "gen --labels 2"
+pjob=(jobs/mmoe.lua --no-pin --set 'data.generate=nil'
+  --set "data.train.path=\"$tmp/d2/train-*.tsv\"" --set "data.eval.path=\"$tmp/d2/eval.tsv\""
+  --set stages.read.batch_size=1024 --set stages.train.minibatch=256 --set epochs=2)
+"$strata" run "${pjob[@]}" --set "export={dir=\"$tmp/px\"}" >"$tmp/out_preset" 2>&1; prc=$?
+ca=$(grep -o 'eval *auc [0-9.]*' "$tmp/out_preset" | grep -o '[0-9.]*$')
+va=$(grep -o 'eval *auc_conversion [0-9.]*' "$tmp/out_preset" | grep -o '[0-9.]*$')
+if [ $prc = 0 ] && [ -n "$ca" ] && [ -n "$va" ] &&
+   awk -v c="$ca" -v v="$va" 'BEGIN { exit !(c > 0.6 && v > 0.6) }'; then
+  ok "st.model.mmoe learns both labels (eval auc click $ca, conversion $va)"
+else bad "st.model.mmoe on two labels (exit $prc, auc '$ca' / '$va')"; fi
+"$strata" predict "$tmp/px" "$tmp/d2/eval.tsv" --job jobs/mmoe.lua >"$tmp/pred" \
+  2>"$tmp/out_pred"; qrc=$?
+rows=$(awk -F'\t' 'NR > 1 && NF == 2' "$tmp/pred" | wc -l)
+if [ $qrc = 0 ] && [ "$rows" = 4000 ] && head -n 1 "$tmp/pred" | grep -q conversion; then
+  ok "its export predicts two score columns (click, conversion) for all 4000 rows"
+else bad "mmoe predict (exit $qrc, $rows two-column rows; header '$(head -n 1 "$tmp/pred")')"; fi
 
 echo "mmoe: $pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -32,60 +32,9 @@
 #include "ops/nn/model.h"
 #include "ops/train/checkpoint.h"
 #include "runtime/err.h"
+#include "presets_util.h"
 
 enum { ND = 13, NS = 26, NEX = 16, STEPS = 3 };
-
-/* Writes `model` (a Lua expression; `pre` runs before it) into a criteo
- * job file and loads it. Returns the job, or NULL with the messages in
- * *diag when want_ok is 0 (the caller frees them); a job that should load
- * and does not fails the test with its messages. *path gets the file's
- * name (caller frees). */
-static const char *const criteo_data = "st.data.criteo { path = \"none-*.tsv\" }";
-
-/* load_job with data.train = `data` (a Lua expression). */
-static st_job_t *load_job_data(const char *data, const char *pre, const char *model,
-			       int want_ok, st_diag_t *diag, char **path)
-{
-	const char *tmp = getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-	char *p = malloc(strlen(tmp) + 32);
-	assert_non_null(p);
-	sprintf(p, "%s/test_presets_XXXXXX.lua", tmp);
-	int fd = mkstemps(p, 4);
-	assert_true(fd >= 0);
-	FILE *f = fdopen(fd, "w");
-	assert_non_null(f);
-	fprintf(f, "%s\nreturn st.job {\n  name = \"presets\",\n  seed = 7,\n"
-		"  data = { train = %s },\n"
-		"  model = %s,\n}\n", pre ? pre : "", data, model);
-	fclose(f);
-	st_load_opts_t o = { .stdlib_dir = "stdlib", .check_paths = 0 };
-	st_job_t *job = NULL;
-	st_diag_t d;
-	int rc = st_job_load(p, &o, &job, &d);
-	if (want_ok) {
-		for (int k = 0; k < d.n; k++)
-			fprintf(stderr, "%s\n", d.msg[k]);
-		if (rc != ST_OK)
-			fail_msg("job with model %s does not load", model);
-		st_diag_free(&d);
-	} else {
-		assert_int_not_equal(rc, ST_OK);
-		*diag = d;
-	}
-	if (path)
-		*path = p;
-	else {
-		unlink(p);
-		free(p);
-	}
-	return job;
-}
-
-static st_job_t *load_job(const char *pre, const char *model, int want_ok, st_diag_t *diag,
-			  char **path)
-{
-	return load_job_data(criteo_data, pre, model, want_ok, diag, path);
-}
 
 /* A batch of Criteo shape: NEX examples; dense values negative, zero and
  * positive (log1p clamps at 0); one key per slot, a second one (value 0.5)
@@ -123,40 +72,6 @@ static st_batch_t *make_batch(uint32_t *n_uniq)
 	return b;
 }
 
-/* The two models (of n_slots slots) have the same tensor table, initial
- * values, row layout, nodes and FLOPs. */
-static void assert_same_table(st_model_t *a, st_model_t *c, int n_slots)
-{
-	assert_int_equal(st_model_ntensors(a), st_model_ntensors(c));
-	assert_int_equal(st_model_nparams(a), st_model_nparams(c));
-	for (int i = 0; i < st_model_ntensors(a); i++) {
-		const st_tensor_info_t *ta = st_model_tensor(a, i), *tc = st_model_tensor(c, i);
-		assert_string_equal(ta->name, tc->name);
-		assert_int_equal(ta->offset, tc->offset);
-		assert_int_equal(ta->ndim, tc->ndim);
-		assert_int_equal(ta->shape[0], tc->shape[0]);
-		assert_int_equal(ta->shape[1], tc->shape[1]);
-	}
-	assert_memory_equal(st_model_params(a), st_model_params(c),
-			    st_model_nparams(a) * sizeof(float));
-	assert_int_equal(st_model_has_wide(a), st_model_has_wide(c));
-	assert_int_equal(st_model_max_row_dim(a), st_model_max_row_dim(c));
-	for (int s = 0; s < n_slots; s++)
-		assert_int_equal(st_model_row_dim(a, s), st_model_row_dim(c, s));
-	assert_true(st_model_flops_per_example(a) == st_model_flops_per_example(c));
-	const st_lgraph_t *ga = st_model_graph(a), *gc = st_model_graph(c);
-	assert_int_equal(st_lgraph_nnodes(ga), st_lgraph_nnodes(gc));
-	for (int i = 0; i < st_lgraph_nnodes(ga); i++) {
-		st_lgraph_node_info_t na, nc;
-		assert_int_equal(st_lgraph_node_info(ga, i, &na), ST_OK);
-		assert_int_equal(st_lgraph_node_info(gc, i, &nc), ST_OK);
-		assert_string_equal(na.kind, nc.kind);
-		assert_int_equal(na.width, nc.width);
-		assert_int_equal(na.n_in, nc.n_in);
-		assert_memory_equal(na.in, nc.in, sizeof(int) * (size_t)na.n_in);
-		assert_int_equal(na.nparams, nc.nparams);
-	}
-}
 
 /* Builds cfg a and cfg c for the job's data and checks they are the same
  * model bit for bit: the table, then STEPS steps of SGD (lr 0.1 on the
