@@ -58,6 +58,7 @@ PRESETS = {
     "din": ("relu", "sum"),
     "mmoe": ("relu", "sum"),
     "mtl": ("relu", "sum"),
+    "mmoe_mtl": ("relu", "sum"),
 }
 
 # mtl (a layer graph with two heads, jobs/mtl.lua's shape; models.MTL):
@@ -68,6 +69,11 @@ PRESETS = {
 # from the fixture's generator). Record cfg.heads (f64: the weights) tells
 # the C side to build the graph with one head per label.
 MTL_WEIGHTS = (1.0, 0.5)
+# mmoe_mtl (st.model.mmoe's graph on two labels; models.MMoEGraph with
+# heads=True): the mmoe fixtures' experts, gates and towers, but each
+# tower's logit the head of its label (out0: click, out1: conversion), with
+# mtl's labels and loss weights.
+HEADS = ("mtl", "mmoe_mtl")
 
 # din (a layer graph, jobs/din.lua; models.DIN): DIN's attention over slot
 # DIN_K (MULTI_SLOT: 0-3 weighted keys, an empty sequence in ~25% of the
@@ -311,9 +317,9 @@ def make_fixture(preset, oname, seed):
     dim = 1 if preset == "lr" else DIM
     rdim = models.row_dim(preset, dim)
     rank = CROSS_RANK if oname in LOW_RANK_OPTIMS else 0
-    if preset == "mmoe":
+    if preset in ("mmoe", "mmoe_mtl"):
         model = models.MMoEGraph(N_DENSE, N_SLOTS, dim, HIDDEN, act, MMOE_E, MMOE_SIZES,
-                                 MMOE_ACT, MMOE_T)
+                                 MMOE_ACT, MMOE_T, heads=preset == "mmoe_mtl")
     elif preset == "mtl":
         model = models.MTL(N_DENSE, N_SLOTS, dim, HIDDEN, act)
     elif preset == "din":
@@ -335,7 +341,7 @@ def make_fixture(preset, oname, seed):
               for s in range(N_SLOTS)]
     multihot = oname == "multihot"
     batches = make_batches_multihot(gen) if multihot else make_batches(gen)
-    if preset == "mtl":
+    if preset in HEADS:
         for b in batches:
             click = b["labels"]
             conv = click * (torch.rand(len(click), generator=gen) < 0.5).numpy().astype(np.float32)
@@ -363,12 +369,12 @@ def make_fixture(preset, oname, seed):
         pools = pools or [1] * N_SLOTS
         pools[DIN_K] = 3                          # none: the sequence
         assert pools[DIN_Q] == 1, "the query slot must pool by sum"
-    if preset == "mmoe":
+    if preset in ("mmoe", "mmoe_mtl"):
         acts = {"none": 0, "relu": 1, "sigmoid": 2}
         w.add("cfg.mmoe", u32(MMOE_E, MMOE_T, acts[MMOE_ACT], *MMOE_SIZES))
     if pools:
         w.add("cfg.slot_pooling", u32(*pools))
-    if preset == "mtl":
+    if preset in HEADS:
         w.add("cfg.heads", np.array(MTL_WEIGHTS, np.float64))
     w.add("cfg.minibatch", u32(MB))
     w.add("cfg.steps", u32(STEPS))
@@ -421,11 +427,11 @@ def make_fixture(preset, oname, seed):
                                     torch.from_numpy(b["local"]),
                                     torch.from_numpy(b["vals"]))
             logit = model(pooled, K, ex, torch.from_numpy(b["dense"]))
-        elif preset == "mmoe":
+        elif preset in ("mmoe", "mmoe_mtl"):
             logit = model(pooled, torch.from_numpy(b["dense"]))
         else:
             logit = model(pooled, wide, torch.from_numpy(b["dense"]))
-        if preset == "mtl":
+        if preset in HEADS:
             y = torch.from_numpy(b["labels"])
             loss = sum(wh * lossf(logit[:, h], y[:, h]) for h, wh in enumerate(MTL_WEIGHTS))
         else:

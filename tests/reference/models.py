@@ -41,9 +41,9 @@ import torch
 from torch import nn
 
 HAS_WIDE = {"lr": True, "dnn": False, "wdl": True, "deepfm": True, "dlrm": False,
-            "dcnv2": False, "din": False, "mmoe": False, "mtl": False}
+            "dcnv2": False, "din": False, "mmoe": False, "mtl": False, "mmoe_mtl": False}
 HAS_EMB = {"lr": False, "dnn": True, "wdl": True, "deepfm": True, "dlrm": True,
-           "dcnv2": True, "din": True, "mmoe": True, "mtl": True}
+           "dcnv2": True, "din": True, "mmoe": True, "mtl": True, "mmoe_mtl": True}
 
 
 def row_dim(preset, dim):
@@ -237,11 +237,14 @@ class MMoEGraph(nn.Module):
     """jobs/mmoe_graph.lua's graph with one head: m = MMoE(concat(e, x)),
     then per task t a tower (MLP of `hidden` with the activation) over
     task t's columns and a linear layer to 1; the logit is the towers' sum
-    (both gates get a gradient from one label)."""
+    (both gates get a gradient from one label). heads=True: no sum, one
+    logit per task -> [n, T], task t the head of label t (st.model.mmoe's
+    graph, fixtures mmoe_mtl_*)."""
 
     def __init__(self, n_dense, n_slots, dim, hidden, activation, n_experts, expert_sizes,
-                 expert_activation, n_tasks, dense_transform="log1p"):
+                 expert_activation, n_tasks, dense_transform="log1p", heads=False):
         super().__init__()
+        self.heads = heads
         self.act = act_fn(activation)
         self.dense_transform = dense_transform
         self.h = expert_sizes[-1]
@@ -265,8 +268,12 @@ class MMoEGraph(nn.Module):
             z = o[:, t * self.h:(t + 1) * self.h]
             for lin in getattr(self, "tower%d" % t):
                 z = self.act(lin(z))
-            z = getattr(self, "out%d" % t)(z).squeeze(1)
-            logit = z if logit is None else logit + z
+            z = getattr(self, "out%d" % t)(z)
+            if self.heads:
+                logit = z if logit is None else torch.cat([logit, z], dim=1)
+            else:
+                z = z.squeeze(1)
+                logit = z if logit is None else logit + z
         return logit
 
 

@@ -67,16 +67,18 @@
  * (jobs/mmoe_graph.lua) with MMoE and two task towers, built by mmoe_graph
  * from cfg.mmoe. */
 /* "mtl": a layer graph with two heads (jobs/mtl.lua's shape), built by
- * mtl_graph; labels [n × 2], logits and predictions [n × 2]. */
+ * mtl_graph; labels [n × 2], logits and predictions [n × 2]. "mmoe_mtl":
+ * st.model.mmoe's graph on two labels — mmoe's graph with each tower's
+ * logit the head of its label (mmoe_graph with cfg.heads). */
 static const char *const presets[] = { "lr", "dnn", "wdl", "deepfm", "dlrm", "dcnv2",
-				       "din", "mmoe", "mtl" };
+				       "din", "mmoe", "mtl", "mmoe_mtl" };
 /* "multihot": sgd on list fields pooled per slot (sum or mean, overriding
  * the preset's pooling), the reference pooled by nn.EmbeddingBag with
  * per-sample offsets (make_fixtures.py, MULTIHOT). */
 static const char *const optims[] = { "sgd", "adagrad", "adagrad_row", "adam", "ftrl",
 				      "multihot" };
-#define N_PRESETS 8
-#define N_OPTIMS 6
+#define N_PRESETS ((int)(sizeof presets / sizeof presets[0]))
+#define N_OPTIMS ((int)(sizeof optims / sizeof optims[0]))
 
 /* Everything one fixture needs on the C side. */
 typedef struct par {
@@ -198,7 +200,9 @@ static void din_graph(const st_fixture_t *fx, st_model_cfg_t *c)
  * mmoe "m" over h from cfg.mmoe = { experts, tasks, expert activation,
  * expert sizes... }, then per task t < 2 a slice of its columns, mlp
  * "tower<t>" of cfg.hidden with the preset's activation and linear "out<t>";
- * the logit adds out0 and out1. */
+ * the logit adds out0 and out1 — or, with record cfg.heads (mmoe_mtl),
+ * out0 and out1 are the heads of labels 0 (click) and 1 (conversion) with
+ * its loss weights. */
 static void mmoe_graph(const st_fixture_t *fx, st_model_cfg_t *c)
 {
 	size_t n;
@@ -233,11 +237,23 @@ static void mmoe_graph(const st_fixture_t *fx, st_model_cfg_t *c)
 					.a = 1 };
 		snprintf(o->name, sizeof o->name, "out%d", t);
 	}
+	c->type = "graph";
+	const double *w = st_fixture_f64(fx, "cfg.heads", &n);
+	if (w) {
+		assert_int_equal(n, 2);
+		c->n_nodes = 10;
+		c->node_out = 7;
+		c->n_heads = 2;
+		c->heads[0] = (st_model_head_t){ .node = 7, .label = 0, .weight = w[0],
+						 .name = "click" };
+		c->heads[1] = (st_model_head_t){ .node = 9, .label = 1, .weight = w[1],
+						 .name = "conversion" };
+		return;
+	}
 	nd[10] = (st_model_node_t){ .kind = ST_NODE_ADD, .name = "logit", .n_in = 2,
 				    .in = { 7, 9 } };
 	c->n_nodes = 11;
 	c->node_out = 10;
-	c->type = "graph";
 }
 
 /* The mtl fixtures' graph (models.MTL): embed e, dense x, concat(e, x),
@@ -339,6 +355,10 @@ static void par_open(par_t *p, const char *name)
 		din_graph(fx, c);
 	else if (!strcmp(c->type, "mmoe"))
 		mmoe_graph(fx, c);
+	else if (!strcmp(c->type, "mmoe_mtl")) {
+		mmoe_graph(fx, c);
+		p->n_heads = 2;
+	}
 	else if (!strcmp(c->type, "mtl")) {
 		mtl_graph(fx, c);
 		p->n_heads = 2;
