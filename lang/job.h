@@ -283,6 +283,7 @@ typedef struct st_job {
 				* comes with st_trainer_attach_dist) */
 	int dist_compress;     /* compressed pulls and pushes on the wire */
 	double dist_timeout;   /* seconds before a silent peer counts as dead */
+	int dist_prefetch;     /* step reads issued ahead per worker; -1 = default */
 	char *metrics_path;    /* JSON-lines metrics file; NULL = none */
 	double progress_secs;  /* seconds between progress lines (default 1) */
 

@@ -567,6 +567,7 @@ static int convert(lua_State *L)
 	j->dist_owners = get_i32(L, t, "dist_owners", 0);
 	j->dist_compress = get_bool(L, t, "dist_compress");
 	j->dist_timeout = get_num(L, t, "dist_timeout", 60.0);
+	j->dist_prefetch = get_i32(L, t, "dist_prefetch", -1);
 	j->resume = get_bool(L, t, "resume");
 	j->export_dir = get_str(L, t, "export_dir");
 	j->export_delta = get_bool(L, t, "export_delta");

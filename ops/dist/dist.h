@@ -130,6 +130,38 @@ int st_dist_pull_step(st_dist_t *d, st_dist_stepbuf_t *s, const uint64_t *keys,
 st_dist_stepbuf_t *st_dist_stepbuf_create(const st_dist_t *d, int w);
 void st_dist_stepbuf_destroy(st_dist_stepbuf_t *s);
 
+/* Prefetched step reads (dist.prefetch; steprows.c has why): at most this
+ * many reads of one worker in flight while it trains, besides the one it
+ * waits for. */
+#define ST_DIST_STEP_MAX_AHEAD 8
+
+/* Issues a step read of keys[idx[q]] (table[idx[q]]), q < n, and returns
+ * without waiting: the other owners answer while the caller trains. The
+ * keys are copied (keys, table and idx need not outlive the call); buf
+ * (q-th row at buf + q * stride) and ok[q] are the caller's and are
+ * written by the st_dist_step_wait that completes this read, so they must
+ * stay valid and unread until then. The row sees the pushes this rank
+ * sent its owner before the submit (not those after: up to the reads in
+ * flight of staleness more); keys this rank owns are read at the wait.
+ * At most ST_DIST_STEP_MAX_AHEAD + 1 reads in flight per stepbuf (more is
+ * misuse: an assert, ST_EINVAL). Not mixed with st_dist_pull_step on one
+ * stepbuf while reads are in flight. ST_OK, ST_EPEER, ST_ENOMEM; on an
+ * error call st_dist_step_cancel. One thread per stepbuf. */
+int st_dist_step_submit(st_dist_t *d, st_dist_stepbuf_t *s, const uint64_t *keys,
+			const uint8_t *table, const uint32_t *idx, uint32_t n, uint32_t stamp,
+			float *buf, size_t stride, uint8_t *ok);
+/* Completes the oldest read in flight (FIFO): its own keys from this
+ * rank's tables, the other owners' answers (waiting for those not yet
+ * here: counted in stats.step_waits). ST_OK, ST_EPEER, ST_ENOMEM; the read
+ * is no longer in flight either way (on an error, cancel the rest). */
+int st_dist_step_wait(st_dist_t *d, st_dist_stepbuf_t *s);
+/* Drops the reads in flight, receiving and discarding the answers they
+ * are owed (so the next read does not take them for its own). Returns
+ * once every owner answered, died, or the network was cancelled. */
+void st_dist_step_cancel(st_dist_t *d, st_dist_stepbuf_t *s);
+/* Reads in flight (submitted, not yet waited for). */
+int st_dist_step_inflight(const st_dist_stepbuf_t *s);
+
 /* One step's row gradients of this rank: grad + i * gstride for keys[i]
  * (dim of its table floats). sync: step `step` of a synchronous policy
  * (every rank calls this for every step, n may be 0); else applied on
@@ -251,6 +283,13 @@ typedef struct st_dist_stats {
 	uint64_t pushes, rows_pushed;     /* received and applied by this owner */
 	uint64_t buf_steps;               /* buffered global steps applied here */
 	uint64_t buf_rows_dropped;        /* row gradients dropped as too stale here */
+	/* Train workers' step reads that asked another rank (each one of
+	 * the round trips above); of them, those issued while an earlier
+	 * read of the same worker was in flight (prefetched, dist.prefetch),
+	 * and those whose answer the worker had to wait for (not there within
+	 * the network's ~50 us poll when it reached the minibatch; without
+	 * prefetch, every one). */
+	uint64_t step_reads, step_reads_ahead, step_waits;
 } st_dist_stats_t;
 void st_dist_stats(const st_dist_t *d, st_dist_stats_t *out);
 

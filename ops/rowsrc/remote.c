@@ -23,7 +23,11 @@
  * row misses only the updates in flight at that moment (PERSIA's bounded
  * staleness, Section 5), whatever the read batch size; the batch's copies
  * then only say which keys are admitted. Each worker has its own reply
- * channel (stepbuf), made at its first read.
+ * channel (stepbuf), made at its first read. With dist.prefetch the
+ * trainer issues a worker's reads of its next minibatches ahead
+ * (step_submit) and collects each when it gets there (step_wait): the
+ * round trip is hidden behind the minibatches before it, and the row
+ * misses their updates too (ops/dist/steprows.c).
  *
  * The rank's own shard is a local source that the service thread answers
  * from; maintain (TTL sweeps, memory warnings) and metrics go to it.
@@ -112,6 +116,16 @@ static void remote_metrics(st_rowsrc_t *s, st_metrics_t *m)
 	st_rowsrc_metrics(((remote_src_t *)s)->shard, m);
 }
 
+/* Worker w's reply channel, made at its first read. */
+static st_dist_stepbuf_t *stepbuf(remote_src_t *R, int w)
+{
+	if (w < 0 || w >= R->n_workers)
+		return NULL;
+	if (!R->sb[w])
+		R->sb[w] = st_dist_stepbuf_create(R->dist, w);
+	return R->sb[w];
+}
+
 static int remote_read_step(st_rowsrc_t *s, int w, const st_batch_t *b, const uint8_t *table,
 			    const uint32_t *idx, uint32_t n, float *buf, size_t stride,
 			    uint8_t *ok)
@@ -119,10 +133,37 @@ static int remote_read_step(st_rowsrc_t *s, int w, const st_batch_t *b, const ui
 	remote_src_t *R = (remote_src_t *)s;
 	if (w < 0 || w >= R->n_workers)
 		return ST_EINVAL;
-	if (!R->sb[w] && !(R->sb[w] = st_dist_stepbuf_create(R->dist, w)))
+	st_dist_stepbuf_t *sb = stepbuf(R, w);
+	if (!sb)
 		return ST_ENOMEM;
-	return st_dist_pull_step(R->dist, R->sb[w], b->uniq, table, idx, n, (uint32_t)b->seq, buf,
+	return st_dist_pull_step(R->dist, sb, b->uniq, table, idx, n, (uint32_t)b->seq, buf,
 				 stride, ok);
+}
+
+static int remote_step_submit(st_rowsrc_t *s, int w, const st_batch_t *b, const uint8_t *table,
+			      const uint32_t *idx, uint32_t n, float *buf, size_t stride,
+			      uint8_t *ok)
+{
+	remote_src_t *R = (remote_src_t *)s;
+	st_dist_stepbuf_t *sb = stepbuf(R, w);
+	if (!sb)
+		return w < 0 || w >= R->n_workers ? ST_EINVAL : ST_ENOMEM;
+	return st_dist_step_submit(R->dist, sb, b->uniq, table, idx, n, (uint32_t)b->seq, buf,
+				   stride, ok);
+}
+
+static int remote_step_wait(st_rowsrc_t *s, int w)
+{
+	remote_src_t *R = (remote_src_t *)s;
+	st_dist_stepbuf_t *sb = stepbuf(R, w);
+	return sb ? st_dist_step_wait(R->dist, sb) : ST_EINVAL;
+}
+
+static void remote_step_cancel(st_rowsrc_t *s, int w)
+{
+	remote_src_t *R = (remote_src_t *)s;
+	if (w >= 0 && w < R->n_workers && R->sb[w])
+		st_dist_step_cancel(R->dist, R->sb[w]);
 }
 
 static const uint64_t *remote_versions(st_rowsrc_t *s, const st_batch_t *b)
@@ -151,6 +192,10 @@ static const st_rowsrc_methods_t remote_methods = {
 	.destroy = remote_destroy,
 	.read_step = remote_read_step,
 	.versions = remote_versions,
+	.step_submit = remote_step_submit,
+	.step_wait = remote_step_wait,
+	.step_cancel = remote_step_cancel,
+	.step_ahead_max = ST_DIST_STEP_MAX_AHEAD,
 };
 
 int st_rowsrc_remote_create(st_rowsrc_t **out, const st_rowsrc_remote_cfg_t *cfg)

@@ -73,8 +73,10 @@
  * rank died); ST_ECANCELED (stop() said so while waiting). After a failed
  * resolve b->rows is undefined.
  *
- * Optional methods (NULL when a backend has none): read_step, versions.
- * A caller checks st_rowsrc_can_read_step before using read_step.
+ * Optional methods (NULL when a backend has none): read_step, versions,
+ * and (version 2) step_submit / step_wait / step_cancel. A caller checks
+ * st_rowsrc_can_read_step before using read_step, and
+ * st_rowsrc_step_ahead_max before issuing reads ahead.
  *
  * Adding a backend (the GPU HBM tier, say): one file ops/rowsrc/<name>.c
  * with its header <name>.h declaring st_rowsrc_<name>_create and its
@@ -99,7 +101,7 @@
 #include "runtime/graph.h"
 #include "runtime/metrics.h"
 
-#define ST_ROWSRC_VERSION 1
+#define ST_ROWSRC_VERSION 2
 #define ST_ROWSRC_MAX_TABLES 16
 #define ST_ROWSRC_MAX_THREADS ST_MAX_STAGE_THREADS
 
@@ -157,6 +159,25 @@ typedef struct st_rowsrc_methods {
 	/* Optional: the version each owner's rows had when batch b was
 	 * resolved ([owners], the GBA token of ops/dist/psbuf.c), or NULL. */
 	const uint64_t *(*versions)(st_rowsrc_t *s, const st_batch_t *b);
+
+	/* Version 2. Optional: read_step split in two, so that worker w can
+	 * issue the reads of its next minibatches while it trains the
+	 * current one (the prefetch, dist.prefetch). step_submit issues a
+	 * read of keys b->uniq[idx[q]], q < n, and returns without waiting;
+	 * step_wait completes worker w's oldest read in flight: for q < n,
+	 * the row's floats into buf + q * stride (compact, unlike read_step)
+	 * and ok[q] as read_step's ok. buf and ok are the caller's until that
+	 * wait; idx is copied. A submitted read misses the updates pushed
+	 * after its submit (the source says how many reads may be in flight:
+	 * step_ahead_max besides the one waited for). step_cancel drops
+	 * worker w's reads in flight (after an error). Thread rules as
+	 * read_step's. ST_OK, ST_EPEER, ST_ENOMEM. */
+	int (*step_submit)(st_rowsrc_t *s, int w, const st_batch_t *b, const uint8_t *table,
+			   const uint32_t *idx, uint32_t n, float *buf, size_t stride,
+			   uint8_t *ok);
+	int (*step_wait)(st_rowsrc_t *s, int w);
+	void (*step_cancel)(st_rowsrc_t *s, int w);
+	int step_ahead_max;
 } st_rowsrc_methods_t;
 
 struct st_rowsrc {
@@ -196,6 +217,31 @@ static inline int st_rowsrc_read_step(st_rowsrc_t *s, int w, const st_batch_t *b
 				      float *buf, size_t stride, uint8_t *ok)
 {
 	return s->m->read_step(s, w, b, table, idx, n, buf, stride, ok);
+}
+
+/* Whether the source can issue step reads ahead (version 2, step_submit):
+ * the most reads a worker may have in flight besides the one it waits
+ * for, or 0. */
+static inline int st_rowsrc_step_ahead_max(const st_rowsrc_t *s)
+{
+	return s->m->version >= 2 && s->m->step_submit ? s->m->step_ahead_max : 0;
+}
+
+static inline int st_rowsrc_step_submit(st_rowsrc_t *s, int w, const st_batch_t *b,
+					const uint8_t *table, const uint32_t *idx, uint32_t n,
+					float *buf, size_t stride, uint8_t *ok)
+{
+	return s->m->step_submit(s, w, b, table, idx, n, buf, stride, ok);
+}
+
+static inline int st_rowsrc_step_wait(st_rowsrc_t *s, int w)
+{
+	return s->m->step_wait(s, w);
+}
+
+static inline void st_rowsrc_step_cancel(st_rowsrc_t *s, int w)
+{
+	s->m->step_cancel(s, w);
 }
 
 static inline const uint64_t *st_rowsrc_versions(st_rowsrc_t *s, const st_batch_t *b)

@@ -90,6 +90,13 @@ enum {
 	 * a checkpoint's cut then stores the mean over the ranks of the
 	 * replicas as copied (ops/train/dist_ckpt.c). kstep, shadow. */
 	ST_SYNC_RANK_REPLICAS = 16,
+	/* Multi-process ST_SYNC_STEP_ROWS policy that bounds staleness
+	 * itself (hop_bs: its clock rule lets a worker run at most b steps
+	 * ahead of the slowest): its step reads are never issued ahead
+	 * (dist.prefetch is 0 under it; a job asking for more is refused),
+	 * since a read made `depth` minibatches early would add depth
+	 * minibatches of row staleness the bound does not count. */
+	ST_SYNC_BOUNDED_STALENESS = 32,
 };
 
 /* What a policy is given at creation; every pointer outlives the policy. */

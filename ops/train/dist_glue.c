@@ -74,6 +74,10 @@ int st_trainer_attach_dist(st_trainer_t *tr, st_net_t *net, const st_job_t *job)
 		return rc;
 	}
 	tr->pol.env.dist = tr->dist.d;
+	/* Step reads issued ahead (step.c, run_free_ahead); the job says how
+	 * many, or takes the default. */
+	tr->dist.prefetch = job->dist_prefetch < 0 ? ST_TRAINER_PREFETCH_DEFAULT
+						  : job->dist_prefetch;
 	/* st.sync.auto's votes go to every rank from now on. */
 	st_auto_transport_ranks(&tr->pol.auto_tp, net);
 	rc = st_trainer_set_policy(tr, scfg);
@@ -256,6 +260,14 @@ void st__trainer_dist_metrics(st_trainer_t *tr)
 	if (tr->dist.steps)
 		st_metrics_set(tr->metrics, "net_round_trips_per_step",
 			       (double)ds.round_trips / (double)tr->dist.steps);
+	/* Step reads (async, hop_bs, shadow): how many went to another rank,
+	 * how many were issued ahead (dist.prefetch) and how many the worker
+	 * still had to wait for: the round trips left on the critical path. */
+	if (ds.step_reads) {
+		st_metrics_set(tr->metrics, "net_step_reads", (double)ds.step_reads);
+		st_metrics_set(tr->metrics, "net_step_reads_ahead", (double)ds.step_reads_ahead);
+		st_metrics_set(tr->metrics, "net_step_waits", (double)ds.step_waits);
+	}
 	st_metrics_set(tr->metrics, "dist_keys_remote", (double)ds.keys_remote);
 	st_metrics_set(tr->metrics, "dist_keys_local", (double)ds.keys_local);
 	st_metrics_set(tr->metrics, "dist_rows_pushed", (double)ds.rows_pushed);

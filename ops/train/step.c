@@ -71,6 +71,12 @@ void st__trainer_worker_free(worker_t *w)
 	free(w->touched);
 	free(w->ridx);
 	free(w->rok);
+	for (int i = 0; i < w->nps; i++) {
+		free(w->ps[i].ridx);
+		free(w->ps[i].rows);
+		free(w->ps[i].ok);
+	}
+	free(w->ps);
 	for (int h = 0; h < ST_MODEL_MAX_HEADS; h++)
 		st_auc_acc_destroy(w->acc[h]);
 }
@@ -101,6 +107,22 @@ void st_trainer_worker_stats(const st_trainer_t *tr, int w, uint64_t *minibatche
 static int step_rows(const st_trainer_t *tr)
 {
 	return (tr->pol.ops->flags & ST_SYNC_STEP_ROWS) && st_rowsrc_can_read_step(tr->rows.src);
+}
+
+/* The step reads a worker issues ahead of the minibatch it trains
+ * (dist.prefetch): FREE policies with step rows from a source that can
+ * (remote), not the policies that bound staleness themselves (hop_bs:
+ * its clock rule counts steps, not rows read early), at most what the
+ * source allows. 0: each minibatch reads its rows right before it. */
+static int step_ahead(const st_trainer_t *tr)
+{
+	const st_sync_ops_t *ops = tr->pol.ops;
+	if (!step_rows(tr) || ops->schedule != ST_SYNC_FREE ||
+	    (ops->flags & ST_SYNC_BOUNDED_STALENESS))
+		return 0;
+	const int max = st_rowsrc_step_ahead_max(tr->rows.src);
+	const int d = tr->dist.prefetch;
+	return d < max ? d : max;
 }
 
 int st__trainer_size_workers(st_trainer_t *tr, uint32_t n_uniq)
@@ -180,6 +202,60 @@ static int read_step_rows(st_trainer_t *tr, worker_t *w, const st_batch_t *b, ui
 	return rc;
 }
 
+/* Prefetch: issues minibatch mb's step read into ps (its admitted rows,
+ * found as compute() finds them: first occurrence, key order) without
+ * waiting. Uses the worker's mark with a stamp of its own; no submit
+ * comes between a compute() and its apply, whose gradients carry mark. */
+static int submit_read(st_trainer_t *tr, worker_t *w, st_batch_t *b, uint32_t mb, pslot_t *ps)
+{
+	const uint32_t r0 = mb * tr->minibatch, n = mb_size(tr, b, mb);
+	const uint32_t occ = b->row_off[r0 + n] - b->row_off[r0];
+	const int gs = tr->gstride;
+	if (occ > ps->cap) {
+		const uint32_t cap = occ + occ / 2;
+		free(ps->ridx);
+		free(ps->rows);
+		free(ps->ok);
+		ps->ridx = malloc(sizeof(uint32_t) * cap);
+		ps->rows = malloc(sizeof(float) * cap * (size_t)gs);
+		ps->ok = malloc(cap);
+		ps->cap = ps->ridx && ps->rows && ps->ok ? cap : 0;
+		if (!ps->cap)
+			return ST_ENOMEM;
+	}
+	float *const *shared = b->rows;
+	const uint32_t stamp = ++w->stamp;
+	uint32_t m = 0;
+	for (uint32_t k = b->row_off[r0]; k < b->row_off[r0 + n]; k++) {
+		const uint32_t u = b->key_idx[k];
+		if (w->mark[u] == stamp)
+			continue;
+		w->mark[u] = stamp;
+		if (shared[u])
+			ps->ridx[m++] = u;
+	}
+	ps->mb = mb;
+	ps->m = m;
+	return st_rowsrc_step_submit(tr->rows.src, w->idx, b, st__batch_table(b), ps->ridx, m,
+				     ps->rows, (size_t)gs, ps->ok);
+}
+
+/* Prefetch: the answers of the read issued for this minibatch (ps) into
+ * w->prow, as read_step_rows does for a read made now. */
+static int wait_read(st_trainer_t *tr, worker_t *w, const st_batch_t *b, uint32_t nt,
+		     const pslot_t *ps)
+{
+	float *const *shared = b->rows;
+	int rc = st_rowsrc_step_wait(tr->rows.src, w->idx);
+	for (uint32_t i = 0; i < nt; i++)
+		w->prow[w->touched[i]] = NULL;
+	for (uint32_t q = 0; rc >= 0 && q < ps->m; q++) {
+		const uint32_t u = ps->ridx[q];
+		w->prow[u] = ps->ok[q] ? ps->rows + (size_t)q * tr->gstride : shared[u];
+	}
+	return rc;
+}
+
 /* A minibatch's training loss was NaN or infinite (worker w, any thread):
  * counted, and the first one recorded for the message (trainer.c,
  * check_nonfinite, after the round). */
@@ -234,9 +310,10 @@ static float *const *eval_rows(st_trainer_t *tr, worker_t *w, const st_batch_t *
 }
 
 /* Forward + backward of minibatch mb on worker w; fills g. ST_OK, or the
- * error of reading the step's rows (ST_SYNC_STEP_ROWS; g is then unset). */
+ * error of reading the step's rows (ST_SYNC_STEP_ROWS; g is then unset).
+ * ps: the step read issued ahead for mb (prefetch), or NULL (read now). */
 static int compute(st_trainer_t *tr, worker_t *w, st_batch_t *b, uint32_t mb,
-		   const float *params, float scale, st_sync_grads_t *g)
+		   const float *params, float scale, st_sync_grads_t *g, const pslot_t *ps)
 {
 	const uint32_t r0 = mb * tr->minibatch, n = mb_size(tr, b, mb);
 	const uint16_t *rdim = st__batch_row_dim(b);
@@ -264,7 +341,7 @@ static int compute(st_trainer_t *tr, worker_t *w, st_batch_t *b, uint32_t mb,
 		}
 	}
 	if (steprows) {
-		int rc = read_step_rows(tr, w, b, nt);
+		int rc = ps ? wait_read(tr, w, b, nt, ps) : read_step_rows(tr, w, b, nt);
 		if (rc < 0)
 			return rc;
 	}
@@ -358,6 +435,70 @@ static void after_compute(st_trainer_t *tr, worker_t *w, double t0, uint32_t n)
 
 /* ---- one batch: the schedules --------------------------------------------------- */
 
+/* FREE with step reads issued ahead (dist.prefetch = ahead > 0): worker w
+ * claims minibatches from the shared counter up to `ahead` beyond the one
+ * it trains and has their step reads in flight meanwhile, so the owners
+ * answer while it computes. Issued after the previous minibatch's push,
+ * a read misses this worker's updates of the (at most `ahead`)
+ * minibatches between it and its own: the staleness the setting buys
+ * (docs/distributed.md, "Prefetched step reads"). The reads end with the
+ * batch (its rows and keys go with it); an error cancels those in flight. */
+static void run_free_ahead(st_trainer_t *tr, worker_t *w, st_batch_t *b, int ahead)
+{
+	const uint32_t nmb = tr->step.nmb;
+	const st_sync_ops_t *ops = tr->pol.ops;
+	const int R = ahead + 1;
+	if (w->nps < R) {
+		pslot_t *p = realloc(w->ps, sizeof *p * (size_t)R);
+		if (!p) {
+			set_err(tr, ST_ENOMEM);
+			return;
+		}
+		memset(p + w->nps, 0, sizeof *p * (size_t)(R - w->nps));
+		w->ps = p;
+		w->nps = R;
+	}
+	uint32_t head = 0, len = 0;
+	int more = 1;
+	st_sync_grads_t g;
+	for (;;) {
+		while (more && len < (uint32_t)R) {
+			uint32_t mb = __atomic_fetch_add(&tr->step.next_mb, 1, __ATOMIC_RELAXED);
+			if (mb >= nmb) {
+				more = 0;
+				break;
+			}
+			int rc = submit_read(tr, w, b, mb, &w->ps[(head + len) % (uint32_t)R]);
+			if (rc < 0) {
+				set_err(tr, rc);
+				st_rowsrc_step_cancel(tr->rows.src, w->idx);
+				return;
+			}
+			len++;
+		}
+		if (!len)
+			break;
+		const pslot_t *ps = &w->ps[head];
+		head = (head + 1) % (uint32_t)R;
+		len--;
+		const uint32_t mb = ps->mb;
+		const float *params = ops->begin_step(tr->pol.obj, w->idx, w->steps - w->step_base);
+		float scale = tr->mean_loss ? 1.0f / (float)mb_size(tr, b, mb) : 1.0f;
+		double t0 = mono_s();
+		int rc = compute(tr, w, b, mb, params, scale, &g, ps);
+		if (rc < 0) {
+			set_err(tr, rc);
+			st_rowsrc_step_cancel(tr->rows.src, w->idx);
+			return;
+		}
+		after_compute(tr, w, t0, g.n_examples);
+		rc = ops->apply(tr->pol.obj, w->idx, &g);
+		if (rc < 0)
+			set_err(tr, rc);
+		w->steps++;
+	}
+}
+
 /* Worker w's share of batch tr->step.cur. Eval batches are only scored
  * (FREE order). LOCKSTEP: step s gives minibatch s*N + w to worker w, and
  * every worker calls begin_step / apply for every step (with nothing to
@@ -405,7 +546,7 @@ static void run_batch(st_trainer_t *tr, worker_t *w)
 							      tr->step.gstep - tr->step.gstep_base + s);
 			if (mb < nmb) {
 				double t0 = mono_s();
-				int rc = compute(tr, w, b, mb, params, scale, &g);
+				int rc = compute(tr, w, b, mb, params, scale, &g, NULL);
 				if (rc < 0) {
 					/* Still take part in the step (its barriers),
 					 * with nothing to give. */
@@ -422,6 +563,8 @@ static void run_batch(st_trainer_t *tr, worker_t *w)
 				set_err(tr, rc);
 			w->steps += mb < nmb;
 		}
+	} else if (step_ahead(tr) > 0) {
+		run_free_ahead(tr, w, b, step_ahead(tr));
 	} else {
 		for (;;) {
 			uint32_t mb = __atomic_fetch_add(&tr->step.next_mb, 1, __ATOMIC_RELAXED);
@@ -431,7 +574,7 @@ static void run_batch(st_trainer_t *tr, worker_t *w)
 							      w->steps - w->step_base);
 			float scale = tr->mean_loss ? 1.0f / (float)mb_size(tr, b, mb) : 1.0f;
 			double t0 = mono_s();
-			int rc = compute(tr, w, b, mb, params, scale, &g);
+			int rc = compute(tr, w, b, mb, params, scale, &g, NULL);
 			if (rc < 0) {
 				set_err(tr, rc);
 				break;

@@ -215,6 +215,10 @@ struct st_dist_stats;
  * multi-process twin of the job's policy. Before any stage runs. ST_OK,
  * ST_EJOB (a policy that does not run across processes), ST_ENOMEM. */
 int st_trainer_attach_dist(st_trainer_t *tr, struct st_net *net, const st_job_t *job);
+/* dist.prefetch when the job does not say: the step reads (async, shadow)
+ * each worker has in flight ahead of the minibatch it trains
+ * (docs/distributed.md, "Prefetched step reads"). */
+#define ST_TRAINER_PREFETCH_DEFAULT 2
 /* After training: st_dist_finish (*lost = ranks that died), then the
  * final dense parameters from rank 0 for asynchronous policies. */
 int st_trainer_dist_finish(st_trainer_t *tr, int *lost);

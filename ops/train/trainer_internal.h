@@ -42,6 +42,16 @@
 #define AUC_REFRESH 65536
 #define MAX_TABLES 16
 
+/* A step read issued ahead (dist.prefetch; step.c): minibatch mb's
+ * admitted rows ridx[0..m) (unique indices, in the order compute() meets
+ * them) and the source's answers, rows[q * gstride] and ok[q]. */
+typedef struct pslot {
+	uint32_t mb, m, cap;
+	uint32_t *ridx;            /* [cap] */
+	float *rows;               /* [cap * gstride] */
+	uint8_t *ok;               /* [cap] */
+} pslot_t;
+
 /* One worker's state (step.c): touched only by its own thread while a batch
  * runs, and by worker 0's thread between batches. */
 typedef struct worker {
@@ -57,6 +67,8 @@ typedef struct worker {
 	uint32_t *ridx;            /* [gcap] */
 	uint8_t *rok;              /* [gcap] */
 	uint32_t gcap, stamp;
+	pslot_t *ps;               /* [nps] step reads in flight (prefetch) */
+	int nps;
 	/* progressive metrics, one accumulator per head of the model */
 	st_auc_acc_t *acc[ST_MODEL_MAX_HEADS];
 	uint64_t steps;
@@ -159,6 +171,8 @@ struct tr_dist {
 	uint64_t steps;
 	uint32_t tot;
 	st_rowsrc_clock_t clock;   /* atomics: written here, read by the pull */
+	int prefetch;              /* dist.prefetch: step reads issued ahead per
+				    * worker (ST_SYNC_STEP_ROWS; step.c) */
 	st_batch_t empty;          /* the batch of a step this rank has no data for */
 };
 

@@ -95,11 +95,14 @@ S.export = {
 -- (docs/distributed.md). Ranks 0..K-1 own the sparse rows (0 = every rank);
 -- compress: unique-key lists with 16-bit indices and fp16 rows scaled by
 -- their block's max norm on the wire; timeout: seconds a rank waits for a
--- peer before calling it dead.
+-- peer before calling it dead; prefetch: minibatches whose step reads
+-- (async, shadow) a worker issues ahead of the one it trains (none given:
+-- the trainer's default; validate.lua refuses it with hop_bs).
 S.dist = {
 	{ "owners", "int", min = 0, max = L.ranks, default = 0 },
 	{ "compress", "bool", default = false },
 	{ "timeout", "num", min = 1, max = L.secs, default = 60 },
+	{ "prefetch", "int", min = 0, max = 8 },
 }
 
 -- checkpoint = { dir = ..., every = N batches, every_secs = T, keep = K }

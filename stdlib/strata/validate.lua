@@ -1796,6 +1796,26 @@ function V:job(job)
 	local d = dnode and self:record(dnode, job.dist, schema.dist) or
 		{ owners = 0, compress = false, timeout = 60 }
 	out.dist_owners, out.dist_compress, out.dist_timeout = d.owners, d.compress, d.timeout
+	-- -1: not given, the trainer's default (docs/distributed.md,
+	-- "Prefetched step reads").
+	out.dist_prefetch = d.prefetch or -1
+	if d.prefetch and d.prefetch > 0 then
+		-- hop_bs bounds staleness by its clocks; reads made early would
+		-- add rows staleness that bound does not count.
+		local function hop(sy)
+			return sy and (sy.name == "hop_bs" or hop(sy.sync) or hop(sy.async))
+		end
+		local bad = hop(out.sync)
+		for _, p in ipairs(out.phases or {}) do
+			bad = bad or hop(p.sync)
+		end
+		if bad then
+			self:ferr(dnode, "prefetch", "dist.prefetch = %d cannot be used with sync " ..
+				"policy hop_bs: its bound b counts steps, and a step read issued ahead " ..
+				"would add up to %d minibatches of row staleness it does not count " ..
+				"(leave prefetch out or set it to 0)", d.prefetch, d.prefetch)
+		end
+	end
 	if j.resume and not cnode then
 		self:ferr(root, "resume", "resume = true needs a checkpoint section (checkpoint.dir)")
 	end
