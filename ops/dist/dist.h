@@ -36,7 +36,11 @@
  * hop_bs and shadow therefore train each minibatch on rows read right before it
  * (st_dist_pull_step), not on the batch's pulled copies, so a row misses
  * only the updates in flight at that moment (Section 5's bounded
- * staleness), whatever the read batch size.
+ * staleness), whatever the read batch size. With dist.prefetch a worker
+ * issues those reads a few minibatches ahead (st_dist_step_submit) and
+ * collects them when it gets there (st_dist_step_wait), so the round trip
+ * leaves the step's critical path and a row misses at most that many
+ * more of the worker's own updates (steprows.c).
  *
  * Buffered pushes (GBA's buffers, ops/algo/gba.h; the gba and bsp
  * policies) fill per-owner gradient buffers applied every
