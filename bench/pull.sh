@@ -50,7 +50,11 @@ run() { # name P workers [args...] -> "eps rt reads ahead waits"
 		--set 'sync=st.sync.async{}' "$@") >"$log" 2>&1 ||
 		{ echo "pull.sh: $name failed, see $log" >&2; exit 1; }
 	local eps rt f=$m
-	eps=$(grep -o '([0-9.]* ex/s)' "$log" | tail -1 | tr -d '()' | cut -d' ' -f1)
+	eps=$(grep -o '([0-9.]*[kM]* ex/s)' "$log" | tail -1 | tr -d '()' | cut -d' ' -f1)
+	case $eps in
+	*k) eps=$(echo "$eps" | tr -d k | awk '{printf "%.0f", $1 * 1000}') ;;
+	*M) eps=$(echo "$eps" | tr -d M | awk '{printf "%.0f", $1 * 1000000}') ;;
+	esac
 	rt=$(grep -o '[0-9.]* round trips per step' "$log" | cut -d' ' -f1)
 	[ "$P" = 1 ] || f=$m.rank1
 	echo "$eps ${rt:-0} $(metric "$f" net_step_reads) $(metric "$f" net_step_reads_ahead) $(metric "$f" net_step_waits)"
