@@ -234,6 +234,25 @@ int st_dist_pull(st_dist_t *d, const uint64_t *keys, const uint8_t *table, uint3
 	return ST_OK;
 }
 
+/* Waits for the push to owner o still in flight (o < 0: to every owner).
+ * Pushes are submitted, not sent (st_net_send_submit): the caller goes
+ * on computing while one travels, and they stay in order with everything
+ * sent to o after them. A failed one is reported here, at the next push
+ * or at the end (st_dist_finish). */
+static int push_settle(st_dist_t *d, int o)
+{
+	int rc = ST_OK;
+	for (int r = o < 0 ? 0 : o; r < (o < 0 ? d->P : o + 1); r++) {
+		int e = st_net_send_wait(d->net, d->push_req[r]);
+		d->push_req[r] = NULL;
+		if (e < 0 && rc == ST_OK) {
+			st_error("dist: push to rank %d: %s", r, st_strerror(e));
+			rc = e;
+		}
+	}
+	return rc;
+}
+
 /* Row gradients to their owners, each owner's keys in one message made
  * from h0 (step = tokens[o] when tokens is set); every owner gets one,
  * possibly empty, when `all`. */
@@ -254,7 +273,9 @@ static int push_rows(st_dist_t *d, const wire_hdr_t *h0, const uint64_t *tokens,
 		for (uint32_t i = 0; i < m; i++)
 			rb += wire_row_bytes(d->dim[table[pos[i]]], f16);
 		obuf_t *b = &d->push_out[o];
-		if ((rc = ob_keys(b, h0, keys, table, pos, m, rb)) < 0)
+		/* The previous push to o went out while the worker computed;
+		 * its buffer is reused only once it is done. */
+		if ((rc = push_settle(d, o)) < 0 || (rc = ob_keys(b, h0, keys, table, pos, m, rb)) < 0)
 			return rc;
 		if (tokens)
 			((wire_hdr_t *)b->p)->step = tokens[o];
@@ -275,7 +296,7 @@ static int push_rows(st_dist_t *d, const wire_hdr_t *h0, const uint64_t *tokens,
 			rc = st__dist_handle(d, copy, b->len, d->rank);
 			pthread_mutex_unlock(&d->mu);
 		} else {
-			rc = st_net_send(d->net, o, CH_REQ, b->p, b->len);
+			rc = st_net_send_submit(d->net, o, CH_REQ, b->p, b->len, &d->push_req[o]);
 			if (rc < 0)
 				st_error("dist: push to rank %d: %s", o, st_strerror(rc));
 		}
@@ -538,8 +559,10 @@ int st_dist_finish(st_dist_t *d, int *lost)
 {
 	*lost = 0;
 	const uint32_t round = ++d->round;
-	/* 1. Every push of ours is applied. */
-	int rc = st_dist_flush(d);
+	/* 1. Every push of ours is out, and applied. */
+	int rc = push_settle(d, -1);
+	if (rc >= 0)
+		rc = st_dist_flush(d);
 	if (rc < 0)
 		return rc;
 	/* 2. Tell rank 0; rank 0 waits for every live rank, then lets all go. */
@@ -661,13 +684,14 @@ int st_dist_create(st_dist_t **out, const st_dist_cfg_t *cfg)
 	d->trow = malloc(sizeof(float) * md);
 	d->pull_out = calloc((size_t)d->P, sizeof(obuf_t));
 	d->push_out = calloc((size_t)d->P, sizeof(obuf_t));
+	d->push_req = calloc((size_t)d->P, sizeof *d->push_req);
 	split_t *sp[2] = { &d->pull_split, &d->push_split };
 	for (int i = 0; i < 2; i++) {
 		sp[i]->pos = calloc((size_t)d->P, sizeof(uint32_t *));
 		sp[i]->cap = calloc((size_t)d->P, sizeof(size_t));
 	}
 	d->done = calloc((size_t)d->P, sizeof *d->done);
-	if (!d->trow || !d->pull_out || !d->push_out || !d->pull_split.pos || !d->pull_split.cap ||
+	if (!d->trow || !d->pull_out || !d->push_out || !d->push_req || !d->pull_split.pos || !d->pull_split.cap ||
 	    !d->push_split.pos || !d->push_split.cap || !d->done) {
 		st_dist_destroy(d);
 		return ST_ENOMEM;
@@ -685,6 +709,8 @@ void st_dist_destroy(st_dist_t *d)
 {
 	if (!d)
 		return;
+	if (d->push_req)
+		push_settle(d, -1);   /* their buffers go below */
 	if (d->started) {
 		__atomic_store_n(&d->stop, 1, __ATOMIC_RELEASE);
 		pthread_join(d->svc, NULL);
@@ -709,6 +735,7 @@ void st_dist_destroy(st_dist_t *d)
 	}
 	free(d->pull_out);
 	free(d->push_out);
+	free(d->push_req);
 	free(d->pull_split.pos);
 	free(d->pull_split.cap);
 	free(d->push_split.pos);

@@ -119,6 +119,7 @@ struct st_dist {
 
 	/* The callers' scratch: the pull thread's and the pushing thread's. */
 	obuf_t *pull_out, *push_out;   /* [P] one message per owner */
+	st_net_send_req_t **push_req;  /* [P] the push in flight from push_out */
 	split_t pull_split, push_split; /* positions of each owner's keys */
 	uint8_t *lok;                  /* own keys: ok flags */
 	size_t lok_cap;

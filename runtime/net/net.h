@@ -110,6 +110,21 @@ int st_net_send(st_net_t *net, int dst, uint32_t chan, const void *buf, size_t l
 int st_net_send2(st_net_t *net, int dst, uint32_t chan, const void *a, size_t alen,
 		 const void *b, size_t blen);
 
+/* A send that returns before it is done, for callers with work to do
+ * meanwhile (runtime/net/isend.c): *req (the caller's until
+ * st_net_send_wait, which frees it) and buf must stay unchanged until that
+ * wait. The message takes its place among this process's messages to dst
+ * on chan when submitted: it arrives after those sent (or submitted)
+ * before it and before those after. ST_OK, ST_EPEER (dst is dead),
+ * ST_ENOMEM; *req is NULL on an error (nothing to wait for). */
+typedef struct st_net_send_req st_net_send_req_t;
+int st_net_send_submit(st_net_t *net, int dst, uint32_t chan, const void *buf, size_t len,
+		       st_net_send_req_t **req);
+/* Waits until req's send is done (buf may be reused) and frees req
+ * (NULL: ST_OK at once). ST_OK, ST_EPEER (dst died before it got the
+ * message). */
+int st_net_send_wait(st_net_t *net, st_net_send_req_t *req);
+
 /* Receives the next message on chan from rank src (or ST_NET_ANY): *buf is
  * malloc'd (free it), *len its length, *from the sender. Waits at most
  * timeout_s (< 0: forever). Returns ST_OK; ST_EAGAIN on timeout; ST_EPEER
