@@ -168,24 +168,30 @@ int st__dist_grow(void **p, size_t *cap, size_t n, size_t elem)
 }
 
 /* See dist_internal.h. */
+/* The row-lookup scratch (rscratch, mkey, spos) for n keys (mu held). */
+static int row_scratch(st_dist_t *d, uint32_t n)
+{
+	if (n <= d->rcap)
+		return ST_OK;
+	size_t c = d->rcap ? d->rcap : 1024;
+	while (c < n)
+		c *= 2;
+	free(d->rscratch);
+	free(d->mkey);
+	free(d->spos);
+	d->rscratch = malloc(sizeof(float *) * c);
+	d->mkey = malloc(sizeof(uint64_t) * c);
+	d->spos = malloc(sizeof(uint32_t) * c);
+	d->rcap = d->rscratch && d->mkey && d->spos ? c : 0;
+	return d->rcap ? ST_OK : ST_ENOMEM;
+}
+
 int st__dist_serve_rows(st_dist_t *d, const uint64_t *keys, const uint8_t *tab,
 			const uint32_t *idx, uint32_t n, int create, uint32_t stamp, uint8_t *ok,
 			float *out, size_t stride)
 {
-	if (n > d->rcap) {
-		size_t c = d->rcap ? d->rcap : 1024;
-		while (c < n)
-			c *= 2;
-		free(d->rscratch);
-		free(d->mkey);
-		free(d->spos);
-		d->rscratch = malloc(sizeof(float *) * c);
-		d->mkey = malloc(sizeof(uint64_t) * c);
-		d->spos = malloc(sizeof(uint32_t) * c);
-		d->rcap = d->rscratch && d->mkey && d->spos ? c : 0;
-		if (!d->rcap)
-			return ST_ENOMEM;
-	}
+	if (row_scratch(d, n) < 0)
+		return ST_ENOMEM;
 	for (int k = 0; k < d->n_tables; k++) {
 		uint32_t m = 0;
 		for (uint32_t q = 0; q < n; q++) {
@@ -291,19 +297,43 @@ int st__dist_update_row(st_dist_t *d, int k, uint64_t key, const float *g, uint6
 	return ST_OK;
 }
 
-/* An asynchronous PUSH: every row updated on arrival. */
+/* An asynchronous PUSH: every row updated on arrival, in message order
+ * within each table. The rows are looked up one table at a time for the
+ * whole message (one st_table_resolve of its keys, then one unpin), not
+ * one lookup per key: per-key lookups (st__dist_update_row) were the
+ * owner's largest cost under async, ~30% of a 2-process job's cycles in
+ * st_table_resolve (docs/benchmarks.md, "Prefetched step reads"). Rows
+ * are independent, so the updates are the same bits either way; a key
+ * twice in one message is updated twice, in order, as before. */
 static int apply_async(st_dist_t *d, const wire_hdr_t *h)
 {
 	const uint64_t *keys = (const uint64_t *)(h + 1);
 	const uint8_t *tab = (const uint8_t *)(keys + h->n);
-	const uint8_t *p = push_rows(h);
 	const int f16 = (h->flags & WF_F16) != 0;
-	for (uint32_t i = 0; i < h->n; i++) {
-		st__dist_get_row(p, d->dim[tab[i]], f16, d->trow);
-		p += wire_row_bytes(d->dim[tab[i]], f16);
-		int rc = st__dist_update_row(d, tab[i], keys[i], d->trow, h->t);
+	const uint64_t t = h->t ? h->t : 1;
+	if (row_scratch(d, h->n) < 0)
+		return ST_ENOMEM;
+	for (int k = 0; k < d->n_tables; k++) {
+		uint32_t m = 0;
+		for (uint32_t i = 0; i < h->n; i++)
+			if (tab[i] == k)
+				d->mkey[m++] = keys[i];
+		if (!m)
+			continue;
+		int rc = st_table_resolve(d->tables[k], d->mkey, m, 0, 0, d->rscratch);
 		if (rc < 0)
 			return rc;
+		const uint8_t *p = push_rows(h);
+		for (uint32_t i = 0, j = 0; i < h->n; i++) {
+			const uint32_t dim = d->dim[tab[i]];
+			if (tab[i] == k && d->rscratch[j++]) {
+				/* NULL: not admitted, or expired meanwhile */
+				st__dist_get_row(p, dim, f16, d->trow);
+				st_algo_row_update(&d->p, d->rscratch[j - 1], d->trow, (int)dim, t);
+			}
+			p += wire_row_bytes(dim, f16);
+		}
+		st_table_unpin(d->tables[k], d->rscratch, m);
 	}
 	return ST_OK;
 }
