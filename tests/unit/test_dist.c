@@ -2,7 +2,8 @@
  * test_dist.c — the sharded store's owner side (ops/dist/serve.c) without a
  * network: synchronous steps are applied only once every rank's list has
  * arrived, summed in rank order; malformed, repeated and late pushes are
- * rejected and change nothing; asynchronous pushes apply on arrival, and a
+ * rejected and change nothing; asynchronous pushes apply on arrival (a
+ * message's keys looked up in one batch, updated in message order), and a
  * worker step's read (steprows.c) sees them, creates nothing, and rejects
  * malformed requests; the
  * fp16 codec's error stays within half an fp16 step of the row's scale;
@@ -211,6 +212,30 @@ static void test_async_applies_on_arrival(void **state)
 	for (int j = 0; j < DIM; j++)
 		assert_true(now[j] == before[j] - 0.5f * g[j]);
 	assert_int_equal(f->d.applied, 0);
+	fix_free(f);
+}
+
+/* An asynchronous PUSH of several keys is looked up in one batch (serve.c,
+ * apply_async) and updates as key-by-key updates did: a key twice in the
+ * message twice, in message order; a key without a row is not created. */
+static void test_async_push_batch_updates_in_order(void **state)
+{
+	fix_t *f = fix_new(2);
+	const uint64_t keys[4] = { 5, 6, 5, 99 };
+	const float g[4 * DIM] = { 1, 2, 3, 4, -1, 0.5f, 2, 8, 0.25f, 4, -2, 1, 9, 9, 9, 9 };
+	float r5[DIM], r6[DIM], now[DIM];
+	row_of(f, 5, r5);
+	row_of(f, 6, r6);
+	assert_int_equal(push(f, 1, 0, 0, keys, 4, g), ST_OK);
+	row_of(f, 5, now);
+	for (int j = 0; j < DIM; j++)
+		assert_true(now[j] == (r5[j] - 0.5f * g[j]) - 0.5f * g[2 * DIM + j]);
+	row_of(f, 6, now);
+	for (int j = 0; j < DIM; j++)
+		assert_true(now[j] == r6[j] - 0.5f * g[DIM + j]);
+	float *row = NULL;
+	assert_int_equal(st_table_resolve(f->t, &keys[3], 1, 0, 0, &row), 0);
+	assert_null(row);
 	fix_free(f);
 }
 
@@ -678,6 +703,7 @@ int main(void)
 		cmocka_unit_test(test_sync_step_waits_and_sums_in_rank_order),
 		cmocka_unit_test(test_bad_pushes_change_nothing),
 		cmocka_unit_test(test_async_applies_on_arrival),
+		cmocka_unit_test(test_async_push_batch_updates_in_order),
 		cmocka_unit_test(test_step_pull_reads_applied_pushes),
 		cmocka_unit_test(test_bad_step_pulls_are_dropped),
 		cmocka_unit_test(test_gba_rows_buffer_tags_and_averages),
