@@ -65,7 +65,11 @@ run() { # name P workers binary [args...] -> "eps rt reads ahead waits cpu_us"
 	[ "$P" = 1 ] || f=$m.rank1
 	local cpu
 	cpu=$(awk -v n="$rows" '$1 == "time" { printf "%.2f", ($2 + $3) / n * 1e6 }' "$log")
-	echo "$eps ${rt:-0} $(metric "$f" net_step_reads) $(metric "$f" net_step_reads_ahead) $(metric "$f" net_step_waits) $cpu"
+	local rd ah wt
+	rd=$(metric "$f" net_step_reads)
+	ah=$(metric "$f" net_step_reads_ahead)
+	wt=$(metric "$f" net_step_waits)
+	echo "$eps ${rt:-0} ${rd:--} ${ah:--} ${wt:--} $cpu"
 }
 
 configs=("1p-2w" "2p-pf0" "2p-pf1" "2p-pf2" "2p-pf4")
