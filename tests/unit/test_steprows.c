@@ -61,7 +61,7 @@ enum { DIM = 4, NKEYS = 400, MB = 100, NMB = 4 };
 		}                                                                  \
 	} while (0)
 
-static const uint8_t zeros[NKEYS];
+static const uint8_t zeros[NKEYS + NMB];   /* every key in table 0 */
 
 /* One rank's stack: its shard (a local source), the parameter service and
  * the remote source over both. Owners step rows with sgd, lr 0.5. */
