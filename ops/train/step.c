@@ -30,6 +30,12 @@
  * batches, so the mark array needs no clearing between minibatches or
  * batches.
  *
+ * Step reads ahead (dist.prefetch; run_free_ahead): under a FREE policy
+ * with ST_SYNC_STEP_ROWS from a remote source, a worker claims up to
+ * `prefetch` minibatches beyond the one it trains and has their row reads
+ * in flight meanwhile (its own ring of pslot_t), collecting each when it
+ * gets there; 0 keeps the read right before each minibatch.
+ *
  * Stragglers (st.stragglers): a slowed worker sleeps (slowdown - 1) * t
  * after computing a minibatch in t seconds, before apply. The sleep is a
  * real delay, emulating a slow machine — not synchronization — as a timed
