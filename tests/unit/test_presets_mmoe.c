@@ -9,7 +9,9 @@
  *
  * The layers themselves are pinned elsewhere: the mmoe and slice nodes
  * against PyTorch (test_parity mmoe_*), several heads and their loss
- * (test_parity mtl_*, test_model). Job files are written to $TMPDIR. */
+ * (test_parity mtl_*, test_model); the graph on two labels against PyTorch
+ * by test_parity mmoe_mtl_*. Job files are written to $TMPDIR and loaded
+ * with the stdlib of $ST_SOURCE_ROOT (the test changes there). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -246,6 +248,11 @@ static void test_presets_mmoe_errors(void **state)
 
 int main(void)
 {
+	const char *root = getenv("ST_SOURCE_ROOT");
+	if (!root || chdir(root) != 0) {
+		fprintf(stderr, "test_presets_mmoe: set ST_SOURCE_ROOT to the source tree\n");
+		return 1;
+	}
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_presets_mmoe_same_model),
 		cmocka_unit_test(test_presets_mmoe_one_label),
