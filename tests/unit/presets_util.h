@@ -17,7 +17,9 @@
 #include <unistd.h>
 
 #include "lang/lang.h"
+#include "ops/dump/modelcfg.h"
 #include "ops/nn/model.h"
+#include "ops/train/checkpoint.h"
 #include "runtime/err.h"
 
 /* Writes `model` (a Lua expression; `pre` runs before it) into a criteo
@@ -105,6 +107,51 @@ static inline void assert_same_table(st_model_t *a, st_model_t *c, int n_slots)
 		assert_memory_equal(na.in, nc.in, sizeof(int) * (size_t)na.n_in);
 		assert_int_equal(na.nparams, nc.nparams);
 	}
+}
+
+/* Two jobs whose models are graphs (no C twin: din, mmoe, a graph by hand)
+ * are one model: the same nodes, the same saved config text (checkpoints
+ * and exports carry the layers as node lines; `saved` must be in it), the
+ * same checkpoint description and hash, and the same tensor table with
+ * the same initial values. */
+static inline void assert_same_graph_job(st_job_t *a, st_job_t *b, const char *saved)
+{
+	assert_string_equal(a->model.type, "graph");
+	assert_string_equal(b->model.type, "graph");
+	assert_int_equal(a->model.n_preset_nodes, 0);
+	assert_int_equal(b->model.n_preset_nodes, 0);
+	assert_true(a->model.n_nodes > 0);
+	assert_int_equal(a->model.n_nodes, b->model.n_nodes);
+	assert_int_equal(a->model.node_out, b->model.node_out);
+	assert_memory_equal(a->model.nodes, b->model.nodes,
+			    sizeof(st_model_node_t) * (size_t)a->model.n_nodes);
+	char *ta = NULL, *tb = NULL, err[256] = "";
+	assert_int_equal(st_modelcfg_encode(&a->model, &ta, err, sizeof err), ST_OK);
+	assert_int_equal(st_modelcfg_encode(&b->model, &tb, err, sizeof err), ST_OK);
+	assert_string_equal(ta, tb);
+	assert_non_null(strstr(ta, saved));   /* the layers are saved */
+	st_model_cfg_t back;
+	assert_int_equal(st_modelcfg_decode(ta, &back, err, sizeof err), ST_OK);
+	assert_true(st_modelcfg_equal(&back, &a->model));
+	st_modelcfg_fini(&back);
+	free(ta);
+	free(tb);
+	char *da = st_trainer_model_desc(a), *db = st_trainer_model_desc(b);
+	char ha[17], hb[17];
+	st_trainer_job_hash(a, ha);
+	st_trainer_job_hash(b, hb);
+	assert_string_equal(da, db);
+	assert_string_equal(ha, hb);
+	free(da);
+	free(db);
+	st_model_t *ma, *mb;
+	assert_int_equal(st_model_create(&ma, &a->model, a->train.n_dense, a->train.n_slots,
+					 a->seed), ST_OK);
+	assert_int_equal(st_model_create(&mb, &b->model, b->train.n_dense, b->train.n_slots,
+					 b->seed), ST_OK);
+	assert_same_table(ma, mb, a->train.n_slots);
+	st_model_destroy(ma);
+	st_model_destroy(mb);
 }
 
 #endif
