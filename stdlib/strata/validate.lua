@@ -260,9 +260,11 @@ function check.paths(self, node, key, path, v)
 		"strings, got %s", path, type(v) == "string" and "an empty string" or show(v))
 end
 
-function check.ints(self, node, key, path, v, f)
+-- A list (of `what`, for the message) of at most f.maxlen entries, each
+-- checked by elem(i, x) (nil: refused, already said); the checked copy.
+local function list_of(self, node, key, path, v, f, what, elem)
 	if type(v) ~= "table" or common.tag(v) then
-		return self:ferr(node, key, "%s must be a list of integers, got %s", path, show(v))
+		return self:ferr(node, key, "%s must be a list of %s, got %s", path, what, show(v))
 	end
 	if f.maxlen and #v > f.maxlen then
 		return self:ferr(node, key, "%s has %d entries, at most %d allowed",
@@ -270,11 +272,24 @@ function check.ints(self, node, key, path, v, f)
 	end
 	local out = {}
 	for i = 1, #v do
-		local x = check.int(self, node, key, path .. "[" .. i .. "]", v[i], f)
+		local x = elem(i, v[i])
 		if x == nil then return nil end
 		out[i] = x
 	end
 	return out
+end
+
+function check.ints(self, node, key, path, v, f)
+	return list_of(self, node, key, path, v, f, "integers", function(i, x)
+		return check.int(self, node, key, path .. "[" .. i .. "]", x, f)
+	end)
+end
+
+-- A list of numbers (mmoe's loss weights), each checked as f's num.
+function check.nums(self, node, key, path, v, f)
+	return list_of(self, node, key, path, v, f, "numbers", function(i, x)
+		return check.num(self, node, key, path .. "[" .. i .. "]", x, f)
+	end)
 end
 
 -- A non-empty list of non-empty strings (mmoe's labels).
@@ -283,37 +298,13 @@ function check.strs(self, node, key, path, v, f)
 		return self:ferr(node, key, "%s must be a non-empty list of names, got %s", path,
 			show(v))
 	end
-	if f.maxlen and #v > f.maxlen then
-		return self:ferr(node, key, "%s has %d entries, at most %d allowed",
-			path, #v, f.maxlen)
-	end
-	local out = {}
-	for i = 1, #v do
-		if type(v[i]) ~= "string" or v[i] == "" then
+	return list_of(self, node, key, path, v, f, "names", function(i, x)
+		if type(x) ~= "string" or x == "" then
 			return self:ferr(node, key, "%s[%d] must be a name (a non-empty string), " ..
-				"got %s", path, i, show(v[i]))
+				"got %s", path, i, show(x))
 		end
-		out[i] = v[i]
-	end
-	return out
-end
-
--- A list of numbers (mmoe's loss weights), each checked as f's num.
-function check.nums(self, node, key, path, v, f)
-	if type(v) ~= "table" or common.tag(v) then
-		return self:ferr(node, key, "%s must be a list of numbers, got %s", path, show(v))
-	end
-	if f.maxlen and #v > f.maxlen then
-		return self:ferr(node, key, "%s has %d entries, at most %d allowed",
-			path, #v, f.maxlen)
-	end
-	local out = {}
-	for i = 1, #v do
-		local x = check.num(self, node, key, path .. "[" .. i .. "]", v[i], f)
-		if x == nil then return nil end
-		out[i] = x
-	end
-	return out
+		return x
+	end)
 end
 
 -- One integer (every slot) or a list of integers (one per slot); the
