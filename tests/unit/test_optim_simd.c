@@ -178,7 +178,10 @@ static void test_optim_simd_update_rows(void **state)
 		size_t ns = (size_t)R * st_optim_state_floats(&o, C);
 		fill(w1, R * C, 0);
 		memcpy(w2, w1, sizeof w1);
-		st_optim_state_init(&o, s1, ns);
+		/* each row's state, as the rows entry point lays it out (the
+		 * length given to state_init is in parameters, not state floats) */
+		for (int r = 0; r < R; r++)
+			st_optim_state_init(&o, s1 + (size_t)r * st_optim_state_floats(&o, C), C);
 		if (o.kind == ST_OPT_ADAGRAD_ROW)
 			for (size_t i = 0; i < ns; i++)
 				s1[i] = 0.1f;
