@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lgraph_fd.h"
 #include "ops/nn/attention.h"
 #include "ops/nn/graph.h"
 #include "runtime/err.h"
@@ -98,16 +99,6 @@ static void fill_rows(float *rowbuf, float **rows, uint64_t seed)
 	}
 }
 
-static double probe(const st_lgraph_t *g, st_lgraph_ws_t *ws, const st_batch_t *b,
-		    float *const *rows, const float *params, const float *r)
-{
-	const float *z = st_lgraph_forward(g, ws, b, 0, NEX, rows, params);
-	double s = 0;
-	for (int i = 0; i < NEX; i++)
-		s += (double)r[i] * z[i];
-	return s;
-}
-
 /* Central differences of Σ r·logit against st_lgraph_backward, as
  * test_lgraph.c: h = 1e-2 in float; with sigmoid activations the third
  * derivatives are small, so truncation stays ~1e-4; atol 2e-3 + rtol 2e-2
@@ -130,42 +121,13 @@ static void gradcheck(int act, int n_hidden)
 		if (params[i] == 0.0f)
 			params[i] = 0.1f * ((float)(i % 5) - 2.0f);
 	float r[NEX] = { 0.3f, -0.7f, 0.5f, 1.0f, -0.2f }, gu[NU * RD] = { 0 };
-	probe(g, ws, b, rows, params, r);
+	lgraph_probe(g, ws, b, NEX, rows, params, r);
 	memcpy(st_lgraph_dlogit(ws), r, sizeof r);
 	st_lgraph_backward(g, ws, b, 0, NEX, params, gp, gu, RD);
 
-	const double h = 1e-2;
-	int bad = 0;
-	for (size_t i = 0; i < np; i++) {
-		float v = params[i];
-		params[i] = (float)(v + h);
-		double lp = probe(g, ws, b, rows, params, r);
-		params[i] = (float)(v - h);
-		double lm = probe(g, ws, b, rows, params, r);
-		params[i] = v;
-		double fd = (lp - lm) / (2 * h);
-		if (fabs(fd - gp[i]) > 2e-3 + 2e-2 * fabs(fd)) {
-			print_message("dense %zu: fd %g analytic %g\n", i, fd, gp[i]);
-			bad++;
-		}
-	}
 	int nonzero = 0;
-	for (int u = 0; u < 7; u++)
-		for (int j = 0; j < RD; j++) {
-			float v = rows[u][j];
-			rows[u][j] = (float)(v + h);
-			double lp = probe(g, ws, b, rows, params, r);
-			rows[u][j] = (float)(v - h);
-			double lm = probe(g, ws, b, rows, params, r);
-			rows[u][j] = v;
-			double fd = (lp - lm) / (2 * h);
-			nonzero += gu[u * RD + j] != 0.0f;
-			if (fabs(fd - gu[u * RD + j]) > 2e-3 + 2e-2 * fabs(fd)) {
-				print_message("row %d[%d]: fd %g analytic %g\n", u, j, fd,
-					      gu[u * RD + j]);
-				bad++;
-			}
-		}
+	int bad = lgraph_fd_check(g, ws, b, NEX, rows, 7, RD, params, np, r, gp, gu,
+				  &nonzero);
 	assert_int_equal(bad, 0);
 	assert_true(nonzero > 7 * RD / 2);   /* the gradients reach the rows */
 	free(params);
