@@ -245,6 +245,19 @@ local deep = with(model_common, {
 	{ "admission", "section" },
 	{ "ttl", "int", min = 0, default = 0 },
 })
+-- The fields every graph-built model has (st.model.graph, din, mmoe): the
+-- optimizers, the embeddings and the rows' lifecycle; each adds its own.
+local graph_common = {
+	{ "optimizer", "section" },
+	{ "l2", "num", min = 0, max = L.flt_max, default = 0.0 },
+	{ "sparse_optimizer", "section" },
+	{ "dense_optimizer", "section" },
+	{ "emb_dim", "dims", min = 1, max = L.emb_dim, default = 8 },
+	{ "pooling", "str", enum = { "sum", "mean" }, default = "sum" },
+	{ "init_scale", "num", min = 0, max = L.flt_max, default = 0.01 },
+	{ "admission", "section" },
+	{ "ttl", "int", min = 0, default = 0 },
+}
 S.model = {
 	lr = with(model_common, {
 		{ "emb_dim", "int", min = 1, max = 1, default = 1 },
@@ -264,16 +277,7 @@ S.model = {
 	-- plus the attention's query/keys (fields of data.train, checked where
 	-- the attention layer is), its MLP (att_hidden, att_activation: the
 	-- attention layer's hidden and activation) and the MLP over the features.
-	din = {
-		{ "optimizer", "section" },
-		{ "l2", "num", min = 0, max = L.flt_max, default = 0.0 },
-		{ "sparse_optimizer", "section" },
-		{ "dense_optimizer", "section" },
-		{ "emb_dim", "dims", min = 1, max = L.emb_dim, default = 8 },
-		{ "pooling", "str", enum = { "sum", "mean" }, default = "sum" },
-		{ "init_scale", "num", min = 0, max = L.flt_max, default = 0.01 },
-		{ "admission", "section" },
-		{ "ttl", "int", min = 0, default = 0 },
+	din = with(graph_common, {
 		{ "dense_transform", "str", enum = { "log1p", "none" }, default = "log1p" },
 		{ "query", "str", required = true, nonempty = true },
 		{ "keys", "str", required = true, nonempty = true },
@@ -281,21 +285,12 @@ S.model = {
 		{ "att_activation", "str", enum = { "relu", "sigmoid", "none" }, default = "relu" },
 		{ "hidden", "ints", min = 1, max = L.layer, maxlen = 16, default = { 200, 80 } },
 		{ "activation", "str", enum = { "relu", "sigmoid", "none" }, default = "relu" },
-	},
+	}),
 	-- MMoE (presets.lua, build.mmoe): the fields of a graph without its
 	-- layers, plus the experts (experts, expert_hidden), the towers (hidden,
 	-- empty for none), and the labels (one task and head each; default every
 	-- label of data.train, in order) with their loss weights (default 1).
-	mmoe = {
-		{ "optimizer", "section" },
-		{ "l2", "num", min = 0, max = L.flt_max, default = 0.0 },
-		{ "sparse_optimizer", "section" },
-		{ "dense_optimizer", "section" },
-		{ "emb_dim", "dims", min = 1, max = L.emb_dim, default = 8 },
-		{ "pooling", "str", enum = { "sum", "mean" }, default = "sum" },
-		{ "init_scale", "num", min = 0, max = L.flt_max, default = 0.01 },
-		{ "admission", "section" },
-		{ "ttl", "int", min = 0, default = 0 },
+	mmoe = with(graph_common, {
 		{ "dense_transform", "str", enum = { "log1p", "none" }, default = "log1p" },
 		{ "labels", "strs", maxlen = L.labels },
 		{ "weights", "nums", min = 0, max = L.flt_max, maxlen = L.labels },
@@ -303,26 +298,17 @@ S.model = {
 		{ "expert_hidden", "ints", min = 1, max = L.layer, maxlen = 15, default = { 64, 32 } },
 		{ "hidden", "ints", min = 1, max = L.layer, maxlen = 16, default = { 16 } },
 		{ "activation", "str", enum = { "relu", "sigmoid", "none" }, default = "relu" },
-	},
+	}),
 	-- A layer graph written in the job (docs/models.md, "Writing a model in
 	-- the job file"): `layers` is a list of { name, st.layer.<kind>{...} },
 	-- `output` names the 1-wide logit. validate.lua (V:graph) checks it.
-	graph = {
-		{ "optimizer", "section" },
-		{ "l2", "num", min = 0, max = L.flt_max, default = 0.0 },
-		{ "sparse_optimizer", "section" },
-		{ "dense_optimizer", "section" },
-		{ "emb_dim", "dims", min = 1, max = L.emb_dim, default = 8 },
-		{ "pooling", "str", enum = { "sum", "mean" }, default = "sum" },
-		{ "init_scale", "num", min = 0, max = L.flt_max, default = 0.01 },
-		{ "admission", "section" },
-		{ "ttl", "int", min = 0, default = 0 },
+	graph = with(graph_common, {
 		{ "layers", "section" },
 		-- `output` (one head on the data's one label) or `heads` (one per
 		-- label: { label =, output =, weight = }); V:graph checks them
 		{ "output", "str", nonempty = true },
 		{ "heads", "section" },
-	},
+	}),
 }
 -- The fields of each st.layer.<kind>{...}, besides its inputs (the list
 -- part: names of layers above it). `inputs` is how many it takes: a number,
