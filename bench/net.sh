@@ -33,7 +33,9 @@ reps=${NET_REPEAT:-3}
 transports=${NET_TRANSPORTS:-"shm tcp"}
 root=$(cd "$(dirname "$0")/.." && pwd)
 bn=$build/bench/bench_net
-if ! ninja -C "$build" bench/bench_net >/dev/null; then
+# A build folder is rebuilt first; a folder of binaries alone (bench/device.sh's
+# pack) is used as it is.
+if [ -f "$build/build.ninja" ] && ! ninja -C "$build" bench/bench_net >/dev/null || [ ! -x "$bn" ]; then
 	echo "net.sh: cannot build bench/bench_net in $build (a build without UCX has none)" >&2
 	exit 77
 fi
