@@ -32,6 +32,7 @@
 #include "ops/dist/dist.h"
 #include "runtime/err.h"
 #include "runtime/net/net.h"
+#include "runtime/trace.h"
 
 typedef struct {
 	st_sync_env_t env;
@@ -93,9 +94,15 @@ static int exchange(dar_t *s, float *acc, uint64_t t)
 {
 	const st_sync_env_t *env = &s->env;
 	uint64_t bytes = sizeof(float) * (uint64_t)env->nparams;
+	const uint64_t t0 = st_trace_enabled() ? st_trace_now() : 0;
 	int rc = st_sync_rowpush_send(s->rows, env, s->step, t, &bytes);
+	const uint64_t t1 = t0 ? st_trace_now() : 0;
 	if (rc >= 0)
 		rc = st_net_allreduce_f32(st_dist_net(env->dist), acc, env->nparams);
+	if (t0) {
+		st_trace_span("work", "row push", NULL, t0, t1, -1);
+		st_trace_span("work", "dense allreduce", NULL, t1, st_trace_now(), -1);
+	}
 	st_sync_stat_add(&s->st.bytes, bytes);
 	return rc;
 }

@@ -53,6 +53,7 @@
 #include "ops/train/trainer_internal.h"
 #include "runtime/err.h"
 #include "runtime/store/rowfmt.h"
+#include "runtime/trace.h"
 
 int st__trainer_worker_init(st_trainer_t *tr, worker_t *w, int idx)
 {
@@ -347,7 +348,10 @@ static int compute(st_trainer_t *tr, worker_t *w, st_batch_t *b, uint32_t mb,
 		}
 	}
 	if (steprows) {
+		const uint64_t tr0 = st_trace_enabled() ? st_trace_now() : 0;
 		int rc = ps ? wait_read(tr, w, b, nt, ps) : read_step_rows(tr, w, b, nt);
+		if (tr0)
+			st_trace_span("work", "step rows", NULL, tr0, st_trace_now(), -1);
 		if (rc < 0)
 			return rc;
 	}
@@ -441,6 +445,18 @@ static void after_compute(st_trainer_t *tr, worker_t *w, double t0, uint32_t n)
 
 /* ---- one batch: the schedules --------------------------------------------------- */
 
+/* ops->apply, as a "sync apply" span on the worker's track when recording
+ * (the policy's share of a step: barriers, exchanges, optimizer steps). */
+static int traced_apply(const st_sync_ops_t *ops, void *obj, int w, st_sync_grads_t *g)
+{
+	if (!st_trace_enabled())
+		return ops->apply(obj, w, g);
+	const uint64_t t0 = st_trace_now();
+	int rc = ops->apply(obj, w, g);
+	st_trace_span("work", "sync apply", NULL, t0, st_trace_now(), -1);
+	return rc;
+}
+
 /* FREE with step reads issued ahead (dist.prefetch = ahead > 0): worker w
  * claims minibatches from the shared counter up to `ahead` beyond the one
  * it trains and has their step reads in flight meanwhile, so the owners
@@ -498,7 +514,7 @@ static void run_free_ahead(st_trainer_t *tr, worker_t *w, st_batch_t *b, int ahe
 			return;
 		}
 		after_compute(tr, w, t0, g.n_examples);
-		rc = ops->apply(tr->pol.obj, w->idx, &g);
+		rc = traced_apply(ops, tr->pol.obj, w->idx, &g);
 		if (rc < 0)
 			set_err(tr, rc);
 		w->steps++;
@@ -564,7 +580,7 @@ static void run_batch(st_trainer_t *tr, worker_t *w)
 			} else
 				g = (st_sync_grads_t){ .n_examples = 0, .dense = w->gdense,
 						       .gstride = tr->gstride };
-			int rc = ops->apply(tr->pol.obj, w->idx, &g);
+			int rc = traced_apply(ops, tr->pol.obj, w->idx, &g);
 			if (rc < 0)
 				set_err(tr, rc);
 			w->steps += mb < nmb;
@@ -586,7 +602,7 @@ static void run_batch(st_trainer_t *tr, worker_t *w)
 				break;
 			}
 			after_compute(tr, w, t0, g.n_examples);
-			rc = ops->apply(tr->pol.obj, w->idx, &g);
+			rc = traced_apply(ops, tr->pol.obj, w->idx, &g);
 			if (rc < 0)
 				set_err(tr, rc);
 			w->steps++;
