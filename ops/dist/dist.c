@@ -286,8 +286,10 @@ static int push_rows(st_dist_t *d, const wire_hdr_t *h0, const uint64_t *tokens,
 			p += wire_row_bytes(dim, f16);
 		}
 		b->len += rb;
-		if (o == d->rank) {
-			/* Our own shard: the same handler, without a message. */
+		if (o == d->rank && !(h0->flags & WF_SYNC)) {
+			/* Our own shard, without a message; a sync step's list
+			 * goes to the service thread (its apply held worker 0's
+			 * allreduce: docs/benchmarks.md, "Scale-out on 16 cores"). */
 			void *copy = malloc(b->len);
 			if (!copy)
 				return ST_ENOMEM;
