@@ -39,6 +39,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -57,6 +58,8 @@ typedef struct launch {
 	int *status;         /* wait status, valid once reaped */
 	int running;
 	int stop_timeout;    /* seconds the ranks get to stop after a forwarded signal */
+	int bind;            /* --bind: each rank on its own slice of the allowed CPUs */
+	int *cpus, ncpus;    /* the launcher's allowed CPUs, in order (--bind) */
 	/* Leftovers (see watch): a rank that stays stopped after another one
 	 * ended, or that outlives rank 0, holds the launcher forever. */
 	double grace;        /* STRATA_NET_TIMEOUT, or 60 s */
@@ -155,6 +158,44 @@ static void set_int(const char *name, int v)
 	setenv(name, s, 1);
 }
 
+/* --bind: local rank i's slice of the launcher's allowed CPUs, [*lo, *hi)
+ * of l->cpus: contiguous blocks of ncpus / n CPUs, the first ncpus % n
+ * ranks one more. */
+static void bind_slice(const launch_t *l, int i, int *lo, int *hi)
+{
+	const int q = l->ncpus / l->n, rem = l->ncpus % l->n;
+	*lo = i * q + (i < rem ? i : rem);
+	*hi = *lo + q + (i < rem);
+}
+
+/* --bind: the launcher's allowed CPUs into l->cpus; a usage error when there
+ * are fewer than ranks to start here. */
+static int bind_plan(launch_t *l)
+{
+	cpu_set_t set;
+	if (sched_getaffinity(0, sizeof set, &set) < 0) {
+		fprintf(stderr, "strata launch: --bind: cannot read this process's CPUs: %s\n",
+			strerror(errno));
+		return ST_EXIT_FAILED;
+	}
+	l->cpus = st_xcalloc(CPU_SETSIZE, sizeof *l->cpus);
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, &set))
+			l->cpus[l->ncpus++] = c;
+	if (l->ncpus < l->n) {
+		fprintf(stderr, "strata launch: --bind needs a CPU per rank: %d ranks here, %d CPUs "
+			"allowed\n", l->n, l->ncpus);
+		return ST_EXIT_USAGE;
+	}
+	for (int i = 0; i < l->n; i++) {
+		int lo, hi;
+		bind_slice(l, i, &lo, &hi);
+		fprintf(stderr, "strata launch: rank %d on CPUs %d-%d\n", l->base + i, l->cpus[lo],
+			l->cpus[hi - 1]);
+	}
+	return ST_EXIT_OK;
+}
+
 /* In the child: its environment, then `strata run ...`. Never returns. */
 static void exec_rank(const launch_t *l, int i, pid_t launcher, const sigset_t *mask)
 {
@@ -177,6 +218,22 @@ static void exec_rank(const launch_t *l, int i, pid_t launcher, const sigset_t *
 			set_int("STRATA_COORDINATOR_FD", fd);
 		else
 			unsetenv("STRATA_COORDINATOR_FD");
+	}
+	if (l->bind) {
+		/* The slice is the process's affinity, inherited by every thread
+		 * it starts; the rank does not pin within it (a multi-process
+		 * job leaves placement to the kernel, ops/runner/stages.c). */
+		int lo, hi;
+		cpu_set_t set;
+		bind_slice(l, i, &lo, &hi);
+		CPU_ZERO(&set);
+		for (int k = lo; k < hi; k++)
+			CPU_SET(l->cpus[k], &set);
+		if (sched_setaffinity(0, sizeof set, &set) < 0) {
+			fprintf(stderr, "strata launch: rank %d: cannot bind to its CPUs: %s\n",
+				l->base + i, strerror(errno));
+			_exit(1);
+		}
 	}
 	signal(SIGINT, SIG_DFL);
 	signal(SIGTERM, SIG_DFL);
@@ -333,8 +390,9 @@ static void run_ranks(launch_t *l)
 
 int st_cmd_launch(int argc, char **argv)
 {
-	enum { O_CLUSTER = 1, O_HELP, O_STOP_TIMEOUT };
+	enum { O_CLUSTER = 1, O_HELP, O_STOP_TIMEOUT, O_BIND };
 	static const struct option longopts[] = {
+		{ "bind", no_argument, NULL, O_BIND },
 		{ "cluster", required_argument, NULL, O_CLUSTER },
 		{ "stop-timeout", required_argument, NULL, O_STOP_TIMEOUT },
 		{ "help", no_argument, NULL, O_HELP },
@@ -355,6 +413,7 @@ int st_cmd_launch(int argc, char **argv)
 						   "got '%s'", optarg);
 			break;
 		case O_CLUSTER: l.cluster = optarg; break;
+		case O_BIND: l.bind = 1; break;
 		case O_STOP_TIMEOUT:
 			l.stop_timeout = (int)strtol(optarg, &end, 10);
 			if (*end || !*optarg || l.stop_timeout < 0 || l.stop_timeout > 86400)
@@ -377,8 +436,12 @@ int st_cmd_launch(int argc, char **argv)
 		return ST_EXIT_USAGE;
 	}
 	int rc = plan(&l, n_opt);
-	if (rc != ST_EXIT_OK)
+	if (rc == ST_EXIT_OK && l.bind)
+		rc = bind_plan(&l);
+	if (rc != ST_EXIT_OK) {
+		free(l.cpus);
 		return rc;
+	}
 	/* strata run JOB.lua [options...] */
 	int extra = argc - optind;
 	l.child_argv = st_xcalloc((size_t)extra + 3, sizeof(char *));
@@ -414,5 +477,6 @@ int st_cmd_launch(int argc, char **argv)
 	free(l.status);
 	free(l.stopped);
 	free(l.killed);
+	free(l.cpus);
 	return rc;
 }

@@ -83,7 +83,7 @@ static const char *const help_run =
 	"stopped by SIGINT / SIGTERM.\n";
 
 static const char *const help_launch =
-	"usage: strata launch -n N [--cluster FILE] [--stop-timeout S] JOB.lua\n"
+	"usage: strata launch -n N [--cluster FILE] [--stop-timeout S] [--bind] JOB.lua\n"
 	"                     [run options...]\n"
 	"\n"
 	"Runs a distributed job as N processes on this machine: starts N copies of\n"
@@ -101,6 +101,9 @@ static const char *const help_launch =
 	"                  -n, if given, must equal procs_per_host)\n"
 	"  --stop-timeout S  seconds the ranks get to stop after SIGINT or SIGTERM\n"
 	"                  before they are killed (default 30)\n"
+	"  --bind          give each process started here its own slice of this\n"
+	"                  launcher's CPUs (contiguous, CPUs / N each, the first\n"
+	"                  CPUs %% N one more); needs a CPU per process\n"
 	"\n"
 	"Everything after JOB.lua goes to `strata run`; with --metrics-port N rank r\n"
 	"serves its metrics on port N + r. See docs/distributed.md.\n"
