@@ -2,7 +2,8 @@
  * frame.c — the frame every message carries (net_internal.h has the
  * layout): filling one in for a send, checking one on receipt. One XXH3-64
  * covers header and payload: the payload hash is seeded with the hash of
- * the header fields before it. Pure functions, any thread.
+ * the header fields before it; the payload's loop is AVX2 where the CPU
+ * has it (frame_avx2.c). Pure functions, any thread.
  */
 #include <stddef.h>
 #include <string.h>
@@ -10,6 +11,33 @@
 #include <xxhash.h>
 
 #include "runtime/net/net_internal.h"
+#include "runtime/simd.h"
+
+/* The payload hash, XXH3-64 of a then b seeded with seed: libxxhash's (the
+ * reference) or the same function's AVX2 loop (frame_avx2.c), same bits. */
+uint64_t st__net_hash_ref(uint64_t seed, const void *a, size_t alen, const void *b,
+			  size_t blen)
+{
+	if (!blen)
+		return XXH3_64bits_withSeed(a, alen, seed);
+	/* libxxhash 0.8.1's reset_withSeed skips deriving the secret when the
+	 * state's stale seed equals the new one, so a stack state left over
+	 * from the previous call (same seed, secret since overwritten) gave
+	 * wrong hashes. XXH3_INITSTATE clears the stale seed. */
+	XXH3_state_t st;
+	XXH3_INITSTATE(&st);
+	XXH3_64bits_reset_withSeed(&st, seed);
+	XXH3_64bits_update(&st, a, alen);
+	XXH3_64bits_update(&st, b, blen);
+	return XXH3_64bits_digest(&st);
+}
+
+static uint64_t payload_hash(uint64_t seed, const void *a, size_t alen, const void *b,
+			     size_t blen)
+{
+	return st_simd_avx2() ? st__net_hash_avx2(seed, a, alen, b, blen)
+			      : st__net_hash_ref(seed, a, alen, b, blen);
+}
 
 uint64_t st__net_frame_seed(const st__net_frame_t *f)
 {
@@ -29,7 +57,7 @@ const char *st__net_frame_check(const st__net_frame_t *f, int tag_src, uint32_t 
 		return "frame addressed to another rank";
 	if (f->len != len)
 		return "payload length differs from the frame's (truncated)";
-	if (f->hash != XXH3_64bits_withSeed(payload, len, st__net_frame_seed(f)))
+	if (f->hash != payload_hash(st__net_frame_seed(f), payload, len, NULL, 0))
 		return "checksum mismatch";
 	return NULL;
 }
@@ -44,14 +72,5 @@ void st__net_frame_fill(st__net_frame_t *f, int src, int dst, uint32_t chan, con
 	f->src = (uint32_t)src;
 	f->dst = (uint32_t)dst;
 	f->len = alen + blen;
-	/* libxxhash 0.8.1's reset_withSeed skips deriving the secret when the
-	 * state's stale seed equals the new one, so a stack state left over
-	 * from the previous call (same seed, secret since overwritten) gave
-	 * wrong hashes. XXH3_INITSTATE clears the stale seed. */
-	XXH3_state_t st;
-	XXH3_INITSTATE(&st);
-	XXH3_64bits_reset_withSeed(&st, st__net_frame_seed(f));
-	XXH3_64bits_update(&st, a, alen);
-	XXH3_64bits_update(&st, b, blen);
-	f->hash = XXH3_64bits_digest(&st);
+	f->hash = payload_hash(st__net_frame_seed(f), a, alen, b, blen);
 }

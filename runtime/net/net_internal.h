@@ -60,6 +60,14 @@ typedef struct st__net_frame {
  * one 64-bit check covers header and payload. */
 uint64_t st__net_frame_seed(const st__net_frame_t *f);
 
+/* XXH3-64 of a then b (blen may be 0), seeded: libxxhash's loop (the
+ * reference) and the AVX2 loop (frame_avx2.c; only where the CPU has AVX2),
+ * the same bits. */
+uint64_t st__net_hash_ref(uint64_t seed, const void *a, size_t alen, const void *b,
+			  size_t blen);
+uint64_t st__net_hash_avx2(uint64_t seed, const void *a, size_t alen, const void *b,
+			   size_t blen);
+
 /* Fills in f for a message of a (+ b) from src to dst on chan. */
 void st__net_frame_fill(st__net_frame_t *f, int src, int dst, uint32_t chan, const void *a,
 			size_t alen, const void *b, size_t blen);
