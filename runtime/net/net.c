@@ -75,10 +75,26 @@ static void wake_progress(st_net_t *net)
 
 /* ---- receiving ----------------------------------------------------------------- */
 
+/* FLAT: a send of at least net->flat_min bytes (frame included;
+ * STRATA_NET_FLAT_MIN, FLAT_MIN_DEFAULT) travels as one contiguous block on
+ * both sides, payload first and the frame behind it, under its own tag
+ * magic (ST__NET_TAG_MAGIC_FLAT), so the receiver knows the layout from the
+ * tag whatever its own setting. Why: UCX 1.13 moves a rendezvous whose
+ * sender or receiver uses an iov through the shared-memory FIFO in bcopy
+ * fragments (ucp_rndv_progress_am_bcopy: a copy into the FIFO and one out
+ * of it), where a contiguous one is a single zero-copy read by the
+ * receiver (CMA), as ucx_perftest's. The frame goes last so that the
+ * payload starts the receive buffer, which the receiver takes over and
+ * frees as it is. The sender's copy of the payload into its block is the
+ * price; bench/net.sh measures the whole (docs/benchmarks.md, "Transport"). */
+#define FLAT_MIN_DEFAULT ((size_t)0)   /* off until measured where it pays (the 16-core machine) */
+
 /* A received message's payload is in: check it, then deliver or drop it. */
 static void recv_finished(st__net_msg_t *m, ucs_status_t s)
 {
 	st_net_t *net = m->net;
+	if (m->trailer && s == UCS_OK)
+		memcpy(&m->hdr, (const char *)m->buf + m->len, sizeof m->hdr);
 	const char *why = s != UCS_OK ? ucs_status_string(s)
 		: st__net_frame_check(&m->hdr, m->src, m->chan, net->rank, m->buf, m->len);
 	int src = m->src;
@@ -141,7 +157,8 @@ static void take_locked(st_net_t *net, ucp_tag_message_h msg, const ucp_tag_recv
 	uint64_t tag = info->sender_tag;
 	int src = (int)(uint16_t)(tag >> 32);
 	uint32_t chan = (uint32_t)(tag >> 48);
-	if ((uint32_t)tag != ST__NET_TAG_MAGIC || src >= net->size) {
+	const int trailer = (uint32_t)tag == ST__NET_TAG_MAGIC_FLAT;
+	if (((uint32_t)tag != ST__NET_TAG_MAGIC && !trailer) || src >= net->size) {
 		discard_locked(net, msg, "not a strata tag", src, info->length);
 		return;
 	}
@@ -152,15 +169,17 @@ static void take_locked(st_net_t *net, ucp_tag_message_h msg, const ucp_tag_recv
 	st__net_msg_t *m = calloc(1, sizeof *m);
 	size_t len = info->length - sizeof(st__net_frame_t);
 	/* The collectives' large messages in warm reused buffers (pool.c). */
-	void *buf = !m ? NULL : chan == ST__NET_COLL_CHAN ? st__net_pool_get(net, len)
-		: malloc(len ? len : 1);
+	const size_t cap = trailer ? info->length : len;   /* room for the trailing frame */
+	void *buf = !m ? NULL : chan == ST__NET_COLL_CHAN ? st__net_pool_get(net, cap)
+		: malloc(cap ? cap : 1);
 	if (!buf) {
 		free(m);
 		st_error("net: out of memory for a %zu-byte message from rank %d", len, src);
 		discard_locked(net, msg, "out of memory", src, info->length);
 		return;
 	}
-	*m = (st__net_msg_t){ .src = src, .len = len, .buf = buf, .chan = chan, .net = net };
+	*m = (st__net_msg_t){ .src = src, .len = len, .buf = buf, .chan = chan, .net = net,
+			      .trailer = trailer };
 	m->iov[0] = (ucp_dt_iov_t){ &m->hdr, sizeof m->hdr };
 	m->iov[1] = (ucp_dt_iov_t){ buf, len };
 	pthread_mutex_lock(&net->mu);
@@ -174,7 +193,10 @@ static void take_locked(st_net_t *net, ucp_tag_message_h msg, const ucp_tag_recv
 				  UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE,
 				  .cb.recv = recv_cb, .user_data = m,
 				  .datatype = ucp_dt_make_iov() };
-	ucs_status_ptr_t sp = ucp_tag_msg_recv_nbx(net->worker, m->iov, len ? 2 : 1, msg, &p);
+	if (trailer)
+		p.datatype = ucp_dt_make_contig(1);
+	ucs_status_ptr_t sp = trailer ? ucp_tag_msg_recv_nbx(net->worker, buf, cap, msg, &p)
+		: ucp_tag_msg_recv_nbx(net->worker, m->iov, len ? 2 : 1, msg, &p);
 	if (UCS_PTR_IS_PTR(sp) && sp)
 		atomic_fetch_add(&net->inflight, 1);
 	else
@@ -269,6 +291,14 @@ static void *progress_main(void *arg)
 
 /* ---- sending ------------------------------------------------------------------- */
 
+
+static void ticket_free(st_net_t *net, st__net_ticket_t *t)
+{
+	if (t->flat)
+		st__net_pool_put(net, t->flat);
+	free(t);
+}
+
 static void send_cb(void *req, ucs_status_t s, void *user)
 {
 	st__net_ticket_t *t = user;
@@ -289,7 +319,7 @@ static void send_cb(void *req, ucs_status_t s, void *user)
 			*pp = t->next;
 	}
 	pthread_mutex_unlock(&net->mu);
-	free(t);
+	ticket_free(net, t);
 }
 
 int st__net_post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan,
@@ -326,15 +356,27 @@ int st__net_post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan,
 		return ST_ENOMEM;
 	*t = (st__net_ticket_t){ .req = req, .net = net, .hdr = req->hdr };
 	int n = 0;
-	t->iov[n++] = (ucp_dt_iov_t){ &t->hdr, sizeof t->hdr };
-	if (alen)
-		t->iov[n++] = (ucp_dt_iov_t){ (void *)a, alen };
-	if (blen)
-		t->iov[n++] = (ucp_dt_iov_t){ (void *)b, blen };
+	const size_t total = sizeof t->hdr + alen + blen;
 	ucp_request_param_t p = { .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
 				  UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE,
 				  .cb.send = send_cb, .user_data = t,
 				  .datatype = ucp_dt_make_iov() };
+	if (net->flat_min && total >= net->flat_min && (t->flat = st__net_pool_get(net, total))) {
+		uint8_t *f = t->flat;   /* payload, then the frame (FLAT) */
+		if (alen)
+			memcpy(f, a, alen);
+		if (blen)
+			memcpy(f + alen, b, blen);
+		memcpy(f + alen + blen, &t->hdr, sizeof t->hdr);
+		t->iov[0] = (ucp_dt_iov_t){ f, total };
+		p.datatype = ucp_dt_make_contig(1);
+	} else {
+		t->iov[n++] = (ucp_dt_iov_t){ &t->hdr, sizeof t->hdr };
+		if (alen)
+			t->iov[n++] = (ucp_dt_iov_t){ (void *)a, alen };
+		if (blen)
+			t->iov[n++] = (ucp_dt_iov_t){ (void *)b, blen };
+	}
 	pthread_mutex_lock(&net->wmu);
 	st__net_peer_t *peer = &net->peers[dst];
 	pthread_mutex_lock(&net->mu);
@@ -342,6 +384,9 @@ int st__net_post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan,
 	pthread_mutex_unlock(&net->mu);
 	ucs_status_ptr_t sp = !alive || !peer->ep || peer->ep_failed
 		? UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET)
+		: t->flat ? ucp_tag_send_nbx(peer->ep, t->flat, total,
+					     ST__NET_TAG(chan, net->rank) - ST__NET_TAG_MAGIC +
+						     ST__NET_TAG_MAGIC_FLAT, &p)
 		: ucp_tag_send_nbx(peer->ep, t->iov, (size_t)n, ST__NET_TAG(chan, net->rank), &p);
 	int pending = UCS_PTR_IS_PTR(sp) && sp;
 	int rc = pending ? ST_OK : status_rc(UCS_PTR_STATUS(sp));
@@ -350,7 +395,7 @@ int st__net_post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan,
 		req->ticket = t;   /* send_cb cannot run: it needs wmu */
 	} else {
 		req->done = 1, req->status = rc;
-		free(t);
+		ticket_free(net, t);
 	}
 	pthread_mutex_unlock(&net->wmu);
 	if (pending)
@@ -769,6 +814,17 @@ int st_net_open(st_net_t **out, const st_net_cfg_t *cfg)
 	net->size = cfg->size;
 	net->wake_fd = net->epfd = -1;
 	net->coll_seg = ST__NET_COLL_SEG;
+	net->flat_min = FLAT_MIN_DEFAULT;
+	const char *fm = getenv("STRATA_NET_FLAT_MIN");
+	if (fm) {
+		char *end;
+		unsigned long long v = strtoull(fm, &end, 10);
+		if (*end || !*fm)
+			st_warn("net: STRATA_NET_FLAT_MIN=%s: expected a number of bytes (0: off); "
+				"using %zu", fm, net->flat_min);
+		else
+			net->flat_min = (size_t)v;
+	}
 	if (st__net_inbox_init(net) < 0) {
 		free(net);
 		return ST_ENOMEM;
@@ -872,7 +928,7 @@ void st_net_close(st_net_t *net)
 		ucp_worker_destroy(net->worker);   /* also the dead peers' shm endpoints */
 	for (st__net_ticket_t *t = net->abandoned, *next; t; t = next) {
 		next = t->next;   /* UCX can no longer call back: the worker is gone */
-		free(t);
+		ticket_free(net, t);
 	}
 	if (net->ctx)
 		ucp_cleanup(net->ctx);

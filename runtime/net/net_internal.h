@@ -42,6 +42,8 @@
 #define ST__NET_FRAME_MAGIC 0x314e5453u  /* "STN1" little-endian */
 #define ST__NET_FRAME_VERSION 1u
 #define ST__NET_TAG_MAGIC 0x53544e31u
+/* A large message in one block, payload first and frame last (net.c, FLAT). */
+#define ST__NET_TAG_MAGIC_FLAT 0x53544e32u
 #define ST__NET_TAG(chan, src) \
 	(((uint64_t)(chan) << 48) | ((uint64_t)(uint16_t)(src) << 32) | ST__NET_TAG_MAGIC)
 #define ST__NET_COLL_CHAN 0xff00u
@@ -110,6 +112,7 @@ typedef struct st__net_msg {
 	size_t len;
 	void *buf;       /* malloc'd payload, handed to the receiver */
 	st__net_frame_t hdr;
+	int trailer;     /* a large message: its frame follows the payload in buf (net.c) */
 	uint32_t chan;
 	struct st_net *net;
 #if ST_HAVE_UCX
@@ -149,6 +152,7 @@ typedef struct st__net_ticket {
 	struct st__net_ticket *next;    /* in net->abandoned once given up (mu) */
 	struct st_net *net;
 	st__net_frame_t hdr;
+	void *flat;                     /* a large send's payload + frame in one block (pool.c) */
 #if ST_HAVE_UCX
 	ucp_dt_iov_t iov[3];
 #endif
@@ -185,6 +189,7 @@ struct st_net {
 	/* collectives (coll.c), used by one thread at a time */
 	uint64_t coll_seq;
 	size_t coll_seg;               /* allreduce segment, floats (ST__NET_COLL_SEG) */
+	size_t flat_min;               /* sends of this many bytes and up go flat (0: none; net.c) */
 
 	/* receive buffers of the collectives (pool.c), under pool_mu */
 	pthread_mutex_t pool_mu;
