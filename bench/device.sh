@@ -14,7 +14,10 @@
 # back) or $TMPDIR/device-out. DEVICE_BENCHES (default "dist pull net")
 # picks benches; also: topo (lscpu), ceiling (P independent one-process
 # jobs at once: the machine's own scaling), inproc (one process of P
-# workers), trace (where a step's time goes, per policy).
+# workers), trace (where a step's time goes, per policy), curve (the
+# scaling curve, unbound and --bind, with the ceiling, on one data set),
+# netq (bench/net.sh on shared memory only, 1 and 8 MiB, once), flat (the
+# large-message layouts A/B; curve then uses the faster).
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 rows=${1:-1000000}
@@ -111,13 +114,94 @@ trace() {
 		python3 bench/trace_agg.py "$tmp/tr$1.rank0.json" --top 16
 	done
 }
+# flat: the two layouts of large messages (runtime/net/net.c, FLAT) A/B:
+# bench_net's p2p bandwidth at 1 and 8 MiB and allreduce of the standard
+# model's 2M dense floats at P = 4 and 8, with STRATA_NET_FLAT_MIN = 0
+# (iov) and 65536 (flat), and ucx_perftest's tag_bw at the same sizes; the
+# layout with the faster allreduce (sum of both P) is written to
+# $tmp/flat_min for the benches after it.
+flat() {
+	local bn=$dev/build/bench/bench_net best="" bt=""
+	for F in 0 65536; do
+		local t=0 line
+		for sz in 1048576 8388608; do
+			line=$(STRATA_NET_FLAT_MIN=$F STRATA_NET_SHM=1 "$bn" -n 2 --what bw --size $sz \
+				--iters $((536870912 / sz)) | awk '$1 == "p2p"')
+			echo "flat_min=$F $line"
+		done
+		for P in 4 8; do
+			line=$(STRATA_NET_FLAT_MIN=$F STRATA_NET_SHM=1 "$bn" -n $P --what allreduce \
+				--floats 2097152 | awk '$1 == "allreduce"')
+			echo "flat_min=$F P=$P $line"
+			t=$(awk -v a="$t" -v b="$(echo "$line" | awk '{print $5}')" 'BEGIN{print a + b}')
+		done
+		if [ -z "$bt" ] || awk -v a="$t" -v b="$bt" 'BEGIN{exit !(a < b)}'; then
+			best=$F bt=$t
+		fi
+	done
+	for sz in 1048576 8388608; do
+		local port=$((20000 + RANDOM % 20000))
+		ucx_perftest -p $port -t tag_bw -s $sz -n $((536870912 / sz)) >/dev/null 2>&1 &
+		sleep 1
+		echo "ucx_perftest tag_bw $sz: $(ucx_perftest -p $port 127.0.0.1 -t tag_bw -s $sz \
+			-n $((536870912 / sz)) 2>&1 | awk '/Final:/ {print $6 " MB/s"}')"
+		wait
+	done
+	echo "$best" >"$tmp/flat_min"
+	echo "chosen: STRATA_NET_FLAT_MIN=$best (allreduce ms at P = 4 + 8: $bt)"
+}
+# curve: the scaling curve in one run on the same data (DEVICE_CURVE_ROWS,
+# 300k; the large-message layout bench flat chose, if it ran): one process, then allreduce, hybrid and async on 2, 4 and 8
+# processes, each unbound and with `launch --bind` (a slice of the CPUs per
+# rank), and the ceiling (P independent one-process jobs) at 4 and 8.
+curve() {
+	local d one
+	d=$(gen "${DEVICE_CURVE_ROWS:-300000}")
+	if [ -f "$tmp/flat_min" ]; then
+		export STRATA_NET_FLAT_MIN
+		STRATA_NET_FLAT_MIN=$(cat "$tmp/flat_min")
+		echo "STRATA_NET_FLAT_MIN=$STRATA_NET_FLAT_MIN (bench flat's choice)"
+	fi
+	eval "\"$strata\" run $(job "$d")" >"$tmp/c1.log" 2>&1
+	one=$(eps "$tmp/c1.log")
+	echo "1 process: $one ex/s"
+	printf '%-22s %3s %10s %7s %10s %7s\n' policy P unbound ratio "--bind" ratio
+	for pol in 'allreduce{}' 'hybrid{staleness=4}' 'async{}'; do
+		for P in 2 4 8; do
+			local u b
+			eval "\"$strata\" launch -n $P $(job "$d" --set "sync=st.sync.$pol")" \
+				>"$tmp/cu.log" 2>&1
+			u=$(eps "$tmp/cu.log")
+			eval "\"$strata\" launch -n $P --bind $(job "$d" --set "sync=st.sync.$pol")" \
+				>"$tmp/cb.log" 2>&1
+			b=$(eps "$tmp/cb.log")
+			printf '%-22s %3s %10s %7s %10s %7s\n' "$pol" "$P" "${u:-FAILED}" \
+				"$(awk -v a="${u:-0}" -v o="$one" 'BEGIN{printf "%.2f", a / o}')" \
+				"${b:-FAILED}" "$(awk -v a="${b:-0}" -v o="$one" 'BEGIN{printf "%.2f", a / o}')"
+		done
+	done
+	for P in 4 8; do
+		for i in $(seq "$P"); do
+			eval "\"$strata\" run $(job "$d")" >"$tmp/ceil-$P-$i.log" 2>&1 &
+		done
+		wait
+		local sum=0 e
+		for i in $(seq "$P"); do
+			e=$(eps "$tmp/ceil-$P-$i.log")
+			sum=$((sum + ${e:-0}))
+		done
+		echo "ceiling P=$P: $sum ex/s together, $(awk -v a="$sum" -v o="$one" 'BEGIN{printf "%.2f", a / o}') x one process"
+	done
+}
 for b in ${DEVICE_BENCHES:-dist pull net}; do
 	echo "== $b: $(date +%T)"
 	case $b in
 	dist) DIST_INPROC=1 BENCH_POLICIES="allreduce hybrid async gba" \
 		bash bench/dist.sh "$dev/build" "$rows" "$procs" ;;
 	pull) bash bench/pull.sh "$dev/build" 1000000 1 ;;
-	ceiling | inproc | trace) "$b" ;;
+	ceiling | inproc | trace | curve | flat) "$b" ;;
+	netq) NET_REPEAT=1 NET_SIZES="1048576 8388608" NET_TRANSPORTS=shm NET_PROCS="2 4 8" \
+		bash bench/net.sh "$dev/build" ;;
 	topo) lscpu; cat /sys/devices/system/cpu/cpu0/topology/thread_siblings_list ;;
 	net) NET_REPEAT=2 NET_SIZES="65536 1048576 8388608" NET_PROCS="2 4 8" \
 		bash bench/net.sh "$dev/build" ;;
