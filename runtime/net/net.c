@@ -75,9 +75,9 @@ static void wake_progress(st_net_t *net)
 
 /* ---- receiving ----------------------------------------------------------------- */
 
-/* FLAT: a send of at least net->flat_min bytes (frame included;
- * STRATA_NET_FLAT_MIN, FLAT_MIN_DEFAULT) travels as one contiguous block on
- * both sides, payload first and the frame behind it, under its own tag
+/* FLAT: a send of at least net->flat_min bytes (frame included), and on
+ * the collectives' channel one of at least net->flat_min_coll, travels as
+ * one contiguous block on both sides, payload first and the frame behind it, under its own tag
  * magic (ST__NET_TAG_MAGIC_FLAT), so the receiver knows the layout from the
  * tag whatever its own setting. Why: UCX 1.13 moves a rendezvous whose
  * sender or receiver uses an iov through the shared-memory FIFO in bcopy
@@ -86,8 +86,15 @@ static void wake_progress(st_net_t *net)
  * receiver (CMA), as ucx_perftest's. The frame goes last so that the
  * payload starts the receive buffer, which the receiver takes over and
  * frees as it is. The sender's copy of the payload into its block is the
- * price; bench/net.sh measures the whole (docs/benchmarks.md, "Transport"). */
-#define FLAT_MIN_DEFAULT ((size_t)0)   /* off until measured where it pays (the 16-core machine) */
+ * price. Measured on the 16-core machine (bench/device.sh flat,
+ * docs/benchmarks.md "Scale-out on 16 cores"): the allreduce of 2M floats
+ * took 15-20% less time flat (P = 4: 5.6 vs 6.6 ms, P = 8: 9.8 vs 12.3),
+ * where many messages are in flight and a copy less counts; one stream of
+ * point-to-point messages was 20-30% slower (1 MiB: 3.3 vs 4.6 GB/s), the
+ * sender's copy being on its critical path. Hence flat by default on the
+ * collectives' channel only; STRATA_NET_FLAT_MIN=N sets N bytes for every
+ * channel (0: never flat). */
+#define FLAT_MIN_COLL_DEFAULT ((size_t)64 << 10)
 
 /* A received message's payload is in: check it, then deliver or drop it. */
 static void recv_finished(st__net_msg_t *m, ucs_status_t s)
@@ -361,7 +368,8 @@ int st__net_post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan,
 				  UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE,
 				  .cb.send = send_cb, .user_data = t,
 				  .datatype = ucp_dt_make_iov() };
-	if (net->flat_min && total >= net->flat_min && (t->flat = st__net_pool_get(net, total))) {
+	const size_t fmin = chan == ST__NET_COLL_CHAN ? net->flat_min_coll : net->flat_min;
+	if (fmin && total >= fmin && (t->flat = st__net_pool_get(net, total))) {
 		uint8_t *f = t->flat;   /* payload, then the frame (FLAT) */
 		if (alen)
 			memcpy(f, a, alen);
@@ -814,16 +822,17 @@ int st_net_open(st_net_t **out, const st_net_cfg_t *cfg)
 	net->size = cfg->size;
 	net->wake_fd = net->epfd = -1;
 	net->coll_seg = ST__NET_COLL_SEG;
-	net->flat_min = FLAT_MIN_DEFAULT;
+	net->flat_min = 0;
+	net->flat_min_coll = FLAT_MIN_COLL_DEFAULT;
 	const char *fm = getenv("STRATA_NET_FLAT_MIN");
 	if (fm) {
 		char *end;
 		unsigned long long v = strtoull(fm, &end, 10);
 		if (*end || !*fm)
-			st_warn("net: STRATA_NET_FLAT_MIN=%s: expected a number of bytes (0: off); "
-				"using %zu", fm, net->flat_min);
+			st_warn("net: STRATA_NET_FLAT_MIN=%s: expected a number of bytes (0: never "
+				"flat); keeping the default", fm);
 		else
-			net->flat_min = (size_t)v;
+			net->flat_min = net->flat_min_coll = (size_t)v;
 	}
 	if (st__net_inbox_init(net) < 0) {
 		free(net);

@@ -190,6 +190,7 @@ struct st_net {
 	uint64_t coll_seq;
 	size_t coll_seg;               /* allreduce segment, floats (ST__NET_COLL_SEG) */
 	size_t flat_min;               /* sends of this many bytes and up go flat (0: none; net.c) */
+	size_t flat_min_coll;          /* the same on the collectives' channel */
 
 	/* receive buffers of the collectives (pool.c), under pool_mu */
 	pthread_mutex_t pool_mu;
