@@ -10,6 +10,7 @@
 #define XXH_STATIC_LINKING_ONLY   /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
+#include "runtime/net/frame_hash.h"
 #include "runtime/net/net_internal.h"
 #include "runtime/simd.h"
 
@@ -18,18 +19,7 @@
 uint64_t st__net_hash_ref(uint64_t seed, const void *a, size_t alen, const void *b,
 			  size_t blen)
 {
-	if (!blen)
-		return XXH3_64bits_withSeed(a, alen, seed);
-	/* libxxhash 0.8.1's reset_withSeed skips deriving the secret when the
-	 * state's stale seed equals the new one, so a stack state left over
-	 * from the previous call (same seed, secret since overwritten) gave
-	 * wrong hashes. XXH3_INITSTATE clears the stale seed. */
-	XXH3_state_t st;
-	XXH3_INITSTATE(&st);
-	XXH3_64bits_reset_withSeed(&st, seed);
-	XXH3_64bits_update(&st, a, alen);
-	XXH3_64bits_update(&st, b, blen);
-	return XXH3_64bits_digest(&st);
+	return frame_hash_body(seed, a, alen, b, blen);
 }
 
 static uint64_t payload_hash(uint64_t seed, const void *a, size_t alen, const void *b,

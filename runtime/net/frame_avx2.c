@@ -8,24 +8,18 @@
  * AVX2 loop, and every frame is hashed twice (sender and receiver), on the
  * critical path of each collective's segments (docs/benchmarks.md,
  * "Transport"). XXH3's value does not depend on the loop that computes it,
- * so the libxxhash call in frame.c stays as the reference and both give the
- * same bits (tests/unit/test_net.c pins it). Pure functions, any thread.
+ * so the libxxhash build in frame.c stays as the reference and both give the
+ * same bits (tests/unit/test_net.c pins it); the body is frame_hash.h's,
+ * built twice. Pure functions, any thread.
  */
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "runtime/net/frame_hash.h"
 #include "runtime/net/net_internal.h"
 
 uint64_t st__net_hash_avx2(uint64_t seed, const void *a, size_t alen, const void *b,
 			   size_t blen)
 {
-	if (!blen)
-		return XXH3_64bits_withSeed(a, alen, seed);
-	/* XXH3_INITSTATE: see frame.c (a stale stack state's seed). */
-	XXH3_state_t st;
-	XXH3_INITSTATE(&st);
-	XXH3_64bits_reset_withSeed(&st, seed);
-	XXH3_64bits_update(&st, a, alen);
-	XXH3_64bits_update(&st, b, blen);
-	return XXH3_64bits_digest(&st);
+	return frame_hash_body(seed, a, alen, b, blen);
 }
