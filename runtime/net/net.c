@@ -424,10 +424,10 @@ int st__net_post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan,
  * error handling; "Invalid parameter"). So its waiter gives it up: it
  * fails with ST_EPEER, and the ticket, which UCX still points to, moves
  * to net->abandoned until UCX calls back (st_net_close frees the rest
- * once the worker is gone). The caller's payload is not copied: UCX does
- * not read it again, since the rendezvous data is fetched by the receiver
- * and an eager fragment waiting for room in the dead peer's queue never
- * gets any. Under mu.
+ * once the worker is gone, with a flat send's block). The caller's payload
+ * of an iov send is not copied: UCX does not read it again, since the
+ * rendezvous data is fetched by the receiver and an eager fragment waiting
+ * for room in the dead peer's queue never gets any. Under mu.
  */
 static int give_up_locked(st_net_t *net, st__net_sreq_t *req)
 {
