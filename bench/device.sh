@@ -2,8 +2,7 @@
 # device.sh — the multi-process benchmarks on a lent machine with more cores
 # than this one (the device tool's 16-core H100 machine; CPU only), from the
 # pack scripts/device-pack.sh made here: bench/dist.sh's scaling curve at
-# 1, 2, 4 and 8 processes for allreduce, hybrid, async and gba, with the
-# in-process reference of each P (DIST_INPROC=1); bench/pull.sh; bench/net.sh
+# 1, 2, 4 and 8 processes for allreduce, hybrid, async and gba; bench/pull.sh; bench/net.sh
 # (transport against ucx_perftest, allreduce at P = 2, 4, 8). Issue 21's
 # "scaling curve, honestly"; results in docs/benchmarks.md, "Scale-out on 16
 # cores".
@@ -69,22 +68,25 @@ eps() { grep -o '([0-9.]*[kM]* ex/s)' "$1" | tail -1 | tr -d '()' | cut -d' ' -f
 # job on the same 250k rows: the machine's own scaling (cores, hyperthreads,
 # memory bandwidth, clocks), with no communication at all: the ceiling of
 # what P processes of one job can reach here.
+ceil_run() { # P data -> "sum each..." of P independent one-process jobs at once
+	local P=$1 d=$2 sum=0 each="" e
+	for i in $(seq "$P"); do
+		eval "\"$strata\" run $(job "$d")" >"$tmp/ceil-$P-$i.log" 2>&1 &
+	done
+	wait
+	for i in $(seq "$P"); do
+		e=$(eps "$tmp/ceil-$P-$i.log")
+		each="$each ${e:-FAILED}"
+		sum=$((sum + ${e:-0}))
+	done
+	echo "$sum$each"
+}
 ceiling() {
-	local d
+	local d r
 	d=$(gen 250000)
 	for P in $procs; do
-		for i in $(seq "$P"); do
-			# shellcheck disable=SC2046
-			eval "\"$strata\" run $(job "$d")" >"$tmp/ceil-$P-$i.log" 2>&1 &
-		done
-		wait
-		local sum=0 each=""
-		for i in $(seq "$P"); do
-			e=$(eps "$tmp/ceil-$P-$i.log")
-			each="$each ${e:-FAILED}"
-			sum=$((sum + ${e:-0}))
-		done
-		echo "ceiling P=$P: $sum ex/s together (each:$each)"
+		r=$(ceil_run "$P" "$d")
+		echo "ceiling P=$P: ${r%% *} ex/s together (each: ${r#* })"
 	done
 }
 # inproc: one process of P workers and P read threads on the global batch of
@@ -181,22 +183,15 @@ curve() {
 		done
 	done
 	for P in 4 8; do
-		for i in $(seq "$P"); do
-			eval "\"$strata\" run $(job "$d")" >"$tmp/ceil-$P-$i.log" 2>&1 &
-		done
-		wait
-		local sum=0 e
-		for i in $(seq "$P"); do
-			e=$(eps "$tmp/ceil-$P-$i.log")
-			sum=$((sum + ${e:-0}))
-		done
+		local sum
+		sum=$(ceil_run "$P" "$d" | cut -d' ' -f1)
 		echo "ceiling P=$P: $sum ex/s together, $(awk -v a="$sum" -v o="$one" 'BEGIN{printf "%.2f", a / o}') x one process"
 	done
 }
 for b in ${DEVICE_BENCHES:-dist pull net}; do
 	echo "== $b: $(date +%T)"
 	case $b in
-	dist) DIST_INPROC=1 BENCH_POLICIES="allreduce hybrid async gba" \
+	dist) BENCH_POLICIES="allreduce hybrid async gba" \
 		bash bench/dist.sh "$dev/build" "$rows" "$procs" ;;
 	pull) bash bench/pull.sh "$dev/build" 1000000 1 ;;
 	ceiling | inproc | trace | curve | flat) "$b" ;;

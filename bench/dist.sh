@@ -78,26 +78,6 @@ for pol in 'st.sync.allreduce{}' 'st.sync.hybrid{staleness=4}' 'st.sync.kstep{k=
 	done
 done
 Pmax=$(echo $procs | awk '{print $NF}')
-# DIST_INPROC=1: the same global batches trained by one process of P workers
-# and P read threads (allreduce; read batches of P x 1024, so that each
-# holds one minibatch per worker), the in-process reference of each P; and
-# allreduce on Pmax processes with 2 read threads each (every rank reads the
-# whole stream and keeps its share of the batches, so the read thread is the
-# first suspect when P processes fall behind).
-if [ "${DIST_INPROC:-0}" = 1 ]; then
-	for P in $procs; do
-		[ "$P" = 1 ] && continue
-		read -r eps bpe auc < <(run 1 'st.sync.allreduce{}' --set "stages.train.workers=$P" \
-			--set "stages.read.threads=$P" --set "stages.read.batch_size=$((P * 1024))")
-		ratio=$(awk -v a="$eps" -v b="$base" 'BEGIN{printf "%.2f", a / b}')
-		printf '%-28s %3s %12s %8s %14s %8s   (1 process, %s workers)\n' 'allreduce{}' 1 "$eps" \
-			"$ratio" - "$auc" "$P"
-	done
-	read -r eps bpe auc < <(run "$Pmax" 'st.sync.allreduce{}' --set stages.read.threads=2)
-	ratio=$(awk -v a="$eps" -v b="$base" 'BEGIN{printf "%.2f", a / b}')
-	printf '%-28s %3s %12s %8s %14s %8s   (2 read threads each)\n' 'allreduce{}' "$Pmax" "$eps" \
-		"$ratio" "$bpe" "$auc"
-fi
 read -r eps bpe auc < <(run "$Pmax" 'st.sync.allreduce{}' --set 'dist={compress=true}')
 printf '%-28s %3s %12s %8s %14s %8s   (dist.compress = true)\n' 'allreduce{}'  "$Pmax" "$eps" - "$bpe" "$auc"
 

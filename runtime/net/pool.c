@@ -1,5 +1,7 @@
 /*
- * pool.c — a small cache of large receive buffers for the collectives.
+ * pool.c — a small cache of large message buffers: the collectives'
+ * receive buffers, and the blocks of flat sends (net.c, FLAT), which are
+ * given back when UCX is done with them.
  *
  * Why: every message arrives in a buffer malloc'd by the progress thread
  * (net.c take_locked). An allreduce of megabytes gets fresh buffers of

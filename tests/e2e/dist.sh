@@ -204,39 +204,6 @@ else
   bad "launch usage errors: $r1 $r2 $r3"
 fi
 
-# --bind: each rank on its own slice of the launcher's CPUs (read from the
-# running ranks' /proc/PID/status), the same model as unbound; more ranks
-# than CPUs is a usage error.
-rm -f "$tmp"/out*
-ncpu=$(nproc)
-bind_args=("${base[@]}" --set 'sync=st.sync.allreduce{}' --set stages.train.workers=1
-  --set stages.read.batch_size=256 --set stages.train.minibatch=256)
-STRATA_DIGEST=1 timeout 300 "$strata" launch -n 2 "${bind_args[@]}" >"$tmp/outu" 2>&1
-STRATA_DIGEST=1 timeout 300 "$strata" launch -n 2 --bind "${bind_args[@]}" >"$tmp/outb" 2>&1 &
-lpid=$! seen=""
-for _ in $(seq 200); do
-  kids=$(for l in $(pgrep -P $lpid); do pgrep -P "$l"; done | tr '\n' ' ')   # timeout > launch > ranks
-  if [ "$(echo $kids | wc -w)" = 2 ]; then
-    seen=$(for k in $kids; do grep Cpus_allowed_list /proc/$k/status | cut -f2; done | sort | tr '\n' ' ')
-    break
-  fi
-  sleep 0.05
-done
-wait $lpid; rb=$?
-"$strata" launch -n $((ncpu + 1)) --bind "${base[@]}" >"$tmp/outx" 2>&1; rx=$?
-# What the launcher said each rank got ("a-b"; the kernel writes "a" for a-a).
-want=$(sed -n 's/.*rank [01] on CPUs \([0-9]*\)-\([0-9]*\)$/\1 \2/p' "$tmp/outb" |
-  awk '{ print ($1 == $2 ? $1 : $1 "-" $2) }' | sort | tr '\n' ' ')
-if [ $rb -eq 0 ] && [ "$(digest "$tmp/outb")" = "$(digest "$tmp/outu")" ] &&
-   [ -n "$(digest "$tmp/outu")" ] && grep -q "rank 1 on CPUs" "$tmp/outb" &&
-   [ -n "$seen" ] && [ "$seen" = "$want" ] && [ "$(echo $seen | wc -w)" = 2 ] &&
-   [ "$(echo $seen | cut -d' ' -f1)" != "$(echo $seen | cut -d' ' -f2)" ] &&
-   [ $rx -eq 2 ] && grep -q "needs a CPU per rank" "$tmp/outx"; then
-  ok "launch --bind: ranks on CPUs $seen(of $ncpu), same model as unbound; more ranks than CPUs refused"
-else
-  bad "launch --bind: rc $rb, affinity '$seen' (launcher: '$want'), digests $(digest "$tmp/outb") / $(digest "$tmp/outu"), refusal rc $rx"
-fi
-
 # Wrong token: refused while rank 0 waits; then the real rank 1 joins.
 rm -f "$tmp"/out*
 p=$(port)
