@@ -1001,7 +1001,10 @@ static void backward_node(const st_lgraph_t *g, st_lgraph_ws_t *ws, int id,
 			grad_end(ws, in0, in_len);
 		break;
 	case N_SLICE:
-		if (want) {
+		if (want && ws->gset[in0]) {
+			st_slice_backward_add(nn_, g->node[in0].width, nd->offset, W, dY,
+					      ws->grad[in0]);
+		} else if (want) {
 			st_slice_backward(nn_, g->node[in0].width, nd->offset, W, dY,
 					  grad_begin(ws, in0));
 			grad_end(ws, in0, in_len);

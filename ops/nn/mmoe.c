@@ -38,6 +38,12 @@
 typedef struct parts {
 	float *H[ST_MMOE_MAX_EXPERTS][ST_MMOE_MAX_LAYERS];
 	float *G[ST_MMOE_MAX_TASKS];
+	/* Where the mixing reads: expert e's output f_e (row stride fld) and
+	 * gate t's logits, then softmax (row stride gld). The reference's are
+	 * H[e][K-1] and G[t]; the fast path's may be columns of its Z. */
+	const float *F[ST_MMOE_MAX_EXPERTS];
+	float *Gv[ST_MMOE_MAX_TASKS];
+	int fld, gld;
 	float *dZ, *dH[2], *dXt;
 	/* the fast path: the first maps as one (see st_mmoe_forward) */
 	float *W0, *b0, *Z, *dZ0, *dW0, *db0;
@@ -77,6 +83,14 @@ static size_t carve(const st_mmoe_shape_t *s, size_t n, float *base, parts_t *p)
 	PART(p->dW0, M0 * (size_t)s->d_in);
 	PART(p->db0, M0);
 #undef PART
+	if (base) {
+		for (int e = 0; e < s->n_experts; e++)
+			p->F[e] = p->H[e][s->n_layers - 1];
+		for (int t = 0; t < s->n_tasks; t++)
+			p->Gv[t] = p->G[t];
+		p->fld = s->sizes[s->n_layers - 1];
+		p->gld = s->n_experts;
+	}
 	return o;
 }
 
@@ -187,15 +201,15 @@ static size_t gate_off(const st_mmoe_shape_t *s, int t)
 
 /* ---- shared by both paths --------------------------------------------------- */
 
-/* Gate t's logits in G[t] [n × E] (row stride E) become the softmax
+/* Gate t's logits in Gv[t] [n × E] (row stride gld) become the softmax
  * (max subtracted), then o_t = Σ_e g_t[e] f_e from the first term. */
 static void gate_mix(const st_mmoe_shape_t *s, int n, const parts_t *p, int t, float *out)
 {
 	const int E = s->n_experts, K = s->n_layers, h = s->sizes[K - 1];
 	const int W = s->n_tasks * h;
-	float *G = p->G[t];
+	float *G = p->Gv[t];
 	for (int i = 0; i < n; i++) {
-		float *g = G + (size_t)i * E, mx = g[0], sum = 0.0f;
+		float *g = G + (size_t)i * p->gld, mx = g[0], sum = 0.0f;
 		for (int e = 1; e < E; e++)
 			mx = g[e] > mx ? g[e] : mx;
 		for (int e = 0; e < E; e++) {
@@ -206,17 +220,35 @@ static void gate_mix(const st_mmoe_shape_t *s, int n, const parts_t *p, int t, f
 			g[e] /= sum;
 	}
 	for (int i = 0; i < n; i++) {
-		const float *g = G + (size_t)i * E;
-		float *o = out + (size_t)i * W + (size_t)t * h;
-		const float *f0 = p->H[0][K - 1] + (size_t)i * h;
+		const float *g = G + (size_t)i * p->gld;
+		float *restrict o = out + (size_t)i * W + (size_t)t * h;
+		const float *restrict f0 = p->F[0] + (size_t)i * p->fld;
+		const float g0 = g[0];
 		for (int j = 0; j < h; j++)
-			o[j] = g[0] * f0[j];
+			o[j] = g0 * f0[j];
 		for (int e = 1; e < E; e++) {
-			const float *f = p->H[e][K - 1] + (size_t)i * h;
+			const float *restrict f = p->F[e] + (size_t)i * p->fld;
+			const float ge = g[e];
 			for (int j = 0; j < h; j++)
-				o[j] += g[e] * f[j];
+				o[j] += ge * f[j];
 		}
 	}
+}
+
+/* a · b over h floats, in eight running sums (lane l takes j ≡ l mod 8)
+ * added at the end, then the tail: a fixed order the compiler keeps as
+ * vector lanes (a single running sum is a chain it may not reorder). */
+static float dot8(int h, const float *restrict a, const float *restrict b)
+{
+	float acc[8] = { 0 };
+	int j = 0;
+	for (; j + 8 <= h; j += 8)
+		for (int l = 0; l < 8; l++)
+			acc[l] += a[j + l] * b[j + l];
+	float v = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+	for (; j < h; j++)
+		v += a[j] * b[j];
+	return v;
 }
 
 /* dz[i × ld + e] = gate t's logit gradient: dg[e] = dout_t · f_e, then the
@@ -227,16 +259,11 @@ static void gate_grad(const st_mmoe_shape_t *s, int n, const parts_t *p, int t,
 	const int E = s->n_experts, K = s->n_layers, h = s->sizes[K - 1];
 	const int W = s->n_tasks * h;
 	for (int i = 0; i < n; i++) {
-		const float *g = p->G[t] + (size_t)i * E;
+		const float *g = p->Gv[t] + (size_t)i * p->gld;
 		const float *dt = dout + (size_t)i * W + (size_t)t * h;
 		float *z = dz + (size_t)i * ld, dot = 0.0f;
-		for (int e = 0; e < E; e++) {
-			const float *f = p->H[e][K - 1] + (size_t)i * h;
-			float v = dt[0] * f[0];
-			for (int j = 1; j < h; j++)
-				v += dt[j] * f[j];
-			z[e] = v;
-		}
+		for (int e = 0; e < E; e++)
+			z[e] = dot8(h, dt, p->F[e] + (size_t)i * p->fld);
 		for (int e = 0; e < E; e++)
 			dot += g[e] * z[e];
 		for (int e = 0; e < E; e++)
@@ -244,18 +271,18 @@ static void gate_grad(const st_mmoe_shape_t *s, int n, const parts_t *p, int t,
 	}
 }
 
-/* d[n × h] = Σ_t g_t[e] dout_t, expert e's output gradient, from the
- * first task's term. */
+/* d[n × h] (row stride ld) = Σ_t g_t[e] dout_t, expert e's output
+ * gradient, from the first task's term. */
 static void expert_dout(const st_mmoe_shape_t *s, int n, const parts_t *p, int e,
-			const float *dout, float *d)
+			const float *dout, float *d, int ld)
 {
-	const int E = s->n_experts, T = s->n_tasks, h = s->sizes[s->n_layers - 1];
+	const int T = s->n_tasks, h = s->sizes[s->n_layers - 1];
 	const int W = T * h;
 	for (int i = 0; i < n; i++) {
-		float *r = d + (size_t)i * h;
+		float *restrict r = d + (size_t)i * ld;
 		for (int t = 0; t < T; t++) {
-			const float g = p->G[t][(size_t)i * E + e];
-			const float *dt = dout + (size_t)i * W + (size_t)t * h;
+			const float g = p->Gv[t][(size_t)i * p->gld + e];
+			const float *restrict dt = dout + (size_t)i * W + (size_t)t * h;
 			if (t == 0)
 				for (int j = 0; j < h; j++)
 					r[j] = g * dt[j];
@@ -311,7 +338,7 @@ void st_mmoe_backward_ref(const st_mmoe_shape_t *s, int n, const float *X, const
 	 * lands in dX, later ones are added. */
 	for (int e = 0; e < E; e++) {
 		float *cur = p.dH[0];
-		expert_dout(s, n, &p, e, dout, cur);
+		expert_dout(s, n, &p, e, dout, cur, s->sizes[K - 1]);
 		int pp = 1;
 		for (int k = K - 1; k >= 0; k--) {
 			const int din = k ? s->sizes[k - 1] : s->d_in, dk = s->sizes[k];
@@ -343,25 +370,16 @@ void st_mmoe_backward_ref(const st_mmoe_shape_t *s, int n, const float *X, const
  * one linear map of M0 = E·h_1 + T·E outputs (W0 gathered from the packed
  * tensors: expert rows, then gate rows): x is packed for sgemm once instead
  * of E + T times each way, and backward's dX is one product, not E + T
- * products summed. Each expert's columns are copied out of the wide output
- * (its next layer reads them contiguous), and its gradient copied back. */
+ * products summed. The experts' first layers and the gates are then read
+ * where they are, as columns of that output Z (row stride M0): the next
+ * layer's sgemm takes them as a strided operand, the softmax runs on the
+ * gate columns in place, and backward writes their gradients into the same
+ * columns of dZ0 (copying them out and back was 5% of a step; benchmarks.md,
+ * "MMoE"). */
 
 static int m0_of(const st_mmoe_shape_t *s)
 {
 	return s->n_experts * s->sizes[0] + s->n_tasks * s->n_experts;
-}
-
-/* Y[n × w] = columns off .. off+w−1 of Z[n × ld], and back. */
-static void cols_out(int n, int ld, int off, int w, const float *Z, float *Y)
-{
-	for (int i = 0; i < n; i++)
-		memcpy(Y + (size_t)i * w, Z + (size_t)i * ld + off, sizeof(float) * (size_t)w);
-}
-
-static void cols_in(int n, int ld, int off, int w, const float *Y, float *Z)
-{
-	for (int i = 0; i < n; i++)
-		memcpy(Z + (size_t)i * ld + off, Y + (size_t)i * w, sizeof(float) * (size_t)w);
 }
 
 /* Offsets in P of the first maps' weights, in W0's row order: expert e's
@@ -373,6 +391,21 @@ static void first_maps(const st_mmoe_shape_t *s, int i, size_t *off, int *rows)
 	*rows = i < E ? s->sizes[0] : E;
 }
 
+/* The fast path's views into Z: gates always, experts' outputs when they
+ * have one layer (f_e is then its columns of Z). */
+static void fast_views(const st_mmoe_shape_t *s, parts_t *p)
+{
+	const int E = s->n_experts, h1 = s->sizes[0], M0 = m0_of(s);
+	for (int t = 0; t < s->n_tasks; t++)
+		p->Gv[t] = p->Z + E * h1 + t * E;
+	p->gld = M0;
+	if (s->n_layers == 1) {
+		for (int e = 0; e < E; e++)
+			p->F[e] = p->Z + e * h1;
+		p->fld = M0;
+	}
+}
+
 void st_mmoe_forward(const st_mmoe_shape_t *s, int n, const float *X, const float *P,
 		     void *scratch, float *out)
 {
@@ -380,6 +413,7 @@ void st_mmoe_forward(const st_mmoe_shape_t *s, int n, const float *X, const floa
 	const int M0 = m0_of(s);
 	parts_t p;
 	carve(s, (size_t)n, scratch, &p);
+	fast_views(s, &p);
 	int r0 = 0;
 	for (int i = 0; i < E + s->n_tasks; i++) {
 		size_t off;
@@ -390,21 +424,20 @@ void st_mmoe_forward(const st_mmoe_shape_t *s, int n, const float *X, const floa
 		r0 += rows;
 	}
 	st_linear_forward(n, d, M0, X, p.W0, p.b0, p.Z);
-	for (int e = 0; e < E; e++) {
-		cols_out(n, M0, e * h1, h1, p.Z, p.H[e][0]);
-		st_act_forward(s->act, (size_t)n * h1, p.H[e][0]);
+	if (s->act != ST_ACT_NONE)
+		for (int i = 0; i < n; i++)   /* the experts' columns, not the gates' */
+			st_act_forward(s->act, (size_t)E * h1, p.Z + (size_t)i * M0);
+	for (int e = 0; e < E; e++)
 		for (int k = 1; k < K; k++) {
 			const int din = s->sizes[k - 1], dout = s->sizes[k];
 			const float *Wk = P + expert_off(s, e, k);
-			st_linear_forward(n, din, dout, p.H[e][k - 1], Wk, Wk + (size_t)dout * din,
-					  p.H[e][k]);
+			const float *in = k == 1 ? p.Z + e * h1 : p.H[e][k - 1];
+			st_linear_forward_ld(n, din, dout, in, k == 1 ? M0 : din, Wk,
+					     Wk + (size_t)dout * din, p.H[e][k], dout);
 			st_act_forward(s->act, (size_t)n * dout, p.H[e][k]);
 		}
-	}
-	for (int t = 0; t < s->n_tasks; t++) {
-		cols_out(n, M0, E * h1 + t * E, E, p.Z, p.G[t]);
+	for (int t = 0; t < s->n_tasks; t++)
 		gate_mix(s, n, &p, t, out);
-	}
 }
 
 void st_mmoe_backward(const st_mmoe_shape_t *s, int n, const float *X, const float *P,
@@ -414,25 +447,36 @@ void st_mmoe_backward(const st_mmoe_shape_t *s, int n, const float *X, const flo
 	const int M0 = m0_of(s);
 	parts_t p;
 	carve(s, (size_t)n, scratch, &p);
-	/* dZ [n × M0]: each expert's first-layer gradient, then the gates'. */
+	fast_views(s, &p);
+	/* dZ0 [n × M0]: each expert's first-layer gradient, then the gates'. */
 	for (int t = 0; t < s->n_tasks; t++)
 		gate_grad(s, n, &p, t, dout, p.dZ0 + E * h1 + t * E, M0);
 	for (int e = 0; e < E; e++) {
+		if (K == 1) {
+			expert_dout(s, n, &p, e, dout, p.dZ0 + e * h1, M0);
+			continue;
+		}
 		float *cur = p.dH[0];
-		expert_dout(s, n, &p, e, dout, cur);
+		expert_dout(s, n, &p, e, dout, cur, s->sizes[K - 1]);
 		int pp = 1;
 		for (int k = K - 1; k >= 1; k--) {
 			const int din = s->sizes[k - 1], dk = s->sizes[k];
 			const size_t off = expert_off(s, e, k);
 			st_act_backward(s->act, (size_t)n * dk, p.H[e][k], cur);
-			st_linear_backward(n, din, dk, p.H[e][k - 1], P + off, cur, p.dH[pp],
-					   dP + off, dP + off + (size_t)dk * din);
-			cur = p.dH[pp];
+			const int first = k == 1;
+			float *dIn = first ? p.dZ0 + e * h1 : p.dH[pp];
+			st_linear_backward_ld(n, din, dk, first ? p.Z + e * h1 : p.H[e][k - 1],
+					      first ? M0 : din, P + off, cur, dk, dIn,
+					      first ? M0 : din, dP + off,
+					      dP + off + (size_t)dk * din);
+			cur = dIn;
 			pp ^= 1;
 		}
-		st_act_backward(s->act, (size_t)n * h1, p.H[e][0], cur);
-		cols_in(n, M0, e * h1, h1, cur, p.dZ0);
 	}
+	if (s->act != ST_ACT_NONE)
+		for (int i = 0; i < n; i++)
+			st_act_backward(s->act, (size_t)E * h1, p.Z + (size_t)i * M0,
+					p.dZ0 + (size_t)i * M0);
 	/* One map back: dX = dZ W0 (overwrites), dW0 and db0 in scratch, then
 	 * added into each tensor's place in dP. */
 	memset(p.dW0, 0, sizeof(float) * (size_t)M0 * d);
@@ -454,6 +498,13 @@ void st_slice_forward(int n, int in_w, int offset, int width, const float *X, fl
 	for (int i = 0; i < n; i++)
 		memcpy(Y + (size_t)i * width, X + (size_t)i * in_w + offset,
 		       sizeof(float) * (size_t)width);
+}
+
+void st_slice_backward_add(int n, int in_w, int offset, int width, const float *dY,
+			   float *dX)
+{
+	for (int i = 0; i < n; i++)
+		add_into(dX + (size_t)i * in_w + offset, dY + (size_t)i * width, (size_t)width);
 }
 
 void st_slice_backward(int n, int in_w, int offset, int width, const float *dY, float *dX)

@@ -108,5 +108,10 @@ void st_mmoe_backward_ref(const st_mmoe_shape_t *s, int n, const float *X, const
  * backward: dX[n × in_w] = dY in those columns, 0 elsewhere (overwrites). */
 void st_slice_forward(int n, int in_w, int offset, int width, const float *X, float *Y);
 void st_slice_backward(int n, int in_w, int offset, int width, const float *dY, float *dX);
+/* dX's columns offset .. offset+width−1 += dY, the rest untouched: a second
+ * slice of the same input adds its part where the first wrote its gradient
+ * (the graph, instead of a zeroed copy of the whole width added into it). */
+void st_slice_backward_add(int n, int in_w, int offset, int width, const float *dY,
+			   float *dX);
 
 #endif

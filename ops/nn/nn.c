@@ -263,47 +263,60 @@ void st_wide_backward(uint32_t r0, uint32_t n, const uint32_t *row_off,
  *   dW        dW [out × in] += dYᵀ · X,         K = n    (Trans, NoTrans)
  * OpenBLAS rejects a leading dimension of 0, so empty shapes return early. */
 
-void st_linear_forward(int n, int in, int out, const float *X, const float *W,
-		       const float *b, float *restrict Y)
+void st_linear_forward_ld(int n, int in, int out, const float *X, int ldx, const float *W,
+			  const float *b, float *restrict Y, int ldy)
 {
 	if (n <= 0 || out <= 0)
 		return;
 	if (in <= 0) {
 		for (int i = 0; i < n; i++)
 			for (int o = 0; o < out; o++)
-				Y[(size_t)i * out + o] = b ? b[o] : 0.0f;
+				Y[(size_t)i * ldy + o] = b ? b[o] : 0.0f;
 		return;
 	}
 	/* Seed Y with the bias, then let sgemm accumulate (beta = 1): one pass
 	 * over Y instead of a separate bias pass after the product. */
 	if (b) {
 		for (int i = 0; i < n; i++)
-			memcpy(Y + (size_t)i * out, b, (size_t)out * sizeof *Y);
+			memcpy(Y + (size_t)i * ldy, b, (size_t)out * sizeof *Y);
 	}
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in,
-		    1.0f, X, in, W, in, b ? 1.0f : 0.0f, Y, out);
+		    1.0f, X, ldx, W, in, b ? 1.0f : 0.0f, Y, ldy);
 }
 
-void st_linear_backward(int n, int in, int out, const float *X, const float *W,
-			const float *dY, float *dX, float *dW, float *restrict db)
+void st_linear_forward(int n, int in, int out, const float *X, const float *W,
+		       const float *b, float *Y)
+{
+	st_linear_forward_ld(n, in, out, X, in, W, b, Y, out);
+}
+
+void st_linear_backward_ld(int n, int in, int out, const float *X, int ldx, const float *W,
+			   const float *dY, int lddy, float *dX, int lddx, float *dW,
+			   float *restrict db)
 {
 	if (n <= 0 || out <= 0)
 		return;
 	if (in > 0) {
 		if (dX)
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out,
-				    1.0f, dY, out, W, in, 0.0f, dX, in);
+				    1.0f, dY, lddy, W, in, 0.0f, dX, lddx);
 		if (dW)
 			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n,
-				    1.0f, dY, out, X, in, 1.0f, dW, in);
+				    1.0f, dY, lddy, X, ldx, 1.0f, dW, in);
 	}
 	if (db) {
 		for (int i = 0; i < n; i++) {
-			const float *restrict d = dY + (size_t)i * out;
+			const float *restrict d = dY + (size_t)i * lddy;
 			for (int o = 0; o < out; o++)
 				db[o] += d[o];
 		}
 	}
+}
+
+void st_linear_backward(int n, int in, int out, const float *X, const float *W,
+			const float *dY, float *dX, float *dW, float *db)
+{
+	st_linear_backward_ld(n, in, out, X, in, W, dY, out, dX, in, dW, db);
 }
 
 /* ---- activations -----------------------------------------------------------

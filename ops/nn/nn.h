@@ -99,6 +99,15 @@ void st_linear_forward(int n, int in, int out, const float *X, const float *W,
 		       const float *b, float *Y);
 void st_linear_backward(int n, int in, int out, const float *X, const float *W,
 			const float *dY, float *dX, float *dW, float *db);
+/* The same two over strided operands: row i of X starts at X + i·ldx, of Y
+ * (dY, dX) at Y + i·ldy (lddy, lddx); W, b, dW and db stay packed. A
+ * layer can read and write columns of a wider matrix in place (mmoe.c's
+ * experts in the columns of their gathered first map). Same bits as the
+ * packed pair on the same values (sgemm packs its operands either way). */
+void st_linear_forward_ld(int n, int in, int out, const float *X, int ldx, const float *W,
+			  const float *b, float *Y, int ldy);
+void st_linear_backward_ld(int n, int in, int out, const float *X, int ldx, const float *W,
+			   const float *dY, int lddy, float *dX, int lddx, float *dW, float *db);
 
 /* ---- activations (elementwise over len values; in place allowed) -------
  * backward takes the forward OUTPUT y: dx = dy * f'(y). */

@@ -481,6 +481,31 @@ static void test_mmoe_one_expert_is_mlp(void **state)
 	st_lgraph_destroy(gb);
 }
 
+/* A slice's backward zeroes the input gradient outside its columns; a
+ * second slice's adds into its own columns only, so overlapping slices sum
+ * (the graph's path for a node read by several slices). */
+static void test_slice_backward_add_sums_overlaps(void **state)
+{
+	(void)state;
+	enum { N = 3, IN_W = 6 };
+	float dY1[N * 4], dY2[N * 3], dX[N * IN_W];
+	for (int i = 0; i < N * 4; i++)
+		dY1[i] = (float)(i + 1);
+	for (int i = 0; i < N * 3; i++)
+		dY2[i] = 0.5f * (float)(i + 1);
+	st_slice_backward(N, IN_W, 1, 4, dY1, dX);         /* columns 1..4 */
+	st_slice_backward_add(N, IN_W, 3, 3, dY2, dX);     /* columns 3..5 */
+	for (int i = 0; i < N; i++)
+		for (int c = 0; c < IN_W; c++) {
+			float want = 0.0f;
+			if (c >= 1 && c <= 4)
+				want += dY1[i * 4 + c - 1];
+			if (c >= 3)
+				want += dY2[i * 3 + c - 3];
+			assert_true(dX[i * IN_W + c] == want);
+		}
+}
+
 static void test_mmoe_names_widths_counts(void **state)
 {
 	(void)state;
@@ -552,6 +577,7 @@ int main(void)
 		cmocka_unit_test(test_mmoe_graph_gradcheck_sigmoid),
 		cmocka_unit_test(test_mmoe_graph_gradcheck_none),
 		cmocka_unit_test(test_mmoe_one_expert_is_mlp),
+		cmocka_unit_test(test_slice_backward_add_sums_overlaps),
 		cmocka_unit_test(test_mmoe_names_widths_counts),
 		cmocka_unit_test(test_mmoe_builder_errors),
 	};

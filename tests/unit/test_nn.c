@@ -454,6 +454,53 @@ static void test_nn_linear_matches_naive(void **state)
 		assert_near(dW2[i], dW[i] - 0.5f, 1e-5);
 }
 
+/* The strided pair reads and writes columns of wider matrices and gives
+ * the packed pair's bits on the same values, and leaves the columns around
+ * its operands as they were (mmoe.c runs experts in the columns of one
+ * wide output this way). */
+static void test_nn_linear_strided_matches_packed(void **state)
+{
+	(void)state;
+	enum { N = 9, IN = 11, OUT = 6, LX = IN + 5, LY = OUT + 3, OX = 2, OY = 1 };
+	float X[N * IN], W[OUT * IN], b[OUT], Y[N * OUT], dY[N * OUT], dX[N * IN];
+	float dW[OUT * IN], db[OUT], dW2[OUT * IN], db2[OUT];
+	float Xs[N * LX], Ys[N * LY], dYs[N * LY], dXs[N * LX];
+	fill(X, N * IN);
+	fill(W, OUT * IN);
+	fill(b, OUT);
+	fill(dY, N * OUT);
+	for (int i = 0; i < N * LX; i++)
+		Xs[i] = dXs[i] = -7.0f;
+	for (int i = 0; i < N * LY; i++)
+		Ys[i] = dYs[i] = -7.0f;
+	for (int i = 0; i < N; i++) {
+		memcpy(Xs + i * LX + OX, X + i * IN, sizeof(float) * IN);
+		memcpy(dYs + i * LY + OY, dY + i * OUT, sizeof(float) * OUT);
+	}
+	st_linear_forward(N, IN, OUT, X, W, b, Y);
+	st_linear_forward_ld(N, IN, OUT, Xs + OX, LX, W, b, Ys + OY, LY);
+	for (int i = 0; i < OUT * IN; i++)
+		dW[i] = dW2[i] = 0.25f;
+	for (int i = 0; i < OUT; i++)
+		db[i] = db2[i] = -0.25f;
+	st_linear_backward(N, IN, OUT, X, W, dY, dX, dW, db);
+	st_linear_backward_ld(N, IN, OUT, Xs + OX, LX, W, dYs + OY, LY, dXs + OX, LX, dW2, db2);
+	for (int i = 0; i < N; i++) {
+		for (int c = 0; c < LY; c++) {
+			int in = c >= OY && c < OY + OUT;
+			float want = in ? Y[i * OUT + c - OY] : -7.0f;
+			assert_memory_equal(&Ys[i * LY + c], &want, sizeof want);
+		}
+		for (int c = 0; c < LX; c++) {
+			int in = c >= OX && c < OX + IN;
+			float want = in ? dX[i * IN + c - OX] : -7.0f;
+			assert_memory_equal(&dXs[i * LX + c], &want, sizeof want);
+		}
+	}
+	assert_memory_equal(dW, dW2, sizeof dW);
+	assert_memory_equal(db, db2, sizeof db);
+}
+
 /* ---- activations ----------------------------------------------------------- */
 
 enum { AL = 24 };
@@ -824,6 +871,7 @@ int main(void)
 		cmocka_unit_test(test_nn_wide_forward_exact),
 		cmocka_unit_test(test_nn_linear_gradient),
 		cmocka_unit_test(test_nn_linear_matches_naive),
+		cmocka_unit_test(test_nn_linear_strided_matches_packed),
 		cmocka_unit_test(test_nn_relu_gradient),
 		cmocka_unit_test(test_nn_sigmoid_gradient),
 		cmocka_unit_test(test_nn_activations_exact_and_in_place),
