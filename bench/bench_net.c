@@ -6,6 +6,13 @@
  *
  *   bench_net -n P [--size BYTES] [--iters K] [--what p2p|allreduce|all|lat|bw]
  *             [--floats N] [--lat-iters K] [--timeout S]
+ *   mpirun -np P ... bench_net --env [the same options but -n]
+ *
+ * --env: this process is one rank, started by a launcher; rank, size and
+ * coordinator come from the environment as for `strata run`
+ * (st_net_cfg_from_env: OMPI_COMM_WORLD_RANK / _SIZE under mpirun, with
+ * STRATA_COORDINATOR and STRATA_TOKEN). That is how STRATA_NET_COLL=mpi
+ * (the allreduce through MPI, coll_mpi.c) is measured: bench/coll_mpi.sh.
  *
  * Forks P ranks that meet, as in tests/unit/test_net.c, at a coordinator on
  * 127.0.0.1 at a free port with a fresh job token (st_net_cfg_t filled the
@@ -262,14 +269,18 @@ static void allreduce(st_net_t *net, size_t n, long iters)
 
 /* ---- ranks and the parent ------------------------------------------------------------- */
 
-static void print_header(const opts_t *o, const char *coord)
+static void print_header(int P, const char *coord)
 {
-	printf("bench_net: %d ranks on this machine, coordinator %s, UCX_TLS=%s\n", o->P, coord,
-	       getenv("UCX_TLS") ? getenv("UCX_TLS") : "(unset: UCX's choice)");
+	printf("bench_net: %d ranks, coordinator %s, UCX_TLS=%s, STRATA_NET_COLL=%s\n", P, coord,
+	       getenv("UCX_TLS") ? getenv("UCX_TLS") : "(unset: UCX's choice)",
+	       getenv("STRATA_NET_COLL") ? getenv("STRATA_NET_COLL") : "(unset: strata)");
 	printf("every message carries a 32-byte frame with an XXH3-64 of its payload (computed by\n"
 	       "the sender, checked by the receiver's progress thread) and arrives in a malloc'd\n"
 	       "buffer that the receiver takes over.\n");
 }
+
+/* One rank's run on cfg; exits. */
+static void rank_run(const opts_t *o, const st_net_cfg_t *cfg);
 
 static void rank_main(const opts_t *o, int rank, const char *coord, const char *token,
 		      pid_t parent)
@@ -277,15 +288,21 @@ static void rank_main(const opts_t *o, int rank, const char *coord, const char *
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != parent)
 		_exit(4);
-	alarm((unsigned)o->timeout_s + 10);
 	st_net_cfg_t cfg = { .rank = rank, .size = o->P, .timeout_s = RECV_WAIT_S };
 	snprintf(cfg.coordinator, sizeof cfg.coordinator, "%s", coord);
 	snprintf(cfg.token, sizeof cfg.token, "%s", token);
 	snprintf(cfg.source, sizeof cfg.source, "bench_net");
+	rank_run(o, &cfg);
+}
+
+static void rank_run(const opts_t *o, const st_net_cfg_t *cfg)
+{
+	const int rank = cfg->rank;
+	alarm((unsigned)o->timeout_s + 10);
 	st_net_t *net;
-	NET_OK(rank, st_net_open(&net, &cfg));
+	NET_OK(rank, st_net_open(&net, cfg));
 	if (rank == 0)
-		print_header(o, coord);
+		print_header(cfg->size, cfg->coordinator);
 	if (o->do_lat || o->do_bw) {
 		if (rank == 0) {
 			printf("\np2p, rank 0 -> rank 1, one channel. lat: 8-byte ping-pong, us = round "
@@ -301,7 +318,11 @@ static void rank_main(const opts_t *o, int rank, const char *coord, const char *
 			p2p_bandwidth(net, o->sizes[i], o->iters);
 	}
 	if (o->do_ar) {
-		if (rank == 0) {
+		const char *coll = getenv("STRATA_NET_COLL");
+		if (rank == 0 && coll && !strcmp(coll, "mpi"))
+			printf("\nallreduce_f32 on %d ranks through MPI_Allreduce (STRATA_NET_COLL=mpi, "
+			       "runtime/net/coll_mpi.c).\n", cfg->size);
+		else if (rank == 0) {
 			printf("\nallreduce_f32 on %d ranks. Deterministic: every element is summed in "
 			       "rank order,\n((x0 + x1) + x2) + ..., by the one rank that owns its chunk. "
 			       "Algorithm\n(runtime/net/coll.c): direct reduce-scatter (each rank sends "
@@ -309,7 +330,9 @@ static void rank_main(const opts_t *o, int rank, const char *coord, const char *
 			       "allgather (rank c\nsends its summed chunk to the P-1 others), in 1 MiB "
 			       "segments, pipelined. Each\nrank sends 2(P-1)/P x 4N bytes, as a ring "
 			       "does.\nms = the slowest rank's time per call; "
-			       "algbw = 4N / time; busbw = algbw x 2(P-1)/P.\n", o->P);
+			       "algbw = 4N / time; busbw = algbw x 2(P-1)/P.\n", cfg->size);
+		}
+		if (rank == 0) {
 			printf("%-10s %10s %8s %9s %9s %9s %9s\n", "what", "floats", "K", "total_s", "ms",
 			       "algbw", "busbw");
 			fflush(stdout);
@@ -388,7 +411,7 @@ static int wait_ranks(const pid_t *pid, int P, double timeout_s)
 
 static void usage(const char *argv0)
 {
-	fprintf(stderr, "usage: %s -n P [--size BYTES] [--iters K] [--what p2p|allreduce|all|lat|bw]\n"
+	fprintf(stderr, "usage: %s -n P|--env [--size BYTES] [--iters K] [--what p2p|allreduce|all|lat|bw]\n"
 		"       [--floats N] [--lat-iters K] [--timeout S]\n"
 		"P in 2..%d. Default: --what all, sizes 4 KiB, 64 KiB, 1 MiB, 8 MiB, floats 1Ki, "
 		"256Ki, 2Mi;\np2p is lat (8-byte ping-pong) and bw (the sizes). BYTES and N take k and m "
@@ -416,6 +439,7 @@ static long parse_long(const char *s, const char *argv0)
 int main(int argc, char **argv)
 {
 	opts_t o = { .lat_iters = 10000, .do_lat = 1, .do_bw = 1, .do_ar = 1, .timeout_s = 120 };
+	int from_env = 0;
 	static const struct option longopts[] = {
 		{ "size", required_argument, NULL, 's' },
 		{ "iters", required_argument, NULL, 'k' },
@@ -423,6 +447,7 @@ int main(int argc, char **argv)
 		{ "floats", required_argument, NULL, 'f' },
 		{ "lat-iters", required_argument, NULL, 'l' },
 		{ "timeout", required_argument, NULL, 't' },
+		{ "env", no_argument, NULL, 'e' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int c;
@@ -434,6 +459,7 @@ int main(int argc, char **argv)
 		case 'k': o.iters = parse_long(optarg, argv[0]); break;
 		case 'l': o.lat_iters = parse_long(optarg, argv[0]); break;
 		case 't': o.timeout_s = (double)parse_long(optarg, argv[0]); break;
+		case 'e': from_env = 1; break;
 		case 'w':
 			o.do_lat = !strcmp(optarg, "p2p") || !strcmp(optarg, "all") ||
 				   !strcmp(optarg, "lat");
@@ -446,7 +472,7 @@ int main(int argc, char **argv)
 		default: usage(argv[0]);
 		}
 	}
-	if (optind != argc || o.P < 2 || o.P > MAX_P)
+	if (optind != argc || (!from_env && (o.P < 2 || o.P > MAX_P)))
 		usage(argv[0]);
 	if (!o.n_sizes) {
 		const size_t s[] = { 4u << 10, 64u << 10, 1u << 20, 8u << 20 };
@@ -457,6 +483,18 @@ int main(int argc, char **argv)
 		const size_t f[] = { 1u << 10, 256u << 10, 2u << 20 };
 		memcpy(o.floats, f, sizeof f);
 		o.n_floats = 3;
+	}
+	if (from_env) {   /* one rank of a launcher's (mpirun's) job */
+		st_net_cfg_t cfg;
+		int rc = st_net_cfg_from_env(&cfg, NULL);
+		if (rc != 1) {
+			fprintf(stderr, "bench_net --env: no distributed job in the environment "
+				"(run it under mpirun -np P with STRATA_COORDINATOR set)\n");
+			return 2;
+		}
+		cfg.timeout_s = RECV_WAIT_S;
+		o.P = cfg.size;
+		rank_run(&o, &cfg);
 	}
 	int port = free_port();
 	if (port < 0) {

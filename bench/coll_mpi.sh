@@ -23,6 +23,10 @@
 #   mpi default  mpirun with OpenMPI's own choice (here ob1 + the vader
 #                shared-memory BTL with CMA single copy, coll/tuned): the
 #                peer at its best
+#   strata mpi   bench_net --env under the same mpirun with
+#                STRATA_NET_COLL=mpi: strata's allreduce call going through
+#                MPI_Allreduce (runtime/net/coll_mpi.c) plus its identity
+#                check, what a job under mpirun gets with that setting
 # pml ucx disqualifies itself on a machine without an InfiniBand-class
 # device, so it is forced with pml_ucx_tls=any and pml_ucx_devices=any.
 # Both programs: one checked call, 3 unmeasured, then K measured calls
@@ -87,6 +91,17 @@ mpi() { # mode(shm|tcp|default) floats P -> busbw
 	fi
 	echo "$o" | busbw_of
 }
+strata_mpi() { # floats P -> busbw (bench_net --env under mpirun, STRATA_NET_COLL=mpi)
+	local o
+	if ! o=$(STRATA_NET_COLL=mpi STRATA_COORDINATOR=127.0.0.1:$((20000 + RANDOM % 20000)) \
+		STRATA_TOKEN=coll timeout 300 mpirun --oversubscribe -np "$2" -x STRATA_NET_COLL \
+		-x STRATA_COORDINATOR -x STRATA_TOKEN "$bn" --env --what allreduce --floats "$1" 2>&1); then
+		echo "coll_mpi.sh: STRATA_NET_COLL=mpi mpirun -np $2 bench_net --env --floats $1 failed:" >&2
+		echo "$o" >&2
+		exit 1
+	fi
+	echo "$o" | busbw_of
+}
 perftest() { # transport -> ucx_perftest tag_bw GB/s at 4 MiB
 	local tls port=$((20000 + RANDOM % 20000)) srv line
 	[ "$1" = tcp ] && tls=tcp,self || tls=
@@ -121,6 +136,8 @@ for ((i = 0; i < reps; i++)); do
 			add "st.shm.$P.$f" "$a"; add "mpi.shm.$P.$f" "$b"; add "r.shm.$P.$f" "$(ratio "$a" "$b")"
 			add "st.tcp.$P.$f" "$c"; add "mpi.tcp.$P.$f" "$d"; add "r.tcp.$P.$f" "$(ratio "$c" "$d")"
 			add "mpi.def.$P.$f" "$e"; add "r.def.$P.$f" "$(ratio "$a" "$e")"
+			g=$(strata_mpi "$f" "$P")
+			add "st.mpi.$P.$f" "$g"; add "r.smpi.$P.$f" "$(ratio "$g" "$e")"
 		done
 	done
 	echo "repetition $((i + 1)) of $reps done, load average $(cut -d' ' -f1 /proc/loadavg)" >&2
@@ -143,6 +160,8 @@ for P in $procs; do
 				"$(ratio "$st" "$(median ${v[pt.$tl]})")"
 		done
 		echo "$P $f strata shm / mpi default: $(median ${v[r.def.$P.$f]}) ($(range ${v[r.def.$P.$f]}))"
+		echo "$P $f strata through MPI (STRATA_NET_COLL=mpi): busbw $(median ${v[st.mpi.$P.$f]})," \
+			"/ mpi default: $(median ${v[r.smpi.$P.$f]}) ($(range ${v[r.smpi.$P.$f]}))"
 	done
 done
 echo

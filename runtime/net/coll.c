@@ -283,6 +283,8 @@ static int reduce_seg(coll_t *c, float *acc, size_t cnt)
 
 int st_net_allreduce_f32(st_net_t *net, float *buf, size_t n)
 {
+	if (net->mpi_on)   /* STRATA_NET_COLL=mpi (coll_mpi.c) */
+		return st__net_mpi_allreduce(net, buf, n);
 	int P = net->size, r = net->rank, rc = ST_OK;
 	const size_t seg = net->coll_seg;
 	const size_t lo = chunk_lo(n, P, r), cnt = chunk_lo(n, P, r + 1) - lo;

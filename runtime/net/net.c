@@ -808,6 +808,9 @@ static int ucx_init(st_net_t *net)
 int st_net_open(st_net_t **out, const st_net_cfg_t *cfg)
 {
 	*out = NULL;
+	const int coll = st__net_coll_choice();
+	if (coll < 0)
+		return ST_EINVAL;
 	if (cfg->size < 1 || cfg->size > ST_NET_MAX_RANKS || cfg->rank < 0 ||
 	    cfg->rank >= cfg->size || !(cfg->timeout_s > 0)) {
 		st_error("net: invalid configuration: rank %d of %d, timeout %g s", cfg->rank,
@@ -866,6 +869,8 @@ int st_net_open(st_net_t **out, const st_net_cfg_t *cfg)
 	}
 	if (rc == ST_OK && net->size > 1)
 		rc = st__net_monitor_start(net);
+	if (rc == ST_OK && net->size > 1 && coll == 1)
+		rc = st__net_mpi_open(net);
 	if (rc < 0) {
 		st_net_close(net);
 		return rc;
@@ -898,6 +903,7 @@ void st_net_close(st_net_t *net)
 {
 	if (!net)
 		return;
+	st__net_mpi_close(net);
 	if (net->progress_started) {
 		/* Our last messages reach the live ranks before our goodbye does. */
 		double wait = net->cfg.timeout_s < CLOSE_WAIT_S ? net->cfg.timeout_s : CLOSE_WAIT_S;

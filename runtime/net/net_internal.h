@@ -191,6 +191,9 @@ struct st_net {
 	size_t coll_seg;               /* allreduce segment, floats (ST__NET_COLL_SEG) */
 	size_t flat_min;               /* sends of this many bytes and up go flat (0: none; net.c) */
 	size_t flat_min_coll;          /* the same on the collectives' channel */
+	int mpi_on;                    /* allreduce through MPI (coll_mpi.c) */
+	int mpi_owned;                 /* we called MPI_Init, so we finalize */
+	uint64_t mpi_calls;            /* allreduces through MPI so far */
 
 	/* receive buffers of the collectives (pool.c), under pool_mu */
 	pthread_mutex_t pool_mu;
@@ -225,6 +228,14 @@ struct st_net {
 	atomic_int detector_up;        /* the coordinator connections still work */
 	int sent_bye;
 };
+
+/* coll_mpi.c: STRATA_NET_COLL (0 strata, 1 mpi, -1 logged error); joining
+ * MPI (collective: every rank at st_net_open), leaving it, and the
+ * allreduce through it. */
+int st__net_coll_choice(void);
+int st__net_mpi_open(st_net_t *net);
+void st__net_mpi_close(st_net_t *net);
+int st__net_mpi_allreduce(st_net_t *net, float *buf, size_t n);
 
 /* inbox.c */
 int st__net_inbox_init(st_net_t *net);

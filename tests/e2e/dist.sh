@@ -99,6 +99,54 @@ if command -v mpirun >/dev/null; then
   else
     bad "mpirun -np 2: '$dP' vs '$d1'"
   fi
+  # The dense allreduce through MPI (STRATA_NET_COLL=mpi, coll_mpi.c): at
+  # P = 2 the library's sum is x0 + x1 as strata's, so the same model again.
+  # A build without MPI (the sanitized ones) refuses with a message.
+  rm -f "$tmp/outM"
+  rcM=0
+  STRATA_NET_COLL=mpi STRATA_LOG=info STRATA_DIGEST=1 STRATA_COORDINATOR=127.0.0.1:$(port) \
+    STRATA_TOKEN=mpi timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 \
+    -x STRATA_NET_COLL -x STRATA_LOG -x STRATA_DIGEST -x STRATA_COORDINATOR -x STRATA_TOKEN \
+    -x ST_SOURCE_ROOT "$strata" run "${base[@]}" --set 'sync=st.sync.allreduce{}' \
+    --set stages.train.workers=1 --set stages.read.batch_size=$B \
+    --set stages.train.minibatch=$B >"$tmp/outM" 2>&1 || rcM=$?
+  dM=$(digest "$tmp/outM")
+  if grep -q 'built without MPI' "$tmp/outM"; then
+    if [ "$rcM" -ne 0 ]; then
+      ok "STRATA_NET_COLL=mpi in a build without MPI: refused with a message"
+    else
+      bad "STRATA_NET_COLL=mpi in a build without MPI: said so, but ran"
+    fi
+  elif [ -n "$d1" ] && [ "$d1" = "$dM" ] && grep -q 'dense allreduce through MPI' "$tmp/outM"; then
+    ok "mpirun -np 2, allreduce through MPI: the same model ($dM)"
+  else
+    bad "mpirun -np 2, allreduce through MPI: '$dM' vs '$d1'"
+  fi
+  # Outside mpirun MPI cannot agree with strata's launcher: refused, named.
+  if ! grep -q 'built without MPI' "$tmp/outM"; then
+    if STRATA_NET_COLL=mpi timeout 120 "$strata" launch -n 2 "${base[@]}" \
+         --set 'sync=st.sync.allreduce{}' --set stages.train.workers=1 \
+         --set stages.read.batch_size=$B --set stages.train.minibatch=$B >"$tmp/outL" 2>&1; then
+      bad "STRATA_NET_COLL=mpi under strata launch ran"
+    elif grep -q 'MPI says rank .* run the job under mpirun' "$tmp/outL"; then
+      ok "STRATA_NET_COLL=mpi outside mpirun: refused with a message"
+    else
+      bad "STRATA_NET_COLL=mpi outside mpirun: no message"
+    fi
+    # A rank whose result differs by one bit is caught by the identity check.
+    if ST__NET_MPI_SKEW=1 STRATA_NET_COLL=mpi STRATA_COORDINATOR=127.0.0.1:$(port) \
+         STRATA_TOKEN=mpi timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 \
+         -x ST__NET_MPI_SKEW -x STRATA_NET_COLL -x STRATA_COORDINATOR -x STRATA_TOKEN \
+         -x ST_SOURCE_ROOT "$strata" run "${base[@]}" --set 'sync=st.sync.allreduce{}' \
+         --set stages.train.workers=1 --set stages.read.batch_size=$B \
+         --set stages.train.minibatch=$B >"$tmp/outS" 2>&1; then
+      bad "a skewed MPI allreduce was not caught"
+    elif grep -q 'gave different bits on different ranks' "$tmp/outS"; then
+      ok "MPI allreduce: a result that differs between ranks stops the job"
+    else
+      bad "skewed MPI allreduce: no message"
+    fi
+  fi
 else
   echo "skip mpirun (not installed)"
 fi

@@ -1297,6 +1297,20 @@ static __attribute__((unused)) void test_net_open_without_ucx(void **state)
 	st_net_close(NULL);
 }
 
+/* STRATA_NET_COLL takes "strata" or "mpi"; anything else stops st_net_open
+ * before it connects (a job that asked for a collective must not silently
+ * get another). */
+static void test_net_coll_choice_refused(void **state)
+{
+	(void)state;
+	st_net_cfg_t cfg = { .rank = 0, .size = 2, .timeout_s = 1, .coordinator = "127.0.0.1:1" };
+	st_net_t *net = (st_net_t *)1;
+	setenv("STRATA_NET_COLL", "mpich", 1);
+	assert_int_equal(st_net_open(&net, &cfg), ST_EINVAL);
+	assert_null(net);
+	unsetenv("STRATA_NET_COLL");
+}
+
 int main(int argc, char **argv)
 {
 	(void)argc;
@@ -1342,6 +1356,7 @@ int main(int argc, char **argv)
 		return 77;
 	}
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_net_coll_choice_refused),
 		cmocka_unit_test(test_net_single),
 		cmocka_unit_test(test_net_p2p_2),
 		cmocka_unit_test(test_net_p2p_2_tcp),
