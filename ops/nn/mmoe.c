@@ -462,13 +462,20 @@ void st_mmoe_backward(const st_mmoe_shape_t *s, int n, const float *X, const flo
 		for (int k = K - 1; k >= 1; k--) {
 			const int din = s->sizes[k - 1], dk = s->sizes[k];
 			const size_t off = expert_off(s, e, k);
-			st_act_backward(s->act, (size_t)n * dk, p.H[e][k], cur);
+			/* ReLU's mask and the bias gradient in one pass (nn.h: the
+			 * same sums in the same order as st_linear_backward's). */
+			float *db = dP + off + (size_t)dk * din;
+			if (s->act == ST_ACT_RELU) {
+				st_relu_bias_backward(n, dk, p.H[e][k], cur, db);
+				db = NULL;
+			} else {
+				st_act_backward(s->act, (size_t)n * dk, p.H[e][k], cur);
+			}
 			const int first = k == 1;
 			float *dIn = first ? p.dZ0 + e * h1 : p.dH[pp];
 			st_linear_backward_ld(n, din, dk, first ? p.Z + e * h1 : p.H[e][k - 1],
 					      first ? M0 : din, P + off, cur, dk, dIn,
-					      first ? M0 : din, dP + off,
-					      dP + off + (size_t)dk * din);
+					      first ? M0 : din, dP + off, db);
 			cur = dIn;
 			pp ^= 1;
 		}
