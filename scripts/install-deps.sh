@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential meson ninja-build pkg-config clang libclang-rt-14-dev
       liblua5.4-dev libyaml-dev liburing-dev libhwloc-dev libxxhash-dev
-      zlib1g-dev libzstd-dev libopenblas-dev libcmocka-dev hwloc-nox gzip zstd
+      zlib1g-dev libzstd-dev libopenblas-dev libxsmm-dev libcmocka-dev hwloc-nox gzip zstd
       libucx-dev ucx-utils openmpi-bin libopenmpi-dev libmicrohttpd-dev curl util-linux
       chromium fonts-dejavu-core)  # chromium: tests/e2e/report.sh renders the report headless
 missing=()

@@ -20,6 +20,7 @@
  *    are still accumulated (the caller decides whether to apply them).
  */
 #include "ops/nn/nn.h"
+#include "ops/nn/smallgemm.h"
 
 #include <assert.h>
 #include <cblas.h>
@@ -280,8 +281,9 @@ void st_linear_forward_ld(int n, int in, int out, const float *X, int ldx, const
 		for (int i = 0; i < n; i++)
 			memcpy(Y + (size_t)i * ldy, b, (size_t)out * sizeof *Y);
 	}
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in,
-		    1.0f, X, ldx, W, in, b ? 1.0f : 0.0f, Y, ldy);
+	if (!st_smallgemm_forward(n, in, out, X, ldx, W, b ? 1.0f : 0.0f, Y, ldy))
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in,
+			    1.0f, X, ldx, W, in, b ? 1.0f : 0.0f, Y, ldy);
 }
 
 void st_linear_forward(int n, int in, int out, const float *X, const float *W,
@@ -297,7 +299,7 @@ void st_linear_backward_ld(int n, int in, int out, const float *X, int ldx, cons
 	if (n <= 0 || out <= 0)
 		return;
 	if (in > 0) {
-		if (dX)
+		if (dX && !st_smallgemm_backward_dx(n, in, out, dY, lddy, W, dX, lddx))
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out,
 				    1.0f, dY, lddy, W, in, 0.0f, dX, lddx);
 		if (dW)

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "ops/nn/nn.h"
+#include "ops/nn/smallgemm.h"
 
 /* cmocka 1.1 has no double comparison; |a - b| <= eps. */
 #define assert_near(a, b, eps) assert_true(fabs((double)(a) - (double)(b)) <= (eps))
@@ -501,6 +502,65 @@ static void test_nn_linear_strided_matches_packed(void **state)
 	assert_memory_equal(db, db2, sizeof db);
 }
 
+/* The small-GEMM path (libxsmm, smallgemm.h) against the sgemm reference:
+ * the same maps to rounding, on shapes inside its rule, packed and strided,
+ * with and without a bias, and row counts below, at and past a 64-row
+ * block; and it does run there (a build without libxsmm skips). */
+static void test_nn_linear_small_gemm_matches_sgemm(void **state)
+{
+	(void)state;
+	if (!st_smallgemm_built())
+		skip();
+	static const int shapes[][3] = {   /* n, in, out */
+		{ 1, 3, 2 }, { 7, 13, 5 }, { 64, 64, 32 }, { 130, 32, 16 }, { 200, 36, 80 },
+		{ 65, 16, 1 }, { 129, 128, 64 },
+	};
+	int prev = st_smallgemm_enable(1);
+	for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+		const int n = shapes[c][0], in = shapes[c][1], out = shapes[c][2];
+		const int pad = (int)(c % 2) * 3;   /* odd cases strided */
+		const int ldx = in + pad, ldy = out + pad;
+		size_t nx = (size_t)n * ldx, ny = (size_t)n * ldy;
+		float *X = malloc(sizeof(float) * nx), *W = malloc(sizeof(float) * in * out);
+		float *b = malloc(sizeof(float) * out), *dY = malloc(sizeof(float) * ny);
+		float *Y[2], *dX[2];
+		assert_true(X && W && b && dY);
+		fill(X, (int)nx);
+		fill(W, in * out);
+		fill(b, out);
+		fill(dY, (int)ny);
+		for (int k = 0; k < 2; k++) {
+			Y[k] = calloc(ny, sizeof(float));
+			dX[k] = calloc(nx, sizeof(float));
+			assert_true(Y[k] && dX[k]);
+			st_smallgemm_enable(k == 0);
+			st_linear_forward_ld(n, in, out, X, ldx, W, c % 3 ? b : NULL, Y[k], ldy);
+			st_linear_backward_ld(n, in, out, X, ldx, W, dY, ldy, dX[k], ldx, NULL, NULL);
+		}
+		for (size_t i = 0; i < ny; i++)
+			assert_near(Y[0][i], Y[1][i], 1e-5 + 1e-5 * fabs((double)Y[1][i]));
+		for (size_t i = 0; i < nx; i++)
+			assert_near(dX[0][i], dX[1][i], 1e-5 + 1e-5 * fabs((double)dX[1][i]));
+		/* and the small path did the work */
+		st_smallgemm_enable(1);
+		assert_int_equal(st_smallgemm_forward(n, in, out, X, ldx, W, 0.0f, Y[0], ldy), 1);
+		assert_int_equal(st_smallgemm_backward_dx(n, in, out, dY, ldy, W, dX[0], ldx), 1);
+		for (int k = 0; k < 2; k++) {
+			free(Y[k]);
+			free(dX[k]);
+		}
+		free(X);
+		free(W);
+		free(b);
+		free(dY);
+	}
+	/* outside the rule it declines (sgemm does those) */
+	float one = 1.0f;
+	assert_int_equal(st_smallgemm_forward(4, 256, 64, &one, 256, &one, 0.0f, &one, 64), 0);
+	assert_int_equal(st_smallgemm_backward_dx(4, 256, 128, &one, 128, &one, &one, 256), 0);
+	st_smallgemm_enable(prev);
+}
+
 /* ---- activations ----------------------------------------------------------- */
 
 enum { AL = 24 };
@@ -872,6 +932,7 @@ int main(void)
 		cmocka_unit_test(test_nn_linear_gradient),
 		cmocka_unit_test(test_nn_linear_matches_naive),
 		cmocka_unit_test(test_nn_linear_strided_matches_packed),
+		cmocka_unit_test(test_nn_linear_small_gemm_matches_sgemm),
 		cmocka_unit_test(test_nn_relu_gradient),
 		cmocka_unit_test(test_nn_sigmoid_gradient),
 		cmocka_unit_test(test_nn_activations_exact_and_in_place),
