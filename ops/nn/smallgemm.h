@@ -47,9 +47,8 @@ int st_smallgemm_backward_dx(int n, int in, int out, const float *dY, int lddy,
 			     const float *W, float *dX, int lddx);
 
 /* Turns the small-GEMM path on (the default where built) or off for the
- * whole process; returns the previous setting. For tests and benchmarks
- * (bench_step --no-xsmm); STRATA_SMALL_GEMM=0 in the environment turns it
- * off at start. */
+ * whole process; returns the previous setting. For tests; in a job or a
+ * benchmark, STRATA_SMALL_GEMM=0 in the environment turns it off. */
 int st_smallgemm_enable(int on);
 
 /* 1 when strata was built with libxsmm. */
