@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "ops/nn/nn.h"
+#include "runtime/simd.h"
 
 #define STR_(x) #x
 #define ST_STR(x) STR_(x)
@@ -200,10 +201,20 @@ static size_t gate_off(const st_mmoe_shape_t *s, int t)
 }
 
 /* ---- shared by both paths --------------------------------------------------- */
+/* The mixing loops (softmax and gated sum, the gates' gradient, an expert's
+ * output gradient) are written once as always-inline bodies and compiled
+ * twice: plain (SSE2, the default build's target) and for AVX2, chosen at
+ * run time (runtime/simd.h) as nn.c's twins are. Same operations in the
+ * same order either way (no FMA: this file builds with -ffp-contract=off;
+ * dot8's lanes are explicit), so the same bits; test_mmoe pins it with
+ * st_simd_set_ref. They were 4.4% of an MMoE step at SSE2 width. */
+#define BODY static inline __attribute__((always_inline))
+
 
 /* Gate t's logits in Gv[t] [n × E] (row stride gld) become the softmax
  * (max subtracted), then o_t = Σ_e g_t[e] f_e from the first term. */
-static void gate_mix(const st_mmoe_shape_t *s, int n, const parts_t *p, int t, float *out)
+BODY void gate_mix_body(const st_mmoe_shape_t *s, int n, const parts_t *p, int t,
+			   float *out)
 {
 	const int E = s->n_experts, K = s->n_layers, h = s->sizes[K - 1];
 	const int W = s->n_tasks * h;
@@ -238,7 +249,7 @@ static void gate_mix(const st_mmoe_shape_t *s, int n, const parts_t *p, int t, f
 /* a · b over h floats, in eight running sums (lane l takes j ≡ l mod 8)
  * added at the end, then the tail: a fixed order the compiler keeps as
  * vector lanes (a single running sum is a chain it may not reorder). */
-static float dot8(int h, const float *restrict a, const float *restrict b)
+BODY float dot8(int h, const float *restrict a, const float *restrict b)
 {
 	float acc[8] = { 0 };
 	int j = 0;
@@ -253,7 +264,7 @@ static float dot8(int h, const float *restrict a, const float *restrict b)
 
 /* dz[i × ld + e] = gate t's logit gradient: dg[e] = dout_t · f_e, then the
  * softmax's g[e] (dg[e] − Σ g dg). */
-static void gate_grad(const st_mmoe_shape_t *s, int n, const parts_t *p, int t,
+BODY void gate_grad_body(const st_mmoe_shape_t *s, int n, const parts_t *p, int t,
 		      const float *dout, float *dz, int ld)
 {
 	const int E = s->n_experts, K = s->n_layers, h = s->sizes[K - 1];
@@ -273,7 +284,7 @@ static void gate_grad(const st_mmoe_shape_t *s, int n, const parts_t *p, int t,
 
 /* d[n × h] (row stride ld) = Σ_t g_t[e] dout_t, expert e's output
  * gradient, from the first task's term. */
-static void expert_dout(const st_mmoe_shape_t *s, int n, const parts_t *p, int e,
+BODY void expert_dout_body(const st_mmoe_shape_t *s, int n, const parts_t *p, int e,
 			const float *dout, float *d, int ld)
 {
 	const int T = s->n_tasks, h = s->sizes[s->n_layers - 1];
@@ -292,6 +303,37 @@ static void expert_dout(const st_mmoe_shape_t *s, int n, const parts_t *p, int e
 		}
 	}
 }
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define MMOE_AVX2 1
+#define AVX2_FN __attribute__((target("avx2")))
+#else
+#define MMOE_AVX2 0
+#endif
+
+/* Each body's plain and AVX2 compilation, and the dispatch between them. */
+#define TWINS(name, params, args)                                                      \
+	static void name##_plain params { name##_body args; }                            \
+	TWIN_AVX2(name, params, args)                                                    \
+	static void name params                                                          \
+	{                                                                                \
+		if (MMOE_AVX2 && st_simd_avx2())                                         \
+			name##_avx2 args;                                                \
+		else                                                                     \
+			name##_plain args;                                               \
+	}
+#if MMOE_AVX2
+#define TWIN_AVX2(name, params, args) AVX2_FN static void name##_avx2 params { name##_body args; }
+#else
+#define TWIN_AVX2(name, params, args) static void name##_avx2 params { name##_body args; }
+#endif
+
+TWINS(gate_mix, (const st_mmoe_shape_t *s, int n, const parts_t *p, int t, float *out),
+      (s, n, p, t, out))
+TWINS(gate_grad, (const st_mmoe_shape_t *s, int n, const parts_t *p, int t, const float *dout,
+		  float *dz, int ld), (s, n, p, t, dout, dz, ld))
+TWINS(expert_dout, (const st_mmoe_shape_t *s, int n, const parts_t *p, int e,
+		    const float *dout, float *d, int ld), (s, n, p, e, dout, d, ld))
 
 /* dst += src over len floats. */
 static void add_into(float *dst, const float *src, size_t len)

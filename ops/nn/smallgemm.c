@@ -11,10 +11,21 @@
 #include "st_config.h"
 
 enum {
-	FWD_MAX = 8192,    /* out · in of a forward map (floats of the transposed weight) */
-	BWD_MAX = 16384,   /* out · in of an input-gradient map */
 	ROWS = 64,         /* rows per kernel call; the rest in one tail call */
 };
+
+/* The rules of smallgemm.h: libxsmm wins while the inner dimension (the
+ * sum's length) is short. */
+static int fwd_small(int in, int out)
+{
+	return in <= 64 || (in <= 128 && (long)in * out <= 8192);
+}
+
+static int bwd_small(int in, int out)
+{
+	(void)in;
+	return out <= 128;
+}
 
 static atomic_int enabled = -1;   /* -1: not read from the environment yet */
 
@@ -42,10 +53,38 @@ int st_smallgemm_enable(int want)
 #include <libxsmm.h>
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+static pthread_key_t wt_key;   /* each thread's transposed-weight buffer */
+static int wt_key_ok;
+
+typedef struct wtbuf {
+	size_t cap;
+	float w[];
+} wtbuf_t;
 
 static void init(void)
 {
 	libxsmm_init();
+	wt_key_ok = pthread_key_create(&wt_key, free) == 0;
+}
+
+/* This thread's buffer of at least len floats (freed when the thread
+ * exits), or NULL. */
+static float *wt_buf(size_t len)
+{
+	if (!wt_key_ok)
+		return NULL;
+	wtbuf_t *b = pthread_getspecific(wt_key);
+	if (b && b->cap >= len)
+		return b->w;
+	wtbuf_t *nb = realloc(b, sizeof *nb + sizeof(float) * len);
+	if (!nb)
+		return NULL;   /* b is still this thread's */
+	nb->cap = len;
+	if (pthread_setspecific(wt_key, nb) != 0) {
+		free(nb);
+		return NULL;
+	}
+	return nb->w;
 }
 
 /* C (m × cols, ldc) = A (m × k, lda) · B (k × cols, ldb), column-major, in
@@ -89,10 +128,13 @@ static int run(int m, int k, int cols, const float *A, int lda, const float *B, 
 int st_smallgemm_forward(int n, int in, int out, const float *X, int ldx, const float *W,
 			 float beta, float *Y, int ldy)
 {
-	if (n <= 0 || in <= 0 || out <= 0 || (long)out * in > FWD_MAX || !on())
+	if (n <= 0 || in <= 0 || out <= 0 || !fwd_small(in, out) || !on())
 		return 0;
+	pthread_once(&once, init);
 	/* Wᵀ [in × out] row-major is the column-major [out × in] A. */
-	float wt[FWD_MAX];
+	float *wt = wt_buf((size_t)in * out);
+	if (!wt)
+		return 0;
 	for (int o = 0; o < out; o++)
 		for (int i = 0; i < in; i++)
 			wt[(size_t)i * out + o] = W[(size_t)o * in + i];
@@ -102,7 +144,7 @@ int st_smallgemm_forward(int n, int in, int out, const float *X, int ldx, const 
 int st_smallgemm_backward_dx(int n, int in, int out, const float *dY, int lddy,
 			     const float *W, float *dX, int lddx)
 {
-	if (n <= 0 || in <= 0 || out <= 0 || (long)out * in > BWD_MAX || !on())
+	if (n <= 0 || in <= 0 || out <= 0 || !bwd_small(in, out) || !on())
 		return 0;
 	/* W [out × in] row-major is the column-major [in × out] A. */
 	return run(in, out, n, W, in, dY, lddy, 0.0f, dX, lddx);

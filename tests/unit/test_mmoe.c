@@ -18,6 +18,7 @@
 #include "lgraph_fd.h"
 #include "ops/nn/graph.h"
 #include "ops/nn/mmoe.h"
+#include "runtime/simd.h"
 #include "runtime/err.h"
 
 static uint64_t lcg = 12345;
@@ -481,6 +482,58 @@ static void test_mmoe_one_expert_is_mlp(void **state)
 	st_lgraph_destroy(gb);
 }
 
+/* The mixing loops' AVX2 compilation gives the plain one's bits
+ * (st_simd_set_ref(1) forces the plain one): outputs, dX and dP of the fast
+ * path, on shapes whose hidden widths are and are not multiples of 8. */
+static void test_mmoe_avx2_twins_same_bits(void **state)
+{
+	(void)state;
+	if (!st_simd_cpu_avx2())
+		skip();
+	static const st_mmoe_shape_t shapes[] = {
+		{ .d_in = 21, .n_experts = 4, .n_tasks = 2, .n_layers = 2, .sizes = { 16, 32 }, .act = 1 },
+		{ .d_in = 9, .n_experts = 3, .n_tasks = 3, .n_layers = 1, .sizes = { 13 }, .act = 2 },
+	};
+	for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
+		const st_mmoe_shape_t *s = &shapes[c];
+		enum { N = 37 };
+		const int W = st_mmoe_width(s), d = s->d_in;
+		size_t np = st_mmoe_nparams(s);
+		float *P = malloc(sizeof(float) * np), *X = malloc(sizeof(float) * N * d);
+		float *dout = malloc(sizeof(float) * N * W), *o[2], *dX[2], *dP[2];
+		assert_true(P && X && dout);
+		for (size_t i = 0; i < np; i++)
+			P[i] = 2 * rnd();
+		for (int i = 0; i < N * d; i++)
+			X[i] = 2 * rnd();
+		for (int i = 0; i < N * W; i++)
+			dout[i] = 2 * rnd();
+		for (int k = 0; k < 2; k++) {
+			o[k] = malloc(sizeof(float) * N * W);
+			dX[k] = malloc(sizeof(float) * N * d);
+			dP[k] = calloc(np, sizeof(float));
+			assert_true(o[k] && dX[k] && dP[k]);
+			st_simd_set_ref(k);
+			void *sc = scratch_for(s, N);
+			st_mmoe_forward(s, N, X, P, sc, o[k]);
+			st_mmoe_backward(s, N, X, P, dout, sc, dX[k], dP[k]);
+			free(sc);
+		}
+		st_simd_set_ref(0);
+		assert_memory_equal(o[0], o[1], sizeof(float) * N * W);
+		assert_memory_equal(dX[0], dX[1], sizeof(float) * N * d);
+		assert_memory_equal(dP[0], dP[1], sizeof(float) * np);
+		for (int k = 0; k < 2; k++) {
+			free(o[k]);
+			free(dX[k]);
+			free(dP[k]);
+		}
+		free(P);
+		free(X);
+		free(dout);
+	}
+}
+
 /* A slice's backward zeroes the input gradient outside its columns; a
  * second slice's adds into its own columns only, so overlapping slices sum
  * (the graph's path for a node read by several slices). */
@@ -577,6 +630,7 @@ int main(void)
 		cmocka_unit_test(test_mmoe_graph_gradcheck_sigmoid),
 		cmocka_unit_test(test_mmoe_graph_gradcheck_none),
 		cmocka_unit_test(test_mmoe_one_expert_is_mlp),
+		cmocka_unit_test(test_mmoe_avx2_twins_same_bits),
 		cmocka_unit_test(test_slice_backward_add_sums_overlaps),
 		cmocka_unit_test(test_mmoe_names_widths_counts),
 		cmocka_unit_test(test_mmoe_builder_errors),
