@@ -23,8 +23,7 @@ static int fwd_small(int in, int out)
 
 static int bwd_small(int in, int out)
 {
-	(void)in;
-	return out <= 128;
+	return out <= 64 || (out <= 128 && (long)in * out <= 8192);
 }
 
 static atomic_int enabled = -1;   /* -1: not read from the environment yet */

@@ -16,21 +16,26 @@
  * the two together on many shapes (results agree to rounding: both sum
  * over the inner dimension in order, but fuse multiply-adds differently).
  *
- * Which maps (out × in, the weight's shape), from those measurements:
- *   forward           Y = X Wᵀ (+ b):  out · in ≤ 8192
- *   input gradient    dX = dY W:       out · in ≤ 16384
+ * Which maps, from bench/bench_smallgemm's measurements (libxsmm wins
+ * while the sum it computes is short, and loses to OpenBLAS's blocking on
+ * long ones):
+ *   forward         Y = X Wᵀ (+ b), a sum over in:   in ≤ 64, or in ≤ 128
+ *                                                    and in · out ≤ 8192
+ *   input gradient  dX = dY W, a sum over out:       out ≤ 64, or out ≤ 128
+ *                                                    and in · out ≤ 8192
  * The weight gradient dW += dYᵀ X stays with OpenBLAS at every size (its
- * reduction over the rows was 0.7× with libxsmm's transposed-B kernels).
+ * reduction over the rows was 0.6–0.9× with libxsmm's transposed-B kernels).
  *
  * Row-major operands map onto libxsmm's column-major C = A B with no
  * copy of X or Y: a row-major [n × in] X with stride ldx is a column-major
  * [in × n] matrix with leading dimension ldx. Forward needs Wᵀ as A, which
  * libxsmm 1.17 cannot transpose itself (no TRANS_A kernels), so the
- * weight is transposed into a stack buffer first (≤ 32 KiB); backward
- * reads W as it is. Rows go in blocks of 64 (plus one tail block), so a
+ * weight is transposed first, into a buffer each thread keeps (freed
+ * when it exits); backward reads W as it is. Rows go in blocks of 64 (plus one tail block), so a
  * shape needs at most two kernels whatever the minibatch size.
  *
- * Thread-safe (libxsmm's kernel registry is); no allocation.
+ * Thread-safe (libxsmm's kernel registry is); allocates only a thread's
+ * transposed-weight buffer, when it grows.
  */
 #ifndef ST_NN_SMALLGEMM_H
 #define ST_NN_SMALLGEMM_H

@@ -545,7 +545,7 @@ static void test_nn_linear_small_gemm_matches_sgemm(void **state)
 		st_smallgemm_enable(1);
 		assert_int_equal(st_smallgemm_forward(n, in, out, X, ldx, W, 0.0f, Y[0], ldy), 1);
 		assert_int_equal(st_smallgemm_backward_dx(n, in, out, dY, ldy, W, dX[0], ldx),
-				 out <= 128);
+				 out <= 64 || (out <= 128 && in * out <= 8192));
 		for (int k = 0; k < 2; k++) {
 			free(Y[k]);
 			free(dX[k]);
