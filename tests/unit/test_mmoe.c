@@ -231,6 +231,62 @@ static void test_mmoe_layer_gradcheck_ref(void **state)
 	use_ref = 0;
 }
 
+/* Inputs for one shape and two runs' outputs: the runs of a comparison. */
+typedef struct pair {
+	const st_mmoe_shape_t *s;
+	int n;
+	size_t np;
+	float *P, *X, *dout, *o[2], *dX[2], *dP[2];
+} pair_t;
+
+static void pair_make(pair_t *q, const st_mmoe_shape_t *s, int n)
+{
+	const int W = st_mmoe_width(s), d = s->d_in;
+	q->s = s;
+	q->n = n;
+	q->np = st_mmoe_nparams(s);
+	q->P = malloc(sizeof(float) * q->np);
+	q->X = malloc(sizeof(float) * n * d);
+	q->dout = malloc(sizeof(float) * n * W);
+	assert_true(q->P && q->X && q->dout);
+	for (size_t i = 0; i < q->np; i++)
+		q->P[i] = 2 * rnd();
+	for (int i = 0; i < n * d; i++)
+		q->X[i] = 2 * rnd();
+	for (int i = 0; i < n * W; i++)
+		q->dout[i] = 2 * rnd();
+	for (int k = 0; k < 2; k++) {
+		q->o[k] = malloc(sizeof(float) * n * W);
+		q->dX[k] = malloc(sizeof(float) * n * d);
+		q->dP[k] = malloc(sizeof(float) * q->np);
+		assert_true(q->o[k] && q->dX[k] && q->dP[k]);
+		for (size_t i = 0; i < q->np; i++)
+			q->dP[k][i] = 0.25f * (float)(i % 7);
+	}
+}
+
+/* Forward and backward into run k's outputs: the reference path or the fast. */
+static void pair_run(pair_t *q, int k, int ref)
+{
+	void *sc = scratch_for(q->s, q->n);
+	(ref ? st_mmoe_forward_ref : st_mmoe_forward)(q->s, q->n, q->X, q->P, sc, q->o[k]);
+	(ref ? st_mmoe_backward_ref : st_mmoe_backward)(q->s, q->n, q->X, q->P, q->dout, sc,
+							 q->dX[k], q->dP[k]);
+	free(sc);
+}
+
+static void pair_free(pair_t *q)
+{
+	for (int k = 0; k < 2; k++) {
+		free(q->o[k]);
+		free(q->dX[k]);
+		free(q->dP[k]);
+	}
+	free(q->P);
+	free(q->X);
+	free(q->dout);
+}
+
 /* The fast path (the first maps as one sgemm) against the reference on
  * several shapes: outputs, dX and dP (+= onto nonzero values). Both are
  * float sums over at most d_in + 1 = 10 terms in a different grouping;
@@ -248,52 +304,24 @@ static void test_mmoe_fast_matches_reference(void **state)
 	};
 	for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
 		const st_mmoe_shape_t *s = &shapes[c];
-		enum { N = 7 };
-		const int W = st_mmoe_width(s), d = s->d_in;
-		size_t np = st_mmoe_nparams(s);
-		float *P = malloc(sizeof(float) * np), *X = malloc(sizeof(float) * N * d);
-		float *dout = malloc(sizeof(float) * N * W);
-		float *o[2], *dX[2], *dP[2];
-		assert_true(P && X && dout);
-		for (size_t i = 0; i < np; i++)
-			P[i] = 2 * rnd();
-		for (int i = 0; i < N * d; i++)
-			X[i] = 2 * rnd();
-		for (int i = 0; i < N * W; i++)
-			dout[i] = 2 * rnd();
-		for (int k = 0; k < 2; k++) {
-			o[k] = malloc(sizeof(float) * N * W);
-			dX[k] = malloc(sizeof(float) * N * d);
-			dP[k] = malloc(sizeof(float) * np);
-			assert_true(o[k] && dX[k] && dP[k]);
-			for (size_t i = 0; i < np; i++)
-				dP[k][i] = 0.25f * (float)(i % 7);
-			void *sc = scratch_for(s, N);
-			(k ? st_mmoe_forward_ref : st_mmoe_forward)(s, N, X, P, sc, o[k]);
-			(k ? st_mmoe_backward_ref : st_mmoe_backward)(s, N, X, P, dout, sc, dX[k],
-								      dP[k]);
-			free(sc);
-		}
+		const int W = st_mmoe_width(s), d = s->d_in, N = 7;
+		pair_t q;
+		pair_make(&q, s, N);
+		pair_run(&q, 0, 0);
+		pair_run(&q, 1, 1);
 		int bad = 0;
 #define CLOSE(a, b) (fabs((double)(a) - (b)) <= 1e-5 + 1e-5 * fabs((double)(b)))
 		for (int i = 0; i < N * W; i++)
-			bad += !CLOSE(o[0][i], o[1][i]);
+			bad += !CLOSE(q.o[0][i], q.o[1][i]);
 		for (int i = 0; i < N * d; i++)
-			bad += !CLOSE(dX[0][i], dX[1][i]);
-		for (size_t i = 0; i < np; i++)
-			bad += !CLOSE(dP[0][i], dP[1][i]);
+			bad += !CLOSE(q.dX[0][i], q.dX[1][i]);
+		for (size_t i = 0; i < q.np; i++)
+			bad += !CLOSE(q.dP[0][i], q.dP[1][i]);
 #undef CLOSE
 		if (bad)
 			print_message("shape %zu: %d values differ\n", c, bad);
 		assert_int_equal(bad, 0);
-		for (int k = 0; k < 2; k++) {
-			free(o[k]);
-			free(dX[k]);
-			free(dP[k]);
-		}
-		free(P);
-		free(X);
-		free(dout);
+		pair_free(&q);
 	}
 }
 
@@ -496,41 +524,18 @@ static void test_mmoe_avx2_twins_same_bits(void **state)
 	};
 	for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++) {
 		const st_mmoe_shape_t *s = &shapes[c];
-		enum { N = 37 };
-		const int W = st_mmoe_width(s), d = s->d_in;
-		size_t np = st_mmoe_nparams(s);
-		float *P = malloc(sizeof(float) * np), *X = malloc(sizeof(float) * N * d);
-		float *dout = malloc(sizeof(float) * N * W), *o[2], *dX[2], *dP[2];
-		assert_true(P && X && dout);
-		for (size_t i = 0; i < np; i++)
-			P[i] = 2 * rnd();
-		for (int i = 0; i < N * d; i++)
-			X[i] = 2 * rnd();
-		for (int i = 0; i < N * W; i++)
-			dout[i] = 2 * rnd();
+		const int W = st_mmoe_width(s), d = s->d_in, N = 37;
+		pair_t q;
+		pair_make(&q, s, N);
 		for (int k = 0; k < 2; k++) {
-			o[k] = malloc(sizeof(float) * N * W);
-			dX[k] = malloc(sizeof(float) * N * d);
-			dP[k] = calloc(np, sizeof(float));
-			assert_true(o[k] && dX[k] && dP[k]);
 			st_simd_set_ref(k);
-			void *sc = scratch_for(s, N);
-			st_mmoe_forward(s, N, X, P, sc, o[k]);
-			st_mmoe_backward(s, N, X, P, dout, sc, dX[k], dP[k]);
-			free(sc);
+			pair_run(&q, k, 0);
 		}
 		st_simd_set_ref(0);
-		assert_memory_equal(o[0], o[1], sizeof(float) * N * W);
-		assert_memory_equal(dX[0], dX[1], sizeof(float) * N * d);
-		assert_memory_equal(dP[0], dP[1], sizeof(float) * np);
-		for (int k = 0; k < 2; k++) {
-			free(o[k]);
-			free(dX[k]);
-			free(dP[k]);
-		}
-		free(P);
-		free(X);
-		free(dout);
+		assert_memory_equal(q.o[0], q.o[1], sizeof(float) * N * W);
+		assert_memory_equal(q.dX[0], q.dX[1], sizeof(float) * N * d);
+		assert_memory_equal(q.dP[0], q.dP[1], sizeof(float) * q.np);
+		pair_free(&q);
 	}
 }
 
