@@ -49,7 +49,7 @@ setup build -Dbuildtype=debugoptimized && run_suite "unit + e2e (plain build)" b
 # LeakSanitizer, and its progress threads are not instrumented for TSan. The
 # sanitized builds get -Dmpi=disabled (tests/e2e/dist.sh then checks the
 # refusal's message only).
-nocuda="-Dcuda=disabled -Dmpi=disabled"
+plain_only="-Dcuda=disabled -Dmpi=disabled"
 # intercept_tls_get_addr=0: LeakSanitizer (GCC 12's runtime) can take a
 # pointer of glibc >= 2.25's dynamic TLS for an old-glibc header and scan a
 # garbage range at exit ("Tracer caught signal 11", "DTLS 10 at
@@ -57,12 +57,12 @@ nocuda="-Dcuda=disabled -Dmpi=disabled"
 # processes hit it every run. Known runtime bug (google/sanitizers#1322);
 # the option only stops scanning dynamic TLS, which strata does not use.
 if [ $quick -eq 0 ]; then
-  setup build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug $nocuda &&
+  setup build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug $plain_only &&
     ASAN_OPTIONS=detect_leaks=1:intercept_tls_get_addr=0 run_suite "unit + e2e (ASan + UBSan)" build-asan --no-suite fuzz --timeout-multiplier 3
-  setup build-tsan -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debugoptimized $nocuda &&
+  setup build-tsan -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debugoptimized $plain_only &&
     TSAN_OPTIONS=halt_on_error=1 run_suite "concurrency (ThreadSanitizer)" build-tsan --suite runtime --timeout-multiplier 3
   if command -v clang >/dev/null; then
-    CC=clang setup build-fuzz -Dfuzz=true -Db_lundef=false -Dtests=true $nocuda &&
+    CC=clang setup build-fuzz -Dfuzz=true -Db_lundef=false -Dtests=true $plain_only &&
       run_suite "fuzzers (bounded runs)" build-fuzz --suite fuzz
   else
     echo "test.sh: clang not found; fuzzers not run"

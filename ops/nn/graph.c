@@ -897,13 +897,8 @@ static void backward_node(const st_lgraph_t *g, st_lgraph_ws_t *ws, int id,
 			const float *H = k + 1 < nd->n_layers ? ws->aux[id][k] : ws->out[id];
 			/* ReLU's mask and the bias gradient in one pass over dY
 			 * (the bias is then not summed again below). */
-			float *db = gparams + L->b;
-			if (nd->act == ST_LGRAPH_ACT_RELU) {
-				st_relu_bias_backward(nn_, L->out, H, cur, db);
-				db = NULL;
-			} else {
-				st_act_backward(nd->act, (size_t)n * (size_t)L->out, H, cur);
-			}
+			float *db = st_act_bias_backward(nd->act, nn_, L->out, H, cur,
+							 gparams + L->b);
 			const float *in = k ? ws->aux[id][k - 1] : X;
 			float *dIn = k ? ws->dbuf[pp] : want ? grad_begin(ws, in0) : NULL;
 			st_linear_backward(nn_, L->in, L->out, in, params + L->w, cur, dIn,

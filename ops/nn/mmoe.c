@@ -308,13 +308,14 @@ BODY void expert_dout_body(const st_mmoe_shape_t *s, int n, const parts_t *p, in
 #define MMOE_AVX2 1
 #define AVX2_FN __attribute__((target("avx2")))
 #else
-#define MMOE_AVX2 0
+#define MMOE_AVX2 0   /* the "AVX2" twin is then a second plain build, never called */
+#define AVX2_FN
 #endif
 
 /* Each body's plain and AVX2 compilation, and the dispatch between them. */
 #define TWINS(name, params, args)                                                      \
 	static void name##_plain params { name##_body args; }                            \
-	TWIN_AVX2(name, params, args)                                                    \
+	AVX2_FN static void name##_avx2 params { name##_body args; }                    \
 	static void name params                                                          \
 	{                                                                                \
 		if (MMOE_AVX2 && st_simd_avx2())                                         \
@@ -322,11 +323,6 @@ BODY void expert_dout_body(const st_mmoe_shape_t *s, int n, const parts_t *p, in
 		else                                                                     \
 			name##_plain args;                                               \
 	}
-#if MMOE_AVX2
-#define TWIN_AVX2(name, params, args) AVX2_FN static void name##_avx2 params { name##_body args; }
-#else
-#define TWIN_AVX2(name, params, args) static void name##_avx2 params { name##_body args; }
-#endif
 
 TWINS(gate_mix, (const st_mmoe_shape_t *s, int n, const parts_t *p, int t, float *out),
       (s, n, p, t, out))
@@ -506,13 +502,8 @@ void st_mmoe_backward(const st_mmoe_shape_t *s, int n, const float *X, const flo
 			const size_t off = expert_off(s, e, k);
 			/* ReLU's mask and the bias gradient in one pass (nn.h: the
 			 * same sums in the same order as st_linear_backward's). */
-			float *db = dP + off + (size_t)dk * din;
-			if (s->act == ST_ACT_RELU) {
-				st_relu_bias_backward(n, dk, p.H[e][k], cur, db);
-				db = NULL;
-			} else {
-				st_act_backward(s->act, (size_t)n * dk, p.H[e][k], cur);
-			}
+			float *db = st_act_bias_backward(s->act, n, dk, p.H[e][k], cur,
+							 dP + off + (size_t)dk * din);
 			const int first = k == 1;
 			float *dIn = first ? p.dZ0 + e * h1 : p.dH[pp];
 			st_linear_backward_ld(n, din, dk, first ? p.Z + e * h1 : p.H[e][k - 1],

@@ -262,7 +262,9 @@ void st_wide_backward(uint32_t r0, uint32_t n, const uint32_t *row_off,
  *   forward   Y  [n × out] = X [n × in]  · Wᵀ,  K = in   (NoTrans, Trans)
  *   dX        dX [n × in]  = dY[n × out] · W,   K = out  (NoTrans, NoTrans)
  *   dW        dW [out × in] += dYᵀ · X,         K = n    (Trans, NoTrans)
- * OpenBLAS rejects a leading dimension of 0, so empty shapes return early. */
+ * The forward and dX of narrow maps go to libxsmm first (smallgemm.h),
+ * which declines the rest. OpenBLAS rejects a leading dimension of 0, so
+ * empty shapes return early. */
 
 void st_linear_forward_ld(int n, int in, int out, const float *X, int ldx, const float *W,
 			  const float *b, float *restrict Y, int ldy)
@@ -379,6 +381,16 @@ void st_act_backward(int act, size_t len, const float *y, float *dy)
 		st_relu_backward(len, y, dy, dy);
 	else if (act == ST_ACT_SIGMOID)
 		st_sigmoid_backward(len, y, dy, dy);
+}
+
+float *st_act_bias_backward(int act, int n, int out, const float *Y, float *dY, float *db)
+{
+	if (act == ST_ACT_RELU) {
+		st_relu_bias_backward(n, out, Y, dY, db);
+		return NULL;
+	}
+	st_act_backward(act, (size_t)n * (size_t)out, Y, dY);
+	return db;
 }
 
 /* The reference: ReLU's backward pass, then the bias gradient's pass over

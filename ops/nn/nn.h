@@ -136,6 +136,11 @@ void st_act_backward(int act, size_t len, const float *y, float *dy);
  * the reference: st_relu_backward, then the bias pass. Same bits either way
  * (tests/unit/test_nn_simd.c). */
 void st_relu_bias_backward(int n, int out, const float *Y, float *dY, float *db);
+/* A layer's activation backward in place on dY [n × out] (from its output
+ * Y), fused with its bias gradient where a fused pass exists (ReLU:
+ * st_relu_bias_backward). Returns the db st_linear_backward must still
+ * sum: NULL when it was summed here, else db. */
+float *st_act_bias_backward(int act, int n, int out, const float *Y, float *dY, float *db);
 void st_relu_bias_backward_ref(int n, int out, const float *Y, float *dY, float *db);
 void st_sigmoid_backward(size_t len, const float *y, const float *dy, float *dx);
 

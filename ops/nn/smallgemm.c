@@ -92,7 +92,6 @@ static float *wt_buf(size_t len)
 static int run(int m, int k, int cols, const float *A, int lda, const float *B, int ldb,
 	       float beta, float *C, int ldc)
 {
-	pthread_once(&once, init);
 	const float alpha = 1.0f;
 	const libxsmm_blasint M = m, K = k, LDA = lda, LDB = ldb, LDC = ldc;
 	const int flags = beta == 0.0f ? LIBXSMM_GEMM_FLAG_BETA_0 : 0;
@@ -145,6 +144,7 @@ int st_smallgemm_backward_dx(int n, int in, int out, const float *dY, int lddy,
 {
 	if (n <= 0 || in <= 0 || out <= 0 || !bwd_small(in, out) || !on())
 		return 0;
+	pthread_once(&once, init);
 	/* W [out × in] row-major is the column-major [in × out] A. */
 	return run(in, out, n, W, in, dY, lddy, 0.0f, dX, lddx);
 }

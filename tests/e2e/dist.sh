@@ -85,14 +85,22 @@ fi
 if command -v mpirun >/dev/null; then
   rm -f "$tmp"/out*
   B=256
+  ar1=("${base[@]}" --set 'sync=st.sync.allreduce{}' --set stages.train.workers=1
+    --set stages.read.batch_size=$B --set stages.train.minibatch=$B)
+  # mpi2 OUT [NAME=VALUE ...]: the allreduce job (ar1) as mpirun's 2 ranks,
+  # NAME=VALUE in their environment; its output in OUT, its status returned.
+  mpi2() {
+    local out=$1 kv xs=()
+    shift
+    for kv in "$@"; do xs+=(-x "$kv"); done
+    timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 \
+      -x STRATA_COORDINATOR=127.0.0.1:$(port) -x STRATA_TOKEN=mpi -x ST_SOURCE_ROOT "${xs[@]}" \
+      "$strata" run "${ar1[@]}" >"$out" 2>&1
+  }
   STRATA_DIGEST=1 "$strata" run "${base[@]}" --set 'sync=st.sync.allreduce{}' \
     --set stages.train.workers=2 --set stages.read.batch_size=$((2 * B)) \
     --set stages.train.minibatch=$B >"$tmp/out1" 2>&1
-  STRATA_DIGEST=1 STRATA_COORDINATOR=127.0.0.1:$(port) STRATA_TOKEN=mpi timeout 300 \
-    mpirun --allow-run-as-root --oversubscribe -np 2 -x STRATA_DIGEST -x STRATA_COORDINATOR \
-    -x STRATA_TOKEN -x ST_SOURCE_ROOT "$strata" run "${base[@]}" --set 'sync=st.sync.allreduce{}' \
-    --set stages.train.workers=1 --set stages.read.batch_size=$B \
-    --set stages.train.minibatch=$B >"$tmp/outP" 2>&1
+  mpi2 "$tmp/outP" STRATA_DIGEST=1
   d1=$(digest "$tmp/out1") dP=$(digest "$tmp/outP")
   if [ -n "$d1" ] && [ "$d1" = "$dP" ]; then
     ok "mpirun -np 2: the same model as 1 process of 2 workers"
@@ -104,12 +112,7 @@ if command -v mpirun >/dev/null; then
   # A build without MPI (the sanitized ones) refuses with a message.
   rm -f "$tmp/outM"
   rcM=0
-  STRATA_NET_COLL=mpi STRATA_LOG=info STRATA_DIGEST=1 STRATA_COORDINATOR=127.0.0.1:$(port) \
-    STRATA_TOKEN=mpi timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 \
-    -x STRATA_NET_COLL -x STRATA_LOG -x STRATA_DIGEST -x STRATA_COORDINATOR -x STRATA_TOKEN \
-    -x ST_SOURCE_ROOT "$strata" run "${base[@]}" --set 'sync=st.sync.allreduce{}' \
-    --set stages.train.workers=1 --set stages.read.batch_size=$B \
-    --set stages.train.minibatch=$B >"$tmp/outM" 2>&1 || rcM=$?
+  mpi2 "$tmp/outM" STRATA_NET_COLL=mpi STRATA_LOG=info STRATA_DIGEST=1 || rcM=$?
   dM=$(digest "$tmp/outM")
   if grep -q 'built without MPI' "$tmp/outM"; then
     if [ "$rcM" -ne 0 ]; then
@@ -124,9 +127,7 @@ if command -v mpirun >/dev/null; then
   fi
   # Outside mpirun MPI cannot agree with strata's launcher: refused, named.
   if ! grep -q 'built without MPI' "$tmp/outM"; then
-    if STRATA_NET_COLL=mpi timeout 120 "$strata" launch -n 2 "${base[@]}" \
-         --set 'sync=st.sync.allreduce{}' --set stages.train.workers=1 \
-         --set stages.read.batch_size=$B --set stages.train.minibatch=$B >"$tmp/outL" 2>&1; then
+    if STRATA_NET_COLL=mpi timeout 120 "$strata" launch -n 2 "${ar1[@]}" >"$tmp/outL" 2>&1; then
       bad "STRATA_NET_COLL=mpi under strata launch ran"
     elif grep -q 'MPI says rank .* run the job under mpirun' "$tmp/outL"; then
       ok "STRATA_NET_COLL=mpi outside mpirun: refused with a message"
@@ -134,12 +135,7 @@ if command -v mpirun >/dev/null; then
       bad "STRATA_NET_COLL=mpi outside mpirun: no message"
     fi
     # A rank whose result differs by one bit is caught by the identity check.
-    if ST__NET_MPI_SKEW=1 STRATA_NET_COLL=mpi STRATA_COORDINATOR=127.0.0.1:$(port) \
-         STRATA_TOKEN=mpi timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 \
-         -x ST__NET_MPI_SKEW -x STRATA_NET_COLL -x STRATA_COORDINATOR -x STRATA_TOKEN \
-         -x ST_SOURCE_ROOT "$strata" run "${base[@]}" --set 'sync=st.sync.allreduce{}' \
-         --set stages.train.workers=1 --set stages.read.batch_size=$B \
-         --set stages.train.minibatch=$B >"$tmp/outS" 2>&1; then
+    if mpi2 "$tmp/outS" ST__NET_MPI_SKEW=1 STRATA_NET_COLL=mpi; then
       bad "a skewed MPI allreduce was not caught"
     elif grep -q 'gave different bits on different ranks' "$tmp/outS"; then
       ok "MPI allreduce: a result that differs between ranks stops the job"
