@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "runtime/simd.h"
 #include "ops/nn/nn.h"
 #include "ops/nn/smallgemm.h"
 
@@ -61,6 +62,8 @@ static double best(int what, int n, int in, int out, const float *X, const float
 
 int main(int argc, char **argv)
 {
+	/* the kernels `strata run` gets (runtime/simd.h), not the loader's guess */
+	st_simd_openblas_coretype(argv);
 	const int n = argc > 1 ? atoi(argv[1]) : 512;
 	static const int shapes[][2] = {   /* in, out */
 		{ 64, 32 }, { 32, 16 }, { 16, 1 }, { 32, 64 }, { 36, 80 }, { 80, 40 },

@@ -15,6 +15,7 @@
  * disturbed run on a shared machine. Single-threaded (OPENBLAS_NUM_THREADS
  * as set by the caller).
  */
+#include "runtime/simd.h"
 #include "lang/lang.h"
 #include "ops/nn/model.h"
 #include "runtime/err.h"
@@ -121,6 +122,9 @@ static void side_close(side_t *s)
 
 int main(int argc, char **argv)
 {
+	/* the kernels `strata run` gets (runtime/simd.h), not the loader's guess */
+	st_simd_openblas_coretype(argv);
+	printf("OPENBLAS_CORETYPE=%s\n", getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "(unset)");
 	if (argc < 3) {
 		fprintf(stderr, "usage: bench_step JOB_A JOB_B [STEPS]\n");
 		return 2;

@@ -20,6 +20,7 @@
 #include "ops/sync/registry.h"
 #include "lang/lang.h"
 #include "runtime/err.h"
+#include "runtime/simd.h"
 #include "st_config.h"
 
 #include <getopt.h>
@@ -432,47 +433,13 @@ int st_cli_parse(int argc, char **argv, const char *cmd, const char *allowed,
 	return ST_EXIT_OK;
 }
 
-/*
- * OpenBLAS reads OPENBLAS_CORETYPE once, when the library loads, and picks
- * its sgemm kernels from it. On an AVX-512 CPU a core type without AVX-512
- * (Haswell and older, which some environments set) halves dense throughput,
- * and OpenBLAS 0.3.21 misdetects some AVX-512 CPUs (DESIGN.md). So when the
- * CPU has AVX-512 and the variable is unset or names a core type without it,
- * strata sets SkylakeX and re-executes itself once, before any work. Set
- * STRATA_KEEP_OPENBLAS_CORETYPE=1 to keep the environment as it is.
- */
-static void fix_openblas_coretype(char **argv)
-{
-	static const char *const avx512_cores[] = {
-		"SkylakeX", "SKYLAKEX", "Cooperlake", "COOPERLAKE",
-		"SapphireRapids", "SAPPHIRERAPIDS",
-	};
-	if (getenv("STRATA_KEEP_OPENBLAS_CORETYPE") || getenv("ST__OPENBLAS_REEXEC"))
-		return;
-	__builtin_cpu_init();
-	if (!__builtin_cpu_supports("avx512f"))
-		return;
-	const char *ct = getenv("OPENBLAS_CORETYPE");
-	if (ct)
-		for (size_t i = 0; i < sizeof avx512_cores / sizeof avx512_cores[0]; i++)
-			if (!strcmp(ct, avx512_cores[i]))
-				return;
-	if (ct)
-		st_info("OPENBLAS_CORETYPE=%s has no AVX-512 kernels on this AVX-512 CPU; "
-			"using SkylakeX (set STRATA_KEEP_OPENBLAS_CORETYPE=1 to keep it)", ct);
-	setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
-	setenv("ST__OPENBLAS_REEXEC", "1", 1);
-	execv("/proc/self/exe", argv);
-	/* exec failed: carry on with whatever OpenBLAS picks */
-}
-
 int main(int argc, char **argv)
 {
 	/* Only run, predict and eval multiply matrices; predict and eval pick
 	 * the same kernels as run, so their scores match the job's eval. */
 	if (argc >= 2 && (!strcmp(argv[1], "run") || !strcmp(argv[1], "predict") ||
 			  !strcmp(argv[1], "eval")))
-		fix_openblas_coretype(argv);
+		st_simd_openblas_coretype(argv);
 	if (argc < 2) {
 		st_cli_usage(stderr);
 		return ST_EXIT_USAGE;

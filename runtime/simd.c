@@ -7,8 +7,11 @@
  */
 #include "runtime/simd.h"
 
+#include "runtime/err.h"
+
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* -1: not read yet; 0: AVX2 loops allowed; 1: references forced. */
 static int force_ref = -1;
@@ -43,4 +46,42 @@ int st_simd_avx2(void)
 		__atomic_store_n(&force_ref, f, __ATOMIC_RELAXED);
 	}
 	return !f && st_simd_cpu_avx2();
+}
+
+/*
+ * OpenBLAS reads OPENBLAS_CORETYPE once, when the library loads, and picks
+ * its sgemm kernels from it. On an AVX-512 CPU a core type without AVX-512
+ * (Haswell and older, which some environments set) halves dense throughput,
+ * and OpenBLAS 0.3.21 misdetects some AVX-512 CPUs (DESIGN.md). So when the
+ * CPU has AVX-512 and the variable is unset or names a core type without it,
+ * strata sets SkylakeX and re-executes itself once, before any work. Set
+ * STRATA_KEEP_OPENBLAS_CORETYPE=1 to keep the environment as it is.
+ */
+void st_simd_openblas_coretype(char **argv)
+{
+	static const char *const avx512_cores[] = {
+		"SkylakeX", "SKYLAKEX", "Cooperlake", "COOPERLAKE",
+		"SapphireRapids", "SAPPHIRERAPIDS",
+	};
+	if (getenv("STRATA_KEEP_OPENBLAS_CORETYPE") || getenv("ST__OPENBLAS_REEXEC"))
+		return;
+#if defined(__x86_64__) && defined(__GNUC__)
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx512f"))
+		return;
+#else
+	return;
+#endif
+	const char *ct = getenv("OPENBLAS_CORETYPE");
+	if (ct)
+		for (size_t i = 0; i < sizeof avx512_cores / sizeof avx512_cores[0]; i++)
+			if (!strcmp(ct, avx512_cores[i]))
+				return;
+	if (ct)
+		st_info("OPENBLAS_CORETYPE=%s has no AVX-512 kernels on this AVX-512 CPU; "
+			"using SkylakeX (set STRATA_KEEP_OPENBLAS_CORETYPE=1 to keep it)", ct);
+	setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+	setenv("ST__OPENBLAS_REEXEC", "1", 1);
+	execv("/proc/self/exe", argv);
+	/* exec failed: carry on with whatever OpenBLAS picks */
 }

@@ -28,4 +28,17 @@ int st_simd_cpu_avx2(void);
  * tests; the environment variable ST_SIMD=ref sets it at the first call. */
 void st_simd_set_ref(int force_ref);
 
+/*
+ * OpenBLAS picks its sgemm kernels once, when it loads, from
+ * OPENBLAS_CORETYPE or its own CPU detection; Debian's 0.3.21 sends some
+ * AVX-512 CPUs (Sapphire/Emerald Rapids) to its SSE3 "Prescott" kernels, a
+ * third of the speed, and some environments set Haswell. On an AVX-512 CPU
+ * whose core type is unset or names one without AVX-512, this sets SkylakeX
+ * and re-executes argv once (/proc/self/exe), before any work; otherwise it
+ * returns. STRATA_KEEP_OPENBLAS_CORETYPE=1 keeps the environment. For
+ * programs that multiply matrices: strata run/predict/eval and the dense
+ * benchmarks, so they measure the kernels users get.
+ */
+void st_simd_openblas_coretype(char **argv);
+
 #endif
