@@ -747,6 +747,7 @@ void st_dist_destroy(st_dist_t *d)
 	free(d->rscratch);
 	free(d->mkey);
 	free(d->spos);
+	free(d->gptr);
 	free(d->sbuf);
 	free(d->sok);
 	free(d->reply.p);

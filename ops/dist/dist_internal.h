@@ -50,6 +50,10 @@ typedef struct psbuf {
 				    * (rows' fields; dense.sum != NULL once made) */
 	st_algo_gba_rows_t rows;
 	st_algo_gba_dense_t dense;
+	uint64_t *ukey;            /* a rows step's updates, collected (rows_step) */
+	uint8_t *utab;
+	const float **ug;
+	size_t un, ucap;
 } psbuf_t;
 
 /* Hop's clocks and quorum on rank 0 (hop.c over ops/algo/hopclock.h). */
@@ -104,6 +108,7 @@ struct st_dist {
 	float **rscratch;          /* serve_rows: rows of one table */
 	uint64_t *mkey;            /*   its keys */
 	uint32_t *spos;            /*   their request positions */
+	const float **gptr;        /*   (update_rows) their gradients */
 	size_t rcap;
 	float *sbuf;               /* answer_pull: rows by request position */
 	size_t scap;
@@ -172,7 +177,13 @@ void *st__dist_service(void *arg);
 void st__dist_step_free(step_acc_t *a, int P);
 /* One optimizer step t of key's row in table k with gradient g (nothing
  * when the row is not there). mu held. */
-int st__dist_update_row(st_dist_t *d, int k, uint64_t key, const float *g, uint64_t t);
+/* One optimizer step (step number t) on each of m owned rows of table k:
+ * the row of d->mkey[q] takes the gradient d->gptr[q]; one table lookup
+ * for all m keys (a lookup per key costs more than the update). Rows not
+ * in the table (not admitted, or expired) are skipped. Call
+ * st__dist_row_scratch(d, m) before filling mkey and gptr. */
+int st__dist_row_scratch(st_dist_t *d, uint32_t n);
+int st__dist_update_rows(st_dist_t *d, int k, uint32_t m, uint64_t t);
 
 /* psbuf.c (mu held). A checked buffered PUSH: its rows into the step being
  * filled; the M-th contribution applies the step. ST_OK, ST_EPEER (bad

@@ -52,6 +52,9 @@ void st__dist_buf_free(st_dist_t *d)
 {
 	st_algo_gba_rows_fini(&d->buf.rows);
 	st_algo_gba_dense_fini(&d->buf.dense);
+	free(d->buf.ukey);
+	free(d->buf.utab);
+	free(d->buf.ug);
 	memset(&d->buf, 0, sizeof d->buf);
 }
 
@@ -82,19 +85,54 @@ static int check_params(st_dist_t *d, const wire_hdr_t *h, int dense)
 	return ST_OK;
 }
 
-/* The core's update: one optimizer step of an owned row. */
-static int update_row(void *arg, uint64_t key, uint8_t tab, float *g, uint32_t dim)
+/* The core's update, collected: the step's rows are updated after it, one
+ * table lookup per table (st__dist_update_rows), not one per key. The
+ * gradients stay in the core's buffer until its next step begins. */
+static int collect_row(void *arg, uint64_t key, uint8_t tab, float *g, uint32_t dim)
 {
-	st_dist_t *d = arg;
+	psbuf_t *b = &((st_dist_t *)arg)->buf;
 	(void)dim;
-	return st__dist_update_row(d, tab, key, g, d->buf.rows.k + 1);
+	if (b->un == b->ucap) {
+		size_t c = b->ucap ? 2 * b->ucap : 1024;
+		uint64_t *k = realloc(b->ukey, sizeof *k * c);
+		if (k)
+			b->ukey = k;
+		uint8_t *t = realloc(b->utab, c);
+		if (t)
+			b->utab = t;
+		const float **g2 = realloc(b->ug, sizeof *g2 * c);
+		if (g2)
+			b->ug = g2;
+		if (!k || !t || !g2)
+			return ST_ENOMEM;
+		b->ucap = c;
+	}
+	b->ukey[b->un] = key;
+	b->utab[b->un] = tab;
+	b->ug[b->un++] = g;
+	return ST_OK;
 }
 
 /* The rows' global step. */
 static int rows_step(st_dist_t *d)
 {
 	st_algo_gba_rows_t *r = &d->buf.rows;
-	int rc = st_algo_gba_rows_step(r, r->k > HORIZON ? r->k - HORIZON : 0, update_row, d);
+	psbuf_t *b = &d->buf;
+	b->un = 0;
+	int rc = st_algo_gba_rows_step(r, r->k > HORIZON ? r->k - HORIZON : 0, collect_row, d);
+	/* r->k is now the step's number: the sparse optimizer's step k + 1 of
+	 * before, as the per-key update used. */
+	if (rc >= 0)
+		rc = st__dist_row_scratch(d, (uint32_t)b->un);
+	for (int k = 0; rc >= 0 && k < d->n_tables; k++) {
+		uint32_t m = 0;
+		for (size_t i = 0; i < b->un; i++)
+			if (b->utab[i] == k) {
+				d->mkey[m] = b->ukey[i];
+				d->gptr[m++] = b->ug[i];
+			}
+		rc = st__dist_update_rows(d, k, m, r->k);
+	}
 	if (rc >= 0)
 		stat_add(&d->st.buf_steps, 1);
 	return rc;

@@ -167,9 +167,9 @@ int st__dist_grow(void **p, size_t *cap, size_t n, size_t elem)
 	return ST_OK;
 }
 
-/* See dist_internal.h. */
-/* The row-lookup scratch (rscratch, mkey, spos) for n keys (mu held). */
-static int row_scratch(st_dist_t *d, uint32_t n)
+/* See dist_internal.h. The row-lookup scratch (rscratch, mkey, spos, gptr)
+ * for n keys (mu held). */
+int st__dist_row_scratch(st_dist_t *d, uint32_t n)
 {
 	if (n <= d->rcap)
 		return ST_OK;
@@ -179,12 +179,15 @@ static int row_scratch(st_dist_t *d, uint32_t n)
 	free(d->rscratch);
 	free(d->mkey);
 	free(d->spos);
+	free(d->gptr);
 	d->rscratch = malloc(sizeof(float *) * c);
 	d->mkey = malloc(sizeof(uint64_t) * c);
 	d->spos = malloc(sizeof(uint32_t) * c);
-	d->rcap = d->rscratch && d->mkey && d->spos ? c : 0;
+	d->gptr = malloc(sizeof(float *) * c);
+	d->rcap = d->rscratch && d->mkey && d->spos && d->gptr ? c : 0;
 	return d->rcap ? ST_OK : ST_ENOMEM;
 }
+#define row_scratch st__dist_row_scratch
 
 int st__dist_serve_rows(st_dist_t *d, const uint64_t *keys, const uint8_t *tab,
 			const uint32_t *idx, uint32_t n, int create, uint32_t stamp, uint8_t *ok,
@@ -284,23 +287,10 @@ static const uint8_t *push_rows(const wire_hdr_t *h)
 	return (const uint8_t *)(h + 1) + sizeof(uint64_t) * (size_t)h->n + wire_pad8(h->n);
 }
 
-int st__dist_update_row(st_dist_t *d, int k, uint64_t key, const float *g, uint64_t t)
-{
-	float *row = NULL;
-	int rc = st_table_resolve(d->tables[k], &key, 1, 0, 0, &row);
-	if (rc < 0)
-		return rc;
-	if (!row)
-		return ST_OK;   /* not admitted, or expired meanwhile: nothing to update */
-	st_algo_row_update(&d->p, row, g, (int)d->dim[k], t ? t : 1);
-	st_table_unpin(d->tables[k], &row, 1);
-	return ST_OK;
-}
-
 /* An asynchronous PUSH: every row updated on arrival, in message order
  * within each table. The rows are looked up one table at a time for the
  * whole message (one st_table_resolve of its keys, then one unpin), not
- * one lookup per key: per-key lookups (st__dist_update_row) were the
+ * one lookup per key: per-key lookups were the
  * owner's largest cost under async, ~30% of a 2-process job's cycles in
  * st_table_resolve (docs/benchmarks.md, "Prefetched step reads"). Rows
  * are independent, so the updates are the same bits either way; a key
@@ -387,8 +377,11 @@ static int apply_step(st_dist_t *d, step_acc_t *a)
 		const int f16 = (h->flags & WF_F16) != 0;
 		for (uint32_t i = 0; i < h->n; i++) {
 			const uint32_t dim = d->dim[tab[i]];
-			size_t j = (size_t)mixk(keys[i]) & mask;
-			while (d->mslot[j] != UINT32_MAX && d->mkeys[j] != keys[i])
+			/* A row is (table, key): the same key in two tables is two
+			 * rows, summed apart. */
+			size_t j = (size_t)mixk(keys[i] ^ tab[i]) & mask;
+			while (d->mslot[j] != UINT32_MAX &&
+			       (d->mkeys[j] != keys[i] || d->mtab[d->mslot[j]] != tab[i]))
 				j = (j + 1) & mask;
 			float *acc;
 			if (d->mslot[j] == UINT32_MAX) {
@@ -407,7 +400,7 @@ static int apply_step(st_dist_t *d, step_acc_t *a)
 		}
 	}
 	/* One st_table_resolve per table for the step's keys, as apply_async
-	 * does: a lookup per key (st__dist_update_row) took the owner's
+	 * does: a lookup per key took the owner's
 	 * service thread 9% of a 2-process allreduce job's cycles, most of it
 	 * the lookup's setup and a lock per key. Each key is updated once, so
 	 * the order does not change the bits. */
@@ -419,21 +412,28 @@ static int apply_step(st_dist_t *d, step_acc_t *a)
 			uint32_t u = d->mslot[j];
 			if (u != UINT32_MAX && d->mtab[u] == k) {
 				d->mkey[m] = d->mkeys[j];
-				d->spos[m++] = u;
+				d->gptr[m++] = d->macc + (size_t)u * md;
 			}
 		}
-		if (!m)
-			continue;
-		int rc = st_table_resolve(d->tables[k], d->mkey, m, 0, 0, d->rscratch);
+		int rc = st__dist_update_rows(d, k, m, t);
 		if (rc < 0)
 			return rc;
-		for (uint32_t q = 0; q < m; q++)
-			if (d->rscratch[q])   /* NULL: not admitted, or expired meanwhile */
-				st_algo_row_update(&d->p, d->rscratch[q],
-						   d->macc + (size_t)d->spos[q] * md, (int)d->dim[k],
-						   t ? t : 1);
-		st_table_unpin(d->tables[k], d->rscratch, m);
 	}
+	return ST_OK;
+}
+
+int st__dist_update_rows(st_dist_t *d, int k, uint32_t m, uint64_t t)
+{
+	if (!m)
+		return ST_OK;
+	int rc = st_table_resolve(d->tables[k], d->mkey, m, 0, 0, d->rscratch);
+	if (rc < 0)
+		return rc;
+	for (uint32_t q = 0; q < m; q++)
+		if (d->rscratch[q])   /* NULL: not admitted, or expired meanwhile */
+			st_algo_row_update(&d->p, d->rscratch[q], d->gptr[q], (int)d->dim[k],
+					   t ? t : 1);
+	st_table_unpin(d->tables[k], d->rscratch, m);
 	return ST_OK;
 }
 

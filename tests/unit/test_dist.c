@@ -77,6 +77,7 @@ static void fix_free(fix_t *f)
 	free(d->rscratch);
 	free(d->mkey);
 	free(d->spos);
+	free(d->gptr);
 	free(d->mkeys);
 	free(d->mslot);
 	free(d->macc);
@@ -155,6 +156,68 @@ static void test_sync_step_waits_and_sums_in_rank_order(void **state)
 	for (int j = 0; j < DIM; j++)
 		assert_true(now[j] == before[1][j] - 0.5f * (0.25f + 0.5f));
 	fix_free(f);
+}
+
+/* The owner updates a step's rows one table at a time (serve.c,
+ * st__dist_update_rows): with two tables, the same key in each takes its
+ * own table's sum, and a key its table does not hold (never pulled, so
+ * never admitted) is skipped, not created. Both paths: a sync step
+ * (apply_step) and a bsp buffer step (psbuf.c). */
+static void tables_case(int buffered)
+{
+	fix_t *f = fix_new(2);
+	st_table_t *t1;
+	st_table_opts_t to = { .dim = DIM, .state_dim = 0, .seed = 2, .init_scale = 0.1f };
+	assert_int_equal(st_table_create(&t1, &to), ST_OK);
+	f->d.n_tables = 2;
+	f->d.tables[1] = t1;
+	f->d.dim[1] = DIM;
+	const uint64_t keys[3] = { 11, 11, 33 };
+	float b0[DIM], b1[DIM], *r = NULL, g[3 * DIM];
+	row_of(f, 11, b0);
+	assert_true(st_table_resolve(t1, &keys[1], 1, 0, 1, &r) >= 0);
+	memcpy(b1, r, sizeof b1);
+	for (int j = 0; j < DIM; j++) {
+		g[j] = 1.0f;             /* table 0, key 11 */
+		g[DIM + j] = 2.0f;       /* table 1, key 11 */
+		g[2 * DIM + j] = 4.0f;   /* table 1, key 33: not held */
+	}
+	for (int from = 0; from < 2; from++) {
+		size_t len;
+		wire_hdr_t *h = push_msg(0, !buffered, keys, 3, g, &len);
+		uint8_t *tab = (uint8_t *)(h + 1) + 8 * 3;
+		tab[0] = 0;
+		tab[1] = tab[2] = 1;
+		if (buffered) {
+			h->flags |= WF_BUF;
+			h->stamp = 2;
+			h->pad = ST_ALGO_GBA_NO_TOL;
+		}
+		assert_int_equal(st__dist_handle(&f->d, h, len, from), ST_OK);
+	}
+	/* sync: the sum of both ranks' gradients; bsp: their mean. */
+	const float s0 = buffered ? 1.0f : 2.0f, s1 = buffered ? 2.0f : 4.0f;
+	float now[DIM];
+	row_of(f, 11, now);
+	for (int j = 0; j < DIM; j++)
+		assert_true(now[j] == b0[j] - 0.5f * s0);
+	r = NULL;
+	assert_int_equal(st_table_resolve(t1, &keys[1], 1, 0, 0, &r), 0);
+	assert_non_null(r);
+	for (int j = 0; j < DIM; j++)
+		assert_true(r[j] == b1[j] - 0.5f * s1);
+	r = NULL;
+	assert_int_equal(st_table_resolve(t1, &keys[2], 1, 0, 0, &r), 0);
+	assert_null(r);
+	fix_free(f);
+	st_table_destroy(t1);
+}
+
+static void test_step_updates_rows_of_every_table(void **state)
+{
+	(void)state;
+	tables_case(0);
+	tables_case(1);
 }
 
 static void test_bad_pushes_change_nothing(void **state)
@@ -701,6 +764,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_sync_step_waits_and_sums_in_rank_order),
+		cmocka_unit_test(test_step_updates_rows_of_every_table),
 		cmocka_unit_test(test_bad_pushes_change_nothing),
 		cmocka_unit_test(test_async_applies_on_arrival),
 		cmocka_unit_test(test_async_push_batch_updates_in_order),

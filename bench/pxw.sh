@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# pxw.sh — processes or workers: the same job on 2 processes x 1 worker
+# (`strata launch -n 2`) against 1 process x 2 workers (`strata run`), same
+# data, same cores, one configuration after the other, REPEATS rounds, so a
+# load change on a shared machine hits every configuration alike (issue 21:
+# async and hybrid at >= 0.8 of one process, allreduce at >= 0.9;
+# docs/benchmarks.md, "Processes or workers").
+#
+#   bench/pxw.sh [BUILD_DIR] [ROWS] [REPEATS]     (build 200000 3)
+#
+# JOB (default bench/ctr_strata.lua, the standard model: 26 slots x 16, MLP
+# 400-400-400) and POLICIES (default "async hybrid allreduce") pick what
+# runs; JOB=jobs/quickstart.lua measures logistic regression, the cheapest
+# step there is, where distribution weighs most. Minibatch 512; the read
+# batch is one step's examples (512 per worker), which allreduce across
+# processes requires and the others do not mind. Data: `strata gen --rows
+# ROWS --vocab 1000000` into $TMPDIR/pxw-ROWS, made once.
+#
+# Prints each run (examples/s of training, eval AUC, CPU seconds of every
+# process: user + sys) and, per policy, the median examples/s of each side
+# and their ratio.
+set -eu
+build=${1:-build}
+rows=${2:-200000}
+reps=${3:-3}
+job=${JOB:-bench/ctr_strata.lua}
+policies=${POLICIES:-"async hybrid allreduce"}
+root=$(cd "$(dirname "$0")/.." && pwd)
+tmp=${TMPDIR:-/tmp}
+dir=$tmp/pxw-$rows
+out=$tmp/pxw-out
+mkdir -p "$out"
+strata=$build/cli/strata
+[ -x "$strata" ] || ninja -C "$build" cli/strata
+case $strata in /*) ;; *) strata=$PWD/$strata ;; esac
+if [ ! -f "$dir/eval.tsv" ]; then
+	"$strata" gen --rows "$rows" --eval-rows 20000 --vocab 1000000 --out "$dir" >/dev/null
+fi
+cat "$dir"/*.tsv >/dev/null
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+echo "commit:  $(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet || echo +dirty)"
+echo "job:     $job, $rows rows ($dir), load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
+
+policy() { # name -> the sync table
+	case $1 in
+	hybrid) echo 'st.sync.hybrid{staleness=4}' ;;
+	*) echo "st.sync.$1{}" ;;
+	esac
+}
+run() { # P W policy -> "eps auc cpu_s"
+	local P=$1 W=$2 pol=$3 cmd=(run)
+	[ "$P" = 1 ] || cmd=(launch -n "$P")
+	local log=$out/$P-$W-$pol.log
+	(cd "$root" && /usr/bin/time -f "time %U %S" "$strata" "${cmd[@]}" "$job" --quiet --no-pin \
+		--set 'data.generate=nil' --set 'output=nil' \
+		--set "data.train.path=\"$dir/train-*.tsv\"" --set "data.eval.path=\"$dir/eval.tsv\"" \
+		--set stages.read.threads=1 --set stages.train.workers="$W" \
+		--set stages.train.minibatch=512 --set stages.read.batch_size=$((512 * W)) \
+		--set "sync=$(policy "$pol")") >"$log" 2>&1 ||
+		{ echo "pxw.sh: $P x $W $pol failed, see $log" >&2; exit 1; }
+	local eps
+	eps=$(grep -o '([0-9.]*[kM]* ex/s)' "$log" | tail -1 | tr -d '()' | cut -d' ' -f1)
+	case $eps in
+	*k) eps=$(echo "$eps" | tr -d k | awk '{printf "%.0f", $1 * 1000}') ;;
+	*M) eps=$(echo "$eps" | tr -d M | awk '{printf "%.0f", $1 * 1000000}') ;;
+	esac
+	echo "$eps $(grep -o 'eval *auc [0-9.]*' "$log" | awk '{print $3}') $(awk '$1 == "time" { printf "%.2f", $2 + $3 }' "$log")"
+}
+median() { tr ' ' '\n' | grep . | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+declare -A eps
+printf '%-10s %-6s %4s %10s %8s %7s\n' policy config rep 'ex/s' auc cpu_s
+for ((i = 1; i <= reps; i++)); do
+	for pol in $policies; do
+		for pw in "1 2" "2 1"; do
+			set -- $pw
+			r=$(run "$1" "$2" "$pol")
+			printf '%-10s %-6s %4d %10s %8s %7s\n' "$pol" "${1}px${2}w" "$i" $r
+			eps[$pol-$1]="${eps[$pol-$1]:-} ${r%% *}"
+		done
+	done
+done
+echo
+printf '%-10s %14s %14s %8s\n' policy '1p x 2w ex/s' '2p x 1w ex/s' ratio
+for pol in $policies; do
+	a=$(echo "${eps[$pol-1]}" | median)
+	b=$(echo "${eps[$pol-2]}" | median)
+	printf '%-10s %14s %14s %8s\n' "$pol" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", b / a }')"
+done
