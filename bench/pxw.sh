@@ -10,7 +10,7 @@
 #
 # JOB (default bench/ctr_strata.lua, the standard model: 26 slots x 16, MLP
 # 400-400-400) and POLICIES (default "async hybrid allreduce") pick what
-# runs; JOB=jobs/quickstart.lua measures logistic regression, the cheapest
+# runs (gba and bsp work too); JOB=jobs/quickstart.lua measures logistic regression, the cheapest
 # step there is, where distribution weighs most. Minibatch 512; the read
 # batch is one step's examples (512 per worker), which allreduce across
 # processes requires and the others do not mind. Data: `strata gen --rows
@@ -44,6 +44,7 @@ echo "job:     $job, $rows rows ($dir), load average $(cut -d' ' -f1-3 /proc/loa
 policy() { # name -> the sync table
 	case $1 in
 	hybrid) echo 'st.sync.hybrid{staleness=4}' ;;
+	gba) echo 'st.sync.gba{global_batch=1024}' ;;   # one step of 2 x 512, as allreduce
 	*) echo "st.sync.$1{}" ;;
 	esac
 }
