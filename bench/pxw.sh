@@ -13,8 +13,8 @@
 # runs (gba and bsp work too); JOB=jobs/quickstart.lua measures logistic regression, the cheapest
 # step there is, where distribution weighs most. Minibatch 512; the read
 # batch is one step's examples (512 per worker), which allreduce across
-# processes requires and the others do not mind. Data: `strata gen --rows
-# ROWS --vocab 1000000` into $TMPDIR/pxw-ROWS, made once.
+# processes requires and the others do not mind. Data: bench/dist_common.sh's
+# (`strata gen --rows ROWS --vocab 1000000` into $TMPDIR/distbench-ROWS).
 #
 # Prints each run (examples/s of training, eval AUC, CPU seconds of every
 # process: user + sys) and, per policy, the median examples/s of each side
@@ -25,20 +25,8 @@ rows=${2:-200000}
 reps=${3:-3}
 job=${JOB:-bench/ctr_strata.lua}
 policies=${POLICIES:-"async hybrid allreduce"}
-root=$(cd "$(dirname "$0")/.." && pwd)
-tmp=${TMPDIR:-/tmp}
-dir=$tmp/pxw-$rows
-out=$tmp/pxw-out
-mkdir -p "$out"
-strata=$build/cli/strata
-[ -x "$strata" ] || ninja -C "$build" cli/strata
+. "$(dirname "$0")/dist_common.sh"   # root, dir (the data), out, strata; machine, commit
 case $strata in /*) ;; *) strata=$PWD/$strata ;; esac
-if [ ! -f "$dir/eval.tsv" ]; then
-	"$strata" gen --rows "$rows" --eval-rows 20000 --vocab 1000000 --out "$dir" >/dev/null
-fi
-cat "$dir"/*.tsv >/dev/null
-echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-echo "commit:  $(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet || echo +dirty)"
 echo "job:     $job, $rows rows ($dir), load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
 
 policy() { # name -> the sync table
@@ -51,7 +39,7 @@ policy() { # name -> the sync table
 run() { # P W policy -> "eps auc cpu_s"
 	local P=$1 W=$2 pol=$3 cmd=(run)
 	[ "$P" = 1 ] || cmd=(launch -n "$P")
-	local log=$out/$P-$W-$pol.log
+	local log=$out/pxw-$P-$W-$pol.log
 	(cd "$root" && /usr/bin/time -f "time %U %S" "$strata" "${cmd[@]}" "$job" --quiet --no-pin \
 		--set 'data.generate=nil' --set 'output=nil' \
 		--set "data.train.path=\"$dir/train-*.tsv\"" --set "data.eval.path=\"$dir/eval.tsv\"" \

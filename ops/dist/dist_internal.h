@@ -50,9 +50,11 @@ typedef struct psbuf {
 				    * (rows' fields; dense.sum != NULL once made) */
 	st_algo_gba_rows_t rows;
 	st_algo_gba_dense_t dense;
-	uint64_t *ukey;            /* a rows step's updates, collected (rows_step) */
-	uint8_t *utab;
-	const float **ug;
+	struct bufupd {            /* a rows step's updates, collected (rows_step) */
+		uint64_t key;
+		const float *g;
+		uint8_t tab;
+	} *upd;
 	size_t un, ucap;
 } psbuf_t;
 

@@ -52,9 +52,7 @@ void st__dist_buf_free(st_dist_t *d)
 {
 	st_algo_gba_rows_fini(&d->buf.rows);
 	st_algo_gba_dense_fini(&d->buf.dense);
-	free(d->buf.ukey);
-	free(d->buf.utab);
-	free(d->buf.ug);
+	free(d->buf.upd);
 	memset(&d->buf, 0, sizeof d->buf);
 }
 
@@ -92,24 +90,9 @@ static int collect_row(void *arg, uint64_t key, uint8_t tab, float *g, uint32_t 
 {
 	psbuf_t *b = &((st_dist_t *)arg)->buf;
 	(void)dim;
-	if (b->un == b->ucap) {
-		size_t c = b->ucap ? 2 * b->ucap : 1024;
-		uint64_t *k = realloc(b->ukey, sizeof *k * c);
-		if (k)
-			b->ukey = k;
-		uint8_t *t = realloc(b->utab, c);
-		if (t)
-			b->utab = t;
-		const float **g2 = realloc(b->ug, sizeof *g2 * c);
-		if (g2)
-			b->ug = g2;
-		if (!k || !t || !g2)
-			return ST_ENOMEM;
-		b->ucap = c;
-	}
-	b->ukey[b->un] = key;
-	b->utab[b->un] = tab;
-	b->ug[b->un++] = g;
+	if (st__dist_grow((void **)&b->upd, &b->ucap, b->un + 1, sizeof *b->upd) < 0)
+		return ST_ENOMEM;
+	b->upd[b->un++] = (struct bufupd){ .key = key, .g = g, .tab = tab };
 	return ST_OK;
 }
 
@@ -127,9 +110,9 @@ static int rows_step(st_dist_t *d)
 	for (int k = 0; rc >= 0 && k < d->n_tables; k++) {
 		uint32_t m = 0;
 		for (size_t i = 0; i < b->un; i++)
-			if (b->utab[i] == k) {
-				d->mkey[m] = b->ukey[i];
-				d->gptr[m++] = b->ug[i];
+			if (b->upd[i].tab == k) {
+				d->mkey[m] = b->upd[i].key;
+				d->gptr[m++] = b->upd[i].g;
 			}
 		rc = st__dist_update_rows(d, k, m, r->k);
 	}
