@@ -258,6 +258,7 @@ static void setup(void)
 
 int main(int argc, char **argv)
 {
+	st_simd_openblas_coretype(argv);   /* the kernels `strata run` gets */
 	int rounds = argc > 1 ? atoi(argv[1]) : 15;
 	if (rounds < 1)
 		rounds = 1;

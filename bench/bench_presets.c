@@ -16,6 +16,7 @@
  * step (they are bit-identical; tests/unit/test_presets.c pins that), or it
  * exits 1. Single-threaded (OPENBLAS_NUM_THREADS as set by the caller).
  */
+#include "runtime/simd.h"
 #include "lang/lang.h"
 #include "ops/nn/model.h"
 #include "runtime/err.h"
@@ -40,6 +41,7 @@ static int cmp_d(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
+	st_simd_openblas_coretype(argv);   /* the kernels `strata run` gets */
 	if (argc < 2) {
 		fprintf(stderr, "usage: bench_presets JOB [STEPS]\n");
 		return 2;
