@@ -744,10 +744,7 @@ void st_dist_destroy(st_dist_t *d)
 	free(d->push_split.cap);
 	free(d->done);
 	free(d->trow);
-	free(d->rscratch);
-	free(d->mkey);
-	free(d->spos);
-	free(d->gptr);
+	st__dist_row_scratch_free(d);
 	free(d->sbuf);
 	free(d->sok);
 	free(d->reply.p);

@@ -185,6 +185,7 @@ void st__dist_step_free(step_acc_t *a, int P);
  * in the table (not admitted, or expired) are skipped. Call
  * st__dist_row_scratch(d, m) before filling mkey and gptr. */
 int st__dist_row_scratch(st_dist_t *d, uint32_t n);
+void st__dist_row_scratch_free(st_dist_t *d);
 int st__dist_update_rows(st_dist_t *d, int k, uint32_t m, uint64_t t);
 
 /* psbuf.c (mu held). A checked buffered PUSH: its rows into the step being

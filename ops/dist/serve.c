@@ -189,6 +189,19 @@ int st__dist_row_scratch(st_dist_t *d, uint32_t n)
 }
 #define row_scratch st__dist_row_scratch
 
+void st__dist_row_scratch_free(st_dist_t *d)
+{
+	free(d->rscratch);
+	free(d->mkey);
+	free(d->spos);
+	free(d->gptr);
+	d->rscratch = NULL;
+	d->mkey = NULL;
+	d->spos = NULL;
+	d->gptr = NULL;
+	d->rcap = 0;
+}
+
 int st__dist_serve_rows(st_dist_t *d, const uint64_t *keys, const uint8_t *tab,
 			const uint32_t *idx, uint32_t n, int create, uint32_t stamp, uint8_t *ok,
 			float *out, size_t stride)

@@ -477,6 +477,7 @@ static void par_fini(par_t *f)
 {
 	f->ops->destroy(f->pol);
 	st__dist_buf_free(&f->d);
+	st__dist_row_scratch_free(&f->d);
 	free(f->d.trow);
 	pthread_cond_destroy(&f->d.cv);
 	pthread_mutex_destroy(&f->d.mu);

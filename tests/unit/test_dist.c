@@ -74,10 +74,7 @@ static void fix_free(fix_t *f)
 	}
 	free(d->done);
 	free(d->trow);
-	free(d->rscratch);
-	free(d->mkey);
-	free(d->spos);
-	free(d->gptr);
+	st__dist_row_scratch_free(d);
 	free(d->mkeys);
 	free(d->mslot);
 	free(d->macc);
