@@ -14,8 +14,18 @@
 #    uninterrupted run's AUC exactly (dist_ckpt.sh checks its model bit
 #    for bit).
 # Then, under async:
-#  - the step-20 checkpoint resumes on 1 process x 2 workers and on 3
-#    processes (rows re-routed to their new owners);
+#  - the step-20 checkpoint loaded on 1 process x 2 workers, 2 processes
+#    and 3 processes (rows re-routed to their new owners) with nothing left
+#    to train is the same model, bit for bit (STRATA_DIGEST: every row of
+#    every rank, optimizer state, dense parameters): no row lost or doubled;
+#  - it resumes on 1 process x 2 workers and on 3 processes and trains on
+#    to an eval AUC near the uninterrupted run's: within 0.02 on 1 process,
+#    within 0.03 on 3 processes. Three asynchronous ranks on two cores are
+#    the noisiest case here: staleness grows whenever the OS deschedules a
+#    rank between its pull and its push, so how far the AUC moves depends
+#    on the host's load (locally, plain and ASan builds, 13 runs: within
+#    0.007; once on a loaded CI host under ASan: 0.0211 below). What the
+#    re-routing itself must keep is pinned exactly by the digest above;
 #  - a checkpoint step that only rank 0 reaches (93 batches: rank 0 has
 #    47, rank 1 46, every = 47) is skipped with a message, not waited for;
 #    and one that only rank 1 reaches (a 3 -> 2 process resume that starts
@@ -66,22 +76,45 @@ done
 
 # async on another world size: 2 -> 1 process x 2 workers, 2 -> 3 processes.
 asy=(--set 'sync=st.sync.async{}' --set stages.train.minibatch=256)
+one=(--set stages.train.workers=2 --set stages.read.batch_size=512)
 rm -rf "${tmp:?}/a"
 timeout 120 "$strata" launch -n 2 "${base[@]}" "${two[@]}" "${asy[@]}" --set "$(ck "$tmp/a")" \
   >"$tmp/out_a" 2>&1
 ea=$(auc "$tmp/out_a")
+# The checkpoint as loaded (data.train.limit = the 10240 examples it has
+# done: nothing left to train) on 1, 2 and 3 processes: one model.
+zd=()
+for w in 1 2 3; do
+  rm -rf "${tmp:?}/z"; mkdir -p "$tmp/z"; cp -r "$tmp/a/$c20" "$tmp/z/"
+  if [ $w = 1 ]; then
+    STRATA_DIGEST=1 timeout 120 "$strata" run "${base[@]}" "${asy[@]}" "${one[@]}" \
+      --set "$(ck "$tmp/z")" --set data.train.limit=10240 --resume >"$tmp/out_z" 2>&1
+  else
+    STRATA_DIGEST=1 timeout 120 "$strata" launch -n $w "${base[@]}" "${two[@]}" "${asy[@]}" \
+      --set "$(ck "$tmp/z")" --set data.train.limit=10240 --resume >"$tmp/out_z" 2>&1
+  fi
+  zrc=$?
+  grep -q "resuming from .*$c20" "$tmp/out_z" && grep -q "trained 0 examples" "$tmp/out_z" &&
+    [ $zrc = 0 ] && zd+=("$(grep -o 'digest [0-9a-f]*  [0-9]* rows' "$tmp/out_z")")
+done
+if [ ${#zd[@]} = 3 ] && [ -n "${zd[0]}" ] && [ "${zd[0]}" = "${zd[1]}" ] && [ "${zd[0]}" = "${zd[2]}" ]; then
+  ok "async: the step-20 checkpoint loads as one model on 1, 2 and 3 processes (${zd[0]})"
+else
+  bad "async: the step-20 checkpoint on 1, 2, 3 processes: '${zd[*]:-}'"
+fi
 for w in 1 3; do
   rm -rf "${tmp:?}/w$w"; mkdir -p "$tmp/w$w"; cp -r "$tmp/a/$c20" "$tmp/w$w/"
   if [ $w = 1 ]; then
-    timeout 120 "$strata" run "${base[@]}" "${asy[@]}" --set stages.train.workers=2 \
-      --set stages.read.batch_size=512 --set "$(ck "$tmp/w$w")" --resume >"$tmp/out_w" 2>&1
+    timeout 120 "$strata" run "${base[@]}" "${asy[@]}" "${one[@]}" \
+      --set "$(ck "$tmp/w$w")" --resume >"$tmp/out_w" 2>&1
   else
     timeout 120 "$strata" launch -n 3 "${base[@]}" "${two[@]}" "${asy[@]}" \
       --set "$(ck "$tmp/w$w")" --resume >"$tmp/out_w" 2>&1
   fi
-  wrc=$? ew=$(auc "$tmp/out_w")
+  wrc=$? ew=$(auc "$tmp/out_w") tol=0.02
+  [ $w = 3 ] && tol=0.03
   if [ $wrc = 0 ] && grep -q "resuming from .*$c20" "$tmp/out_w" && [ -n "$ew" ] && [ -n "$ea" ] &&
-     awk -v a="$ea" -v b="$ew" 'BEGIN { exit !(b + 0 >= a - 0.02) }'; then
+     awk -v a="$ea" -v b="$ew" -v t=$tol 'BEGIN { exit !(b + 0 >= a - t) }'; then
     ok "async: a 2-process checkpoint resumes on $w process(es): eval auc $ew ($ea uninterrupted)"
   else
     bad "async: 2 -> $w processes (exit $wrc): eval auc '$ew' vs '$ea'"
