@@ -187,7 +187,6 @@ int st__dist_row_scratch(st_dist_t *d, uint32_t n)
 	d->rcap = d->rscratch && d->mkey && d->spos && d->gptr ? c : 0;
 	return d->rcap ? ST_OK : ST_ENOMEM;
 }
-#define row_scratch st__dist_row_scratch
 
 void st__dist_row_scratch_free(st_dist_t *d)
 {
@@ -206,7 +205,7 @@ int st__dist_serve_rows(st_dist_t *d, const uint64_t *keys, const uint8_t *tab,
 			const uint32_t *idx, uint32_t n, int create, uint32_t stamp, uint8_t *ok,
 			float *out, size_t stride)
 {
-	if (row_scratch(d, n) < 0)
+	if (st__dist_row_scratch(d, n) < 0)
 		return ST_ENOMEM;
 	for (int k = 0; k < d->n_tables; k++) {
 		uint32_t m = 0;
@@ -314,7 +313,7 @@ static int apply_async(st_dist_t *d, const wire_hdr_t *h)
 	const uint8_t *tab = (const uint8_t *)(keys + h->n);
 	const int f16 = (h->flags & WF_F16) != 0;
 	const uint64_t t = h->t ? h->t : 1;
-	if (row_scratch(d, h->n) < 0)
+	if (st__dist_row_scratch(d, h->n) < 0)
 		return ST_ENOMEM;
 	for (int k = 0; k < d->n_tables; k++) {
 		uint32_t m = 0;
@@ -417,7 +416,7 @@ static int apply_step(st_dist_t *d, step_acc_t *a)
 	 * service thread 9% of a 2-process allreduce job's cycles, most of it
 	 * the lookup's setup and a lock per key. Each key is updated once, so
 	 * the order does not change the bits. */
-	if (row_scratch(d, nu) < 0)
+	if (st__dist_row_scratch(d, nu) < 0)
 		return ST_ENOMEM;
 	for (int k = 0; k < d->n_tables; k++) {
 		uint32_t m = 0;
