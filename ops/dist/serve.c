@@ -167,27 +167,6 @@ int st__dist_grow(void **p, size_t *cap, size_t n, size_t elem)
 	return ST_OK;
 }
 
-/* See dist_internal.h. The row-lookup scratch (rscratch, mkey, spos, gptr)
- * for n keys (mu held). */
-int st__dist_row_scratch(st_dist_t *d, uint32_t n)
-{
-	if (n <= d->rcap)
-		return ST_OK;
-	size_t c = d->rcap ? d->rcap : 1024;
-	while (c < n)
-		c *= 2;
-	free(d->rscratch);
-	free(d->mkey);
-	free(d->spos);
-	free(d->gptr);
-	d->rscratch = malloc(sizeof(float *) * c);
-	d->mkey = malloc(sizeof(uint64_t) * c);
-	d->spos = malloc(sizeof(uint32_t) * c);
-	d->gptr = malloc(sizeof(float *) * c);
-	d->rcap = d->rscratch && d->mkey && d->spos && d->gptr ? c : 0;
-	return d->rcap ? ST_OK : ST_ENOMEM;
-}
-
 void st__dist_row_scratch_free(st_dist_t *d)
 {
 	free(d->rscratch);
@@ -199,6 +178,24 @@ void st__dist_row_scratch_free(st_dist_t *d)
 	d->spos = NULL;
 	d->gptr = NULL;
 	d->rcap = 0;
+}
+
+/* See dist_internal.h. The row-lookup scratch (rscratch, mkey, spos, gptr)
+ * for n keys (mu held). */
+int st__dist_row_scratch(st_dist_t *d, uint32_t n)
+{
+	if (n <= d->rcap)
+		return ST_OK;
+	size_t c = d->rcap ? d->rcap : 1024;
+	while (c < n)
+		c *= 2;
+	st__dist_row_scratch_free(d);
+	d->rscratch = malloc(sizeof(float *) * c);
+	d->mkey = malloc(sizeof(uint64_t) * c);
+	d->spos = malloc(sizeof(uint32_t) * c);
+	d->gptr = malloc(sizeof(float *) * c);
+	d->rcap = d->rscratch && d->mkey && d->spos && d->gptr ? c : 0;
+	return d->rcap ? ST_OK : ST_ENOMEM;
 }
 
 int st__dist_serve_rows(st_dist_t *d, const uint64_t *keys, const uint8_t *tab,
