@@ -16,7 +16,10 @@
 # workers), trace (where a step's time goes, per policy), curve (the
 # scaling curve, unbound and --bind, with the ceiling, on one data set),
 # netq (bench/net.sh on shared memory only, 1 and 8 MiB, once), flat (the
-# large-message layouts A/B; curve then uses the faster).
+# large-message layouts A/B; curve then uses the faster), gpu (issue 23's
+# device checks: the GPU parity tests of tests/gpu; bench/gpu.sh on
+# DEVICE_GPU_ROWS rows, 500k, is gpubench). curve's knobs: DEVICE_CURVE_POLICIES,
+# DEVICE_CURVE_BIND=0 (unbound runs only).
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 rows=${1:-1000000}
@@ -168,15 +171,17 @@ curve() {
 	one=$(eps "$tmp/c1.log")
 	echo "1 process: $one ex/s"
 	printf '%-22s %3s %10s %7s %10s %7s\n' policy P unbound ratio "--bind" ratio
-	for pol in 'allreduce{}' 'hybrid{staleness=4}' 'async{}'; do
+	for pol in ${DEVICE_CURVE_POLICIES:-'allreduce{}' 'hybrid{staleness=4}' 'async{}'}; do
 		for P in 2 4 8; do
-			local u b
+			local u b=""
 			eval "\"$strata\" launch -n $P $(job "$d" --set "sync=st.sync.$pol")" \
 				>"$tmp/cu.log" 2>&1
 			u=$(eps "$tmp/cu.log")
-			eval "\"$strata\" launch -n $P --bind $(job "$d" --set "sync=st.sync.$pol")" \
-				>"$tmp/cb.log" 2>&1
-			b=$(eps "$tmp/cb.log")
+			if [ "${DEVICE_CURVE_BIND:-1}" = 1 ]; then
+				eval "\"$strata\" launch -n $P --bind $(job "$d" \
+					--set "sync=st.sync.$pol")" >"$tmp/cb.log" 2>&1
+				b=$(eps "$tmp/cb.log")
+			fi
 			printf '%-22s %3s %10s %7s %10s %7s\n' "$pol" "$P" "${u:-FAILED}" \
 				"$(awk -v a="${u:-0}" -v o="$one" 'BEGIN{printf "%.2f", a / o}')" \
 				"${b:-FAILED}" "$(awk -v a="${b:-0}" -v o="$one" 'BEGIN{printf "%.2f", a / o}')"
@@ -188,13 +193,47 @@ curve() {
 		echo "ceiling P=$P: $sum ex/s together, $(awk -v a="$sum" -v o="$one" 'BEGIN{printf "%.2f", a / o}') x one process"
 	done
 }
+# gpu: the CUDA build's parity tests (tests/gpu, each against its CPU twin);
+# gpubench: bench/gpu.sh (strata's kernels against PyTorch on the same GPU).
+# The binaries load this machine's own CUDA runtime, cuBLAS and NCCL,
+# looked up where CUDA's toolkit and PyTorch's wheels put them.
+gpu_libs() {
+	local d l libs=""
+	for l in libcudart.so.13 libcublasLt.so.13 libcublas.so.13 libnccl.so.2 libcuda.so.1; do
+		d=$(find -H /usr/local/cuda*/lib64 /usr/local/cuda*/targets/x86_64-linux/lib \
+			/usr/local/nvidia/lib64 /usr/lib/x86_64-linux-gnu /opt -name "$l" \
+			2>/dev/null | head -1)
+		echo "$l: ${d:-NOT FOUND}" >&2
+		[ -n "$d" ] && libs="$libs:$(dirname "$d")"
+	done
+	echo "$libs"
+}
+gpu() {
+	local t rc
+	LD_LIBRARY_PATH=$LD_LIBRARY_PATH$(gpu_libs)
+	export LD_LIBRARY_PATH
+	nvidia-smi -L
+	ldd "$dev/build/tests/gpu/test_gpu_model" | grep -E 'cuda|cublas|nccl|not found'
+	for t in table embed optim dense route model; do
+		timeout "${DEVICE_GPU_TEST_TIMEOUT:-45}" "$dev/build/tests/gpu/test_gpu_$t"
+		rc=$?
+		echo "== test_gpu_$t: exit $rc"
+	done
+}
+gpubench() {
+	LD_LIBRARY_PATH=$LD_LIBRARY_PATH$(gpu_libs)
+	export LD_LIBRARY_PATH
+	PYTHON=python3 timeout "${DEVICE_GPU_TIMEOUT:-200}" bash bench/gpu.sh "$dev/build" \
+		"${DEVICE_GPU_ROWS:-500000}" 50000
+	echo "== gpu.sh: exit $?"
+}
 for b in ${DEVICE_BENCHES:-dist pull net}; do
 	echo "== $b: $(date +%T)"
 	case $b in
 	dist) BENCH_POLICIES="allreduce hybrid async gba" \
 		bash bench/dist.sh "$dev/build" "$rows" "$procs" ;;
 	pull) bash bench/pull.sh "$dev/build" 1000000 1 ;;
-	ceiling | inproc | trace | curve | flat) "$b" ;;
+	ceiling | inproc | trace | curve | flat | gpu | gpubench) "$b" ;;
 	netq) NET_REPEAT=1 NET_SIZES="1048576 8388608" NET_TRANSPORTS=shm NET_PROCS="2 4 8" \
 		bash bench/net.sh "$dev/build" ;;
 	topo) lscpu; cat /sys/devices/system/cpu/cpu0/topology/thread_siblings_list ;;

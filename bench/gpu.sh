@@ -72,7 +72,7 @@ run_strata() { # name, extra args
 run_torch() { # name, extra args
 	name=$1; shift
 	echo "== torch: $name"
-	/usr/bin/python3 "$root/bench/torch_gpu.py" $tdata $tf32 "$@" | tee "$out/torch_$name.txt"
+	"${PYTHON:-/usr/bin/python3}" "$root/bench/torch_gpu.py" $tdata $tf32 "$@" | tee "$out/torch_$name.txt"
 }
 
 run_strata fit
@@ -89,5 +89,5 @@ for case in fit big; do
 	label="model in GPU memory          "
 	[ $case = big ] && label="model 4x the GPU budget      "
 	printf '%s strata %.0f ex/s, torch %.0f ex/s, ratio %.2f; auc strata %s torch %s\n' \
-		"$label" "$s" "$t" "$(echo "$s / $t" | bc -l)" "$sa" "$ta"
+		"$label" "$s" "$t" "$(awk -v s="$s" -v t="$t" 'BEGIN { print s / t }')" "$sa" "$ta"
 done
