@@ -34,6 +34,12 @@ static void test_gpu_model_dnn_step(void **state)
 		assert_int_equal(st_batch_create(&b, N, D, S, N * S * 2), ST_OK);
 		b->n = N;
 		b->row_off[0] = 0;
+		/* key_idx is st_batch_dedup's column (NULL until a dedup): this
+		 * batch's unique-key indices are drawn, so it is allocated here
+		 * (st_batch_destroy frees it). */
+		b->key_idx = malloc(sizeof(uint32_t) * b->key_cap);
+		b->n_uniq = U;
+		assert_non_null(b->key_idx);
 		for (int i = 0; i < N; i++) {
 			b->labels[i] = (float)(gt_rnd() % 2);
 			for (int d = 0; d < D; d++)
