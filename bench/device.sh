@@ -19,7 +19,7 @@
 # large-message layouts A/B; curve then uses the faster), gpu (issue 23's
 # device checks: the GPU parity tests of tests/gpu; bench/gpu.sh on
 # DEVICE_GPU_ROWS rows, 500k, is gpubench). curve's knobs: DEVICE_CURVE_POLICIES,
-# DEVICE_CURVE_BIND=0 (unbound runs only).
+# DEVICE_CURVE_BIND=0 (unbound runs only), DEVICE_CURVE_PROCS ("2 4 8").
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 rows=${1:-1000000}
@@ -172,7 +172,7 @@ curve() {
 	echo "1 process: $one ex/s"
 	printf '%-22s %3s %10s %7s %10s %7s\n' policy P unbound ratio "--bind" ratio
 	for pol in ${DEVICE_CURVE_POLICIES:-'allreduce{}' 'hybrid{staleness=4}' 'async{}'}; do
-		for P in 2 4 8; do
+		for P in ${DEVICE_CURVE_PROCS:-2 4 8}; do
 			local u b=""
 			eval "\"$strata\" launch -n $P $(job "$d" --set "sync=st.sync.$pol")" \
 				>"$tmp/cu.log" 2>&1
