@@ -18,7 +18,8 @@
 # netq (bench/net.sh on shared memory only, 1 and 8 MiB, once), flat (the
 # large-message layouts A/B; curve then uses the faster), gpu (issue 23's
 # device checks: the GPU parity tests of tests/gpu; bench/gpu.sh on
-# DEVICE_GPU_ROWS rows, 500k, is gpubench). curve's knobs: DEVICE_CURVE_POLICIES,
+# DEVICE_GPU_ROWS rows, 500k, is gpubench; DEVICE_GPU_SANITIZE=1 runs the
+# tests under compute-sanitizer too). curve's knobs: DEVICE_CURVE_POLICIES,
 # DEVICE_CURVE_BIND=0 (unbound runs only), DEVICE_CURVE_PROCS ("2 4 8").
 set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -218,6 +219,15 @@ gpu() {
 		timeout "${DEVICE_GPU_TEST_TIMEOUT:-45}" "$dev/build/tests/gpu/test_gpu_$t"
 		rc=$?
 		echo "== test_gpu_$t: exit $rc"
+	done
+	# DEVICE_GPU_SANITIZE=1: each again under compute-sanitizer's memcheck
+	# (out-of-bounds and misaligned device accesses, leaks of device memory).
+	[ "${DEVICE_GPU_SANITIZE:-0}" = 1 ] || return 0
+	for t in table embed optim dense route model; do
+		timeout "${DEVICE_GPU_TEST_TIMEOUT:-45}" compute-sanitizer --tool memcheck \
+			--leak-check full --error-exitcode 9 "$dev/build/tests/gpu/test_gpu_$t" \
+			2>&1 | grep -v '^\[ \|^\[==\|^\[  ' | tail -15
+		echo "== memcheck test_gpu_$t: exit ${PIPESTATUS[0]}"
 	done
 }
 gpubench() {
