@@ -72,22 +72,30 @@ run_strata() { # name, extra args
 run_torch() { # name, extra args
 	name=$1; shift
 	echo "== torch: $name"
-	"${PYTHON:-/usr/bin/python3}" "$root/bench/torch_gpu.py" $tdata $tf32 "$@" | tee "$out/torch_$name.txt"
+	"${PYTHON:-/usr/bin/python3}" "$root/bench/torch_gpu.py" $tdata $tf32 \
+		--threads "$(nproc)" "$@" | tee "$out/torch_$name.txt"
 }
 
 run_strata fit
 run_torch fit
+# PyTorch at its best: also with the whole data set on the GPU (no copy per
+# batch); the summary takes the faster of the two.
+run_torch fit_dev --data cuda
 run_strata big --gpu-frac 0.25
 run_torch big --emb-on cpu
 
 echo "== summary ($rows train rows, $eval_rows eval rows)"
 for case in fit big; do
 	s=$(field train_ex_per_s "$out/strata_$case.txt")
-	t=$(field train_ex_per_s "$out/torch_$case.txt")
+	tc=$case
+	[ $case = fit ] && awk -v a="$(field train_ex_per_s "$out/torch_fit_dev.txt")" \
+		-v b="$(field train_ex_per_s "$out/torch_fit.txt")" 'BEGIN { exit !(a > b) }' &&
+		tc=fit_dev
+	t=$(field train_ex_per_s "$out/torch_$tc.txt")
 	sa=$(field eval_auc "$out/strata_$case.txt")
-	ta=$(field eval_auc "$out/torch_$case.txt")
+	ta=$(field eval_auc "$out/torch_$tc.txt")
 	label="model in GPU memory          "
 	[ $case = big ] && label="model 4x the GPU budget      "
-	printf '%s strata %.0f ex/s, torch %.0f ex/s, ratio %.2f; auc strata %s torch %s\n' \
-		"$label" "$s" "$t" "$(awk -v s="$s" -v t="$t" 'BEGIN { print s / t }')" "$sa" "$ta"
+	printf '%s strata %.0f ex/s, torch (%s) %.0f ex/s, ratio %.2f; auc strata %s torch %s\n' \
+		"$label" "$s" "$tc" "$t" "$(awk -v s="$s" -v t="$t" 'BEGIN { print s / t }')" "$sa" "$ta"
 done
