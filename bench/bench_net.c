@@ -274,9 +274,12 @@ static void print_header(int P, const char *coord)
 	printf("bench_net: %d ranks, coordinator %s, UCX_TLS=%s, STRATA_NET_COLL=%s\n", P, coord,
 	       getenv("UCX_TLS") ? getenv("UCX_TLS") : "(unset: UCX's choice)",
 	       getenv("STRATA_NET_COLL") ? getenv("STRATA_NET_COLL") : "(unset: strata)");
-	printf("every message carries a 32-byte frame with an XXH3-64 of its payload (computed by\n"
-	       "the sender, checked by the receiver's progress thread) and arrives in a malloc'd\n"
-	       "buffer that the receiver takes over.\n");
+	const char *ck = getenv("STRATA_NET_CHECKSUM");
+	printf("every message carries a 32-byte frame, with an XXH3-64 of its payload (computed\n"
+	       "by the sender, checked by the receiver's progress thread) %s, and arrives in\n"
+	       "a malloc'd buffer that the receiver takes over.\n",
+	       ck && !strcmp(ck, "all") ? "on every link (STRATA_NET_CHECKSUM=all)"
+					: "where it crosses a network link (not on shared memory)");
 }
 
 /* One rank's run on cfg; exits. */

@@ -343,3 +343,8 @@ uint64_t st__net_frames_dropped(const st_net_t *net)
 {
 	return atomic_load(&((st_net_t *)net)->frames_dropped);
 }
+
+uint64_t st__net_frames_unhashed(const st_net_t *net)
+{
+	return atomic_load(&((st_net_t *)net)->frames_unhashed);
+}

@@ -108,6 +108,8 @@ static void recv_finished(st__net_msg_t *m, ucs_status_t s)
 	uint32_t chan = m->chan;
 	pthread_mutex_lock(&net->mu);
 	if (!why) {
+		if (m->hdr.version & ST__NET_FRAME_UNHASHED)
+			atomic_fetch_add(&net->frames_unhashed, 1);
 		m->ready = 1;
 		pthread_cond_broadcast(&net->chans[m->chan]->cv);
 	} else {
@@ -337,7 +339,10 @@ int st__net_post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan,
 	memset(req, 0, sizeof *req);
 	req->dst = dst;
 	req->net = net;
-	st__net_frame_fill(&req->hdr, net->rank, dst, chan, a, alen, b, blen);
+	if (dst == net->rank || (net->peers[dst].shm && !net->hash_shm))
+		st__net_frame_fill_unhashed(&req->hdr, net->rank, dst, chan, alen + blen);
+	else
+		st__net_frame_fill(&req->hdr, net->rank, dst, chan, a, alen, b, blen);
 	if (dst == net->rank) {   /* to oneself: straight into the inbox */
 		st__net_msg_t *m = calloc(1, sizeof *m);
 		size_t len = alen + blen;
@@ -845,6 +850,12 @@ int st_net_open(st_net_t **out, const st_net_cfg_t *cfg)
 	if (shm && strcmp(shm, "0") && strcmp(shm, "1"))
 		st_warn("net: STRATA_NET_SHM=%s: expected 0 (no shared memory) or 1; using 1", shm);
 	net->shm_allowed = !shm || strcmp(shm, "0");
+	/* STRATA_NET_CHECKSUM=all: hash the frames to peers on shared memory
+	 * too (default: only those that cross a network link). */
+	const char *ck = getenv("STRATA_NET_CHECKSUM");
+	if (ck && strcmp(ck, "all") && strcmp(ck, "links"))
+		st_warn("net: STRATA_NET_CHECKSUM=%s: expected all or links; using links", ck);
+	net->hash_shm = ck && !strcmp(ck, "all");
 	int rc = ucx_init(net);
 	void **addrs = NULL;
 	size_t *lens = NULL;

@@ -41,6 +41,14 @@
  */
 #define ST__NET_FRAME_MAGIC 0x314e5453u  /* "STN1" little-endian */
 #define ST__NET_FRAME_VERSION 1u
+/* In the version field's high byte: the payload is not hashed (hash 0).
+ * A sender leaves it so only to a peer on shared memory (the bytes never
+ * cross a wire, and hashing them on both sides took a fifth of a 1 MiB
+ * stream's cycles: docs/benchmarks.md, "Unhashed frames on shared
+ * memory") or to itself. A receiver takes either kind: the checksum
+ * guards against damage in transit, not against a peer (whoever can
+ * forge a frame can hash it), and every other check still applies. */
+#define ST__NET_FRAME_UNHASHED 0x100u
 #define ST__NET_TAG_MAGIC 0x53544e31u
 /* A large message in one block, payload first and frame last (net.c, FLAT). */
 #define ST__NET_TAG_MAGIC_FLAT 0x53544e32u
@@ -74,8 +82,14 @@ uint64_t st__net_hash_avx2(uint64_t seed, const void *a, size_t alen, const void
 void st__net_frame_fill(st__net_frame_t *f, int src, int dst, uint32_t chan, const void *a,
 			size_t alen, const void *b, size_t blen);
 
-/* Checks a received frame against the tag it came with and the payload.
- * Returns NULL when it is good, else a static reason for the log. */
+/* Fills in f for a message of len bytes without hashing its payload
+ * (ST__NET_FRAME_UNHASHED: to a peer on shared memory, or to oneself). */
+void st__net_frame_fill_unhashed(st__net_frame_t *f, int src, int dst, uint32_t chan,
+				 size_t len);
+
+/* Checks a received frame against the tag it came with and the payload
+ * (its hash unless it is ST__NET_FRAME_UNHASHED). Returns NULL when it is
+ * good, else a static reason for the log. */
 const char *st__net_frame_check(const st__net_frame_t *f, int tag_src, uint32_t tag_chan,
 				int me, const void *payload, size_t len);
 
@@ -182,7 +196,7 @@ struct st_net {
 	st__net_peer_t *peers;         /* size entries */
 
 	/* counters */
-	atomic_uint_fast64_t bytes_sent, msgs_sent, frames_dropped;
+	atomic_uint_fast64_t bytes_sent, msgs_sent, frames_dropped, frames_unhashed;
 	atomic_uint_fast64_t bytes_sent_coll;   /* of bytes_sent: on channels >= 0xff00 */
 	atomic_uint_fast64_t coll_rounds;       /* st_net_coll_rounds */
 
@@ -217,6 +231,7 @@ struct st_net {
 	atomic_int closing;            /* of them: flushes and closes (st_net_close waits) */
 	atomic_int eps_failed;         /* some peer's ep reported an error */
 	int shm_allowed;               /* STRATA_NET_SHM is not 0 */
+	int hash_shm;                  /* STRATA_NET_CHECKSUM=all: frames to shm peers hashed */
 	st__net_ticket_t *abandoned;   /* sends given up while UCX held them (mu) */
 #endif
 
@@ -332,5 +347,7 @@ int st__net_ep_shm(st_net_t *net, int r);
 int st__net_send_raw(st_net_t *net, int dst, uint32_t chan, const void *bytes, size_t len);
 /* Frames this process dropped because they did not check out. */
 uint64_t st__net_frames_dropped(const st_net_t *net);
+/* Frames from other ranks this process took unhashed (shared memory). */
+uint64_t st__net_frames_unhashed(const st_net_t *net);
 
 #endif

@@ -311,6 +311,40 @@ static void test_net_frame_hash_avx2(void **state)
 	free(p);
 }
 
+/* An unhashed frame (shared memory) checks out without a hash; every
+ * other check still applies, and a hash in it or an unknown flag is
+ * refused. */
+static void test_net_frame_unhashed(void **state)
+{
+	(void)state;
+	uint8_t p[100];
+	for (size_t i = 0; i < sizeof p; i++)
+		p[i] = (uint8_t)(i * 7);
+	st__net_frame_t f;
+	st__net_frame_fill_unhashed(&f, 1, 0, 77, sizeof p);
+	assert_int_equal(f.hash, 0);
+	assert_int_equal(f.version, ST__NET_FRAME_VERSION | ST__NET_FRAME_UNHASHED);
+	assert_null(st__net_frame_check(&f, 1, 77, 0, p, sizeof p));
+	p[3] ^= 1;   /* not hashed: a changed payload is not seen */
+	assert_null(st__net_frame_check(&f, 1, 77, 0, p, sizeof p));
+	assert_string_equal(st__net_frame_check(&f, 1, 77, 0, p, sizeof p - 1),
+			    "payload length differs from the frame's (truncated)");
+	assert_non_null(st__net_frame_check(&f, 1, 78, 0, p, sizeof p));
+	assert_string_equal(st__net_frame_check(&f, 1, 77, 2, p, sizeof p),
+			    "frame addressed to another rank");
+	f.hash = 1;
+	assert_string_equal(st__net_frame_check(&f, 1, 77, 0, p, sizeof p),
+			    "unhashed frame with a hash");
+	f.hash = 0;
+	f.version |= 0x200;
+	assert_string_equal(st__net_frame_check(&f, 1, 77, 0, p, sizeof p),
+			    "unknown frame version");
+	/* The hashed fill gives the bits it always gave: version 1 and the hash. */
+	st__net_frame_fill(&f, 1, 0, 77, p, sizeof p, NULL, 0);
+	assert_int_equal(f.version, ST__NET_FRAME_VERSION);
+	assert_true(f.hash == XXH3_64bits_withSeed(p, sizeof p, st__net_frame_seed(&f)));
+}
+
 /* A frame filled on a stack that still holds an earlier fill's state (same
  * seed) checks out: libxxhash 0.8.1 kept a stale secret there. */
 static void test_net_frame_repeat(void **state)
@@ -664,19 +698,47 @@ static int body_p2p(st_net_t *net, job_t *j)
 	void *none;
 	CHECK_RC(st_net_recv(net, ST_NET_ANY, 7, &none, &len, NULL, 0.01), ST_EAGAIN);
 	CHECK(P == 1 || st_net_msgs_sent(net) > 0);
+	/* Frames between ranks on shared memory travel unhashed, over TCP or
+	 * with STRATA_NET_CHECKSUM=all hashed (TEST_NET_UNHASHED says which
+	 * the test expects). */
+	const char *uh = getenv("TEST_NET_UNHASHED");
+	if (uh && P > 1)
+		CHECK(*uh == '1' ? st__net_frames_unhashed(net) > 0
+				 : st__net_frames_unhashed(net) == 0);
 	CHECK_RC(st_net_barrier(net), ST_OK);
 	return 0;
 }
 
-static void test_net_p2p_2(void **state) { (void)state; run_job(2, body_p2p); }
+static void test_net_p2p_2(void **state)
+{
+	(void)state;
+	setenv("STRATA_NET_CHECKSUM", "links", 1);   /* the default, whatever the caller's */
+	setenv("TEST_NET_UNHASHED", "1", 1);   /* the forked ranks inherit it */
+	run_job(2, body_p2p);
+	unsetenv("STRATA_NET_CHECKSUM");
+	unsetenv("TEST_NET_UNHASHED");
+}
 
 /* STRATA_NET_SHM=0: the same job over TCP (check_transport says so). */
 static void test_net_p2p_2_tcp(void **state)
 {
 	(void)state;
-	setenv("STRATA_NET_SHM", "0", 1);   /* the forked ranks inherit it */
+	setenv("STRATA_NET_SHM", "0", 1);
+	setenv("TEST_NET_UNHASHED", "0", 1);
 	run_job(2, body_p2p);
 	unsetenv("STRATA_NET_SHM");
+	unsetenv("TEST_NET_UNHASHED");
+}
+
+/* STRATA_NET_CHECKSUM=all: shared memory, every frame hashed. */
+static void test_net_p2p_2_checksum_all(void **state)
+{
+	(void)state;
+	setenv("STRATA_NET_CHECKSUM", "all", 1);
+	setenv("TEST_NET_UNHASHED", "0", 1);
+	run_job(2, body_p2p);
+	unsetenv("STRATA_NET_CHECKSUM");
+	unsetenv("TEST_NET_UNHASHED");
 }
 static void test_net_p2p_4(void **state) { (void)state; run_job(4, body_p2p); }
 
@@ -1342,6 +1404,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_net_cfg_errors),
 		cmocka_unit_test(test_net_cfg_cluster_file),
 		cmocka_unit_test(test_net_frame_repeat),
+		cmocka_unit_test(test_net_frame_unhashed),
 		cmocka_unit_test(test_net_frame_hash_avx2),
 		cmocka_unit_test(test_net_job_iface),
 	};
@@ -1360,6 +1423,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_net_single),
 		cmocka_unit_test(test_net_p2p_2),
 		cmocka_unit_test(test_net_p2p_2_tcp),
+		cmocka_unit_test(test_net_p2p_2_checksum_all),
 		cmocka_unit_test(test_net_p2p_4),
 		cmocka_unit_test(test_net_coll_2),
 		cmocka_unit_test(test_net_coll_4),
