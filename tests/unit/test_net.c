@@ -709,37 +709,34 @@ static int body_p2p(st_net_t *net, job_t *j)
 	return 0;
 }
 
-static void test_net_p2p_2(void **state)
+/* body_p2p on 2 ranks with var=val in the ranks' environment (the forked
+ * ranks inherit it), expecting unhashed frames ("1") or none ("0"). */
+static void p2p_2_with(const char *var, const char *val, const char *unhashed)
 {
-	(void)state;
-	setenv("STRATA_NET_CHECKSUM", "links", 1);   /* the default, whatever the caller's */
-	setenv("TEST_NET_UNHASHED", "1", 1);   /* the forked ranks inherit it */
+	setenv(var, val, 1);
+	setenv("TEST_NET_UNHASHED", unhashed, 1);
 	run_job(2, body_p2p);
-	unsetenv("STRATA_NET_CHECKSUM");
+	unsetenv(var);
 	unsetenv("TEST_NET_UNHASHED");
 }
 
-/* STRATA_NET_SHM=0: the same job over TCP (check_transport says so). */
-static void test_net_p2p_2_tcp(void **state)
+/* Shared memory, the default checksum setting whatever the caller's. */
+static void test_net_p2p_2(void **state)
 {
 	(void)state;
-	setenv("STRATA_NET_SHM", "0", 1);
-	setenv("TEST_NET_UNHASHED", "0", 1);
-	run_job(2, body_p2p);
-	unsetenv("STRATA_NET_SHM");
-	unsetenv("TEST_NET_UNHASHED");
+	p2p_2_with("STRATA_NET_CHECKSUM", "links", "1");
 }
+
+/* STRATA_NET_SHM=0: the same job over TCP (check_transport says so). */
+static void test_net_p2p_2_tcp(void **state) { (void)state; p2p_2_with("STRATA_NET_SHM", "0", "0"); }
 
 /* STRATA_NET_CHECKSUM=all: shared memory, every frame hashed. */
 static void test_net_p2p_2_checksum_all(void **state)
 {
 	(void)state;
-	setenv("STRATA_NET_CHECKSUM", "all", 1);
-	setenv("TEST_NET_UNHASHED", "0", 1);
-	run_job(2, body_p2p);
-	unsetenv("STRATA_NET_CHECKSUM");
-	unsetenv("TEST_NET_UNHASHED");
+	p2p_2_with("STRATA_NET_CHECKSUM", "all", "0");
 }
+
 static void test_net_p2p_4(void **state) { (void)state; run_job(4, body_p2p); }
 
 static uint64_t rng_next(uint64_t *s)
