@@ -23,8 +23,18 @@ for _ in $(seq 200); do
   kids=$(for l in $(pgrep -P $lpid); do pgrep -P "$l"; done |
     while read -r k; do tr '\0' ' ' <"/proc/$k/cmdline" 2>/dev/null | grep -q ' run ' && echo "$k"; done |
     tr '\n' ' ')
-  if [ "$(echo $kids | wc -w)" = 2 ]; then
+  # And only once both have logged that they train: before that, hwloc's
+  # topology probe (ops/runner/stages.c) moves the main thread onto each
+  # CPU in turn to read its CPUID and then puts it back, so a rank read
+  # then can show another rank's CPU (seen under load: '1 1', '0 0').
+  if [ "$(echo $kids | wc -w)" = 2 ] && [ "$(grep -c 'of 2: trains batches' "$tmp/outb")" = 2 ]; then
     seen=$(for k in $kids; do grep Cpus_allowed_list /proc/$k/status | cut -f2; done | sort | tr '\n' ' ')
+    # For a failure's report: each rank's pid, command and every thread's CPUs.
+    detail=$(for k in $kids; do
+      echo "pid $k ($(tr '\0' ' ' <"/proc/$k/cmdline" 2>/dev/null | cut -c1-50)):" \
+        "$(cat /proc/$k/task/*/status 2>/dev/null | grep Cpus_allowed_list | cut -f2 |
+          sort | uniq -c | tr -s ' \n' ' ')"
+    done)
     break
   fi
   sleep 0.05
@@ -42,6 +52,8 @@ if [ $rb -eq 0 ] && [ "$(digest "$tmp/outb")" = "$(digest "$tmp/outu")" ] &&
   ok "launch --bind: ranks on CPUs $seen(of $ncpu), same model as unbound; more ranks than CPUs refused"
 else
   bad "launch --bind: rc $rb, affinity '$seen' (launcher: '$want'), digests $(digest "$tmp/outb") / $(digest "$tmp/outu"), refusal rc $rx"
+  echo "ranks seen: $detail"
+  grep 'strata launch: rank' "$tmp/outb"
 fi
 
 echo "$pass passed, $fail failed"
