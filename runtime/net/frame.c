@@ -56,7 +56,6 @@ const char *st__net_frame_check(const st__net_frame_t *f, int tag_src, uint32_t 
 	return NULL;
 }
 
-
 void st__net_frame_fill_unhashed(st__net_frame_t *f, int src, int dst, uint32_t chan,
 				 size_t len)
 {
