@@ -50,6 +50,20 @@ typedef struct coll_hdr {
 	uint64_t seq;
 } coll_hdr_t;
 
+/*
+ * A large payload to a rank on shared memory travels as a message of its
+ * own, right behind its header (the header's phase has PHASE_SPLIT set):
+ * one piece, so net.c sends it frameless from the caller's buffer and the
+ * receiver copies it once, straight out of this process (net.c, BARE),
+ * where header and payload in one message cost the sender a copy into a
+ * flat block first. The receiver takes the next message from that rank
+ * on this channel as the payload: a sender's messages on a channel arrive
+ * in order (net.h). A small header message more per segment is cheap next
+ * to a 1 MiB copy less.
+ */
+#define PHASE_SPLIT 0x80000000u
+#define SPLIT_MIN ((size_t)64 << 10)
+
 /* One collective call in progress. */
 typedef struct coll {
 	st_net_t *net;
@@ -80,7 +94,7 @@ static void coll_begin(coll_t *c, st_net_t *net, uint32_t op, size_t max_sends)
 	const unsigned rounds = P < 2 ? 0 : op == OP_ALLREDUCE ? 2 : op == OP_ALLGATHER ? 1
 		: log2_ceil(P);
 	atomic_fetch_add(&net->coll_rounds, rounds);
-	max_sends = max_sends ? max_sends : 1;
+	max_sends = max_sends ? 2 * max_sends : 1;   /* 2: a send may be split (PHASE_SPLIT) */
 	c->reqs = st_xcalloc(max_sends, sizeof *c->reqs);
 	c->hdrs = st_xcalloc(max_sends, sizeof *c->hdrs);
 }
@@ -118,38 +132,65 @@ static int coll_end(coll_t *c, int rc)
 static int coll_send(coll_t *c, int dst, uint32_t phase, const void *data, size_t len)
 {
 	int i = c->n_sends;
-	c->hdrs[i] = (coll_hdr_t){ c->op, phase, c->seq };
+	const int split = len >= SPLIT_MIN && st__net_bare(c->net, dst);
+	c->hdrs[i] = (coll_hdr_t){ c->op, phase | (split ? PHASE_SPLIT : 0), c->seq };
 	int rc = st__net_post(c->net, &c->reqs[i], dst, ST__NET_COLL_CHAN, &c->hdrs[i],
-			      sizeof c->hdrs[i], data, len);
+			      sizeof c->hdrs[i], data, split ? 0 : len);
+	if (rc == ST_OK && split) {
+		c->n_sends++;
+		rc = st__net_post(c->net, &c->reqs[i + 1], dst, ST__NET_COLL_CHAN, data, len, NULL,
+				  0);
+	}
 	if (rc < 0)
 		return coll_fail(c, rc, dst, "is gone");
 	c->n_sends++;
 	return ST_OK;
 }
 
-/* Receives this collective's message of `phase` from src: *msg (free it)
- * holds the header, the payload follows it. */
-static int coll_recv(coll_t *c, int src, uint32_t phase, void **msg, size_t *len)
+/* The next message from src on the collectives' channel. */
+static int coll_next(coll_t *c, int src, void **msg, size_t *len)
+{
+	/* No deadline of its own: a live rank may compute for long before it
+	 * joins (a slow epoch, a large batch). The failure monitor (boot.c)
+	 * turns a rank that sends no sign of life for timeout_s into a dead
+	 * one, which ends the wait. */
+	int gone = src;
+	int rc = st__net_recv(c->net, src, ST__NET_COLL_CHAN, msg, len, NULL, -1, 1, &gone);
+	return rc < 0 ? coll_fail(c, rc, gone, "is gone") : ST_OK;
+}
+
+/* Receives this collective's message of `phase` from src: *msg (give it
+ * back with st__net_pool_put) holds the len bytes of payload at *data. */
+static int coll_recv(coll_t *c, int src, uint32_t phase, void **msg, const void **data,
+		     size_t *len)
 {
 	st_net_t *net = c->net;
 	for (;;) {
-		/* No deadline of its own: a live rank may compute for long
-		 * before it joins (a slow epoch, a large batch). The failure
-		 * monitor (boot.c) turns a rank that sends no sign of life for
-		 * timeout_s into a dead one, which ends the wait. */
-		int gone = src;
-		int rc = st__net_recv(net, src, ST__NET_COLL_CHAN, msg, len, NULL, -1, 1, &gone);
+		int rc = coll_next(c, src, msg, len);
 		if (rc < 0)
-			return coll_fail(c, rc, gone, "is gone");
+			return rc;
 		coll_hdr_t h = { 0 };
 		if (*len >= sizeof h)
 			memcpy(&h, *msg, sizeof h);
+		const int split = *len == sizeof h && (h.phase & PHASE_SPLIT);
+		h.phase &= ~PHASE_SPLIT;
 		if (*len >= sizeof h && h.seq < c->seq) {   /* from an abandoned collective */
 			st__net_pool_put(net, *msg);
+			if (split && (rc = coll_next(c, src, msg, len)) < 0)   /* its payload */
+				return rc;
+			if (split)
+				st__net_pool_put(net, *msg);
 			continue;
 		}
 		if (*len >= sizeof h && h.seq == c->seq && h.op == c->op && h.phase == phase) {
+			*data = (char *)*msg + sizeof h;
 			*len -= sizeof h;
+			if (!split)
+				return ST_OK;
+			st__net_pool_put(net, *msg);
+			if ((rc = coll_next(c, src, msg, len)) < 0)
+				return rc;
+			*data = *msg;
 			return ST_OK;
 		}
 		st__net_pool_put(net, *msg);
@@ -167,8 +208,9 @@ static int coll_recv(coll_t *c, int src, uint32_t phase, void **msg, size_t *len
 static int coll_recv_into(coll_t *c, int src, uint32_t phase, void *out, size_t len)
 {
 	void *msg;
+	const void *data;
 	size_t got;
-	int rc = coll_recv(c, src, phase, &msg, &got);
+	int rc = coll_recv(c, src, phase, &msg, &data, &got);
 	if (rc < 0)
 		return rc;
 	if (got != len) {
@@ -180,7 +222,7 @@ static int coll_recv_into(coll_t *c, int src, uint32_t phase, void *out, size_t 
 		return ST_EPEER;
 	}
 	if (len)
-		memcpy(out, (char *)msg + sizeof(coll_hdr_t), len);
+		memcpy(out, data, len);
 	st__net_pool_put(c->net, msg);
 	return ST_OK;
 }
@@ -254,8 +296,9 @@ static int reduce_seg(coll_t *c, float *acc, size_t cnt)
 			continue;
 		}
 		void *msg;
+		const void *data;
 		size_t len;
-		rc = coll_recv(c, s, 0, &msg, &len);
+		rc = coll_recv(c, s, 0, &msg, &data, &len);
 		if (rc == ST_OK && len != cnt * sizeof(float)) {
 			st__net_pool_put(c->net, msg);
 			st_error("net: allreduce #%llu: rank %d sent %zu floats where %zu were due: "
@@ -266,7 +309,7 @@ static int reduce_seg(coll_t *c, float *acc, size_t cnt)
 		}
 		if (rc < 0)
 			break;
-		const float *x = (const float *)((char *)msg + sizeof(coll_hdr_t));
+		const float *x = data;
 		if (s == 0) {   /* x0 starts the sum; our own part is added in its turn */
 			first = msg;
 			sum = (float *)x;

@@ -17,6 +17,7 @@
  * net_internal.h).
  */
 #include <assert.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -258,10 +259,12 @@ int st__net_recv(st_net_t *net, int src, uint32_t chan, void **buf, size_t *len,
 			 * that is already on its way then needs no wake-up of
 			 * the progress thread and no handoff. */
 			pthread_mutex_unlock(&net->mu);
-			st__net_poll(net);
+			if (!st__net_poll(net))
+				sched_yield();   /* net.c, st__net_poll */
 			pthread_mutex_lock(&net->mu);
 			continue;
 		} else {
+			st__net_kick(net);
 			if (timeout_s < 0)
 				pthread_cond_wait(&c->cv, &net->mu);
 			else
@@ -347,4 +350,9 @@ uint64_t st__net_frames_dropped(const st_net_t *net)
 uint64_t st__net_frames_unhashed(const st_net_t *net)
 {
 	return atomic_load(&((st_net_t *)net)->frames_unhashed);
+}
+
+uint64_t st__net_msgs_bare(const st_net_t *net)
+{
+	return atomic_load(&((st_net_t *)net)->msgs_bare);
 }

@@ -38,6 +38,7 @@ int st_net_send_submit(st_net_t *net, int dst, uint32_t chan, const void *buf, s
 		return rc;
 	}
 	*req = q;
+	st__net_kick(net);   /* the caller goes on with other work */
 	return ST_OK;
 }
 

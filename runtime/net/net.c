@@ -96,6 +96,26 @@ static void wake_progress(st_net_t *net)
  * channel (0: never flat). */
 #define FLAT_MIN_COLL_DEFAULT ((size_t)64 << 10)
 
+/* BARE: a message of one piece (st_net_send, st_net_send_submit; a
+ * send2 whose header or payload is empty) to a peer on shared memory goes
+ * without a frame at all: the caller's bytes, contiguous, under the tag
+ * magic ST__NET_TAG_MAGIC_BARE, and the receiver fills in the frame
+ * (unhashed) from the tag and the length. On shared memory an unhashed
+ * frame says nothing the tag does not (channel, source, length), so this
+ * costs no check; what it saves is the sender's copy into a flat block,
+ * or UCX's copies of an iov through its FIFO: the receiver reads the
+ * caller's buffer directly (CMA), once, as ucx_perftest's tag_bw does.
+ * A receiver takes a bare message from any rank, as it takes an unhashed
+ * frame: it cannot check that the sender is on shared memory, since a
+ * peer's first messages may arrive before this rank has read the address
+ * table that says so. STRATA_NET_CHECKSUM=all turns bare sends off with
+ * the unhashed frames. */
+
+int st__net_bare(const st_net_t *net, int dst)
+{
+	return dst != net->rank && net->peers[dst].shm && !net->hash_shm;
+}
+
 /* A received message's payload is in: check it, then deliver or drop it. */
 static void recv_finished(st__net_msg_t *m, ucs_status_t s)
 {
@@ -110,6 +130,8 @@ static void recv_finished(st__net_msg_t *m, ucs_status_t s)
 	if (!why) {
 		if (m->hdr.version & ST__NET_FRAME_UNHASHED)
 			atomic_fetch_add(&net->frames_unhashed, 1);
+		if (m->bare)
+			atomic_fetch_add(&net->msgs_bare, 1);
 		m->ready = 1;
 		pthread_cond_broadcast(&net->chans[m->chan]->cv);
 	} else {
@@ -167,16 +189,17 @@ static void take_locked(st_net_t *net, ucp_tag_message_h msg, const ucp_tag_recv
 	int src = (int)(uint16_t)(tag >> 32);
 	uint32_t chan = (uint32_t)(tag >> 48);
 	const int trailer = (uint32_t)tag == ST__NET_TAG_MAGIC_FLAT;
-	if (((uint32_t)tag != ST__NET_TAG_MAGIC && !trailer) || src >= net->size) {
+	const int bare = (uint32_t)tag == ST__NET_TAG_MAGIC_BARE;
+	if (((uint32_t)tag != ST__NET_TAG_MAGIC && !trailer && !bare) || src >= net->size) {
 		discard_locked(net, msg, "not a strata tag", src, info->length);
 		return;
 	}
-	if (info->length < sizeof(st__net_frame_t)) {
+	if (!bare && info->length < sizeof(st__net_frame_t)) {
 		discard_locked(net, msg, "shorter than a frame header (truncated)", src, info->length);
 		return;
 	}
 	st__net_msg_t *m = calloc(1, sizeof *m);
-	size_t len = info->length - sizeof(st__net_frame_t);
+	size_t len = bare ? info->length : info->length - sizeof(st__net_frame_t);
 	/* The collectives' large messages in warm reused buffers (pool.c). */
 	const size_t cap = trailer ? info->length : len;   /* room for the trailing frame */
 	void *buf = !m ? NULL : chan == ST__NET_COLL_CHAN ? st__net_pool_get(net, cap)
@@ -188,9 +211,11 @@ static void take_locked(st_net_t *net, ucp_tag_message_h msg, const ucp_tag_recv
 		return;
 	}
 	*m = (st__net_msg_t){ .src = src, .len = len, .buf = buf, .chan = chan, .net = net,
-			      .trailer = trailer };
+			      .trailer = trailer, .bare = bare };
 	m->iov[0] = (ucp_dt_iov_t){ &m->hdr, sizeof m->hdr };
 	m->iov[1] = (ucp_dt_iov_t){ buf, len };
+	if (bare)   /* the frame its sender left out (BARE) */
+		st__net_frame_fill_unhashed(&m->hdr, src, net->rank, chan, len);
 	pthread_mutex_lock(&net->mu);
 	int rc = st__net_inbox_add_locked(net, m);
 	pthread_mutex_unlock(&net->mu);
@@ -202,9 +227,9 @@ static void take_locked(st_net_t *net, ucp_tag_message_h msg, const ucp_tag_recv
 				  UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE,
 				  .cb.recv = recv_cb, .user_data = m,
 				  .datatype = ucp_dt_make_iov() };
-	if (trailer)
+	if (trailer || bare)
 		p.datatype = ucp_dt_make_contig(1);
-	ucs_status_ptr_t sp = trailer ? ucp_tag_msg_recv_nbx(net->worker, buf, cap, msg, &p)
+	ucs_status_ptr_t sp = trailer || bare ? ucp_tag_msg_recv_nbx(net->worker, buf, cap, msg, &p)
 		: ucp_tag_msg_recv_nbx(net->worker, m->iov, len ? 2 : 1, msg, &p);
 	if (UCS_PTR_IS_PTR(sp) && sp)
 		atomic_fetch_add(&net->inflight, 1);
@@ -245,6 +270,23 @@ static void progress_locked(st_net_t *net)
 	}
 }
 
+/* The progress thread is woken for a send only when its poster stops
+ * progressing the worker itself: before it sleeps (st__net_recv,
+ * st__net_wait) or returns with the send in flight (st_net_send_submit).
+ * Waking it at every post cost an eventfd write and, worse, a thread that
+ * took a core and wmu from the poster polling for that very send. */
+void st__net_kick(st_net_t *net)
+{
+	if (atomic_exchange(&net->wake_owed, 0))
+		wake_progress(net);
+}
+
+/* A waiter that finds wmu taken yields before it tries again: whoever
+ * holds it is doing the work (on shared memory, a receiver's progress
+ * copying a payload out of the sender, CMA), and on a machine with no core
+ * to spare a waiter spinning on the lock took that core from it. Measured
+ * (bench_net -n 2 --what bw, 2-core VM, docs/benchmarks.md "Frameless
+ * messages on shared memory"): a 1 MiB stream 2-6 -> 8-11 GB/s. */
 int st__net_poll(st_net_t *net)
 {
 	if (pthread_mutex_trylock(&net->wmu) != 0)
@@ -368,20 +410,29 @@ int st__net_post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan,
 		return ST_ENOMEM;
 	*t = (st__net_ticket_t){ .req = req, .net = net, .hdr = req->hdr };
 	int n = 0;
-	const size_t total = sizeof t->hdr + alen + blen;
+	size_t total = sizeof t->hdr + alen + blen;
 	ucp_request_param_t p = { .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
 				  UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE,
 				  .cb.send = send_cb, .user_data = t,
 				  .datatype = ucp_dt_make_iov() };
 	const size_t fmin = chan == ST__NET_COLL_CHAN ? net->flat_min_coll : net->flat_min;
-	if (fmin && total >= fmin && (t->flat = st__net_pool_get(net, total))) {
+	uint32_t magic = ST__NET_TAG_MAGIC;
+	const void *buf = NULL;
+	size_t len = alen + blen;
+	if (st__net_bare(net, dst) && (!alen || !blen)) {   /* BARE */
+		buf = alen ? a : b;
+		total = len;
+		magic = ST__NET_TAG_MAGIC_BARE;
+		p.datatype = ucp_dt_make_contig(1);
+	} else if (fmin && total >= fmin && (t->flat = st__net_pool_get(net, total))) {
 		uint8_t *f = t->flat;   /* payload, then the frame (FLAT) */
 		if (alen)
 			memcpy(f, a, alen);
 		if (blen)
 			memcpy(f + alen, b, blen);
 		memcpy(f + alen + blen, &t->hdr, sizeof t->hdr);
-		t->iov[0] = (ucp_dt_iov_t){ f, total };
+		buf = f;
+		magic = ST__NET_TAG_MAGIC_FLAT;
 		p.datatype = ucp_dt_make_contig(1);
 	} else {
 		t->iov[n++] = (ucp_dt_iov_t){ &t->hdr, sizeof t->hdr };
@@ -397,10 +448,8 @@ int st__net_post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan,
 	pthread_mutex_unlock(&net->mu);
 	ucs_status_ptr_t sp = !alive || !peer->ep || peer->ep_failed
 		? UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET)
-		: t->flat ? ucp_tag_send_nbx(peer->ep, t->flat, total,
-					     ST__NET_TAG(chan, net->rank) - ST__NET_TAG_MAGIC +
-						     ST__NET_TAG_MAGIC_FLAT, &p)
-		: ucp_tag_send_nbx(peer->ep, t->iov, (size_t)n, ST__NET_TAG(chan, net->rank), &p);
+		: ucp_tag_send_nbx(peer->ep, buf ? buf : (const void *)t->iov, buf ? total : (size_t)n,
+				   ST__NET_TAG(chan, net->rank) - ST__NET_TAG_MAGIC + magic, &p);
 	int pending = UCS_PTR_IS_PTR(sp) && sp;
 	int rc = pending ? ST_OK : status_rc(UCS_PTR_STATUS(sp));
 	if (pending) {
@@ -411,13 +460,13 @@ int st__net_post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan,
 		ticket_free(net, t);
 	}
 	pthread_mutex_unlock(&net->wmu);
-	if (pending)
-		wake_progress(net);
+	if (pending)   /* someone must progress it: its waiter, or the progress thread */
+		atomic_store(&net->wake_owed, 1);
 	if (rc == ST_OK) {
-		atomic_fetch_add(&net->bytes_sent, sizeof req->hdr + alen + blen);
+		atomic_fetch_add(&net->bytes_sent, total);
 		atomic_fetch_add(&net->msgs_sent, 1);
 		if (chan >= 0xff00)
-			atomic_fetch_add(&net->bytes_sent_coll, sizeof req->hdr + alen + blen);
+			atomic_fetch_add(&net->bytes_sent_coll, total);
 	}
 	return rc;
 }
@@ -456,9 +505,12 @@ int st__net_wait(st_net_t *net, st__net_sreq_t *reqs, int n)
 	for (int i = 0; i < n; i++) {
 		while (!reqs[i].done && st__net_now() < until) {
 			pthread_mutex_unlock(&net->mu);
-			st__net_poll(net);
+			if (!st__net_poll(net))
+				sched_yield();   /* see st__net_poll */
 			pthread_mutex_lock(&net->mu);
 		}
+		if (!reqs[i].done)
+			st__net_kick(net);
 		while (!reqs[i].done && !give_up_locked(net, &reqs[i]))
 			pthread_cond_wait(&net->sent_cv, &net->mu);
 		if (reqs[i].status < 0 && rc == ST_OK)

@@ -52,6 +52,9 @@
 #define ST__NET_TAG_MAGIC 0x53544e31u
 /* A large message in one block, payload first and frame last (net.c, FLAT). */
 #define ST__NET_TAG_MAGIC_FLAT 0x53544e32u
+/* A message without a frame: the payload alone, as one contiguous block,
+ * between ranks on shared memory only (net.c, BARE). */
+#define ST__NET_TAG_MAGIC_BARE 0x53544e33u
 #define ST__NET_TAG(chan, src) \
 	(((uint64_t)(chan) << 48) | ((uint64_t)(uint16_t)(src) << 32) | ST__NET_TAG_MAGIC)
 #define ST__NET_COLL_CHAN 0xff00u
@@ -127,6 +130,7 @@ typedef struct st__net_msg {
 	void *buf;       /* malloc'd payload, handed to the receiver */
 	st__net_frame_t hdr;
 	int trailer;     /* a large message: its frame follows the payload in buf (net.c) */
+	int bare;        /* it came without a frame (net.c, BARE): hdr is filled in here */
 	uint32_t chan;
 	struct st_net *net;
 #if ST_HAVE_UCX
@@ -197,6 +201,7 @@ struct st_net {
 
 	/* counters */
 	atomic_uint_fast64_t bytes_sent, msgs_sent, frames_dropped, frames_unhashed;
+	atomic_uint_fast64_t msgs_bare;         /* of frames_unhashed: received frameless (BARE) */
 	atomic_uint_fast64_t bytes_sent_coll;   /* of bytes_sent: on channels >= 0xff00 */
 	atomic_uint_fast64_t coll_rounds;       /* st_net_coll_rounds */
 
@@ -230,6 +235,7 @@ struct st_net {
 	atomic_int inflight;           /* UCX requests not yet completed */
 	atomic_int closing;            /* of them: flushes and closes (st_net_close waits) */
 	atomic_int eps_failed;         /* some peer's ep reported an error */
+	atomic_int wake_owed;          /* a send was posted; st__net_kick wakes the progress thread */
 	int shm_allowed;               /* STRATA_NET_SHM is not 0 */
 	int hash_shm;                  /* STRATA_NET_CHECKSUM=all: frames to shm peers hashed */
 	st__net_ticket_t *abandoned;   /* sends given up while UCX held them (mu) */
@@ -301,6 +307,9 @@ uint64_t st__net_pool_hits(st_net_t *net);
  * req must stay put until st__net_wait returns for it. */
 int st__net_post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan,
 		 const void *a, size_t alen, const void *b, size_t blen);
+/* 1 when a message of one piece to dst goes frameless (net.c, BARE): dst
+ * is another rank on shared memory, and STRATA_NET_CHECKSUM is not all. */
+int st__net_bare(const st_net_t *net, int dst);
 /* Waits until every one of reqs[0..n) posted successfully has completed.
  * Returns ST_OK or the first error. */
 int st__net_wait(st_net_t *net, st__net_sreq_t *reqs, int n);
@@ -309,6 +318,10 @@ int st__net_wait(st_net_t *net, st__net_sreq_t *reqs, int n);
 #define ST__NET_POLL_S 50e-6
 /* Progresses the worker if nobody else is (net.c); 1 if it did. */
 int st__net_poll(st_net_t *net);
+/* Wakes the progress thread if a send was posted since it was last woken
+ * (net.c): a thread that posted calls it before it sleeps or leaves the
+ * send in flight. Takes no lock. */
+void st__net_kick(st_net_t *net);
 /* Marks dead every shared-memory peer whose process no longer exists.
  * The monitor calls it once the coordinator is gone: then nobody else
  * would tell such a peer's death (UCX reports nothing on those
@@ -349,5 +362,7 @@ int st__net_send_raw(st_net_t *net, int dst, uint32_t chan, const void *bytes, s
 uint64_t st__net_frames_dropped(const st_net_t *net);
 /* Frames from other ranks this process took unhashed (shared memory). */
 uint64_t st__net_frames_unhashed(const st_net_t *net);
+/* Of those, the messages that came without a frame at all (net.c, BARE). */
+uint64_t st__net_msgs_bare(const st_net_t *net);
 
 #endif

@@ -51,6 +51,17 @@ int st__net_send_raw(st_net_t *net, int dst, uint32_t chan, const void *bytes, s
 	return st__net_post(net, NULL, dst, chan, bytes, len, NULL, 0);
 }
 
+int st__net_bare(const st_net_t *net, int dst)
+{
+	assert(!"no st_net_t without UCX");
+	return 0;
+}
+
+void st__net_kick(st_net_t *net)
+{
+	assert(!"no st_net_t without UCX");
+}
+
 int st__net_poll(st_net_t *net)
 {
 	assert(!"no st_net_t without UCX");

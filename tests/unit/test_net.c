@@ -705,6 +705,10 @@ static int body_p2p(st_net_t *net, job_t *j)
 	if (uh && P > 1)
 		CHECK(*uh == '1' ? st__net_frames_unhashed(net) > 0
 				 : st__net_frames_unhashed(net) == 0);
+	/* Messages of one piece (st_net_send) to a rank on shared memory go
+	 * frameless (net.c, BARE) exactly when frames there go unhashed. */
+	if (uh && P > 1)
+		CHECK(*uh == '1' ? st__net_msgs_bare(net) > 0 : st__net_msgs_bare(net) == 0);
 	CHECK_RC(st_net_barrier(net), ST_OK);
 	return 0;
 }
@@ -778,8 +782,14 @@ static int body_coll(st_net_t *net, job_t *j)
 			for (size_t i = 0; i < n; i++)
 				ref[i] += x[i];
 		}
+		const uint64_t bare0 = st__net_msgs_bare(net);
 		CHECK_RC(st_net_allreduce_f32(net, buf, n), ST_OK);
 		CHECK(n == 0 || !memcmp(buf, ref, n * sizeof(float)));
+		/* A large segment to a rank on shared memory travels as its
+		 * own frameless message behind its header (coll.c,
+		 * PHASE_SPLIT): every rank gets at least one. */
+		if (n > 100000 && P > 1 && st__net_bare(net, (r + 1) % P))
+			CHECK(st__net_msgs_bare(net) > bare0);
 		free(buf);
 		free(ref);
 		free(x);
