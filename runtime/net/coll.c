@@ -263,9 +263,23 @@ static size_t chunk_lo(size_t n, int P, int c)
 	return q * (size_t)c + ((size_t)c < rem ? (size_t)c : rem);
 }
 
+/* acc[i] += x[i], 16 floats at a time: GCC's -O2 leaves the plain loop
+ * scalar (it would need an epilogue), and scalar adds were the largest
+ * part of a 2-rank allreduce's CPU (perf: 29%, more than either copy).
+ * Each element is still its own sum, so the bits are the plain loop's. */
+typedef float v16f __attribute__((vector_size(64)));
+
 static void add_f32(float *restrict acc, const float *restrict x, size_t n)
 {
-	for (size_t i = 0; i < n; i++)
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		v16f a, b;
+		memcpy(&a, acc + i, sizeof a);
+		memcpy(&b, x + i, sizeof b);
+		a += b;
+		memcpy(acc + i, &a, sizeof a);
+	}
+	for (; i < n; i++)
 		acc[i] += x[i];
 }
 
@@ -283,16 +297,20 @@ static size_t seg_len(size_t cnt, size_t seg, size_t j)
 }
 
 /* Segment j of rank r's chunk (at acc, cnt floats): the contributions of
- * every rank added in rank order. */
+ * every rank added in rank order, ((x0 + x1) + x2) + ..., into acc. The
+ * ranks before r are summed in x0's receive buffer; then our own part
+ * joins as acc = acc + that, which is the same bits as that + acc (IEEE
+ * addition commutes; only its association matters), so no sum is ever
+ * copied back into acc (a copy of the whole chunk on every rank but 0). */
 static int reduce_seg(coll_t *c, float *acc, size_t cnt)
 {
 	void *first = NULL;
-	float *sum = acc;
+	float *before = NULL;   /* x0 + ... + x(r-1), in x0's buffer */
 	int rc = ST_OK;
 	for (int s = 0; rc == ST_OK && s < c->net->size; s++) {
 		if (s == c->net->rank) {
-			if (s > 0)
-				add_f32(sum, acc, cnt);
+			if (before)
+				add_f32(acc, before, cnt);
 			continue;
 		}
 		void *msg;
@@ -310,16 +328,14 @@ static int reduce_seg(coll_t *c, float *acc, size_t cnt)
 		if (rc < 0)
 			break;
 		const float *x = data;
-		if (s == 0) {   /* x0 starts the sum; our own part is added in its turn */
+		if (s == 0 && c->net->rank > 0) {   /* x0 starts the sum of those before us */
 			first = msg;
-			sum = (float *)x;
-		} else {
-			add_f32(sum, x, cnt);
-			st__net_pool_put(c->net, msg);
+			before = (float *)x;
+			continue;
 		}
+		add_f32(s < c->net->rank ? before : acc, x, cnt);
+		st__net_pool_put(c->net, msg);
 	}
-	if (rc == ST_OK && sum != acc)
-		memcpy(acc, sum, cnt * sizeof(float));
 	st__net_pool_put(c->net, first);
 	return rc;
 }
