@@ -48,6 +48,7 @@ static const char *const op_name[] = { "?", "barrier", "allgather", "allreduce",
 typedef struct coll_hdr {
 	uint32_t op, phase;
 	uint64_t seq;
+	uint64_t len;   /* payload bytes */
 } coll_hdr_t;
 
 /*
@@ -63,6 +64,14 @@ typedef struct coll_hdr {
  */
 #define PHASE_SPLIT 0x80000000u
 #define SPLIT_MIN ((size_t)64 << 10)
+/* The same, where the receiver wants the payload in a place of its own
+ * (the caller's buffer: coll_recv_into): the payload goes DIRECT (net.c)
+ * and the receiver, once it has read the header, has it copied straight
+ * into that place, where a split payload lands in a pool buffer first and
+ * is copied again. The allreduce's first phase keeps PHASE_SPLIT: its
+ * payloads are added, not kept, and the progress thread fetches them
+ * while the owner adds the ones before. */
+#define PHASE_DIRECT 0x40000000u
 
 /* One collective call in progress. */
 typedef struct coll {
@@ -129,17 +138,25 @@ static int coll_end(coll_t *c, int rc)
 	return rc;
 }
 
-static int coll_send(coll_t *c, int dst, uint32_t phase, const void *data, size_t len)
+/* Sends this collective's message of `phase` to dst. in_place: its
+ * receiver takes it with coll_recv_into, into a place of its own, so a
+ * large payload may go DIRECT; otherwise with coll_recv. */
+static int coll_send(coll_t *c, int dst, uint32_t phase, const void *data, size_t len,
+		     int in_place)
 {
 	int i = c->n_sends;
-	const int split = len >= SPLIT_MIN && st__net_bare(c->net, dst);
-	c->hdrs[i] = (coll_hdr_t){ c->op, phase | (split ? PHASE_SPLIT : 0), c->seq };
+	const int apart = len >= SPLIT_MIN && st__net_bare(c->net, dst);
+	const uint32_t how = !apart ? 0 : in_place ? PHASE_DIRECT : PHASE_SPLIT;
+	c->hdrs[i] = (coll_hdr_t){ c->op, phase | how, c->seq, len };
 	int rc = st__net_post(c->net, &c->reqs[i], dst, ST__NET_COLL_CHAN, &c->hdrs[i],
-			      sizeof c->hdrs[i], data, split ? 0 : len);
-	if (rc == ST_OK && split) {
+			      sizeof c->hdrs[i], data, apart ? 0 : len);
+	if (rc == ST_OK && apart) {
 		c->n_sends++;
-		rc = st__net_post(c->net, &c->reqs[i + 1], dst, ST__NET_COLL_CHAN, data, len, NULL,
-				  0);
+		rc = how == PHASE_DIRECT
+			? st__net_post_direct(c->net, &c->reqs[i + 1], dst, ST__NET_COLL_CHAN, data,
+					      len)
+			: st__net_post(c->net, &c->reqs[i + 1], dst, ST__NET_COLL_CHAN, data, len,
+				       NULL, 0);
 	}
 	if (rc < 0)
 		return coll_fail(c, rc, dst, "is gone");
@@ -159,60 +176,98 @@ static int coll_next(coll_t *c, int src, void **msg, size_t *len)
 	return rc < 0 ? coll_fail(c, rc, gone, "is gone") : ST_OK;
 }
 
-/* Receives this collective's message of `phase` from src: *msg (give it
- * back with st__net_pool_put) holds the len bytes of payload at *data. */
-static int coll_recv(coll_t *c, int src, uint32_t phase, void **msg, const void **data,
-		     size_t *len)
+/* A payload sent apart from its header (PHASE_SPLIT or PHASE_DIRECT, h's
+ * len bytes) into *msg, a buffer of pool.c. */
+static int coll_payload(coll_t *c, int src, const coll_hdr_t *h, void **msg, size_t *len)
+{
+	if (h->phase & PHASE_SPLIT)
+		return coll_next(c, src, msg, len);
+	if (!(*msg = st__net_pool_get(c->net, h->len)))
+		return coll_fail(c, ST_ENOMEM, src, "sent more than fits in memory");
+	int gone = src;
+	int rc = st__net_recv_direct(c->net, src, ST__NET_COLL_CHAN, *msg, h->len, 1, &gone);
+	*len = h->len;
+	if (rc < 0) {
+		st__net_pool_put(c->net, *msg);
+		*msg = NULL;
+		return coll_fail(c, rc, gone, "is gone");
+	}
+	return ST_OK;
+}
+
+/* This collective's header of `phase` from src, into *h: *msg (give it
+ * back with st__net_pool_put) is its message, *len bytes, the header
+ * first. Leftovers of an abandoned collective are dropped on the way,
+ * with their payloads. */
+static int coll_recv_hdr(coll_t *c, int src, uint32_t phase, coll_hdr_t *h, void **msg,
+			 size_t *len)
 {
 	st_net_t *net = c->net;
 	for (;;) {
 		int rc = coll_next(c, src, msg, len);
 		if (rc < 0)
 			return rc;
-		coll_hdr_t h = { 0 };
-		if (*len >= sizeof h)
-			memcpy(&h, *msg, sizeof h);
-		const int split = *len == sizeof h && (h.phase & PHASE_SPLIT);
-		h.phase &= ~PHASE_SPLIT;
-		if (*len >= sizeof h && h.seq < c->seq) {   /* from an abandoned collective */
+		*h = (coll_hdr_t){ 0 };
+		if (*len >= sizeof *h)
+			memcpy(h, *msg, sizeof *h);
+		const uint32_t apart = *len == sizeof *h ? h->phase & (PHASE_SPLIT | PHASE_DIRECT) : 0;
+		const int known = *len >= sizeof *h;
+		if (known && h->seq < c->seq) {   /* from an abandoned collective */
 			st__net_pool_put(net, *msg);
-			if (split && (rc = coll_next(c, src, msg, len)) < 0)   /* its payload */
+			if (apart && (rc = coll_payload(c, src, h, msg, len)) < 0)
 				return rc;
-			if (split)
+			if (apart)
 				st__net_pool_put(net, *msg);
 			continue;
 		}
-		if (*len >= sizeof h && h.seq == c->seq && h.op == c->op && h.phase == phase) {
-			*data = (char *)*msg + sizeof h;
-			*len -= sizeof h;
-			if (!split)
-				return ST_OK;
-			st__net_pool_put(net, *msg);
-			if ((rc = coll_next(c, src, msg, len)) < 0)
-				return rc;
-			*data = *msg;
+		if (known && h->seq == c->seq && h->op == c->op &&
+		    (h->phase & ~(PHASE_SPLIT | PHASE_DIRECT)) == phase) {
+			h->phase = apart;   /* how its payload comes, if apart */
 			return ST_OK;
 		}
 		st__net_pool_put(net, *msg);
 		*msg = NULL;
 		st_error("net: rank %d sent %s #%llu (phase %u) while rank %d is in %s #%llu: every "
 			 "rank must call the collectives in the same order", src,
-			 op_name[h.op < 5 ? h.op : 0], (unsigned long long)h.seq, h.phase, net->rank,
-			 op_name[c->op], (unsigned long long)c->seq);
+			 op_name[h->op < 5 ? h->op : 0], (unsigned long long)h->seq,
+			 h->phase & ~(PHASE_SPLIT | PHASE_DIRECT), net->rank, op_name[c->op],
+			 (unsigned long long)c->seq);
 		c->failed = 1;
 		return ST_EPEER;
 	}
 }
 
-/* Receives exactly len payload bytes from src into out. */
-static int coll_recv_into(coll_t *c, int src, uint32_t phase, void *out, size_t len)
+/* Receives this collective's message of `phase` from src: *msg (give it
+ * back with st__net_pool_put) holds the len bytes of payload at *data. */
+static int coll_recv(coll_t *c, int src, uint32_t phase, void **msg, const void **data,
+		     size_t *len)
 {
-	void *msg;
-	const void *data;
-	size_t got;
-	int rc = coll_recv(c, src, phase, &msg, &data, &got);
+	coll_hdr_t h;
+	int rc = coll_recv_hdr(c, src, phase, &h, msg, len);
 	if (rc < 0)
 		return rc;
+	*data = (char *)*msg + sizeof h;
+	*len -= sizeof h;
+	if (!h.phase)
+		return ST_OK;
+	st__net_pool_put(c->net, *msg);
+	rc = coll_payload(c, src, &h, msg, len);
+	*data = *msg;
+	return rc;
+}
+
+/* Receives exactly len payload bytes from src into out: a DIRECT payload
+ * straight there, others through a buffer of ours. */
+static int coll_recv_into(coll_t *c, int src, uint32_t phase, void *out, size_t len)
+{
+	coll_hdr_t h;
+	void *msg;
+	size_t got;
+	int rc = coll_recv_hdr(c, src, phase, &h, &msg, &got);
+	if (rc < 0)
+		return rc;
+	const void *data = (char *)msg + sizeof h;
+	got = h.phase ? h.len : got - sizeof h;
 	if (got != len) {
 		st__net_pool_put(c->net, msg);
 		st_error("net: %s #%llu: rank %d contributed %zu bytes, rank %d %zu: every rank "
@@ -220,6 +275,18 @@ static int coll_recv_into(coll_t *c, int src, uint32_t phase, void *out, size_t 
 			 got, c->net->rank, len);
 		c->failed = 1;
 		return ST_EPEER;
+	}
+	if (h.phase == PHASE_DIRECT) {
+		st__net_pool_put(c->net, msg);
+		int gone = src;
+		rc = st__net_recv_direct(c->net, src, ST__NET_COLL_CHAN, out, len, 1, &gone);
+		return rc < 0 ? coll_fail(c, rc, gone, "is gone") : ST_OK;
+	}
+	if (h.phase) {   /* PHASE_SPLIT */
+		st__net_pool_put(c->net, msg);
+		if ((rc = coll_payload(c, src, &h, &msg, &got)) < 0)
+			return rc;
+		data = msg;
 	}
 	if (len)
 		memcpy(out, data, len);
@@ -235,7 +302,7 @@ int st_net_barrier(st_net_t *net)
 	/* Dissemination: after round k every rank has heard, through a chain,
 	 * from the 2^(k+1) ranks before it. */
 	for (uint32_t k = 1, round = 0; rc == ST_OK && (int)k < P; k <<= 1, round++) {
-		rc = coll_send(&c, (int)((r + k) % (uint32_t)P), round, NULL, 0);
+		rc = coll_send(&c, (int)((r + k) % (uint32_t)P), round, NULL, 0, 1);
 		if (rc == ST_OK)
 			rc = coll_recv_into(&c, (int)((r + (uint32_t)P - k) % (uint32_t)P), round, NULL, 0);
 	}
@@ -250,7 +317,7 @@ int st_net_allgather(st_net_t *net, const void *mine, size_t len, void *out)
 	if (len)
 		memcpy((char *)out + (size_t)r * len, mine, len);
 	for (int s = 1; rc == ST_OK && s < P; s++)
-		rc = coll_send(&c, (r + s) % P, 0, mine, len);
+		rc = coll_send(&c, (r + s) % P, 0, mine, len, 1);
 	for (int s = 0; rc == ST_OK && s < P; s++)
 		if (s != r)
 			rc = coll_recv_into(&c, s, 0, (char *)out + (size_t)s * len, len);
@@ -360,7 +427,7 @@ int st_net_allreduce_f32(st_net_t *net, float *buf, size_t n)
 			size_t dlo = chunk_lo(n, P, d), dcnt = chunk_lo(n, P, d + 1) - dlo;
 			if (j < n_segs(dcnt, seg))
 				rc = coll_send(&c, d, 0, buf + dlo + j * seg,
-					       seg_len(dcnt, seg, j) * sizeof(float));
+					       seg_len(dcnt, seg, j) * sizeof(float), 0);
 		}
 	const int n_scatter = c.n_sends;
 	/* Our own chunk, a segment at a time: sum it, then send it to the
@@ -370,7 +437,7 @@ int st_net_allreduce_f32(st_net_t *net, float *buf, size_t n)
 		size_t len = seg_len(cnt, seg, j);
 		rc = reduce_seg(&c, acc, len);
 		for (int s = 1; rc == ST_OK && s < P; s++)
-			rc = coll_send(&c, (r + s) % P, 1, acc, len * sizeof(float));
+			rc = coll_send(&c, (r + s) % P, 1, acc, len * sizeof(float), 1);
 	}
 	/* The other chunks are overwritten below: their sends must be done. */
 	int w = st__net_wait(net, c.reqs, n_scatter);
@@ -401,6 +468,6 @@ int st_net_bcast(st_net_t *net, int root, void *buf, size_t len)
 		}
 	for (mask >>= 1; rc == ST_OK && mask > 0; mask >>= 1)
 		if (vr + mask < P)
-			rc = coll_send(&c, (vr + mask + root) % P, 0, buf, len);
+			rc = coll_send(&c, (vr + mask + root) % P, 0, buf, len, 1);
 	return coll_end(&c, rc);
 }

@@ -246,7 +246,9 @@ static void progress_locked(st_net_t *net)
 		unsigned n = ucp_worker_progress(net->worker);
 		ucp_tag_recv_info_t info;
 		ucp_tag_message_h msg;
-		while ((msg = ucp_tag_probe_nb(net->worker, 0, 0, 1, &info))) {
+		/* Every message but the DIRECT ones, which wait for their
+		 * receive (st__net_recv_direct). */
+		while ((msg = ucp_tag_probe_nb(net->worker, 0, ST__NET_TAG_DIRECT_BIT, 1, &info))) {
 			take_locked(net, msg, &info);
 			n++;
 		}
@@ -340,6 +342,117 @@ static void *progress_main(void *arg)
 	return NULL;
 }
 
+/* ---- receiving into the caller's buffer (DIRECT) --------------------------------- */
+
+/*
+ * DIRECT: a collective's payload that its receiver wants in a place of
+ * its own (the caller's vector, for the allreduce's second phase) travels
+ * frameless, as BARE does, under the tag magic ST__NET_TAG_MAGIC_DIRECT,
+ * whose high bit keeps it out of the progress thread's probe: it waits in
+ * UCX's unexpected queue (a rendezvous: only its announcement) until the
+ * receiver posts a receive for it into that place, and the payload is
+ * then copied once, out of the sender straight into it (CMA), where a
+ * probed message lands in a buffer of ours and costs a copy more. The
+ * receiver knows when to post from the collective's header, which comes
+ * first through the inbox (coll.c); messages of one sender with one tag
+ * match posted receives in order, so the tag needs no sequence number.
+ *
+ * A posted receive is the one thing here that writes into a caller's
+ * buffer after it was handed to UCX, so it is never left behind: when
+ * the sender dies first, the receive is canceled and waited for, and
+ * only then does the call return.
+ */
+typedef struct direct_rreq {
+	int done;          /* under mu */
+	ucs_status_t status;
+	size_t len;
+	st_net_t *net;
+} direct_rreq_t;
+
+static void direct_cb(void *req, ucs_status_t s, const ucp_tag_recv_info_t *info, void *user)
+{
+	direct_rreq_t *q = user;
+	st_net_t *net = q->net;
+	ucp_request_free(req);
+	atomic_fetch_sub(&net->inflight, 1);
+	pthread_mutex_lock(&net->mu);
+	q->status = s;
+	q->len = s == UCS_OK ? info->length : 0;
+	q->done = 1;
+	pthread_cond_broadcast(&net->sent_cv);
+	pthread_mutex_unlock(&net->mu);
+}
+
+int st__net_recv_direct(st_net_t *net, int src, uint32_t chan, void *buf, size_t len,
+			int fail_any, int *gone)
+{
+	assert(src >= 0 && src < net->size && src != net->rank);
+	direct_rreq_t q = { .net = net };
+	ucp_tag_recv_info_t info = { 0 };
+	ucp_request_param_t p = { .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+				  UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE |
+				  UCP_OP_ATTR_FIELD_RECV_INFO,
+				  .cb.recv = direct_cb, .user_data = &q,
+				  .datatype = ucp_dt_make_contig(1), .recv_info.tag_info = &info };
+	const uint64_t tag = ST__NET_TAG(chan, src) - ST__NET_TAG_MAGIC + ST__NET_TAG_MAGIC_DIRECT;
+	pthread_mutex_lock(&net->wmu);
+	ucs_status_ptr_t sp = ucp_tag_recv_nbx(net->worker, buf, len, tag, ~(uint64_t)0, &p);
+	if (UCS_PTR_IS_PTR(sp) && sp)
+		atomic_fetch_add(&net->inflight, 1);
+	pthread_mutex_unlock(&net->wmu);
+	if (!UCS_PTR_IS_PTR(sp) || !sp) {   /* done at once (or failed) */
+		q.status = UCS_PTR_STATUS(sp);
+		q.len = info.length;
+	} else {
+		const double until = st__net_now() + ST__NET_POLL_S;
+		int canceled = 0;
+		pthread_mutex_lock(&net->mu);
+		while (!q.done) {
+			int lost = net->peers[src].state != PEER_ALIVE || (fail_any && net->n_dead);
+			if (lost && !canceled) {
+				/* It completes (canceled) in a progress call; one
+				 * already matched completes with the copy's error. */
+				pthread_mutex_unlock(&net->mu);
+				pthread_mutex_lock(&net->wmu);
+				ucp_request_cancel(net->worker, sp);
+				pthread_mutex_unlock(&net->wmu);
+				pthread_mutex_lock(&net->mu);
+				canceled = 1;
+				continue;
+			}
+			if (st__net_now() < until) {
+				pthread_mutex_unlock(&net->mu);
+				if (!st__net_poll(net))
+					sched_yield();
+				pthread_mutex_lock(&net->mu);
+				continue;
+			}
+			st__net_kick(net);
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 100 * 1000 * 1000;   /* to look at the peers again */
+			if (ts.tv_nsec >= 1000000000)
+				ts.tv_sec++, ts.tv_nsec -= 1000000000;
+			pthread_cond_timedwait(&net->sent_cv, &net->mu, &ts);
+		}
+		pthread_mutex_unlock(&net->mu);
+	}
+	if (q.status == UCS_ERR_CANCELED || (q.status != UCS_OK && !st_net_alive(net, src))) {
+		if (gone && !st_net_alive(net, src))
+			*gone = src;
+		return ST_EPEER;
+	}
+	if (q.status != UCS_OK || q.len != len) {
+		st_error("net: a %zu-byte message from rank %d on channel %u, where %zu were due: %s",
+			 q.len, src, chan, len, q.status == UCS_OK ? "wrong length"
+			 : ucs_status_string(q.status));
+		return ST_EPEER;
+	}
+	atomic_fetch_add(&net->frames_unhashed, 1);
+	atomic_fetch_add(&net->msgs_bare, 1);
+	return ST_OK;
+}
+
 /* ---- sending ------------------------------------------------------------------- */
 
 
@@ -373,8 +486,24 @@ static void send_cb(void *req, ucs_status_t s, void *user)
 	ticket_free(net, t);
 }
 
+static int post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan, const void *a,
+		size_t alen, const void *b, size_t blen, int direct);
+
 int st__net_post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan,
 		 const void *a, size_t alen, const void *b, size_t blen)
+{
+	return post(net, req, dst, chan, a, alen, b, blen, 0);
+}
+
+int st__net_post_direct(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan,
+			const void *buf, size_t len)
+{
+	assert(st__net_bare(net, dst));
+	return post(net, req, dst, chan, buf, len, NULL, 0, 1);
+}
+
+static int post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan, const void *a,
+		size_t alen, const void *b, size_t blen, int direct)
 {
 	assert(dst >= 0 && dst < net->size);
 	assert(chan < 65536);
@@ -422,7 +551,7 @@ int st__net_post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan,
 	if (st__net_bare(net, dst) && (!alen || !blen)) {   /* BARE */
 		buf = alen ? a : b;
 		total = len;
-		magic = ST__NET_TAG_MAGIC_BARE;
+		magic = direct ? ST__NET_TAG_MAGIC_DIRECT : ST__NET_TAG_MAGIC_BARE;
 		p.datatype = ucp_dt_make_contig(1);
 	} else if (fmin && total >= fmin && (t->flat = st__net_pool_get(net, total))) {
 		uint8_t *f = t->flat;   /* payload, then the frame (FLAT) */

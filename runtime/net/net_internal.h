@@ -55,6 +55,11 @@
 /* A message without a frame: the payload alone, as one contiguous block,
  * between ranks on shared memory only (net.c, BARE). */
 #define ST__NET_TAG_MAGIC_BARE 0x53544e33u
+/* A frameless message that waits for a receive posted into its place
+ * (net.c, DIRECT): the only magic with ST__NET_TAG_DIRECT_BIT set, which
+ * the progress thread's probe leaves alone. */
+#define ST__NET_TAG_DIRECT_BIT 0x80000000u
+#define ST__NET_TAG_MAGIC_DIRECT (0x53544e34u | ST__NET_TAG_DIRECT_BIT)
 #define ST__NET_TAG(chan, src) \
 	(((uint64_t)(chan) << 48) | ((uint64_t)(uint16_t)(src) << 32) | ST__NET_TAG_MAGIC)
 #define ST__NET_COLL_CHAN 0xff00u
@@ -307,6 +312,18 @@ uint64_t st__net_pool_hits(st_net_t *net);
  * req must stay put until st__net_wait returns for it. */
 int st__net_post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan,
 		 const void *a, size_t alen, const void *b, size_t blen);
+/* Posts a DIRECT send (net.c) of len bytes at buf to dst on chan; only
+ * where st__net_bare(net, dst). Its receiver takes it with
+ * st__net_recv_direct. Otherwise as st__net_post. */
+int st__net_post_direct(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan,
+			const void *buf, size_t len);
+/* Receives the next DIRECT message from src on chan into buf, which must
+ * be exactly len bytes. Waits as long as src lives (and, with fail_any,
+ * while no rank is dead: then *gone is src, or -1 for another rank).
+ * ST_OK; ST_EPEER (the rank is gone, or the message had another length:
+ * logged). Never leaves a receive into buf behind. */
+int st__net_recv_direct(st_net_t *net, int src, uint32_t chan, void *buf, size_t len,
+			int fail_any, int *gone);
 /* 1 when a message of one piece to dst goes frameless (net.c, BARE): dst
  * is another rank on shared memory, and STRATA_NET_CHECKSUM is not all. */
 int st__net_bare(const st_net_t *net, int dst);

@@ -51,6 +51,20 @@ int st__net_send_raw(st_net_t *net, int dst, uint32_t chan, const void *bytes, s
 	return st__net_post(net, NULL, dst, chan, bytes, len, NULL, 0);
 }
 
+int st__net_post_direct(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan,
+			const void *buf, size_t len)
+{
+	assert(!"no st_net_t without UCX");
+	return ST_EINVAL;
+}
+
+int st__net_recv_direct(st_net_t *net, int src, uint32_t chan, void *buf, size_t len,
+			int fail_any, int *gone)
+{
+	assert(!"no st_net_t without UCX");
+	return ST_EINVAL;
+}
+
 int st__net_bare(const st_net_t *net, int dst)
 {
 	assert(!"no st_net_t without UCX");

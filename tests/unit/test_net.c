@@ -860,6 +860,10 @@ static int body_coll_segments(st_net_t *net, job_t *j)
 	CHECK(z);
 	CHECK_RC(st_net_allreduce_f32(net, z, big), ST_OK);
 	const uint64_t hits = st__net_pool_hits(net);
+	/* No rank sends the second call's segments before every rank has
+	 * read its count (a rank still in the first call would take them
+	 * early, into fresh buffers). */
+	CHECK_RC(st_net_barrier(net), ST_OK);
 	CHECK_RC(st_net_allreduce_f32(net, z, big), ST_OK);
 	CHECK(st__net_pool_hits(net) > hits);
 	free(z);
@@ -867,7 +871,7 @@ static int body_coll_segments(st_net_t *net, job_t *j)
 	/* The latency count: 2 rounds per allreduce, ceil(log2 P) per barrier,
 	 * however many segments moved. */
 	const uint64_t n_ar = sizeof small / sizeof *small + 3, lg = P > 2 ? 2 : 1;
-	CHECK(st_net_coll_rounds(net) - rounds0 == 2 * n_ar + lg);
+	CHECK(st_net_coll_rounds(net) - rounds0 == 2 * n_ar + 2 * lg);
 	return 0;
 }
 
@@ -1091,13 +1095,55 @@ static int body_survivor(st_net_t *net, job_t *j)
 	return 0;
 }
 
-static void kill_one(int P, int victim)
+/* A collective's payload received straight into the caller's buffer
+ * (net.c, DIRECT): between live ranks it arrives; from a rank that dies
+ * the receive ends with ST_EPEER within the failure detector's bound and
+ * the buffer is left as it was (the receive was canceled, not left to
+ * write into it later). */
+static int body_direct(st_net_t *net, job_t *j)
+{
+	const int r = st_net_rank(net), v = g_victim;
+	const size_t n = (size_t)1 << 20;
+	if (r == v) {
+		for (;;)
+			pause();   /* until the parent's SIGKILL */
+	}
+	uint8_t *buf = malloc(n);
+	CHECK(buf);
+	if (st__net_bare(net, r ^ 1)) {   /* ranks 0 and 1 (v is 2), on shared memory */
+		if (r == 0) {
+			for (size_t i = 0; i < n; i++)
+				buf[i] = pattern(i, 5);
+			st__net_sreq_t q;
+			CHECK_RC(st__net_post_direct(net, &q, 1, 12, buf, n), ST_OK);
+			CHECK_RC(st__net_wait(net, &q, 1), ST_OK);
+		} else {
+			memset(buf, 0, n);
+			CHECK_RC(st__net_recv_direct(net, 0, 12, buf, n, 0, NULL), ST_OK);
+			for (size_t i = 0; i < n; i++)
+				if (buf[i] != pattern(i, 5))
+					CHECK(!"a direct payload differs");
+		}
+	}
+	memset(buf, 0xa5, n);
+	int gone = -1;
+	double t0 = now_s();
+	CHECK_RC(st__net_recv_direct(net, v, 12, buf, n, 0, &gone), ST_EPEER);
+	CHECK(elapsed_since(t0) < 10.0 && gone == v);
+	for (size_t i = 0; i < n; i++)
+		if (buf[i] != 0xa5)
+			CHECK(!"a canceled receive wrote into the buffer");
+	free(buf);
+	return 0;
+}
+
+static void kill_one_with(int P, int victim, int (*body)(st_net_t *, job_t *))
 {
 	job_t j;
 	job_init(&j, P);
 	g_victim = victim;
 	for (int r = 0; r < P; r++)
-		j.pid[r] = spawn(&j, r, j.token, body_survivor, r == 0);
+		j.pid[r] = spawn(&j, r, j.token, body, r == 0);
 	double deadline = now_s() + JOB_WAIT_S;
 	wait_ready(&j, P, deadline);
 	kill(j.pid[victim], SIGKILL);
@@ -1112,7 +1158,10 @@ static void kill_one(int P, int victim)
 	job_end(&j);
 }
 
+static void kill_one(int P, int victim) { kill_one_with(P, victim, body_survivor); }
+
 static void test_net_kill_rank(void **state) { (void)state; kill_one(4, 2); }
+static void test_net_direct_dead(void **state) { (void)state; kill_one_with(3, 2, body_direct); }
 static void test_net_kill_rank0(void **state) { (void)state; kill_one(3, 0); }
 
 /* After rank 0 is gone nobody forwards deaths, and UCX reports none on a
@@ -1442,6 +1491,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_net_missing_rank),
 		cmocka_unit_test(test_net_idle_connections),
 		cmocka_unit_test(test_net_kill_rank),
+		cmocka_unit_test(test_net_direct_dead),
 		cmocka_unit_test(test_net_kill_rank0),
 		cmocka_unit_test(test_net_kill_after_rank0),
 		cmocka_unit_test(test_net_stall_rank),
