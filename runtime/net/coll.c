@@ -176,6 +176,14 @@ static int coll_next(coll_t *c, int src, void **msg, size_t *len)
 	return rc < 0 ? coll_fail(c, rc, gone, "is gone") : ST_OK;
 }
 
+/* A DIRECT payload of len bytes from src, received straight into buf. */
+static int coll_direct(coll_t *c, int src, void *buf, size_t len)
+{
+	int gone = src;
+	int rc = st__net_recv_direct(c->net, src, ST__NET_COLL_CHAN, buf, len, 1, &gone);
+	return rc < 0 ? coll_fail(c, rc, gone, "is gone") : ST_OK;
+}
+
 /* A payload sent apart from its header (PHASE_SPLIT or PHASE_DIRECT, h's
  * len bytes) into *msg, a buffer of pool.c. */
 static int coll_payload(coll_t *c, int src, const coll_hdr_t *h, void **msg, size_t *len)
@@ -184,15 +192,13 @@ static int coll_payload(coll_t *c, int src, const coll_hdr_t *h, void **msg, siz
 		return coll_next(c, src, msg, len);
 	if (!(*msg = st__net_pool_get(c->net, h->len)))
 		return coll_fail(c, ST_ENOMEM, src, "sent more than fits in memory");
-	int gone = src;
-	int rc = st__net_recv_direct(c->net, src, ST__NET_COLL_CHAN, *msg, h->len, 1, &gone);
 	*len = h->len;
+	int rc = coll_direct(c, src, *msg, h->len);
 	if (rc < 0) {
 		st__net_pool_put(c->net, *msg);
 		*msg = NULL;
-		return coll_fail(c, rc, gone, "is gone");
 	}
-	return ST_OK;
+	return rc;
 }
 
 /* This collective's header of `phase` from src, into *h: *msg (give it
@@ -237,6 +243,22 @@ static int coll_recv_hdr(coll_t *c, int src, uint32_t phase, coll_hdr_t *h, void
 	}
 }
 
+/* The payload of header h, whose message (len bytes, the header first)
+ * is *msg: there, or apart from it (then *msg is the payload's buffer).
+ * *data and *len: the payload. */
+static int coll_body(coll_t *c, int src, const coll_hdr_t *h, void **msg, const void **data,
+		     size_t *len)
+{
+	*data = (char *)*msg + sizeof *h;
+	*len -= sizeof *h;
+	if (!h->phase)
+		return ST_OK;
+	st__net_pool_put(c->net, *msg);
+	int rc = coll_payload(c, src, h, msg, len);
+	*data = *msg;
+	return rc;
+}
+
 /* Receives this collective's message of `phase` from src: *msg (give it
  * back with st__net_pool_put) holds the len bytes of payload at *data. */
 static int coll_recv(coll_t *c, int src, uint32_t phase, void **msg, const void **data,
@@ -244,16 +266,7 @@ static int coll_recv(coll_t *c, int src, uint32_t phase, void **msg, const void 
 {
 	coll_hdr_t h;
 	int rc = coll_recv_hdr(c, src, phase, &h, msg, len);
-	if (rc < 0)
-		return rc;
-	*data = (char *)*msg + sizeof h;
-	*len -= sizeof h;
-	if (!h.phase)
-		return ST_OK;
-	st__net_pool_put(c->net, *msg);
-	rc = coll_payload(c, src, &h, msg, len);
-	*data = *msg;
-	return rc;
+	return rc < 0 ? rc : coll_body(c, src, &h, msg, data, len);
 }
 
 /* Receives exactly len payload bytes from src into out: a DIRECT payload
@@ -262,32 +275,26 @@ static int coll_recv_into(coll_t *c, int src, uint32_t phase, void *out, size_t 
 {
 	coll_hdr_t h;
 	void *msg;
+	const void *data;
 	size_t got;
 	int rc = coll_recv_hdr(c, src, phase, &h, &msg, &got);
 	if (rc < 0)
 		return rc;
-	const void *data = (char *)msg + sizeof h;
-	got = h.phase ? h.len : got - sizeof h;
-	if (got != len) {
+	const size_t sent = h.phase ? h.len : got - sizeof h;
+	if (sent != len) {
 		st__net_pool_put(c->net, msg);
 		st_error("net: %s #%llu: rank %d contributed %zu bytes, rank %d %zu: every rank "
 			 "must pass the same size", op_name[c->op], (unsigned long long)c->seq, src,
-			 got, c->net->rank, len);
+			 sent, c->net->rank, len);
 		c->failed = 1;
 		return ST_EPEER;
 	}
 	if (h.phase == PHASE_DIRECT) {
 		st__net_pool_put(c->net, msg);
-		int gone = src;
-		rc = st__net_recv_direct(c->net, src, ST__NET_COLL_CHAN, out, len, 1, &gone);
-		return rc < 0 ? coll_fail(c, rc, gone, "is gone") : ST_OK;
+		return coll_direct(c, src, out, len);
 	}
-	if (h.phase) {   /* PHASE_SPLIT */
-		st__net_pool_put(c->net, msg);
-		if ((rc = coll_payload(c, src, &h, &msg, &got)) < 0)
-			return rc;
-		data = msg;
-	}
+	if ((rc = coll_body(c, src, &h, &msg, &data, &got)) < 0)
+		return rc;
 	if (len)
 		memcpy(out, data, len);
 	st__net_pool_put(c->net, msg);
