@@ -160,7 +160,7 @@ static void p2p_latency(st_net_t *net, long iters)
 		for (long i = 0; i < iters; i++)
 			sum += rt[i];
 		qsort(rt, (size_t)iters, sizeof *rt, cmp_double);
-		printf("%-10s %10zu %8ld %9.3f %9s %9.1f %9.1f\n", "lat", sizeof ping, iters, sum,
+		printf("%-10s %10zu %8ld %9.3f %9s %9.2f %9.2f\n", "lat", sizeof ping, iters, sum,
 		       "-", sum / (double)iters / 2 * 1e6, rt[iters / 2] / 2 * 1e6);
 		fflush(stdout);
 	}

@@ -95,10 +95,9 @@ static st__net_chan_t *chan_locked(st_net_t *net, uint32_t chan)
 int st__net_inbox_add_locked(st_net_t *net, st__net_msg_t *m)
 {
 	st__net_chan_t *c = chan_locked(net, m->chan);
-	if (!c) {
-		free_msg(m);
+	if (!c)
 		return ST_ENOMEM;
-	}
+	m->queued = 1;
 	m->next = NULL;
 	if (c->tail)
 		c->tail->next = m;
@@ -145,7 +144,9 @@ int st__net_mark_gone(st_net_t *net, int r, int how, const char *why)
 	pthread_mutex_lock(&net->mu);
 	int changed = r != net->rank && net->peers[r].state == PEER_ALIVE;
 	if (changed) {
-		net->peers[r].state = how == PEER_LEFT ? PEER_LEFT : PEER_DEAD;
+		/* Atomic: net.c's peer_usable reads it without mu. */
+		__atomic_store_n(&net->peers[r].state, how == PEER_LEFT ? PEER_LEFT : PEER_DEAD,
+				 __ATOMIC_RELAXED);
 		net->peers[r].stalled = how == PEER_STALLED;
 		net->n_gone++;
 		net->n_dead += how != PEER_LEFT;
@@ -203,9 +204,10 @@ static int first_dead_locked(const st_net_t *net)
 	return -1;
 }
 
-static void deadline_of(double timeout_s, struct timespec *ts)
+/* *ts = t0 + timeout_s. */
+static void deadline_of(const struct timespec *t0, double timeout_s, struct timespec *ts)
 {
-	clock_gettime(CLOCK_MONOTONIC, ts);
+	*ts = *t0;
 	double whole = (double)(time_t)timeout_s;
 	ts->tv_sec += (time_t)whole;
 	ts->tv_nsec += (long)((timeout_s - whole) * 1e9);
@@ -223,11 +225,11 @@ int st__net_recv(st_net_t *net, int src, uint32_t chan, void **buf, size_t *len,
 	assert(src == ST_NET_ANY || (src >= 0 && src < net->size));
 	*buf = NULL;
 	*len = 0;
-	struct timespec deadline;
-	if (timeout_s >= 0)
-		deadline_of(timeout_s > 1e9 ? 1e9 : timeout_s, &deadline);
-	int rc, timed_out = 0;
-	const double poll_until = st__net_now() + ST__NET_POLL_S;
+	/* The clock is read once, and only if nothing is ready at once: a
+	 * clock_gettime was a tenth of a small message's receive. */
+	struct timespec t0, deadline;
+	int rc, timed_out = 0, spin = 1;
+	double poll_until = 0;
 	pthread_mutex_lock(&net->mu);
 	st__net_chan_t *c = chan_locked(net, chan);
 	for (;;) {
@@ -254,13 +256,18 @@ int st__net_recv(st_net_t *net, int src, uint32_t chan, void **buf, size_t *len,
 			rc = ST_EPEER;
 		else if (timed_out)
 			rc = ST_EAGAIN;
-		else if (st__net_now() < poll_until) {
+		else if (spin) {
 			/* Progress the worker ourselves for a moment: an answer
 			 * that is already on its way then needs no wake-up of
 			 * the progress thread and no handoff. */
 			pthread_mutex_unlock(&net->mu);
-			if (!st__net_poll(net))
-				sched_yield();   /* net.c, st__net_poll */
+			if (!poll_until) {
+				clock_gettime(CLOCK_MONOTONIC, &t0);
+				poll_until = (double)t0.tv_sec + (double)t0.tv_nsec * 1e-9 + ST__NET_POLL_S;
+				if (timeout_s >= 0)
+					deadline_of(&t0, timeout_s > 1e9 ? 1e9 : timeout_s, &deadline);
+			}
+			spin = st__net_spin(net, poll_until);
 			pthread_mutex_lock(&net->mu);
 			continue;
 		} else {
@@ -355,4 +362,9 @@ uint64_t st__net_frames_unhashed(const st_net_t *net)
 uint64_t st__net_msgs_bare(const st_net_t *net)
 {
 	return atomic_load(&((st_net_t *)net)->msgs_bare);
+}
+
+uint64_t st__net_msgs_imm(const st_net_t *net)
+{
+	return atomic_load(&((st_net_t *)net)->msgs_imm);
 }

@@ -21,7 +21,7 @@
  * they leave a request in flight. Application threads post sends under
  * wmu and wait for completion on sent_cv. A thread about to wait (for a
  * message or a send) first progresses the worker itself for up to
- * ST__NET_POLL_S when nobody else holds wmu (st__net_poll): an answer
+ * ST__NET_POLL_S when nobody else holds wmu (st__net_spin): an answer
  * already on its way then needs no wake-up of the progress thread and no
  * handoff through a condition variable, which was most of the one-way
  * latency (docs/benchmarks.md, "Transport": 50 -> 12-18 us on 2 cores).
@@ -60,6 +60,11 @@
 #include "runtime/net/net_internal.h"
 
 #define CLOSE_WAIT_S 5.0   /* st_net_close waits at most this for its last messages */
+
+/* Messages up to IMM_MAX bytes are sent as ones that must complete at
+ * once (post) over TCP; to a rank on shared memory up to IMM_MAX_SHM. */
+#define IMM_MAX 1024
+#define IMM_MAX_SHM 64
 
 static int status_rc(ucs_status_t s)
 {
@@ -117,6 +122,16 @@ int st__net_bare(const st_net_t *net, int dst)
 }
 
 /* A received message's payload is in: check it, then deliver or drop it. */
+/* Adds 1 to a counter that is only written under one lock (mu, or wmu
+ * for msgs_imm): a plain load and store, where an atomic add (a locked
+ * instruction) cost more than the rest of a small message's bookkeeping.
+ * Readers load it atomically. */
+static void bump_locked(atomic_uint_fast64_t *c)
+{
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+			      memory_order_relaxed);
+}
+
 static void recv_finished(st__net_msg_t *m, ucs_status_t s)
 {
 	st_net_t *net = m->net;
@@ -124,21 +139,32 @@ static void recv_finished(st__net_msg_t *m, ucs_status_t s)
 		memcpy(&m->hdr, (const char *)m->buf + m->len, sizeof m->hdr);
 	const char *why = s != UCS_OK ? ucs_status_string(s)
 		: st__net_frame_check(&m->hdr, m->src, m->chan, net->rank, m->buf, m->len);
-	int src = m->src;
-	uint32_t chan = m->chan;
+	const int src = m->src, queued = m->queued > 0;
+	const uint32_t chan = m->chan;
+	int lost = m->queued < 0;   /* no memory for its channel (take_locked) */
 	pthread_mutex_lock(&net->mu);
 	if (!why) {
 		if (m->hdr.version & ST__NET_FRAME_UNHASHED)
-			atomic_fetch_add(&net->frames_unhashed, 1);
+			bump_locked(&net->frames_unhashed);
 		if (m->bare)
-			atomic_fetch_add(&net->msgs_bare, 1);
+			bump_locked(&net->msgs_bare);
 		m->ready = 1;
-		pthread_cond_broadcast(&net->chans[m->chan]->cv);
-	} else {
-		st__net_inbox_drop_locked(net, m);
+		if (queued)
+			pthread_cond_broadcast(&net->chans[m->chan]->cv);
+		else if (!lost)   /* taken and received in one go (take_locked) */
+			lost = st__net_inbox_add_locked(net, m) < 0;
+	} else if (queued) {
+		st__net_inbox_drop_locked(net, m);   /* frees m */
 	}
 	pthread_mutex_unlock(&net->mu);
-	if (why && s == UCS_OK) {
+	if ((why && !queued) || lost) {
+		free(m->buf);
+		free(m);
+	}
+	if (lost && !why)
+		st_error("net: out of memory for channel %u: dropped a message from rank %d", chan,
+			 src);
+	else if (why && s == UCS_OK) {
 		atomic_fetch_add(&net->frames_dropped, 1);
 		st_warn("net: dropped a malformed message from rank %d on channel %u: %s", src,
 			chan, why);
@@ -198,7 +224,7 @@ static void take_locked(st_net_t *net, ucp_tag_message_h msg, const ucp_tag_recv
 		discard_locked(net, msg, "shorter than a frame header (truncated)", src, info->length);
 		return;
 	}
-	st__net_msg_t *m = calloc(1, sizeof *m);
+	st__net_msg_t *m = malloc(sizeof *m);   /* all of it set below; calloc skips glibc's tcache */
 	size_t len = bare ? info->length : info->length - sizeof(st__net_frame_t);
 	/* The collectives' large messages in warm reused buffers (pool.c). */
 	const size_t cap = trailer ? info->length : len;   /* room for the trailing frame */
@@ -216,13 +242,6 @@ static void take_locked(st_net_t *net, ucp_tag_message_h msg, const ucp_tag_recv
 	m->iov[1] = (ucp_dt_iov_t){ buf, len };
 	if (bare)   /* the frame its sender left out (BARE) */
 		st__net_frame_fill_unhashed(&m->hdr, src, net->rank, chan, len);
-	pthread_mutex_lock(&net->mu);
-	int rc = st__net_inbox_add_locked(net, m);
-	pthread_mutex_unlock(&net->mu);
-	if (rc < 0) {
-		discard_locked(net, msg, "out of memory", src, info->length);
-		return;
-	}
 	ucp_request_param_t p = { .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
 				  UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE,
 				  .cb.recv = recv_cb, .user_data = m,
@@ -231,31 +250,49 @@ static void take_locked(st_net_t *net, ucp_tag_message_h msg, const ucp_tag_recv
 		p.datatype = ucp_dt_make_contig(1);
 	ucs_status_ptr_t sp = trailer || bare ? ucp_tag_msg_recv_nbx(net->worker, buf, cap, msg, &p)
 		: ucp_tag_msg_recv_nbx(net->worker, m->iov, len ? 2 : 1, msg, &p);
-	if (UCS_PTR_IS_PTR(sp) && sp)
-		atomic_fetch_add(&net->inflight, 1);
-	else
+	/* A message UCX holds all of (eager: every small one) is received at
+	 * once and joins its channel, ready, in recv_finished's one locked
+	 * section: a lock less than queueing it first. One still arriving
+	 * (rendezvous) takes its place in the channel now and is marked ready
+	 * later. Either way before wmu is let go, so no later message of
+	 * this sender is taken in between: a sender's messages stay in order. */
+	if (!UCS_PTR_IS_PTR(sp) || !sp) {
 		recv_finished(m, UCS_PTR_STATUS(sp));
+		return;
+	}
+	atomic_fetch_add(&net->inflight, 1);
+	pthread_mutex_lock(&net->mu);
+	if (st__net_inbox_add_locked(net, m) < 0)
+		m->queued = -1;   /* recv_finished drops it */
+	pthread_mutex_unlock(&net->mu);
 }
 
 static void close_ep_locked(st_net_t *net, int r);
 
-/* Progresses the worker until it has nothing more to do. Under wmu. */
-static void progress_locked(st_net_t *net)
+/* One progress call, then the messages waiting in UCX's unexpected queue
+ * are taken into the inbox (every message but the DIRECT ones, which wait
+ * for their receive: st__net_recv_direct). Returns the events. Under wmu. */
+static unsigned progress_once(st_net_t *net)
 {
-	for (;;) {
-		unsigned n = ucp_worker_progress(net->worker);
-		ucp_tag_recv_info_t info;
-		ucp_tag_message_h msg;
-		/* Every message but the DIRECT ones, which wait for their
-		 * receive (st__net_recv_direct). */
-		while ((msg = ucp_tag_probe_nb(net->worker, 0, ST__NET_TAG_DIRECT_BIT, 1, &info))) {
-			take_locked(net, msg, &info);
-			n++;
-		}
-		if (!n)
-			break;
+	unsigned n = ucp_worker_progress(net->worker);
+	ucp_tag_recv_info_t info;
+	ucp_tag_message_h msg;
+	while ((msg = ucp_tag_probe_nb(net->worker, 0, ST__NET_TAG_DIRECT_BIT, 1, &info))) {
+		take_locked(net, msg, &info);
+		n++;
 	}
-	if (!atomic_exchange(&net->eps_failed, 0))
+	if (n)   /* written only under wmu: no locked add needed */
+		atomic_store_explicit(&net->progressed,
+				      atomic_load_explicit(&net->progressed, memory_order_relaxed) + n,
+				      memory_order_release);
+	return n;
+}
+
+/* Closes the endpoints UCX reported failed (ep_error). Under wmu. */
+static void reap_failed_eps_locked(st_net_t *net)
+{
+	if (!atomic_load_explicit(&net->eps_failed, memory_order_relaxed) ||
+	    !atomic_exchange(&net->eps_failed, 0))
 		return;
 	for (int r = 0; r < net->size; r++) {
 		if (!net->peers[r].ep_failed || !net->peers[r].ep)
@@ -272,6 +309,14 @@ static void progress_locked(st_net_t *net)
 	}
 }
 
+/* Progresses the worker until it has nothing more to do. Under wmu. */
+static void progress_locked(st_net_t *net)
+{
+	while (progress_once(net))
+		;
+	reap_failed_eps_locked(net);
+}
+
 /* The progress thread is woken for a send only when its poster stops
  * progressing the worker itself: before it sleeps (st__net_recv,
  * st__net_wait) or returns with the send in flight (st_net_send_submit).
@@ -283,19 +328,38 @@ void st__net_kick(st_net_t *net)
 		wake_progress(net);
 }
 
-/* A waiter that finds wmu taken yields before it tries again: whoever
- * holds it is doing the work (on shared memory, a receiver's progress
- * copying a payload out of the sender, CMA), and on a machine with no core
- * to spare a waiter spinning on the lock took that core from it. Measured
- * (bench_net -n 2 --what bw, 2-core VM, docs/benchmarks.md "Frameless
- * and direct messages on shared memory"): a 1 MiB stream 2-6 -> 8-11 GB/s. */
-int st__net_poll(st_net_t *net)
+/* Between two looks at the inbox or a request, a waiter used to take
+ * both locks and read the clock once per progress call: perf of the
+ * 8-byte ping-pong had clock_gettime at 21% and the mutexes at 23% of its
+ * samples. Here it takes only wmu, stops at the first progress call that
+ * did something (here, or in another thread since it began: `progressed`),
+ * and reads the clock every SPIN_CLOCK_TURNS calls. */
+enum { SPIN_CLOCK_TURNS = 16 };
+
+int st__net_spin(st_net_t *net, double until)
 {
-	if (pthread_mutex_trylock(&net->wmu) != 0)
-		return 0;   /* someone is progressing the worker already */
-	progress_locked(net);
-	pthread_mutex_unlock(&net->wmu);
-	return 1;
+	const unsigned seen = atomic_load_explicit(&net->progressed, memory_order_acquire);
+	for (unsigned k = 1;; k++) {
+		/* A waiter that finds wmu taken yields before it tries
+		 * again: whoever holds it is doing the work (on shared memory,
+		 * a receiver's progress copying a payload out of the sender,
+		 * CMA), and on a machine with no core to spare a waiter
+		 * spinning on the lock took that core from it. Measured
+		 * (bench_net -n 2 --what bw, 2-core VM, docs/benchmarks.md
+		 * "Frameless and direct messages on shared memory"): a 1 MiB
+		 * stream 2-6 -> 8-11 GB/s. */
+		if (pthread_mutex_trylock(&net->wmu) != 0) {
+			sched_yield();
+			return 1;
+		}
+		progress_once(net);
+		reap_failed_eps_locked(net);
+		pthread_mutex_unlock(&net->wmu);
+		if (atomic_load_explicit(&net->progressed, memory_order_acquire) != seen)
+			return 1;
+		if (k % SPIN_CLOCK_TURNS == 0 && st__net_now() >= until)
+			return 0;
+	}
 }
 
 static void *progress_main(void *arg)
@@ -405,7 +469,7 @@ int st__net_recv_direct(st_net_t *net, int src, uint32_t chan, void *buf, size_t
 		q.len = info.length;
 	} else {
 		const double until = st__net_now() + ST__NET_POLL_S;
-		int canceled = 0;
+		int canceled = 0, spin = 1;
 		pthread_mutex_lock(&net->mu);
 		while (!q.done) {
 			int lost = net->peers[src].state != PEER_ALIVE || (fail_any && net->n_dead);
@@ -420,10 +484,9 @@ int st__net_recv_direct(st_net_t *net, int src, uint32_t chan, void *buf, size_t
 				canceled = 1;
 				continue;
 			}
-			if (st__net_now() < until) {
+			if (spin) {
 				pthread_mutex_unlock(&net->mu);
-				if (!st__net_poll(net))
-					sched_yield();
+				spin = st__net_spin(net, until);
 				pthread_mutex_lock(&net->mu);
 				continue;
 			}
@@ -444,8 +507,10 @@ int st__net_recv_direct(st_net_t *net, int src, uint32_t chan, void *buf, size_t
 			 : ucs_status_string(q.status));
 		return ST_EPEER;
 	}
-	atomic_fetch_add(&net->frames_unhashed, 1);
-	atomic_fetch_add(&net->msgs_bare, 1);
+	pthread_mutex_lock(&net->mu);
+	bump_locked(&net->frames_unhashed);
+	bump_locked(&net->msgs_bare);
+	pthread_mutex_unlock(&net->mu);
 	return ST_OK;
 }
 
@@ -498,6 +563,39 @@ int st__net_post_direct(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t ch
 	return post(net, req, dst, chan, buf, len, NULL, 0, 1);
 }
 
+/* Whether dst's endpoint may be sent on. Under wmu. Its state is read
+ * without mu (st__net_mark_gone stores it atomically): a send that races
+ * with the news of dst's death is one more send to a rank about to be
+ * found dead, as it would be a moment earlier, and a lock less per send. */
+static int peer_usable(st_net_t *net, int dst)
+{
+	const st__net_peer_t *peer = &net->peers[dst];
+	return __atomic_load_n(&peer->state, __ATOMIC_RELAXED) == PEER_ALIVE && peer->ep &&
+	       !peer->ep_failed;
+}
+
+/* Sends with UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL in q: UCS_OK when sent;
+ * otherwise nothing was. */
+static ucs_status_t send_imm(st_net_t *net, int dst, const void *buf, size_t count,
+				    uint64_t tag, const ucp_request_param_t *q)
+{
+	pthread_mutex_lock(&net->wmu);
+	ucs_status_ptr_t sp = !peer_usable(net, dst) ? UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET)
+		: ucp_tag_send_nbx(net->peers[dst].ep, buf, count, tag, q);
+	if (sp == NULL)   /* UCS_OK */
+		bump_locked(&net->msgs_imm);   /* written only under wmu */
+	pthread_mutex_unlock(&net->wmu);
+	return UCS_PTR_STATUS(sp);
+}
+
+static void count_sent(st_net_t *net, uint32_t chan, size_t bytes)
+{
+	atomic_fetch_add(&net->bytes_sent, bytes);
+	atomic_fetch_add(&net->msgs_sent, 1);
+	if (chan >= 0xff00)
+		atomic_fetch_add(&net->bytes_sent_coll, bytes);
+}
+
 static int post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan, const void *a,
 		size_t alen, const void *b, size_t blen, int direct)
 {
@@ -527,27 +625,63 @@ static int post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan, cons
 		pthread_mutex_lock(&net->mu);
 		int rc = st__net_inbox_add_locked(net, m);
 		pthread_mutex_unlock(&net->mu);
-		req->done = 1;
+		if (rc < 0) {
+			free(buf);
+			free(m);
+		}
+		req->done = req->imm = 1, req->status = rc;
 		return rc;
+	}
+	const size_t fmin = chan == ST__NET_COLL_CHAN ? net->flat_min_coll : net->flat_min;
+	const size_t len = alen + blen;
+	size_t total = sizeof req->hdr + len;
+	const int bare = st__net_bare(net, dst) && (!alen || !blen);
+	if (bare)
+		total = len;
+	const uint64_t tag = ST__NET_TAG(chan, net->rank) - ST__NET_TAG_MAGIC +
+		(!bare ? ST__NET_TAG_MAGIC : direct ? ST__NET_TAG_MAGIC_DIRECT : ST__NET_TAG_MAGIC_BARE);
+	/* A small message: first as one that must complete at once, with no
+	 * ticket and no callback. The 8-byte ping-pong spent a malloc, a free
+	 * and a lock more per send on the ticket, which such a send never needs
+	 * (docs/benchmarks.md, "Small-message latency"). UCX 1.13 completes a
+	 * send at once only through its inline short protocol: contiguous
+	 * bytes up to am_short (`ucx_info -d`: 100 bytes on shared memory, UCP's
+	 * header included, 8 KiB over TCP), so a framed message is copied out
+	 * flat first, as the iov below would have it on the wire. */
+	const size_t imm_max = net->peers[dst].shm ? IMM_MAX_SHM : IMM_MAX;
+	if (total <= imm_max && !(fmin && total >= fmin)) {
+		uint8_t flat[IMM_MAX];
+		const void *bytes = bare ? (alen ? a : b) : flat;
+		if (!bare) {
+			memcpy(flat, &req->hdr, sizeof req->hdr);
+			if (alen)
+				memcpy(flat + sizeof req->hdr, a, alen);
+			if (blen)
+				memcpy(flat + sizeof req->hdr + alen, b, blen);
+		}
+		ucp_request_param_t q = { .op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE |
+					  UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL,
+					  .datatype = ucp_dt_make_contig(1) };
+		if (send_imm(net, dst, bytes, total, tag, &q) == UCS_OK) {
+			req->done = req->imm = 1;
+			count_sent(net, chan, total);
+			return ST_OK;
+		}
+		/* Anything else (no room now, a dead peer) takes the way below. */
 	}
 	st__net_ticket_t *t = malloc(sizeof *t);
 	if (!t)
 		return ST_ENOMEM;
 	*t = (st__net_ticket_t){ .req = req, .net = net, .hdr = req->hdr };
 	int n = 0;
-	size_t total = sizeof t->hdr + alen + blen;
 	ucp_request_param_t p = { .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
 				  UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE,
 				  .cb.send = send_cb, .user_data = t,
 				  .datatype = ucp_dt_make_iov() };
-	const size_t fmin = chan == ST__NET_COLL_CHAN ? net->flat_min_coll : net->flat_min;
-	uint32_t magic = ST__NET_TAG_MAGIC;
 	const void *buf = NULL;
-	size_t len = alen + blen;
-	if (st__net_bare(net, dst) && (!alen || !blen)) {   /* BARE */
+	uint64_t stag = tag;
+	if (bare) {   /* BARE */
 		buf = alen ? a : b;
-		total = len;
-		magic = direct ? ST__NET_TAG_MAGIC_DIRECT : ST__NET_TAG_MAGIC_BARE;
 		p.datatype = ucp_dt_make_contig(1);
 	} else if (fmin && total >= fmin && (t->flat = st__net_pool_get(net, total))) {
 		uint8_t *f = t->flat;   /* payload, then the frame (FLAT) */
@@ -557,7 +691,7 @@ static int post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan, cons
 			memcpy(f + alen, b, blen);
 		memcpy(f + alen + blen, &t->hdr, sizeof t->hdr);
 		buf = f;
-		magic = ST__NET_TAG_MAGIC_FLAT;
+		stag = tag - ST__NET_TAG_MAGIC + ST__NET_TAG_MAGIC_FLAT;
 		p.datatype = ucp_dt_make_contig(1);
 	} else {
 		t->iov[n++] = (ucp_dt_iov_t){ &t->hdr, sizeof t->hdr };
@@ -567,32 +701,23 @@ static int post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan, cons
 			t->iov[n++] = (ucp_dt_iov_t){ (void *)b, blen };
 	}
 	pthread_mutex_lock(&net->wmu);
-	st__net_peer_t *peer = &net->peers[dst];
-	pthread_mutex_lock(&net->mu);
-	int alive = peer->state == PEER_ALIVE;
-	pthread_mutex_unlock(&net->mu);
-	ucs_status_ptr_t sp = !alive || !peer->ep || peer->ep_failed
-		? UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET)
-		: ucp_tag_send_nbx(peer->ep, buf ? buf : (const void *)t->iov, buf ? total : (size_t)n,
-				   ST__NET_TAG(chan, net->rank) - ST__NET_TAG_MAGIC + magic, &p);
+	ucs_status_ptr_t sp = !peer_usable(net, dst) ? UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET)
+		: ucp_tag_send_nbx(net->peers[dst].ep, buf ? buf : (const void *)t->iov,
+				   buf ? total : (size_t)n, stag, &p);
 	int pending = UCS_PTR_IS_PTR(sp) && sp;
 	int rc = pending ? ST_OK : status_rc(UCS_PTR_STATUS(sp));
 	if (pending) {
 		atomic_fetch_add(&net->inflight, 1);
 		req->ticket = t;   /* send_cb cannot run: it needs wmu */
 	} else {
-		req->done = 1, req->status = rc;
+		req->done = req->imm = 1, req->status = rc;
 		ticket_free(net, t);
 	}
 	pthread_mutex_unlock(&net->wmu);
 	if (pending)   /* someone must progress it: its waiter, or the progress thread */
 		atomic_store(&net->wake_owed, 1);
-	if (rc == ST_OK) {
-		atomic_fetch_add(&net->bytes_sent, total);
-		atomic_fetch_add(&net->msgs_sent, 1);
-		if (chan >= 0xff00)
-			atomic_fetch_add(&net->bytes_sent_coll, total);
-	}
+	if (rc == ST_OK)
+		count_sent(net, chan, total);
 	return rc;
 }
 
@@ -624,14 +749,20 @@ static int give_up_locked(st_net_t *net, st__net_sreq_t *req)
 
 int st__net_wait(st_net_t *net, st__net_sreq_t *reqs, int n)
 {
-	int rc = ST_OK;
-	const double until = st__net_now() + ST__NET_POLL_S;
+	int rc = ST_OK, spin = 1;
+	double until = 0;   /* read from the clock only if a request is not done */
+	for (; n > 0 && reqs->imm; reqs++, n--)   /* no callback writes these */
+		if (reqs->status < 0 && rc == ST_OK)
+			rc = reqs->status;
+	if (!n)
+		return rc;
 	pthread_mutex_lock(&net->mu);
 	for (int i = 0; i < n; i++) {
-		while (!reqs[i].done && st__net_now() < until) {
+		while (!reqs[i].done && spin) {
 			pthread_mutex_unlock(&net->mu);
-			if (!st__net_poll(net))
-				sched_yield();   /* see st__net_poll */
+			if (!until)
+				until = st__net_now() + ST__NET_POLL_S;
+			spin = st__net_spin(net, until);
 			pthread_mutex_lock(&net->mu);
 		}
 		if (!reqs[i].done)

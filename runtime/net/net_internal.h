@@ -136,6 +136,7 @@ typedef struct st__net_msg {
 	st__net_frame_t hdr;
 	int trailer;     /* a large message: its frame follows the payload in buf (net.c) */
 	int bare;        /* it came without a frame (net.c, BARE): hdr is filled in here */
+	int queued;      /* in its channel's list (net.c adds it at arrival or completion) */
 	uint32_t chan;
 	struct st_net *net;
 #if ST_HAVE_UCX
@@ -150,7 +151,8 @@ typedef struct st__net_chan {
 } st__net_chan_t;
 
 typedef struct st__net_peer {
-	int state;          /* PEER_ALIVE, PEER_LEFT or PEER_DEAD, under mu */
+	int state;          /* PEER_ALIVE, PEER_LEFT or PEER_DEAD, under mu (stored
+			     * atomically: net.c's peer_usable reads it without) */
 	int stalled;        /* dead because it went silent, not because it exited (mu) */
 #if ST_HAVE_UCX
 	ucp_ep_h ep;        /* under wmu; NULL once closed */
@@ -185,6 +187,7 @@ typedef struct st__net_ticket {
 typedef struct st__net_sreq {
 	st__net_frame_t hdr;
 	int done;           /* under mu */
+	int imm;            /* done inside the post, by its poster (no lock needed) */
 	int status;
 	int dst;
 	struct st_net *net;
@@ -207,6 +210,7 @@ struct st_net {
 	/* counters */
 	atomic_uint_fast64_t bytes_sent, msgs_sent, frames_dropped, frames_unhashed;
 	atomic_uint_fast64_t msgs_bare;         /* of frames_unhashed: received frameless (BARE) */
+	atomic_uint_fast64_t msgs_imm;          /* sends done inside their post, no ticket (wmu) */
 	atomic_uint_fast64_t bytes_sent_coll;   /* of bytes_sent: on channels >= 0xff00 */
 	atomic_uint_fast64_t coll_rounds;       /* st_net_coll_rounds */
 
@@ -241,6 +245,7 @@ struct st_net {
 	atomic_int closing;            /* of them: flushes and closes (st_net_close waits) */
 	atomic_int eps_failed;         /* some peer's ep reported an error */
 	atomic_int wake_owed;          /* a send was posted; st__net_kick wakes the progress thread */
+	atomic_uint progressed;        /* events of progress_locked, whoever ran it (st__net_spin) */
 	int shm_allowed;               /* STRATA_NET_SHM is not 0 */
 	int hash_shm;                  /* STRATA_NET_CHECKSUM=all: frames to shm peers hashed */
 	st__net_ticket_t *abandoned;   /* sends given up while UCX held them (mu) */
@@ -267,7 +272,8 @@ int st__net_mpi_allreduce(st_net_t *net, float *buf, size_t n);
 int st__net_inbox_init(st_net_t *net);
 void st__net_inbox_fini(st_net_t *net);
 /* Takes ownership of m (ready or not) and appends it to its channel, under
- * mu. Returns ST_ENOMEM when the channel cannot be allocated (m is freed). */
+ * mu. Returns ST_ENOMEM when the channel cannot be allocated (m is left to
+ * the caller). */
 int st__net_inbox_add_locked(st_net_t *net, st__net_msg_t *m);
 /* Removes m from its channel (under mu) and frees it. */
 void st__net_inbox_drop_locked(st_net_t *net, st__net_msg_t *m);
@@ -333,8 +339,11 @@ int st__net_wait(st_net_t *net, st__net_sreq_t *reqs, int n);
 /* How long a thread waiting for a message or a send progresses the UCX
  * worker itself before it sleeps. */
 #define ST__NET_POLL_S 50e-6
-/* Progresses the worker if nobody else is (net.c); 1 if it did. */
-int st__net_poll(st_net_t *net);
+/* A waiter's busy-poll (net.c): progresses the worker until something
+ * happened (a progress call did work, here or in another thread), another
+ * thread holds wmu, or the clock passes `until` (st__net_now). Returns 0
+ * when `until` passed, 1 otherwise: look again. Call without locks. */
+int st__net_spin(st_net_t *net, double until);
 /* Wakes the progress thread if a send was posted since it was last woken
  * (net.c): a thread that posted calls it before it sleeps or leaves the
  * send in flight. Takes no lock. */
@@ -381,5 +390,8 @@ uint64_t st__net_frames_dropped(const st_net_t *net);
 uint64_t st__net_frames_unhashed(const st_net_t *net);
 /* Of those, the messages that came without a frame at all (net.c, BARE). */
 uint64_t st__net_msgs_bare(const st_net_t *net);
+/* Sends to other ranks that completed inside their post, with no ticket
+ * (net.c, post: small messages). */
+uint64_t st__net_msgs_imm(const st_net_t *net);
 
 #endif

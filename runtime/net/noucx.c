@@ -76,7 +76,7 @@ void st__net_kick(st_net_t *net)
 	assert(!"no st_net_t without UCX");
 }
 
-int st__net_poll(st_net_t *net)
+int st__net_spin(st_net_t *net, double until)
 {
 	assert(!"no st_net_t without UCX");
 	return 0;

@@ -694,6 +694,49 @@ static int body_p2p(st_net_t *net, job_t *j)
 		if (b[i] != pattern(i, 5))
 			CHECK(!"8 MB message corrupted");
 	free(b);
+	/* Large and small messages alternating on one channel, submitted
+	 * without waiting, keep their order: a small one is received at once,
+	 * while the large one before it may still be arriving (net.c,
+	 * take_locked). */
+	{
+		enum { N_MIX = 8 };
+		const size_t large = (1u << 20) + 5;
+		uint8_t *lb[N_MIX] = { 0 };
+		int small[N_MIX];
+		st_net_send_req_t *q[N_MIX];
+		for (int i = 0; i < N_MIX; i++) {
+			small[i] = i;
+			if (i % 2 == 0) {
+				CHECK((lb[i] = malloc(large)));
+				for (size_t k = 0; k < large; k++)
+					lb[i][k] = pattern(k, i);
+			}
+			CHECK_RC(st_net_send_submit(net, (r + 1) % P, 13,
+						    i % 2 ? (void *)&small[i] : lb[i],
+						    i % 2 ? sizeof small[i] : large, &q[i]),
+				 ST_OK);
+		}
+		for (int i = 0; i < N_MIX; i++) {
+			uint8_t *m = recv_ok(net, (r + P - 1) % P, 13, &len);
+			if (i % 2 == 0) {
+				CHECK(len == large);
+				for (size_t k = 0; k < len; k++)
+					if (m[k] != pattern(k, i))
+						CHECK(!"a large message out of order or corrupted");
+			} else {
+				CHECK(len == sizeof i && !memcmp(m, &i, sizeof i));
+			}
+			free(m);
+		}
+		for (int i = 0; i < N_MIX; i++) {
+			CHECK_RC(st_net_send_wait(net, q[i]), ST_OK);
+			free(lb[i]);
+		}
+	}
+	/* Small sends to other ranks complete inside their post, with no
+	 * ticket (net.c, post), on shared memory and over TCP. */
+	if (P > 1)
+		CHECK(st__net_msgs_imm(net) > 0);
 	/* Nothing else is queued. */
 	void *none;
 	CHECK_RC(st_net_recv(net, ST_NET_ANY, 7, &none, &len, NULL, 0.01), ST_EAGAIN);
