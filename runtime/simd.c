@@ -1,7 +1,8 @@
 /*
- * simd.c — run-time choice between AVX2 loops and their references (simd.h).
+ * simd.c — run-time choice between AVX2 (or AVX-512) loops and their
+ * references (simd.h).
  *
- * AVX2 comes from __builtin_cpu_supports, which both gcc and clang know
+ * AVX2 and AVX-512 come from __builtin_cpu_supports, which both gcc and clang know
  * (unlike "f16c", see runtime/store/rowfmt.c); other architectures and
  * compilers answer 0 and run the references.
  */
@@ -32,6 +33,22 @@ int st_simd_cpu_avx2(void)
 #endif
 }
 
+int st_simd_cpu_avx512(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+	static int v = -1;
+	int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
+	if (r < 0) {
+		__builtin_cpu_init();
+		r = __builtin_cpu_supports("avx512f") ? 1 : 0;
+		__atomic_store_n(&v, r, __ATOMIC_RELAXED);
+	}
+	return r;
+#else
+	return 0;
+#endif
+}
+
 void st_simd_set_ref(int on)
 {
 	__atomic_store_n(&force_ref, on ? 1 : 0, __ATOMIC_RELAXED);
@@ -46,6 +63,11 @@ int st_simd_avx2(void)
 		__atomic_store_n(&force_ref, f, __ATOMIC_RELAXED);
 	}
 	return !f && st_simd_cpu_avx2();
+}
+
+int st_simd_avx512(void)
+{
+	return st_simd_avx2() && st_simd_cpu_avx512();
 }
 
 /*

@@ -23,6 +23,11 @@ int st_simd_avx2(void);
 /* 1 when this CPU has AVX2 at all (whatever the override says). */
 int st_simd_cpu_avx2(void);
 
+/* 1 when AVX-512 (F) loops may run: as st_simd_avx2, for the few loops
+ * where 64-byte vectors pay (runtime/net/coll.c's adds). */
+int st_simd_avx512(void);
+int st_simd_cpu_avx512(void);
+
 /* force_ref != 0: every dispatching loop runs its reference until called
  * again with 0. For benchmarks that time old and new in one process and for
  * tests; the environment variable ST_SIMD=ref sets it at the first call. */

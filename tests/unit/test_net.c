@@ -862,6 +862,23 @@ static int body_coll(st_net_t *net, job_t *j)
 }
 
 static void test_net_coll_2(void **state) { (void)state; run_job(2, body_coll); }
+
+/* The same with the references forced (runtime/simd.h): the allreduce's
+ * adds through the plain loop, where test_net_coll_2 takes the AVX-512 one
+ * on a CPU that has it (the ranks inherit the setting). */
+static void test_net_coll_2_ref(void **state)
+{
+	(void)state;
+	st_simd_set_ref(1);
+	run_job(2, body_coll);
+}
+
+static int simd_unforce(void **state)
+{
+	(void)state;
+	st_simd_set_ref(0);   /* also when the test failed half-way */
+	return 0;
+}
 static void test_net_coll_4(void **state) { (void)state; run_job(4, body_coll); }
 
 /* The allreduce's segments (coll.c): each rank's chunk moves in pieces of
@@ -1525,6 +1542,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_net_p2p_2_checksum_all),
 		cmocka_unit_test(test_net_p2p_4),
 		cmocka_unit_test(test_net_coll_2),
+		cmocka_unit_test_teardown(test_net_coll_2_ref, simd_unforce),
 		cmocka_unit_test(test_net_coll_4),
 		cmocka_unit_test(test_net_coll_segments_2),
 		cmocka_unit_test(test_net_coll_segments_3),
