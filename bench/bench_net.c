@@ -69,6 +69,7 @@
 
 #define MAX_P 64
 #define MAX_SIZES 8
+#define MAX_WINDOW 64
 #define CH_BW 1        /* p2p bandwidth payloads, rank 0 -> 1 */
 #define CH_ACK 2       /* the ack that ends a bandwidth round, 1 -> 0 */
 #define CH_PING 3      /* latency ping-pong, both ways */
@@ -84,6 +85,7 @@ typedef struct opts {
 	int n_floats;
 	long iters;        /* 0: by size */
 	long lat_iters;
+	int window;        /* p2p sends in flight (st_net_send_submit); 1: st_net_send */
 	int do_lat, do_bw, do_ar;
 	double timeout_s;
 } opts_t;
@@ -170,16 +172,29 @@ static void p2p_latency(st_net_t *net, long iters)
 
 /* One round: rank 0 sends k messages of size bytes, rank 1 takes them and
  * acks. Returns rank 0's elapsed seconds (0 elsewhere). */
-static double p2p_round(st_net_t *net, const uint8_t *buf, size_t size, long k, int check)
+static double p2p_round(st_net_t *net, const uint8_t *buf, size_t size, long k, int window,
+			int check)
 {
 	int r = st_net_rank(net);
 	void *msg;
 	size_t len;
+	st_net_send_req_t *q[MAX_WINDOW] = { 0 };
 	NET_OK(r, st_net_barrier(net));
 	double t0 = now_s(), dt = 0;
 	if (r == 0) {
-		for (long i = 0; i < k; i++)
-			NET_OK(r, st_net_send(net, 1, CH_BW, buf, size));
+		for (long i = 0; i < k; i++) {
+			if (window <= 1) {
+				NET_OK(r, st_net_send(net, 1, CH_BW, buf, size));
+				continue;
+			}
+			/* window sends in flight: the oldest is waited for
+			 * before its slot takes the next one */
+			st_net_send_req_t **slot = &q[i % window];
+			NET_OK(r, st_net_send_wait(net, *slot));
+			NET_OK(r, st_net_send_submit(net, 1, CH_BW, buf, size, slot));
+		}
+		for (int w = 0; w < window && window > 1; w++)
+			NET_OK(r, st_net_send_wait(net, q[w]));
 		NET_OK(r, st_net_recv(net, 1, CH_ACK, &msg, &len, NULL, RECV_WAIT_S));
 		dt = now_s() - t0;
 		free(msg);
@@ -202,7 +217,7 @@ static double p2p_round(st_net_t *net, const uint8_t *buf, size_t size, long k, 
 	return dt;
 }
 
-static void p2p_bandwidth(st_net_t *net, size_t size, long iters)
+static void p2p_bandwidth(st_net_t *net, size_t size, long iters, int window)
 {
 	int r = st_net_rank(net);
 	long k = iters;
@@ -215,8 +230,8 @@ static void p2p_bandwidth(st_net_t *net, size_t size, long iters)
 		die_rank(r, "malloc", ST_ENOMEM);
 	for (size_t j = 0; j < size; j++)
 		buf[j] = pattern(j);
-	p2p_round(net, buf, size, k / 10 > 2 ? k / 10 : 2, 1);
-	double dt = p2p_round(net, buf, size, k, 0);
+	p2p_round(net, buf, size, k / 10 > 2 ? k / 10 : 2, window, 1);
+	double dt = p2p_round(net, buf, size, k, window, 0);
 	if (r == 0) {
 		double bytes = (double)size * (double)k;
 		printf("%-10s %10zu %8ld %9.3f %9.3f %9.1f %9s\n", "p2p", size, k, dt,
@@ -318,7 +333,7 @@ static void rank_run(const opts_t *o, const st_net_cfg_t *cfg)
 		if (o->do_lat)
 			p2p_latency(net, o->lat_iters);
 		for (int i = 0; o->do_bw && i < o->n_sizes; i++)
-			p2p_bandwidth(net, o->sizes[i], o->iters);
+			p2p_bandwidth(net, o->sizes[i], o->iters, o->window);
 	}
 	if (o->do_ar) {
 		const char *coll = getenv("STRATA_NET_COLL");
@@ -415,10 +430,11 @@ static int wait_ranks(const pid_t *pid, int P, double timeout_s)
 static void usage(const char *argv0)
 {
 	fprintf(stderr, "usage: %s -n P|--env [--size BYTES] [--iters K] [--what p2p|allreduce|all|lat|bw]\n"
-		"       [--floats N] [--lat-iters K] [--timeout S]\n"
+		"       [--floats N] [--lat-iters K] [--window W] [--timeout S]\n"
 		"P in 2..%d. Default: --what all, sizes 4 KiB, 64 KiB, 1 MiB, 8 MiB, floats 1Ki, "
 		"256Ki, 2Mi;\np2p is lat (8-byte ping-pong) and bw (the sizes). BYTES and N take k and m "
-		"suffixes (x 1024).\n", argv0, MAX_P);
+		"suffixes (x 1024).\nW (1..%d, default 1): bw sends in flight (st_net_send_submit; 1: "
+		"st_net_send).\n", argv0, MAX_P, MAX_WINDOW);
 	exit(2);
 }
 
@@ -441,7 +457,8 @@ static long parse_long(const char *s, const char *argv0)
 
 int main(int argc, char **argv)
 {
-	opts_t o = { .lat_iters = 10000, .do_lat = 1, .do_bw = 1, .do_ar = 1, .timeout_s = 120 };
+	opts_t o = { .lat_iters = 10000, .window = 1, .do_lat = 1, .do_bw = 1, .do_ar = 1,
+		     .timeout_s = 120 };
 	int from_env = 0;
 	static const struct option longopts[] = {
 		{ "size", required_argument, NULL, 's' },
@@ -449,6 +466,7 @@ int main(int argc, char **argv)
 		{ "what", required_argument, NULL, 'w' },
 		{ "floats", required_argument, NULL, 'f' },
 		{ "lat-iters", required_argument, NULL, 'l' },
+		{ "window", required_argument, NULL, 'W' },
 		{ "timeout", required_argument, NULL, 't' },
 		{ "env", no_argument, NULL, 'e' },
 		{ NULL, 0, NULL, 0 },
@@ -461,6 +479,11 @@ int main(int argc, char **argv)
 		case 'f': o.floats[0] = (size_t)parse_long(optarg, argv[0]), o.n_floats = 1; break;
 		case 'k': o.iters = parse_long(optarg, argv[0]); break;
 		case 'l': o.lat_iters = parse_long(optarg, argv[0]); break;
+		case 'W':
+			o.window = (int)parse_long(optarg, argv[0]);
+			if (o.window < 1 || o.window > MAX_WINDOW)
+				usage(argv[0]);
+			break;
 		case 't': o.timeout_s = (double)parse_long(optarg, argv[0]); break;
 		case 'e': from_env = 1; break;
 		case 'w':
