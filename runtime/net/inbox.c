@@ -368,3 +368,8 @@ uint64_t st__net_msgs_imm(const st_net_t *net)
 {
 	return atomic_load(&((st_net_t *)net)->msgs_imm);
 }
+
+uint64_t st__net_msgs_flat(const st_net_t *net)
+{
+	return atomic_load(&((st_net_t *)net)->msgs_flat);
+}

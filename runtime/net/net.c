@@ -81,25 +81,31 @@ static void wake_progress(st_net_t *net)
 /* ---- receiving ----------------------------------------------------------------- */
 
 /* FLAT: a send of at least net->flat_min bytes (frame included), and on
- * the collectives' channel one of at least net->flat_min_coll, travels as
- * one contiguous block on both sides, payload first and the frame behind it, under its own tag
- * magic (ST__NET_TAG_MAGIC_FLAT), so the receiver knows the layout from the
- * tag whatever its own setting. Why: UCX 1.13 moves a rendezvous whose
- * sender or receiver uses an iov through the shared-memory FIFO in bcopy
- * fragments (ucp_rndv_progress_am_bcopy: a copy into the FIFO and one out
- * of it), where a contiguous one is a single zero-copy read by the
- * receiver (CMA), as ucx_perftest's. The frame goes last so that the
- * payload starts the receive buffer, which the receiver takes over and
- * frees as it is. The sender's copy of the payload into its block is the
- * price. Measured on the 16-core machine (bench/device.sh flat,
- * docs/benchmarks.md "Scale-out on 16 cores"): the allreduce of 2M floats
- * took 15-20% less time flat (P = 4: 5.6 vs 6.6 ms, P = 8: 9.8 vs 12.3),
- * where many messages are in flight and a copy less counts; one stream of
- * point-to-point messages was 20-30% slower (1 MiB: 3.3 vs 4.6 GB/s), the
- * sender's copy being on its critical path. Hence flat by default on the
- * collectives' channel only; STRATA_NET_FLAT_MIN=N sets N bytes for every
- * channel (0: never flat). */
-#define FLAT_MIN_COLL_DEFAULT ((size_t)64 << 10)
+ * the collectives' channel or to a rank over the network one of at least
+ * net->flat_min_net, travels as one contiguous block on both sides, payload
+ * first and the frame behind it, under its own tag magic
+ * (ST__NET_TAG_MAGIC_FLAT), so the receiver knows the layout from the tag
+ * whatever its own setting. Why: UCX 1.13 moves a rendezvous whose sender
+ * or receiver uses an iov in bcopy fragments (ucp_rndv_progress_am_bcopy:
+ * on shared memory a copy into the FIFO and one out of it; over TCP 8 KiB
+ * sends), where a contiguous one is a single zero-copy read by the
+ * receiver (CMA) or one large socket send, as ucx_perftest's. The frame
+ * goes last so that the payload starts the receive buffer, which the
+ * receiver takes over and frees as it is. The sender's copy of the payload
+ * into its block is the price. Measured on the 16-core machine
+ * (bench/device.sh flat, docs/benchmarks.md "Scale-out on 16 cores"): the
+ * allreduce of 2M floats took 15-20% less time flat (P = 4: 5.6 vs 6.6 ms,
+ * P = 8: 9.8 vs 12.3), where many messages are in flight and a copy less
+ * counts; one stream of point-to-point messages on shared memory was 20-30%
+ * slower (1 MiB: 3.3 vs 4.6 GB/s), the sender's copy being on its critical
+ * path. Over TCP the copy is cheap next to the wire: a stream of 1 MiB
+ * messages on the loopback went from 1.3 to 2.3-2.7 GB/s flat (2-core VM,
+ * docs/benchmarks.md "Flat messages over TCP"). Hence flat by default on
+ * the collectives' channel and to ranks over the network, 64 KiB and up;
+ * point-to-point on shared memory never (a message of one piece goes BARE
+ * there anyway). STRATA_NET_FLAT_MIN=N sets N bytes for every channel and
+ * peer (0: never flat). */
+#define FLAT_MIN_NET_DEFAULT ((size_t)64 << 10)
 
 /* BARE: a message of one piece (st_net_send, st_net_send_submit; a
  * send2 whose header or payload is empty) to a peer on shared memory goes
@@ -632,7 +638,8 @@ static int post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan, cons
 		req->done = req->imm = 1, req->status = rc;
 		return rc;
 	}
-	const size_t fmin = chan == ST__NET_COLL_CHAN ? net->flat_min_coll : net->flat_min;
+	const size_t fmin = chan == ST__NET_COLL_CHAN || !net->peers[dst].shm ? net->flat_min_net
+		: net->flat_min;
 	const size_t len = alen + blen;
 	size_t total = sizeof req->hdr + len;
 	const int bare = st__net_bare(net, dst) && (!alen || !blen);
@@ -692,6 +699,7 @@ static int post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan, cons
 		memcpy(f + alen + blen, &t->hdr, sizeof t->hdr);
 		buf = f;
 		stag = tag - ST__NET_TAG_MAGIC + ST__NET_TAG_MAGIC_FLAT;
+		atomic_fetch_add(&net->msgs_flat, 1);
 		p.datatype = ucp_dt_make_contig(1);
 	} else {
 		t->iov[n++] = (ucp_dt_iov_t){ &t->hdr, sizeof t->hdr };
@@ -1139,7 +1147,7 @@ int st_net_open(st_net_t **out, const st_net_cfg_t *cfg)
 	net->wake_fd = net->epfd = -1;
 	net->coll_seg = ST__NET_COLL_SEG;
 	net->flat_min = 0;
-	net->flat_min_coll = FLAT_MIN_COLL_DEFAULT;
+	net->flat_min_net = FLAT_MIN_NET_DEFAULT;
 	const char *fm = getenv("STRATA_NET_FLAT_MIN");
 	if (fm) {
 		char *end;
@@ -1148,7 +1156,7 @@ int st_net_open(st_net_t **out, const st_net_cfg_t *cfg)
 			st_warn("net: STRATA_NET_FLAT_MIN=%s: expected a number of bytes (0: never "
 				"flat); keeping the default", fm);
 		else
-			net->flat_min = net->flat_min_coll = (size_t)v;
+			net->flat_min = net->flat_min_net = (size_t)v;
 	}
 	if (st__net_inbox_init(net) < 0) {
 		free(net);

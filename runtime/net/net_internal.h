@@ -211,6 +211,7 @@ struct st_net {
 	atomic_uint_fast64_t bytes_sent, msgs_sent, frames_dropped, frames_unhashed;
 	atomic_uint_fast64_t msgs_bare;         /* of frames_unhashed: received frameless (BARE) */
 	atomic_uint_fast64_t msgs_imm;          /* sends done inside their post, no ticket (wmu) */
+	atomic_uint_fast64_t msgs_flat;         /* sends that went FLAT */
 	atomic_uint_fast64_t bytes_sent_coll;   /* of bytes_sent: on channels >= 0xff00 */
 	atomic_uint_fast64_t coll_rounds;       /* st_net_coll_rounds */
 
@@ -218,7 +219,7 @@ struct st_net {
 	uint64_t coll_seq;
 	size_t coll_seg;               /* allreduce segment, floats (ST__NET_COLL_SEG) */
 	size_t flat_min;               /* sends of this many bytes and up go flat (0: none; net.c) */
-	size_t flat_min_coll;          /* the same on the collectives' channel */
+	size_t flat_min_net;           /* the same on the collectives' channel and over the network */
 	int mpi_on;                    /* allreduce through MPI (coll_mpi.c) */
 	int mpi_owned;                 /* we called MPI_Init, so we finalize */
 	uint64_t mpi_calls;            /* allreduces through MPI so far */
@@ -393,5 +394,7 @@ uint64_t st__net_msgs_bare(const st_net_t *net);
 /* Sends to other ranks that completed inside their post, with no ticket
  * (net.c, post: small messages). */
 uint64_t st__net_msgs_imm(const st_net_t *net);
+/* Sends that went flat (net.c, FLAT). */
+uint64_t st__net_msgs_flat(const st_net_t *net);
 
 #endif

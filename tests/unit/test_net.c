@@ -733,6 +733,11 @@ static int body_p2p(st_net_t *net, job_t *j)
 			free(lb[i]);
 		}
 	}
+	/* Over the network (here TCP on the loopback, STRATA_NET_SHM=0) the
+	 * large messages above go flat by default (net.c, FLAT). */
+	const char *shm = getenv("STRATA_NET_SHM");
+	if (shm && !strcmp(shm, "0") && P > 1)
+		CHECK(st__net_msgs_flat(net) > 0);
 	/* Small sends to other ranks complete inside their post, with no
 	 * ticket (net.c, post), on shared memory and over TCP. */
 	if (P > 1)
@@ -757,14 +762,23 @@ static int body_p2p(st_net_t *net, job_t *j)
 }
 
 /* body_p2p on 2 ranks with var=val in the ranks' environment (the forked
- * ranks inherit it), expecting unhashed frames ("1") or none ("0"). */
+ * ranks inherit it), expecting unhashed frames ("1") or none ("0").
+ * p2p_env_reset (the tests' teardown) clears them, also after a failure,
+ * so that a failed test does not change the ones after it. */
 static void p2p_2_with(const char *var, const char *val, const char *unhashed)
 {
 	setenv(var, val, 1);
 	setenv("TEST_NET_UNHASHED", unhashed, 1);
 	run_job(2, body_p2p);
-	unsetenv(var);
+}
+
+static int p2p_env_reset(void **state)
+{
+	(void)state;
+	unsetenv("STRATA_NET_CHECKSUM");
+	unsetenv("STRATA_NET_SHM");
 	unsetenv("TEST_NET_UNHASHED");
+	return 0;
 }
 
 /* Shared memory, the default checksum setting whatever the caller's. */
@@ -1537,9 +1551,9 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_net_coll_choice_refused),
 		cmocka_unit_test(test_net_single),
-		cmocka_unit_test(test_net_p2p_2),
-		cmocka_unit_test(test_net_p2p_2_tcp),
-		cmocka_unit_test(test_net_p2p_2_checksum_all),
+		cmocka_unit_test_teardown(test_net_p2p_2, p2p_env_reset),
+		cmocka_unit_test_teardown(test_net_p2p_2_tcp, p2p_env_reset),
+		cmocka_unit_test_teardown(test_net_p2p_2_checksum_all, p2p_env_reset),
 		cmocka_unit_test(test_net_p2p_4),
 		cmocka_unit_test(test_net_coll_2),
 		cmocka_unit_test_teardown(test_net_coll_2_ref, simd_unforce),
