@@ -127,7 +127,6 @@ int st__net_bare(const st_net_t *net, int dst)
 	return dst != net->rank && net->peers[dst].shm && !net->hash_shm;
 }
 
-/* A received message's payload is in: check it, then deliver or drop it. */
 /* Adds 1 to a counter that is only written under one lock (mu, or wmu
  * for msgs_imm): a plain load and store, where an atomic add (a locked
  * instruction) cost more than the rest of a small message's bookkeeping.
@@ -138,6 +137,8 @@ static void bump_locked(atomic_uint_fast64_t *c)
 			      memory_order_relaxed);
 }
 
+/* A received message's payload is in: check it, then deliver or drop it
+ * (queued: in its channel already; otherwise it joins it here, ready). */
 static void recv_finished(st__net_msg_t *m, ucs_status_t s)
 {
 	st_net_t *net = m->net;
@@ -583,7 +584,7 @@ static int peer_usable(st_net_t *net, int dst)
 /* Sends with UCP_OP_ATTR_FLAG_FORCE_IMM_CMPL in q: UCS_OK when sent;
  * otherwise nothing was. */
 static ucs_status_t send_imm(st_net_t *net, int dst, const void *buf, size_t count,
-				    uint64_t tag, const ucp_request_param_t *q)
+			     uint64_t tag, const ucp_request_param_t *q)
 {
 	pthread_mutex_lock(&net->wmu);
 	ucs_status_ptr_t sp = !peer_usable(net, dst) ? UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET)
