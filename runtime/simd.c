@@ -17,14 +17,19 @@
 /* -1: not read yet; 0: AVX2 loops allowed; 1: references forced. */
 static int force_ref = -1;
 
-int st_simd_cpu_avx2(void)
+enum { CPU_AVX2 = 1, CPU_AVX512F = 2 };
+
+/* The CPU's features, read once (a racy first use is benign: every thread
+ * computes the same value). */
+static int cpu_features(void)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
 	static int v = -1;
 	int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
 	if (r < 0) {
 		__builtin_cpu_init();
-		r = __builtin_cpu_supports("avx2") ? 1 : 0;
+		r = (__builtin_cpu_supports("avx2") ? CPU_AVX2 : 0) |
+		    (__builtin_cpu_supports("avx512f") ? CPU_AVX512F : 0);
 		__atomic_store_n(&v, r, __ATOMIC_RELAXED);
 	}
 	return r;
@@ -33,20 +38,14 @@ int st_simd_cpu_avx2(void)
 #endif
 }
 
+int st_simd_cpu_avx2(void)
+{
+	return (cpu_features() & CPU_AVX2) != 0;
+}
+
 int st_simd_cpu_avx512(void)
 {
-#if defined(__x86_64__) && defined(__GNUC__)
-	static int v = -1;
-	int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
-	if (r < 0) {
-		__builtin_cpu_init();
-		r = __builtin_cpu_supports("avx512f") ? 1 : 0;
-		__atomic_store_n(&v, r, __ATOMIC_RELAXED);
-	}
-	return r;
-#else
-	return 0;
-#endif
+	return (cpu_features() & CPU_AVX512F) != 0;
 }
 
 void st_simd_set_ref(int on)
