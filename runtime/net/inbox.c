@@ -263,7 +263,7 @@ int st__net_recv(st_net_t *net, int src, uint32_t chan, void **buf, size_t *len,
 			pthread_mutex_unlock(&net->mu);
 			if (!poll_until) {
 				clock_gettime(CLOCK_MONOTONIC, &t0);
-				poll_until = (double)t0.tv_sec + (double)t0.tv_nsec * 1e-9 + ST__NET_POLL_S;
+				poll_until = st__net_secs(&t0) + ST__NET_POLL_S;
 				if (timeout_s >= 0)
 					deadline_of(&t0, timeout_s > 1e9 ? 1e9 : timeout_s, &deadline);
 			}

@@ -101,12 +101,18 @@ void st__net_frame_fill_unhashed(st__net_frame_t *f, int src, int dst, uint32_t 
 const char *st__net_frame_check(const st__net_frame_t *f, int tag_src, uint32_t tag_chan,
 				int me, const void *payload, size_t len);
 
+/* A monotonic-clock reading in seconds. */
+static inline double st__net_secs(const struct timespec *ts)
+{
+	return (double)ts->tv_sec + (double)ts->tv_nsec * 1e-9;
+}
+
 /* Seconds on the monotonic clock. */
 static inline double st__net_now(void)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+	return st__net_secs(&ts);
 }
 
 /* cfg.c: splits "host:port" or "[v6]:port". Returns ST_OK or ST_EINVAL. */
