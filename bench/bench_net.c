@@ -25,8 +25,9 @@
  *       after 200 unmeasured ones;
  *     bandwidth: rank 0 st_net_sends K messages of SIZE bytes to rank 1 on
  *       one channel (each call returns once its buffer may be reused),
- *       rank 1 st_net_recvs them as they come and then sends one 8-byte
- *       ack; GB/s = K x SIZE / (time from the first send to the ack) on
+ *       rank 1 st_net_recvs them as they come (giving each buffer back
+ *       with st_net_release, as a receiver that keeps up would) and then
+ *       sends one 8-byte ack; GB/s = K x SIZE / (time from the first send to the ack) on
  *       rank 0. Sizes: --size, else 4 KiB, 64 KiB, 1 MiB, 8 MiB. K: --iters,
  *       else 512 MiB / SIZE within [20, 20000]. A tenth of K (at least 2)
  *       goes first unmeasured, and the first message is checked byte for
@@ -208,7 +209,7 @@ static double p2p_round(st_net_t *net, const uint8_t *buf, size_t size, long k, 
 				for (size_t j = 0; j < size; j++)
 					if (((uint8_t *)msg)[j] != pattern(j))
 						die_rank(r, "a message with the wrong bytes", 0);
-			free(msg);
+			st_net_release(net, msg);
 			got += len;
 		}
 		NET_OK(r, st_net_send(net, 0, CH_ACK, &got, sizeof got));

@@ -235,8 +235,7 @@ static void take_locked(st_net_t *net, ucp_tag_message_h msg, const ucp_tag_recv
 	size_t len = bare ? info->length : info->length - sizeof(st__net_frame_t);
 	/* The collectives' large messages in warm reused buffers (pool.c). */
 	const size_t cap = trailer ? info->length : len;   /* room for the trailing frame */
-	void *buf = !m ? NULL : chan == ST__NET_COLL_CHAN ? st__net_pool_get(net, cap)
-		: malloc(cap ? cap : 1);
+	void *buf = m ? st__net_pool_get(net, cap) : NULL;
 	if (!buf) {
 		free(m);
 		st_error("net: out of memory for a %zu-byte message from rank %d", len, src);

@@ -135,6 +135,14 @@ int st_net_send_wait(st_net_t *net, st_net_send_req_t *req);
 int st_net_recv(st_net_t *net, int src, uint32_t chan, void **buf, size_t *len,
 		int *from, double timeout_s);
 
+/* Gives a buffer that st_net_recv returned back to net instead of freeing
+ * it: a later message of about its size (64 KiB and up) then arrives in
+ * its warm pages, where a fresh malloc'd buffer costs a page fault per
+ * page whenever glibc had trimmed the heap (several large messages in
+ * flight). For the caller it is free(buf): free() stays correct for any
+ * buffer, and NULL is ignored. Thread-safe. */
+void st_net_release(st_net_t *net, void *buf);
+
 /* Wakes every thread blocked in st_net_recv with ST_ECANCELED, now and
  * later (shutdown). */
 void st_net_cancel(st_net_t *net);

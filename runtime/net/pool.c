@@ -1,6 +1,7 @@
 /*
- * pool.c — a small cache of large message buffers: the collectives'
- * receive buffers, and the blocks of flat sends (net.c, FLAT), which are
+ * pool.c — a small cache of large message buffers: the receive buffers
+ * of large messages, which the collectives and the callers of
+ * st_net_release give back, and the blocks of flat sends (net.c, FLAT),
  * given back when UCX is done with them.
  *
  * Why: every message arrives in a buffer malloc'd by the progress thread
@@ -9,10 +10,17 @@
  * trims them back to the kernel when they are freed), so every page of
  * every message costs a page fault: bench_net's allreduce of 8Mi floats at
  * P = 2 took 13,000 minor faults per call and spent more time in the
- * kernel than in user space. Messages on the collectives' channel that
- * are at least ST__NET_POOL_MIN bytes are received into a buffer from this
- * cache instead, and coll.c gives them back when it is done with them, so
- * the same warm pages carry call after call.
+ * kernel than in user space. Messages of at least ST__NET_POOL_MIN bytes
+ * are received into a buffer from this cache instead, and coll.c (and any
+ * st_net_recv caller, through st_net_release) gives them back when done,
+ * so the same warm pages carry call after call. Point to point the same
+ * held: a stream of 64 KiB messages with 8 in flight took 40,000-60,000
+ * page faults while its receiver freed each buffer, 10,000-15,000 (mostly
+ * UCX's own setup) once it gave them back (docs/benchmarks.md, "Receive
+ * buffers given back").
+ *
+ * POOL_MAX_BUFS: a receiver with several large messages in flight holds
+ * that many buffers at once; 64 covers bench_net's largest window.
  *
  * Every buffer is an ordinary malloc'd block: whoever does not give one
  * back (an abandoned collective's leftover, the inbox at close) frees it
@@ -30,7 +38,7 @@
 
 #include "runtime/net/net_internal.h"
 
-enum { POOL_MAX_BUFS = 32 };
+enum { POOL_MAX_BUFS = 64 };
 #define POOL_MAX_BYTES ((size_t)512 << 20)
 
 void st__net_pool_init(st_net_t *net)
@@ -91,6 +99,15 @@ void st__net_pool_put(st_net_t *net, void *buf)
 			return;
 	}
 	free(buf);
+}
+
+/* net.h. Without a net (a caller that never opened one) it is free(). */
+void st_net_release(st_net_t *net, void *buf)
+{
+	if (net)
+		st__net_pool_put(net, buf);
+	else
+		free(buf);
 }
 
 uint64_t st__net_pool_hits(st_net_t *net)
