@@ -373,3 +373,8 @@ uint64_t st__net_msgs_flat(const st_net_t *net)
 {
 	return atomic_load(&((st_net_t *)net)->msgs_flat);
 }
+
+uint64_t st__net_arms(const st_net_t *net)
+{
+	return atomic_load(&((st_net_t *)net)->arms);
+}

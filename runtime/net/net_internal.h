@@ -218,6 +218,7 @@ struct st_net {
 	atomic_uint_fast64_t msgs_bare;         /* of frames_unhashed: received frameless (BARE) */
 	atomic_uint_fast64_t msgs_imm;          /* sends done inside their post, no ticket (wmu) */
 	atomic_uint_fast64_t msgs_flat;         /* sends that went FLAT */
+	atomic_uint_fast64_t arms;              /* the progress thread's ucp_worker_arm calls */
 	atomic_uint_fast64_t bytes_sent_coll;   /* of bytes_sent: on channels >= 0xff00 */
 	atomic_uint_fast64_t coll_rounds;       /* st_net_coll_rounds */
 
@@ -252,6 +253,10 @@ struct st_net {
 	atomic_int closing;            /* of them: flushes and closes (st_net_close waits) */
 	atomic_int eps_failed;         /* some peer's ep reported an error */
 	atomic_int wake_owed;          /* a send was posted; st__net_kick wakes the progress thread */
+	atomic_uint spins;             /* st__net_spin calls begun (progress_main's "polled" clock) */
+	atomic_int spinning;           /* threads inside st__net_spin now */
+	atomic_int napping;            /* the progress thread waits without the worker armed */
+	atomic_int arm_now;            /* st__net_kick: arm and sleep on the worker at once */
 	atomic_uint progressed;        /* events of progress_locked, whoever ran it (st__net_spin) */
 	int shm_allowed;               /* STRATA_NET_SHM is not 0 */
 	int hash_shm;                  /* STRATA_NET_CHECKSUM=all: frames to shm peers hashed */
@@ -402,5 +407,8 @@ uint64_t st__net_msgs_bare(const st_net_t *net);
 uint64_t st__net_msgs_imm(const st_net_t *net);
 /* Sends that went flat (net.c, FLAT). */
 uint64_t st__net_msgs_flat(const st_net_t *net);
+/* Times the progress thread armed the worker to sleep on it (net.c,
+ * progress_main: not while other threads poll it). */
+uint64_t st__net_arms(const st_net_t *net);
 
 #endif

@@ -762,6 +762,33 @@ static int body_p2p(st_net_t *net, job_t *j)
 		st_net_release(net, NULL);
 		free(lb);
 	}
+	/* While a thread polls the worker (st__net_spin), the progress thread
+	 * leaves it unarmed (net.c, progress_main), so arrivals do not wake
+	 * it to take a core from the poller: rank 1 polls for 50 ms while rank
+	 * 0 sends it 100 messages, and the worker is armed at most twice
+	 * meanwhile (before, every arrival woke the progress thread, which
+	 * armed the worker again after it). */
+	if (P > 1 && r < 2) {
+		enum { N_POLLED = 100 };
+		int go = 1;
+		if (r == 1) {
+			CHECK_RC(st_net_send(net, 0, 16, &go, sizeof go), ST_OK);
+			const uint64_t arms = st__net_arms(net);
+			const double end = now_s() + 0.05;
+			while (now_s() < end)
+				st__net_spin(net, end);
+			CHECK(st__net_arms(net) - arms <= 2);
+			for (int i = 0; i < N_POLLED; i++) {
+				int *v = recv_ok(net, 0, 17, &len);
+				CHECK(len == sizeof i && *v == i);
+				free(v);
+			}
+		} else {
+			free(recv_ok(net, 1, 16, &len));
+			for (int i = 0; i < N_POLLED; i++)
+				CHECK_RC(st_net_send(net, 1, 17, &i, sizeof i), ST_OK);
+		}
+	}
 	/* Over the network (here TCP on the loopback, STRATA_NET_SHM=0) the
 	 * large messages above go flat by default (net.c, FLAT). */
 	if (shm && !strcmp(shm, "0") && P > 1)
