@@ -18,7 +18,9 @@
  *
  * Threads: "st-net-io-0" runs ucp_worker_progress, probes, and sleeps in
  * epoll on the worker's event fd and an eventfd that senders write when
- * they leave a request in flight. Application threads post sends under
+ * they leave a request in flight — or, while other threads poll the
+ * worker themselves, naps on the eventfd alone with the worker unarmed
+ * (progress_main). Application threads post sends under
  * wmu and wait for completion on sent_cv. A thread about to wait (for a
  * message or a send) first progresses the worker itself for up to
  * ST__NET_POLL_S when nobody else holds wmu (st__net_spin): an answer
