@@ -81,6 +81,15 @@ static void wake_progress(st_net_t *net)
 		;
 }
 
+/* Takes the wake-ups wake_progress left in wake_fd (non-blocking: none
+ * left is fine, the wake-up is what counted). */
+static void drain_wake(st_net_t *net)
+{
+	uint64_t v;
+	ssize_t n = read(net->wake_fd, &v, sizeof v);
+	(void)n;
+}
+
 /* ---- receiving ----------------------------------------------------------------- */
 
 /* FLAT: a send of at least net->flat_min bytes (frame included), and on
@@ -352,18 +361,6 @@ void st__net_kick(st_net_t *net)
  * and reads the clock every SPIN_CLOCK_TURNS calls. */
 enum { SPIN_CLOCK_TURNS = 16 };
 
-static int spin_turns(st_net_t *net, double until, unsigned seen);
-
-int st__net_spin(st_net_t *net, double until)
-{
-	const unsigned seen = atomic_load_explicit(&net->progressed, memory_order_acquire);
-	atomic_fetch_add_explicit(&net->spins, 1, memory_order_relaxed);
-	atomic_fetch_add_explicit(&net->spinning, 1, memory_order_relaxed);
-	const int r = spin_turns(net, until, seen);
-	atomic_fetch_sub_explicit(&net->spinning, 1, memory_order_relaxed);
-	return r;
-}
-
 static int spin_turns(st_net_t *net, double until, unsigned seen)
 {
 	for (unsigned k = 1;; k++) {
@@ -389,6 +386,16 @@ static int spin_turns(st_net_t *net, double until, unsigned seen)
 	}
 }
 
+int st__net_spin(st_net_t *net, double until)
+{
+	const unsigned seen = atomic_load_explicit(&net->progressed, memory_order_acquire);
+	atomic_fetch_add_explicit(&net->spins, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&net->spinning, 1, memory_order_relaxed);
+	const int r = spin_turns(net, until, seen);
+	atomic_fetch_sub_explicit(&net->spinning, 1, memory_order_relaxed);
+	return r;
+}
+
 /* The progress thread's nap while other threads poll the worker (its
  * caller set napping): wakes at wake_fd (st__net_kick, close) or after
  * NAP_US. */
@@ -398,11 +405,8 @@ static void nap(st_net_t *net)
 {
 	struct pollfd pf = { .fd = net->wake_fd, .events = POLLIN };
 	const struct timespec ts = { 0, NAP_US * 1000 };
-	if (ppoll(&pf, 1, &ts, NULL) > 0) {
-		uint64_t v;
-		if (read(net->wake_fd, &v, sizeof v) < 0)
-			v = 0;   /* nothing left to read: the wake-up is what counted */
-	}
+	if (ppoll(&pf, 1, &ts, NULL) > 0)
+		drain_wake(net);
 	atomic_store(&net->napping, 0);
 }
 
@@ -467,11 +471,8 @@ static void *progress_main(void *arg)
 		/* The timeout is only a safety net: UCX signals the worker's fd. */
 		int n = epoll_wait(net->epfd, ev, 2, 100);
 		for (int i = 0; i < n; i++)
-			if (ev[i].data.fd == net->wake_fd) {
-				uint64_t v;
-				if (read(net->wake_fd, &v, sizeof v) < 0)
-					continue;
-			}
+			if (ev[i].data.fd == net->wake_fd)
+				drain_wake(net);
 	}
 	return NULL;
 }
