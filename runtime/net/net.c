@@ -195,8 +195,18 @@ static void recv_finished(st__net_msg_t *m, ucs_status_t s)
 static void recv_cb(void *req, ucs_status_t s, const ucp_tag_recv_info_t *info, void *user)
 {
 	st__net_msg_t *m = user;
-	atomic_fetch_sub(&m->net->inflight, 1);
 	ucp_request_free(req);
+	if (m->posting) {
+		/* UCX completed the receive inside ucp_tag_msg_recv_nbx and still
+		 * returned the request: seen when the sender's endpoint was
+		 * purged (a dead peer, ucp_ep_req_purge). take_locked finishes
+		 * it once the post returns, as one done at once; finishing it
+		 * here freed m under take_locked's feet (dist_crash, ASan). */
+		m->early = 1;
+		m->early_status = s;
+		return;
+	}
+	atomic_fetch_sub(&m->net->inflight, 1);
 	recv_finished(m, s);
 }
 
@@ -267,8 +277,12 @@ static void take_locked(st_net_t *net, ucp_tag_message_h msg, const ucp_tag_recv
 				  .datatype = ucp_dt_make_iov() };
 	if (trailer || bare)
 		p.datatype = ucp_dt_make_contig(1);
+	m->posting = 1;
 	ucs_status_ptr_t sp = trailer || bare ? ucp_tag_msg_recv_nbx(net->worker, buf, cap, msg, &p)
 		: ucp_tag_msg_recv_nbx(net->worker, m->iov, len ? 2 : 1, msg, &p);
+	m->posting = 0;
+	if (m->early)   /* its callback came inside the post (recv_cb) */
+		sp = UCS_STATUS_PTR(m->early_status);
 	/* A message UCX holds all of (eager: every small one) is received at
 	 * once and joins its channel, ready, in recv_finished's one locked
 	 * section: a lock less than queueing it first. One still arriving

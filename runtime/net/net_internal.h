@@ -147,6 +147,10 @@ typedef struct st__net_msg {
 	struct st_net *net;
 #if ST_HAVE_UCX
 	ucp_dt_iov_t iov[2];
+	/* Its receive is being posted (take_locked): a callback that comes
+	 * already, inside the post, only records its status here. */
+	int posting, early;
+	ucs_status_t early_status;
 #endif
 } st__net_msg_t;
 
