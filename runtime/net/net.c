@@ -132,11 +132,16 @@ static void drain_wake(st_net_t *net)
  * frame: it cannot check that the sender is on shared memory, since a
  * peer's first messages may arrive before this rank has read the address
  * table that says so. STRATA_NET_CHECKSUM=all turns bare sends off with
- * the unhashed frames. */
+ * the unhashed frames; STRATA_NET_CHECKSUM=none sends bare (and unhashed)
+ * to every rank, over the network too: for fabrics that check their
+ * packets end to end themselves (InfiniBand's and RoCE's ICRC), where a
+ * second hash on both sides only costs CPU. Over TCP a 1 MiB stream then
+ * keeps the sender's copy into a flat block and both sides' hashing off
+ * its path (docs/benchmarks.md, "What a framed message costs over TCP"). */
 
 int st__net_bare(const st_net_t *net, int dst)
 {
-	return dst != net->rank && net->peers[dst].shm && !net->hash_shm;
+	return dst != net->rank && !net->hash_shm && (net->peers[dst].shm || !net->hash_links);
 }
 
 /* Adds 1 to a counter that is only written under one lock (mu, or wmu
@@ -1246,11 +1251,13 @@ int st_net_open(st_net_t **out, const st_net_cfg_t *cfg)
 		st_warn("net: STRATA_NET_SHM=%s: expected 0 (no shared memory) or 1; using 1", shm);
 	net->shm_allowed = !shm || strcmp(shm, "0");
 	/* STRATA_NET_CHECKSUM=all: hash the frames to peers on shared memory
-	 * too (default: only those that cross a network link). */
+	 * too; none: not even those that cross a network link (BARE); links,
+	 * the default: only those. */
 	const char *ck = getenv("STRATA_NET_CHECKSUM");
-	if (ck && strcmp(ck, "all") && strcmp(ck, "links"))
-		st_warn("net: STRATA_NET_CHECKSUM=%s: expected all or links; using links", ck);
+	if (ck && strcmp(ck, "all") && strcmp(ck, "links") && strcmp(ck, "none"))
+		st_warn("net: STRATA_NET_CHECKSUM=%s: expected all, links or none; using links", ck);
 	net->hash_shm = ck && !strcmp(ck, "all");
+	net->hash_links = !ck || strcmp(ck, "none");
 	int rc = ucx_init(net);
 	void **addrs = NULL;
 	size_t *lens = NULL;

@@ -264,6 +264,7 @@ struct st_net {
 	atomic_uint progressed;        /* events of progress_locked, whoever ran it (st__net_spin) */
 	int shm_allowed;               /* STRATA_NET_SHM is not 0 */
 	int hash_shm;                  /* STRATA_NET_CHECKSUM=all: frames to shm peers hashed */
+	int hash_links;                /* frames over network links hashed (not with =none) */
 	st__net_ticket_t *abandoned;   /* sends given up while UCX held them (mu) */
 #endif
 

@@ -790,9 +790,13 @@ static int body_p2p(st_net_t *net, job_t *j)
 		}
 	}
 	/* Over the network (here TCP on the loopback, STRATA_NET_SHM=0) the
-	 * large messages above go flat by default (net.c, FLAT). */
+	 * large messages above go flat by default (net.c, FLAT); with
+	 * STRATA_NET_CHECKSUM=none those of one piece go bare instead, and
+	 * send2's are small. */
+	const char *ck = getenv("STRATA_NET_CHECKSUM");
 	if (shm && !strcmp(shm, "0") && P > 1)
-		CHECK(st__net_msgs_flat(net) > 0);
+		CHECK(ck && !strcmp(ck, "none") ? st__net_msgs_flat(net) == 0
+						: st__net_msgs_flat(net) > 0);
 	/* Small sends to other ranks complete inside their post, with no
 	 * ticket (net.c, post), on shared memory and over TCP. */
 	if (P > 1)
@@ -931,6 +935,18 @@ static int body_coll(st_net_t *net, job_t *j)
 }
 
 static void test_net_coll_2(void **state) { (void)state; run_job(2, body_coll); }
+
+/* STRATA_NET_CHECKSUM=none over TCP: frames unhashed and messages of one
+ * piece bare over the network too (net.c, BARE); then the collectives,
+ * whose large segments to such a rank travel apart and direct (coll.c),
+ * as on shared memory. */
+static void test_net_tcp_checksum_none(void **state)
+{
+	(void)state;
+	setenv("STRATA_NET_SHM", "0", 1);
+	p2p_2_with("STRATA_NET_CHECKSUM", "none", "1");
+	run_job(2, body_coll);
+}
 
 /* The same with the references forced (runtime/simd.h): the allreduce's
  * adds through the plain loop, where test_net_coll_2 takes the AVX-512 one
@@ -1609,6 +1625,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test_teardown(test_net_p2p_2, p2p_env_reset),
 		cmocka_unit_test_teardown(test_net_p2p_2_tcp, p2p_env_reset),
 		cmocka_unit_test_teardown(test_net_p2p_2_checksum_all, p2p_env_reset),
+		cmocka_unit_test_teardown(test_net_tcp_checksum_none, p2p_env_reset),
 		cmocka_unit_test(test_net_p2p_4),
 		cmocka_unit_test(test_net_coll_2),
 		cmocka_unit_test_teardown(test_net_coll_2_ref, simd_unforce),
