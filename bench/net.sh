@@ -6,7 +6,7 @@
 #   bench/net.sh [BUILD_DIR]      (default: build)
 #
 # For each message size (NET_SIZES, default 4 KiB, 64 KiB, 1 MiB, 8 MiB)
-# and each transport (NET_TRANSPORTS, default "shm tcp"): NET_REPEAT
+# and each transport (NET_TRANSPORTS, default "shm tcp tcp-e tcp-none"): NET_REPEAT
 # (default 3) pairs, back to back so that both halves of a pair see the
 # same load, of ucx_perftest tag_bw and bench_net's p2p bandwidth (P = 2)
 # on the same transport, each with the same number of messages K (512 MiB
@@ -14,7 +14,14 @@
 # (sysv/posix + cma), which strata's endpoints get by default
 # (docs/distributed.md "Messages"); tcp: UCX_TLS=tcp,self for
 # ucx_perftest and STRATA_NET_SHM=0 for strata, the transport between
-# hosts. The 8-byte latency the same way: ucx_perftest tag_lat against
+# hosts. Two more rows over TCP: tcp-e pairs strata as built with
+# ucx_perftest -e, whose endpoints have peer error handling as strata's
+# network endpoints do (UCX 1.13 then moves a TCP rendezvous as active
+# messages, copied out by the receiver, instead of a zero-copy put:
+# docs/benchmarks.md, "What a framed message costs over TCP"); tcp-none
+# pairs strata with STRATA_NET_CHECKSUM=none (no frame hashed, messages
+# of one piece frameless) with plain ucx_perftest.
+# The 8-byte latency the same way: ucx_perftest tag_lat against
 # bench_net's ping-pong, per transport. Then bench_net's allreduce_f32 at
 # P = 2 and 4 (NET_PROCS), once each, on the default (shm).
 #
@@ -30,7 +37,7 @@ build=${1:-build}
 sizes=${NET_SIZES:-"4096 65536 1048576 8388608"}
 procs=${NET_PROCS:-"2 4"}
 reps=${NET_REPEAT:-3}
-transports=${NET_TRANSPORTS:-"shm tcp"}
+transports=${NET_TRANSPORTS:-"shm tcp tcp-e tcp-none"}
 root=$(cd "$(dirname "$0")/.." && pwd)
 bn=$build/bench/bench_net
 # A build folder is rebuilt first; a folder of binaries alone (bench/device.sh's
@@ -92,13 +99,17 @@ strata() { # bench_net args... -> its output (in $out); ends the script when ben
 # (STRATA_NET_SHM: 1 = endpoints without peer error handling on one host,
 # so UCX picks shared memory; 0 = TCP, as between hosts).
 ucx_tls() { [ "$1" = shm ] && echo "" || echo tcp,self; }
+ucx_eh() { [ "$1" = tcp-e ] && echo -e || true; }   # ucx_perftest's peer error handling
 net_shm() { [ "$1" = shm ] && echo 1 || echo 0; }
+net_ck() { [ "$1" = tcp-none ] && echo none || echo links; }   # STRATA_NET_CHECKSUM
 
 echo
 echo "p2p bandwidth, 2 processes, K messages of SIZE bytes, GB/s (1e9 B/s), per transport"
-echo "(shm: UCX's choice on one machine; tcp: UCX_TLS=tcp,self and STRATA_NET_SHM=0);"
+echo "(shm: UCX's choice on one machine; tcp: UCX_TLS=tcp,self and STRATA_NET_SHM=0;"
+echo " tcp-e: ucx_perftest -e, with peer error handling as strata's TCP endpoints;"
+echo " tcp-none: strata with STRATA_NET_CHECKSUM=none);"
 echo "medians of $reps back-to-back pairs, ratio: median (range) of the pairs' ratios:"
-printf '%10s %6s %5s %8s %8s %12s %12s\n' bytes K tl ucx strata "strata/ucx" "(range)"
+printf '%10s %6s %8s %8s %8s %12s %12s\n' bytes K tl ucx strata "strata/ucx" "(range)"
 declare -A ucx_bw
 for s in $sizes; do
 	k=$(iters "$s")
@@ -106,14 +117,15 @@ for s in $sizes; do
 	for tl in $transports; do
 		us=() bs=() rs=()
 		for ((i = 0; i < reps; i++)); do
-			u=$(mib_to_gb "$(perftest "$(ucx_tls $tl)" -t tag_bw -s "$s" -n "$k" -w "$w" |
-				awk '{print $7}')")
-			STRATA_NET_SHM=$(net_shm $tl) strata -n 2 --what bw --size "$s" --iters "$k"
+			u=$(mib_to_gb "$(perftest "$(ucx_tls $tl)" -t tag_bw -s "$s" -n "$k" -w "$w" \
+				$(ucx_eh $tl) | awk '{print $7}')")
+			STRATA_NET_SHM=$(net_shm $tl) STRATA_NET_CHECKSUM=$(net_ck $tl) \
+				strata -n 2 --what bw --size "$s" --iters "$k"
 			b=$(echo "$out" | awk -v s="$s" '$1 == "p2p" && $2 == s {print $5}')
 			us+=("$u") bs+=("$b") rs+=("$(ratio "$b" "$u")")
 		done
 		ucx_bw[$tl.$s]=$(median "${us[@]}")
-		printf '%10s %6s %5s %8s %8s %12s %12s\n' "$s" "$k" "$tl" "${ucx_bw[$tl.$s]}" \
+		printf '%10s %6s %8s %8s %8s %12s %12s\n' "$s" "$k" "$tl" "${ucx_bw[$tl.$s]}" \
 			"$(median "${bs[@]}")" "$(median "${rs[@]}")" "($(range "${rs[@]}"))"
 	done
 done
@@ -121,19 +133,20 @@ done
 echo
 echo "8-byte latency, one way (round trip / 2), microseconds, of 10000 round trips;"
 echo "medians over $reps back-to-back pairs, ratio: median (range) of the pairs' ratios:"
-printf '%5s %9s %9s %9s %9s %11s %14s\n' tl "ucx mean" "ucx med" "st mean" "st med" \
+printf '%8s %9s %9s %9s %9s %11s %14s\n' tl "ucx mean" "ucx med" "st mean" "st med" \
 	"st/ucx med" "(range)"
 for tl in $transports; do
 	umean=() umed=() smean=() smed=() rmed=()
 	for ((i = 0; i < reps; i++)); do
-		lt=$(perftest "$(ucx_tls $tl)" -t tag_lat -s 8 -n 10000 -w 1000)
-		STRATA_NET_SHM=$(net_shm $tl) strata -n 2 --what lat --lat-iters 10000
+		lt=$(perftest "$(ucx_tls $tl)" -t tag_lat -s 8 -n 10000 -w 1000 $(ucx_eh $tl))
+		STRATA_NET_SHM=$(net_shm $tl) STRATA_NET_CHECKSUM=$(net_ck $tl) \
+			strata -n 2 --what lat --lat-iters 10000
 		sl=$(echo "$out" | awk '$1 == "lat"')
 		umean+=("$(echo "$lt" | awk '{print $4}')") umed+=("$(echo "$lt" | awk '{print $3}')")
 		smean+=("$(echo "$sl" | awk '{print $6}')") smed+=("$(echo "$sl" | awk '{print $7}')")
 		rmed+=("$(ratio "${smed[i]}" "${umed[i]}")")
 	done
-	printf '%5s %9s %9s %9s %9s %11s %14s\n' "$tl" "$(median "${umean[@]}")" \
+	printf '%8s %9s %9s %9s %9s %11s %14s\n' "$tl" "$(median "${umean[@]}")" \
 		"$(median "${umed[@]}")" "$(median "${smean[@]}")" "$(median "${smed[@]}")" \
 		"$(median "${rmed[@]}")" "($(range "${rmed[@]}"))"
 done
