@@ -48,6 +48,7 @@ int st__net_inbox_init(st_net_t *net)
 
 static void free_msg(st__net_msg_t *m)
 {
+	free(m->head);
 	free(m->buf);
 	free(m);
 }
@@ -372,6 +373,11 @@ uint64_t st__net_msgs_imm(const st_net_t *net)
 uint64_t st__net_msgs_flat(const st_net_t *net)
 {
 	return atomic_load(&((st_net_t *)net)->msgs_flat);
+}
+
+uint64_t st__net_msgs_split(const st_net_t *net)
+{
+	return atomic_load(&((st_net_t *)net)->msgs_split);
 }
 
 uint64_t st__net_arms(const st_net_t *net)

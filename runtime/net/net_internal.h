@@ -55,6 +55,11 @@
 /* A message without a frame: the payload alone, as one contiguous block,
  * between ranks on shared memory only (net.c, BARE). */
 #define ST__NET_TAG_MAGIC_BARE 0x53544e33u
+/* A large framed message in two (net.c, SPLIT): the frame and the small
+ * head piece, then the body alone under ST__NET_TAG_MAGIC_BODY, which the
+ * receiver joins to the head before it checks the frame. */
+#define ST__NET_TAG_MAGIC_SPLIT 0x53544e35u
+#define ST__NET_TAG_MAGIC_BODY 0x53544e36u
 /* A frameless message that waits for a receive posted into its place
  * (net.c, DIRECT): the only magic with ST__NET_TAG_DIRECT_BIT set, which
  * the progress thread's probe leaves alone. */
@@ -143,6 +148,13 @@ typedef struct st__net_msg {
 	int trailer;     /* a large message: its frame follows the payload in buf (net.c) */
 	int bare;        /* it came without a frame (net.c, BARE): hdr is filled in here */
 	int queued;      /* in its channel's list (net.c adds it at arrival or completion) */
+	/* SPLIT (net.c): its frame and head piece arrive in head (head_len
+	 * bytes after the frame), its body in buf + head_len; parts counts
+	 * the halves not yet in, part_status keeps the first error (wmu). */
+	void *head;
+	size_t head_len;
+	int parts;
+	int part_status;
 	uint32_t chan;
 	struct st_net *net;
 #if ST_HAVE_UCX
@@ -173,6 +185,8 @@ typedef struct st__net_peer {
 	int pid;            /* its process id, for a shm peer (same pid namespace) */
 	ucp_ep_h dead_ep;   /* a gone peer's shm ep, which UCX will not force-close;
 			     * ucp_worker_destroy releases it (wmu) */
+	struct st__net_msg *split;   /* its SPLIT message whose body is still to
+				      * come (net.c take_locked; wmu) */
 #endif
 	int rank;
 	struct st_net *net;
@@ -222,6 +236,7 @@ struct st_net {
 	atomic_uint_fast64_t msgs_bare;         /* of frames_unhashed: received frameless (BARE) */
 	atomic_uint_fast64_t msgs_imm;          /* sends done inside their post, no ticket (wmu) */
 	atomic_uint_fast64_t msgs_flat;         /* sends that went FLAT */
+	atomic_uint_fast64_t msgs_split;        /* sends that went SPLIT */
 	atomic_uint_fast64_t arms;              /* the progress thread's ucp_worker_arm calls */
 	atomic_uint_fast64_t bytes_sent_coll;   /* of bytes_sent: on channels >= 0xff00 */
 	atomic_uint_fast64_t coll_rounds;       /* st_net_coll_rounds */
@@ -399,8 +414,11 @@ int st__net_ep_transports(st_net_t *net, int r, char *out, size_t n);
 int st__net_ep_shm(st_net_t *net, int r);
 
 /* Sends len raw bytes as one message to dst, tagged as if on chan from this
- * rank, without a frame: lets a test deliver truncated or corrupt frames. */
-int st__net_send_raw(st_net_t *net, int dst, uint32_t chan, const void *bytes, size_t len);
+ * rank with the tag magic `magic` (ST__NET_TAG_MAGIC: a framed message),
+ * without a frame of its own: lets a test deliver truncated or corrupt
+ * frames. */
+int st__net_send_raw(st_net_t *net, int dst, uint32_t chan, uint32_t magic,
+		     const void *bytes, size_t len);
 /* Frames this process dropped because they did not check out. */
 uint64_t st__net_frames_dropped(const st_net_t *net);
 /* Frames from other ranks this process took unhashed (shared memory). */
@@ -412,6 +430,8 @@ uint64_t st__net_msgs_bare(const st_net_t *net);
 uint64_t st__net_msgs_imm(const st_net_t *net);
 /* Sends that went flat (net.c, FLAT). */
 uint64_t st__net_msgs_flat(const st_net_t *net);
+/* Sends that went in two, frame and head then body (net.c, SPLIT). */
+uint64_t st__net_msgs_split(const st_net_t *net);
 /* Times the progress thread armed the worker to sleep on it (net.c,
  * progress_main: not while other threads poll it). */
 uint64_t st__net_arms(const st_net_t *net);

@@ -46,8 +46,10 @@ int st_net_send(st_net_t *net, int dst, uint32_t chan, const void *buf, size_t l
 	return st__net_post(net, NULL, dst, chan, buf, len, NULL, 0);
 }
 
-int st__net_send_raw(st_net_t *net, int dst, uint32_t chan, const void *bytes, size_t len)
+int st__net_send_raw(st_net_t *net, int dst, uint32_t chan, uint32_t magic,
+		     const void *bytes, size_t len)
 {
+	(void)magic;
 	return st__net_post(net, NULL, dst, chan, bytes, len, NULL, 0);
 }
 

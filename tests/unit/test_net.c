@@ -671,6 +671,29 @@ static int body_p2p(st_net_t *net, job_t *j)
 	char *got = recv_ok(net, (r + P - 1) % P, 10, &len);
 	CHECK(len == 5 + sizeof body && !memcmp(got, "head:and the body", len));
 	free(got);
+	/* Large send2s, with a small header (over the network: SPLIT, the
+	 * body sent apart from frame and header) and with a 4 KiB one (FLAT),
+	 * arrive as one message, header first. */
+	{
+		static const size_t heads[] = { 24, 4096 };
+		const size_t blen = (1u << 20) + 1;
+		uint8_t *h = malloc(4096), *bb = malloc(blen);
+		CHECK(h && bb);
+		for (size_t k = 0; k < 4096; k++)
+			h[k] = pattern(k, 7);
+		for (size_t k = 0; k < blen; k++)
+			bb[k] = pattern(k, 8);
+		for (int t = 0; t < 2; t++)
+			CHECK_RC(st_net_send2(net, (r + 1) % P, 18, h, heads[t], bb, blen), ST_OK);
+		for (int t = 0; t < 2; t++) {
+			uint8_t *g = recv_ok(net, (r + P - 1) % P, 18, &len);
+			CHECK(len == heads[t] + blen && !memcmp(g, h, heads[t]) &&
+			      !memcmp(g + heads[t], bb, blen));
+			free(g);
+		}
+		free(h);
+		free(bb);
+	}
 	/* Empty messages. */
 	CHECK_RC(st_net_send(net, (r + 1) % P, 11, NULL, 0), ST_OK);
 	got = recv_ok(net, (r + P - 1) % P, 11, &len);
@@ -790,13 +813,10 @@ static int body_p2p(st_net_t *net, job_t *j)
 		}
 	}
 	/* Over the network (here TCP on the loopback, STRATA_NET_SHM=0) the
-	 * large messages above go flat by default (net.c, FLAT); with
-	 * STRATA_NET_CHECKSUM=none those of one piece go bare instead, and
-	 * send2's are small. */
-	const char *ck = getenv("STRATA_NET_CHECKSUM");
+	 * large send2 with a small header above went in two (net.c, SPLIT),
+	 * the one with a 4 KiB header flat (FLAT). */
 	if (shm && !strcmp(shm, "0") && P > 1)
-		CHECK(ck && !strcmp(ck, "none") ? st__net_msgs_flat(net) == 0
-						: st__net_msgs_flat(net) > 0);
+		CHECK(st__net_msgs_split(net) > 0 && st__net_msgs_flat(net) > 0);
 	/* Small sends to other ranks complete inside their post, with no
 	 * ticket (net.c, post), on shared memory and over TCP. */
 	if (P > 1)
@@ -1493,7 +1513,7 @@ static int body_frames(st_net_t *net, job_t *j)
 	const uint32_t ch = 3;
 	if (st_net_rank(net) == 1) {
 		uint8_t junk[10] = { 1, 2, 3 };
-		CHECK_RC(st__net_send_raw(net, 0, ch, junk, sizeof junk), ST_OK);   /* truncated */
+		CHECK_RC(st__net_send_raw(net, 0, ch, ST__NET_TAG_MAGIC, junk, sizeof junk), ST_OK);   /* truncated */
 		size_t plen = 1u << 20;
 		uint8_t *f = calloc(1, sizeof(st__net_frame_t) + plen);
 		CHECK(f);
@@ -1505,30 +1525,55 @@ static int body_frames(st_net_t *net, job_t *j)
 		h.hash = XXH3_64bits_withSeed(pay, 100, st__net_frame_seed(&h));
 		memcpy(f, &h, sizeof h);
 		pay[7] ^= 1;   /* checksum mismatch */
-		CHECK_RC(st__net_send_raw(net, 0, ch, f, sizeof h + 100), ST_OK);
+		CHECK_RC(st__net_send_raw(net, 0, ch, ST__NET_TAG_MAGIC, f, sizeof h + 100), ST_OK);
 		pay[7] ^= 1;
-		CHECK_RC(st__net_send_raw(net, 0, ch, f, sizeof h + 60), ST_OK);   /* cut short */
+		CHECK_RC(st__net_send_raw(net, 0, ch, ST__NET_TAG_MAGIC, f, sizeof h + 60), ST_OK);   /* cut short */
 		st__net_frame_t bad = h;
 		bad.magic = 0xdeadbeef;
 		memcpy(f, &bad, sizeof bad);
-		CHECK_RC(st__net_send_raw(net, 0, ch, f, sizeof h + 100), ST_OK);
+		CHECK_RC(st__net_send_raw(net, 0, ch, ST__NET_TAG_MAGIC, f, sizeof h + 100), ST_OK);
 		bad = h;
 		bad.chan = ch + 1;   /* header and tag disagree */
 		memcpy(f, &bad, sizeof bad);
-		CHECK_RC(st__net_send_raw(net, 0, ch, f, sizeof h + 100), ST_OK);
+		CHECK_RC(st__net_send_raw(net, 0, ch, ST__NET_TAG_MAGIC, f, sizeof h + 100), ST_OK);
 		/* A large frame (the rendezvous path) with a bad checksum. */
 		h.len = plen;
 		h.hash = XXH3_64bits_withSeed(pay, plen, st__net_frame_seed(&h)) ^ 1;
 		memcpy(f, &h, sizeof h);
-		CHECK_RC(st__net_send_raw(net, 0, ch, f, sizeof h + plen), ST_OK);
+		CHECK_RC(st__net_send_raw(net, 0, ch, ST__NET_TAG_MAGIC, f, sizeof h + plen), ST_OK);
+		/* SPLIT (net.c): a body without its head; a head and body whose
+		 * hash does not check out; then a good pair, which arrives as
+		 * one message, head piece first. */
+		CHECK_RC(st__net_send_raw(net, 0, ch, ST__NET_TAG_MAGIC_BODY, pay, 100), ST_OK);
+		uint8_t cat[5 + 100];
+		memcpy(cat, "head:", 5);
+		memcpy(cat + 5, pay, 100);
+		h.len = sizeof cat;
+		h.hash = XXH3_64bits_withSeed(cat, sizeof cat, st__net_frame_seed(&h));
+		uint8_t head[sizeof h + 5];
+		memcpy(head, &h, sizeof h);
+		memcpy(head + sizeof h, "head:", 5);
+		for (int good = 0; good < 2; good++) {
+			pay[50] ^= !good;
+			CHECK_RC(st__net_send_raw(net, 0, ch, ST__NET_TAG_MAGIC_SPLIT, head,
+						  sizeof head), ST_OK);
+			CHECK_RC(st__net_send_raw(net, 0, ch, ST__NET_TAG_MAGIC_BODY, pay, 100),
+				 ST_OK);
+			pay[50] ^= !good;
+		}
 		free(f);
 		CHECK_RC(st_net_send(net, 0, ch, "good", 5), ST_OK);
 	} else {
 		size_t len;
+		uint8_t *s = recv_ok(net, 1, ch, &len);
+		CHECK(len == 105 && !memcmp(s, "head:", 5));
+		for (size_t i = 0; i < 100; i++)
+			CHECK(s[5 + i] == pattern(i, 9));
+		free(s);
 		char *m = recv_ok(net, 1, ch, &len);
 		CHECK(len == 5 && !strcmp(m, "good"));
 		free(m);
-		CHECK(st__net_frames_dropped(net) == 6);
+		CHECK(st__net_frames_dropped(net) == 8);
 		void *none;
 		CHECK_RC(st_net_recv(net, 1, ch, &none, &len, NULL, 0.01), ST_EAGAIN);
 	}
@@ -1547,6 +1592,7 @@ static void test_net_bad_frames(void **state)
 	assert_true(log_has(j.log[0], "dropped a malformed message from rank 1"));
 	assert_true(log_has(j.log[0], "checksum mismatch"));
 	assert_true(log_has(j.log[0], "truncated"));
+	assert_true(log_has(j.log[0], "second half without its first"));
 	job_end(&j);
 }
 
