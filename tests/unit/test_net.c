@@ -867,8 +867,6 @@ static void test_net_p2p_2(void **state)
 	p2p_2_with("STRATA_NET_CHECKSUM", "links", "1");
 }
 
-/* STRATA_NET_SHM=0: the same job over TCP (check_transport says so). */
-static void test_net_p2p_2_tcp(void **state) { (void)state; p2p_2_with("STRATA_NET_SHM", "0", "0"); }
 
 /* STRATA_NET_CHECKSUM=all: shared memory, every frame hashed. */
 static void test_net_p2p_2_checksum_all(void **state)
@@ -918,14 +916,17 @@ static int body_coll(st_net_t *net, job_t *j)
 			for (size_t i = 0; i < n; i++)
 				ref[i] += x[i];
 		}
-		const uint64_t bare0 = st__net_msgs_bare(net);
+		const uint64_t bare0 = st__net_msgs_bare(net), split0 = st__net_msgs_split(net);
 		CHECK_RC(st_net_allreduce_f32(net, buf, n), ST_OK);
 		CHECK(n == 0 || !memcmp(buf, ref, n * sizeof(float)));
 		/* A large segment to a rank on shared memory travels as its
 		 * own frameless message behind its header (coll.c,
-		 * PHASE_SPLIT): every rank gets at least one. */
+		 * PHASE_SPLIT): every rank gets at least one. Over the network
+		 * (hashed) the 1 MiB segments go in two (net.c, SPLIT). */
 		if (n > 100000 && P > 1 && st__net_bare(net, (r + 1) % P))
 			CHECK(st__net_msgs_bare(net) > bare0);
+		else if (n > 100000 && P > 1 && !st__net_ep_shm(net, (r + 1) % P))
+			CHECK(st__net_msgs_split(net) > split0);
 		free(buf);
 		free(ref);
 		free(x);
@@ -955,6 +956,15 @@ static int body_coll(st_net_t *net, job_t *j)
 }
 
 static void test_net_coll_2(void **state) { (void)state; run_job(2, body_coll); }
+
+/* STRATA_NET_SHM=0: the same jobs over TCP (check_transport says so),
+ * the collectives' large segments framed and hashed (SPLIT, FLAT). */
+static void test_net_p2p_2_tcp(void **state)
+{
+	(void)state;
+	p2p_2_with("STRATA_NET_SHM", "0", "0");
+	run_job(2, body_coll);
+}
 
 /* STRATA_NET_CHECKSUM=none over TCP: frames unhashed and messages of one
  * piece bare over the network too (net.c, BARE); then the collectives,
