@@ -199,22 +199,52 @@ static void recv_finished(st__net_msg_t *m, ucs_status_t s)
 	}
 }
 
+/* A receive's callback: frees UCX's request; 1 when the receive is still
+ * being posted (post_recv_locked), which then finishes it. UCX completed a
+ * receive inside ucp_tag_msg_recv_nbx and still returned the request when
+ * the sender's endpoint was purged (a dead peer, ucp_ep_req_purge);
+ * finishing it in the callback freed m under the poster's feet
+ * (dist_crash, ASan). */
+static int completed_early(st__net_msg_t *m, void *req, ucs_status_t s)
+{
+	ucp_request_free(req);
+	if (!m->posting) {
+		atomic_fetch_sub(&m->net->inflight, 1);
+		return 0;
+	}
+	m->early = 1;
+	m->early_status = s;
+	return 1;
+}
+
+/* Posts the receive of a probed message into `into` (count items of dt)
+ * with callback cb, user data m. Returns what ucp_tag_msg_recv_nbx did:
+ * a request still in flight, or the status of one done at once (its
+ * callback's too, completed_early), which the caller finishes. */
+static ucs_status_ptr_t post_recv_locked(st_net_t *net, st__net_msg_t *m, ucp_tag_message_h msg,
+					 void *into, size_t count, ucp_datatype_t dt,
+					 ucp_tag_recv_nbx_callback_t cb)
+{
+	ucp_request_param_t p = { .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+				  UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE,
+				  .cb.recv = cb, .user_data = m, .datatype = dt };
+	m->posting = 1;
+	m->early = 0;
+	ucs_status_ptr_t sp = ucp_tag_msg_recv_nbx(net->worker, into, count, msg, &p);
+	m->posting = 0;
+	if (m->early)
+		return UCS_STATUS_PTR(m->early_status);
+	if (UCS_PTR_IS_PTR(sp) && sp)
+		atomic_fetch_add(&net->inflight, 1);
+	return sp;
+}
+
+static int in_flight(ucs_status_ptr_t sp) { return UCS_PTR_IS_PTR(sp) && sp; }
+
 static void recv_cb(void *req, ucs_status_t s, const ucp_tag_recv_info_t *info, void *user)
 {
-	st__net_msg_t *m = user;
-	ucp_request_free(req);
-	if (m->posting) {
-		/* UCX completed the receive inside ucp_tag_msg_recv_nbx and still
-		 * returned the request: seen when the sender's endpoint was
-		 * purged (a dead peer, ucp_ep_req_purge). take_locked finishes
-		 * it once the post returns, as one done at once; finishing it
-		 * here freed m under take_locked's feet (dist_crash, ASan). */
-		m->early = 1;
-		m->early_status = s;
-		return;
-	}
-	atomic_fetch_sub(&m->net->inflight, 1);
-	recv_finished(m, s);
+	if (!completed_early(user, req, s))
+		recv_finished(user, s);
 }
 
 static void junk_cb(void *req, ucs_status_t s, const ucp_tag_recv_info_t *info, void *user)
@@ -267,35 +297,17 @@ static void part_done(st__net_msg_t *m, ucs_status_t s)
 
 static void part_cb(void *req, ucs_status_t s, const ucp_tag_recv_info_t *info, void *user)
 {
-	st__net_msg_t *m = user;
-	ucp_request_free(req);
-	if (m->posting) {   /* inside its post: as recv_cb */
-		m->early = 1;
-		m->early_status = s;
-		return;
-	}
-	atomic_fetch_sub(&m->net->inflight, 1);
-	part_done(m, s);
+	if (!completed_early(user, req, s))
+		part_done(user, s);
 }
 
 /* Receives one half of m into `into`. m may be gone when this returns. */
 static void post_part_locked(st_net_t *net, st__net_msg_t *m, ucp_tag_message_h msg, void *into,
 			     size_t n)
 {
-	ucp_request_param_t p = { .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-				  UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE,
-				  .cb.recv = part_cb, .user_data = m,
-				  .datatype = ucp_dt_make_contig(1) };
-	m->posting = 1;
-	m->early = 0;
-	ucs_status_ptr_t sp = ucp_tag_msg_recv_nbx(net->worker, into, n, msg, &p);
-	m->posting = 0;
-	if (m->early)
-		sp = UCS_STATUS_PTR(m->early_status);
-	if (!UCS_PTR_IS_PTR(sp) || !sp)
+	ucs_status_ptr_t sp = post_recv_locked(net, m, msg, into, n, ucp_dt_make_contig(1), part_cb);
+	if (!in_flight(sp))
 		part_done(m, UCS_PTR_STATUS(sp));
-	else
-		atomic_fetch_add(&net->inflight, 1);
 }
 
 /* A SPLIT's first message (frame and head piece): the message takes its
@@ -406,29 +418,21 @@ static void take_locked(st_net_t *net, ucp_tag_message_h msg, const ucp_tag_recv
 	m->iov[1] = (ucp_dt_iov_t){ buf, len };
 	if (bare)   /* the frame its sender left out (BARE) */
 		st__net_frame_fill_unhashed(&m->hdr, src, net->rank, chan, len);
-	ucp_request_param_t p = { .op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
-				  UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_DATATYPE,
-				  .cb.recv = recv_cb, .user_data = m,
-				  .datatype = ucp_dt_make_iov() };
-	if (trailer || bare)
-		p.datatype = ucp_dt_make_contig(1);
-	m->posting = 1;
-	ucs_status_ptr_t sp = trailer || bare ? ucp_tag_msg_recv_nbx(net->worker, buf, cap, msg, &p)
-		: ucp_tag_msg_recv_nbx(net->worker, m->iov, len ? 2 : 1, msg, &p);
-	m->posting = 0;
-	if (m->early)   /* its callback came inside the post (recv_cb) */
-		sp = UCS_STATUS_PTR(m->early_status);
+	const int contig = trailer || bare;
+	ucs_status_ptr_t sp = post_recv_locked(net, m, msg, contig ? buf : (void *)m->iov,
+					       contig ? cap : len ? 2 : 1,
+					       contig ? ucp_dt_make_contig(1) : ucp_dt_make_iov(),
+					       recv_cb);
 	/* A message UCX holds all of (eager: every small one) is received at
 	 * once and joins its channel, ready, in recv_finished's one locked
 	 * section: a lock less than queueing it first. One still arriving
 	 * (rendezvous) takes its place in the channel now and is marked ready
 	 * later. Either way before wmu is let go, so no later message of
 	 * this sender is taken in between: a sender's messages stay in order. */
-	if (!UCS_PTR_IS_PTR(sp) || !sp) {
+	if (!in_flight(sp)) {
 		recv_finished(m, UCS_PTR_STATUS(sp));
 		return;
 	}
-	atomic_fetch_add(&net->inflight, 1);
 	pthread_mutex_lock(&net->mu);
 	if (st__net_inbox_add_locked(net, m) < 0)
 		m->queued = -1;   /* recv_finished drops it */
@@ -1095,8 +1099,8 @@ int st__net_send_raw(st_net_t *net, int dst, uint32_t chan, uint32_t magic,
 	assert(dst != net->rank);
 	pthread_mutex_lock(&net->wmu);
 	ucp_ep_h ep = net->peers[dst].ep;
-	ucs_status_ptr_t sp = ep ? ucp_tag_send_nbx(ep, bytes, len, ST__NET_TAG(chan, net->rank) - ST__NET_TAG_MAGIC + magic,
-						    &(ucp_request_param_t){ 0 })
+	const uint64_t tag = ST__NET_TAG(chan, net->rank) - ST__NET_TAG_MAGIC + magic;
+	ucs_status_ptr_t sp = ep ? ucp_tag_send_nbx(ep, bytes, len, tag, &(ucp_request_param_t){ 0 })
 		: UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET);
 	pthread_mutex_unlock(&net->wmu);
 	if (!UCS_PTR_IS_PTR(sp) || !sp)

@@ -159,7 +159,7 @@ typedef struct st__net_msg {
 	struct st_net *net;
 #if ST_HAVE_UCX
 	ucp_dt_iov_t iov[2];
-	/* Its receive is being posted (take_locked): a callback that comes
+	/* Its receive is being posted (net.c post_recv_locked): a callback that comes
 	 * already, inside the post, only records its status here. */
 	int posting, early;
 	ucs_status_t early_status;
