@@ -71,6 +71,10 @@
 #define IMM_MAX 1024
 #define IMM_MAX_SHM 64
 
+/* What a UCX post returned is a request still in flight (not a status:
+ * done at once, or failed). */
+static int in_flight(ucs_status_ptr_t sp) { return UCS_PTR_IS_PTR(sp) && sp; }
+
 static int status_rc(ucs_status_t s)
 {
 	return s == UCS_OK ? ST_OK : s == UCS_ERR_NO_MEMORY ? ST_ENOMEM : ST_EPEER;
@@ -234,12 +238,10 @@ static ucs_status_ptr_t post_recv_locked(st_net_t *net, st__net_msg_t *m, ucp_ta
 	m->posting = 0;
 	if (m->early)
 		return UCS_STATUS_PTR(m->early_status);
-	if (UCS_PTR_IS_PTR(sp) && sp)
+	if (in_flight(sp))
 		atomic_fetch_add(&net->inflight, 1);
 	return sp;
 }
-
-static int in_flight(ucs_status_ptr_t sp) { return UCS_PTR_IS_PTR(sp) && sp; }
 
 static void recv_cb(void *req, ucs_status_t s, const ucp_tag_recv_info_t *info, void *user)
 {
@@ -268,7 +270,7 @@ static void discard_locked(st_net_t *net, ucp_tag_message_h msg, const char *why
 				  UCP_OP_ATTR_FIELD_USER_DATA,
 				  .cb.recv = junk_cb, .user_data = junk };
 	ucs_status_ptr_t sp = ucp_tag_msg_recv_nbx(net->worker, junk + 1, 64 - sizeof *junk, msg, &p);
-	if (UCS_PTR_IS_PTR(sp) && sp)
+	if (in_flight(sp))
 		atomic_fetch_add(&net->inflight, 1);
 	else
 		free(junk);
@@ -686,10 +688,10 @@ int st__net_recv_direct(st_net_t *net, int src, uint32_t chan, void *buf, size_t
 	const uint64_t tag = ST__NET_TAG(chan, src) - ST__NET_TAG_MAGIC + ST__NET_TAG_MAGIC_DIRECT;
 	pthread_mutex_lock(&net->wmu);
 	ucs_status_ptr_t sp = ucp_tag_recv_nbx(net->worker, buf, len, tag, ~(uint64_t)0, &p);
-	if (UCS_PTR_IS_PTR(sp) && sp)
+	if (in_flight(sp))
 		atomic_fetch_add(&net->inflight, 1);
 	pthread_mutex_unlock(&net->wmu);
-	if (!UCS_PTR_IS_PTR(sp) || !sp) {   /* done at once (or failed) */
+	if (!in_flight(sp)) {   /* done at once (or failed) */
 		q.status = UCS_PTR_STATUS(sp);
 		q.len = info.length;
 	} else {
@@ -860,7 +862,7 @@ static ucs_status_ptr_t send_head_locked(st_net_t *net, int dst, split_head_t *h
 				  .cb.send = head_cb, .user_data = h,
 				  .datatype = ucp_dt_make_contig(1) };
 	ucs_status_ptr_t sp = ucp_tag_send_nbx(net->peers[dst].ep, h->bytes, n, tag, &q);
-	if (UCS_PTR_IS_PTR(sp) && sp) {
+	if (in_flight(sp)) {
 		atomic_fetch_add(&net->inflight, 1);
 		return NULL;
 	}
@@ -1007,7 +1009,7 @@ static int post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan, cons
 			sp = ucp_tag_send_nbx(net->peers[dst].ep, buf ? buf : (const void *)t->iov,
 					      buf ? count : (size_t)n, stag, &p);
 	}
-	int pending = UCS_PTR_IS_PTR(sp) && sp;
+	int pending = in_flight(sp);
 	int rc = pending ? ST_OK : status_rc(UCS_PTR_STATUS(sp));
 	if (pending) {
 		atomic_fetch_add(&net->inflight, 1);
@@ -1103,7 +1105,7 @@ int st__net_send_raw(st_net_t *net, int dst, uint32_t chan, uint32_t magic,
 	ucs_status_ptr_t sp = ep ? ucp_tag_send_nbx(ep, bytes, len, tag, &(ucp_request_param_t){ 0 })
 		: UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET);
 	pthread_mutex_unlock(&net->wmu);
-	if (!UCS_PTR_IS_PTR(sp) || !sp)
+	if (!in_flight(sp))
 		return status_rc(UCS_PTR_STATUS(sp));
 	/* A test's few bytes: wait for them here, progressing ourselves. */
 	ucs_status_t s;
@@ -1154,7 +1156,7 @@ static void close_ep_locked(st_net_t *net, int r)
 				    .flags = p->shm ? 0 : UCP_EP_CLOSE_FLAG_FORCE, .cb.send = close_cb,
 				    .user_data = net };
 	ucs_status_ptr_t sp = ucp_ep_close_nbx(p->ep, &prm);
-	if (UCS_PTR_IS_PTR(sp) && sp)
+	if (in_flight(sp))
 		atomic_fetch_add(&net->closing, 1);
 	else if (UCS_PTR_IS_ERR(sp))
 		st_debug("net: closing the endpoint to rank %d: %s", r,
@@ -1545,7 +1547,7 @@ void st_net_close(st_net_t *net)
 				.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
 						UCP_OP_ATTR_FIELD_USER_DATA,
 				.cb.send = flush_cb, .user_data = net });
-			if (UCS_PTR_IS_PTR(sp) && sp)
+			if (in_flight(sp))
 				atomic_fetch_add(&net->closing, 1);
 		}
 		pthread_mutex_unlock(&net->wmu);
