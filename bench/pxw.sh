@@ -18,7 +18,10 @@
 #
 # Prints each run (examples/s of training, eval AUC, CPU seconds of every
 # process: user + sys) and, per policy, the median examples/s of each side
-# and their ratio.
+# and their ratio, and the median (range) of the rounds' own ratios: the two
+# sides of a round run back to back, so a load change between rounds moves
+# both (on the 2-core VM a round's speed swings up to 1.5x over minutes,
+# which moves the ratio of medians as much as anything strata does).
 set -eu
 build=${1:-build}
 rows=${2:-200000}
@@ -57,7 +60,7 @@ run() { # P W policy -> "eps auc cpu_s"
 }
 median() { tr ' ' '\n' | grep . | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
-declare -A eps
+declare -A eps rat
 printf '%-10s %-6s %4s %10s %8s %7s\n' policy config rep 'ex/s' auc cpu_s
 for ((i = 1; i <= reps; i++)); do
 	for pol in $policies; do
@@ -67,12 +70,17 @@ for ((i = 1; i <= reps; i++)); do
 			printf '%-10s %-6s %4d %10s %8s %7s\n' "$pol" "${1}px${2}w" "$i" $r
 			eps[$pol-$1]="${eps[$pol-$1]:-} ${r%% *}"
 		done
+		set -- ${eps[$pol-1]}; a=${!#}
+		set -- ${eps[$pol-2]}; b=${!#}
+		rat[$pol]="${rat[$pol]:-} $(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.3f", b / a }')"
 	done
 done
 echo
-printf '%-10s %14s %14s %8s\n' policy '1p x 2w ex/s' '2p x 1w ex/s' ratio
+printf '%-10s %14s %14s %8s %18s\n' policy '1p x 2w ex/s' '2p x 1w ex/s' ratio 'rounds: median (range)'
 for pol in $policies; do
 	a=$(echo "${eps[$pol-1]}" | median)
 	b=$(echo "${eps[$pol-2]}" | median)
-	printf '%-10s %14s %14s %8s\n' "$pol" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", b / a }')"
+	r=$(echo "${rat[$pol]}" | tr ' ' '\n' | grep . | sort -n |
+		awk '{ v[NR] = $1 } END { printf "%.2f (%.2f-%.2f)", v[int((NR + 1) / 2)], v[1], v[NR] }')
+	printf '%-10s %14s %14s %8s %18s\n' "$pol" "$a" "$b" "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", b / a }')" "$r"
 done
