@@ -46,7 +46,11 @@
  * error on an endpoint makes later sends to that rank fail; the rank
  * counts as dead only when the coordinator says so (or, once no
  * coordinator is left, on the UCX error itself, and for a shared-memory
- * peer when its process no longer exists: st__net_check_pids).
+ * peer when its process no longer exists: st__net_check_pids). Peer error
+ * handling also keeps UCX's TCP rendezvous off zero-copy put (TCP's memory
+ * domain cannot invalidate a canceled put: openucx/ucx#11929), which is
+ * most of what TCP messages lose to plain ucx_perftest; the price of
+ * knowing a peer died.
  */
 #include <assert.h>
 #include <dirent.h>
