@@ -440,6 +440,10 @@ int main(int argc, char **argv)
 	if (argc >= 2 && (!strcmp(argv[1], "run") || !strcmp(argv[1], "predict") ||
 			  !strcmp(argv[1], "eval")))
 		st_simd_openblas_coretype(argv);
+	/* STRATA_LOG is read at the first message; read it now (after the
+	 * re-execution above, so only once), so that a bad value is reported
+	 * by a command that logs nothing else. */
+	(void)st_log_get_level();
 	if (argc < 2) {
 		st_cli_usage(stderr);
 		return ST_EXIT_USAGE;

@@ -21,7 +21,7 @@ static int log_level = -1;
 static void log_init_level(void)
 {
 	const char *e = getenv("STRATA_LOG");
-	int lvl = ST_LOG_INFO;
+	int lvl = ST_LOG_INFO, bad = 0;
 	if (e) {
 		if (!strcmp(e, "debug"))
 			lvl = ST_LOG_DEBUG;
@@ -29,8 +29,13 @@ static void log_init_level(void)
 			lvl = ST_LOG_WARN;
 		else if (!strcmp(e, "error"))
 			lvl = ST_LOG_ERROR;
+		else
+			bad = strcmp(e, "info") != 0;
 	}
 	__atomic_store_n(&log_level, lvl, __ATOMIC_RELAXED);
+	/* After the store: st_warn reads the level, and must not come back here. */
+	if (bad)
+		st_warn("STRATA_LOG=%s: expected debug, info, warn or error; using info", e);
 }
 
 void st_log_set_level(enum st_log_level level)

@@ -39,6 +39,11 @@ expect "plan quickstart" 0 "placement:"                -- "$strata" plan jobs/qu
 expect "plan 4-socket topology" 0 "topology .*topo-4socket-8gpu.xml: 4 packages" \
   -- "$strata" plan jobs/quickstart.lua --topology tests/data/topo-4socket-8gpu.xml
 expect "plan dot"        0 "^digraph"                  -- "$strata" plan --dot jobs/quickstart.lua
+expect "a bad STRATA_LOG is named, and the command runs on" 0 \
+  "STRATA_LOG=loud: expected debug, info, warn or error; using info" \
+  -- env STRATA_LOG=loud "$strata" check jobs/quickstart.lua
+expect "a good STRATA_LOG is taken without a word" 0 "^quiet$" \
+  -- bash -c 'out=$(STRATA_LOG=warn "$1" check jobs/quickstart.lua 2>&1) && ! echo "$out" | grep -q STRATA_LOG && echo quiet' _ "$strata"
 
 printf 'local st = require "strata"\nreturn st.job {\n  name = "x",\n  data = { train = st.data.criteo { path = "%s/*.tsv" } },\n  stages = { read = { bach_size = 10 } },\n}\n' "$tmp/none" >"$tmp/bad.lua"
 expect "check reports every error" 2 "unknown field 'bach_size'" -- "$strata" check "$tmp/bad.lua"
