@@ -4,7 +4,11 @@
 # rows: 2 processes x 1 worker must come within 0.005 eval AUC of one
 # process x 2 workers, with calibration in [0.9, 1.1], at read batches of
 # 2048, 4096 and 8192 rows (8 to 32 minibatches of 256 each); and the same
-# for st.sync.shadow, whose rows are pushed the same way, at 8192.
+# for st.sync.shadow, whose rows are pushed the same way, at 8192, within
+# 0.01: its 2-process runs land near one of two AUCs 0.003 apart, and one
+# process's runs move by 0.002, so pairs measured 0.000-0.0051 apart in 7
+# rounds (session 22; CI failed once on 0.0051). The bug this guards
+# against cost shadow 0.06.
 #
 # Before the fix (a batch trained on row copies pulled for the whole read
 # batch, ahead of training: ops/dist/steprows.c says why) the 2-process run
@@ -40,12 +44,14 @@ for c in async:2048 async:4096 async:8192 shadow:8192; do
   [ $st = 0 ] || { echo "FAIL launch -n 2, $pol, batch $b (status $st)"; tail -n 5 "$tmp/two"; exit 1; }
   read -r a1 c1 < <(evalline "$tmp/one")
   read -r a2 c2 < <(evalline "$tmp/two")
+  tol=0.005
+  [ "$pol" = shadow ] && tol=0.01
   if /usr/bin/python3 -c "import sys; a1, a2, c2 = float('$a1'), float('$a2'), float('$c2');
-sys.exit(0 if abs(a2 - a1) <= 0.005 and 0.9 <= c2 <= 1.1 else 1)" 2>/dev/null; then
+sys.exit(0 if abs(a2 - a1) <= $tol and 0.9 <= c2 <= 1.1 else 1)" 2>/dev/null; then
     echo "ok   $pol, batch $b: 2 processes auc $a2 calibration $c2, 1 process auc $a1 calibration $c1"
   else
     echo "FAIL $pol, batch $b: 2 processes auc $a2 calibration $c2, 1 process auc $a1 calibration $c1" \
-      "(wanted within 0.005 auc, calibration 0.9-1.1)"
+      "(wanted within $tol auc, calibration 0.9-1.1)"
     fail=1
   fi
 done
