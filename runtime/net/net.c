@@ -79,6 +79,16 @@
  * done at once, or failed). */
 static int in_flight(ucs_status_ptr_t sp) { return UCS_PTR_IS_PTR(sp) && sp; }
 
+/* in_flight, and then counted in net->inflight until its callback uncounts
+ * it: what every post whose request calls back into the net does. */
+static int track(st_net_t *net, ucs_status_ptr_t sp)
+{
+	if (!in_flight(sp))
+		return 0;
+	atomic_fetch_add(&net->inflight, 1);
+	return 1;
+}
+
 static int status_rc(ucs_status_t s)
 {
 	return s == UCS_OK ? ST_OK : s == UCS_ERR_NO_MEMORY ? ST_ENOMEM : ST_EPEER;
@@ -242,8 +252,7 @@ static ucs_status_ptr_t post_recv_locked(st_net_t *net, st__net_msg_t *m, ucp_ta
 	m->posting = 0;
 	if (m->early)
 		return UCS_STATUS_PTR(m->early_status);
-	if (in_flight(sp))
-		atomic_fetch_add(&net->inflight, 1);
+	track(net, sp);
 	return sp;
 }
 
@@ -274,9 +283,7 @@ static void discard_locked(st_net_t *net, ucp_tag_message_h msg, const char *why
 				  UCP_OP_ATTR_FIELD_USER_DATA,
 				  .cb.recv = junk_cb, .user_data = junk };
 	ucs_status_ptr_t sp = ucp_tag_msg_recv_nbx(net->worker, junk + 1, 64 - sizeof *junk, msg, &p);
-	if (in_flight(sp))
-		atomic_fetch_add(&net->inflight, 1);
-	else
+	if (!track(net, sp))
 		free(junk);
 }
 
@@ -692,10 +699,9 @@ int st__net_recv_direct(st_net_t *net, int src, uint32_t chan, void *buf, size_t
 	const uint64_t tag = ST__NET_TAG(chan, src) - ST__NET_TAG_MAGIC + ST__NET_TAG_MAGIC_DIRECT;
 	pthread_mutex_lock(&net->wmu);
 	ucs_status_ptr_t sp = ucp_tag_recv_nbx(net->worker, buf, len, tag, ~(uint64_t)0, &p);
-	if (in_flight(sp))
-		atomic_fetch_add(&net->inflight, 1);
+	const int pending = track(net, sp);
 	pthread_mutex_unlock(&net->wmu);
-	if (!in_flight(sp)) {   /* done at once (or failed) */
+	if (!pending) {   /* done at once (or failed) */
 		q.status = UCS_PTR_STATUS(sp);
 		q.len = info.length;
 	} else {
@@ -866,10 +872,8 @@ static ucs_status_ptr_t send_head_locked(st_net_t *net, int dst, split_head_t *h
 				  .cb.send = head_cb, .user_data = h,
 				  .datatype = ucp_dt_make_contig(1) };
 	ucs_status_ptr_t sp = ucp_tag_send_nbx(net->peers[dst].ep, h->bytes, n, tag, &q);
-	if (in_flight(sp)) {
-		atomic_fetch_add(&net->inflight, 1);
+	if (track(net, sp))
 		return NULL;
-	}
 	free(h);
 	return sp;
 }
@@ -1013,10 +1017,9 @@ static int post(st_net_t *net, st__net_sreq_t *req, int dst, uint32_t chan, cons
 			sp = ucp_tag_send_nbx(net->peers[dst].ep, buf ? buf : (const void *)t->iov,
 					      buf ? count : (size_t)n, stag, &p);
 	}
-	int pending = in_flight(sp);
+	const int pending = track(net, sp);
 	int rc = pending ? ST_OK : status_rc(UCS_PTR_STATUS(sp));
 	if (pending) {
-		atomic_fetch_add(&net->inflight, 1);
 		req->ticket = t;   /* send_cb cannot run: it needs wmu */
 	} else {
 		req->done = req->imm = 1, req->status = rc;
